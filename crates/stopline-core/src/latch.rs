@@ -1,0 +1,181 @@
+//! Latch records and how an entry of `latches/` is read, failing closed.
+//!
+//! The directory entry's existence is the stop signal; its JSON body is evidence. An entry that
+//! is unreadable, empty, malformed, has an unknown level or an unknown scope kind is read as a
+//! `machine` latch at level `emergency` — never ignored.
+
+use crate::admission::Level;
+use crate::scope::Scope;
+use crate::subject::Subject;
+use serde::{Deserialize, Serialize};
+
+/// The session that engaged a latch, when known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatchSession {
+    /// The agent the engaging session was bound to, if any.
+    pub bound: Option<String>,
+    /// `governed` (an agent token), `console` (a local user) or `monitor`.
+    pub tier: String,
+}
+
+/// The body of a latch file (SPEC §2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatchRecord {
+    /// Always `breakglass_latch`.
+    pub kind: String,
+    /// `latch_<hex>`; the file is `<id>.json`.
+    pub id: String,
+    /// The scope it stops.
+    pub scope: Scope,
+    /// Its level.
+    pub level: Level,
+    /// Who engaged it.
+    pub by: String,
+    /// Why.
+    pub reason: String,
+    /// The engaging process.
+    pub pid: u32,
+    /// The engaging session.
+    pub session: LatchSession,
+    /// RFC 3339 time of engagement.
+    pub ts: String,
+}
+
+impl LatchRecord {
+    /// The file name of this latch inside `latches/`.
+    pub fn file_name(&self) -> String {
+        format!("{}.json", self.id)
+    }
+}
+
+/// One entry of `latches/` as the gates see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActiveLatch {
+    /// The entry's file name.
+    pub file: String,
+    /// The scope it is enforced as (machine when the body cannot be trusted).
+    pub scope: Scope,
+    /// The level it is enforced as (emergency when the body cannot be trusted).
+    pub level: Level,
+    /// The parsed body, when it parsed.
+    pub record: Option<LatchRecord>,
+    /// Why the body was not trusted, when it was not.
+    pub problem: Option<String>,
+}
+
+impl ActiveLatch {
+    /// Read an entry from its name and the result of reading its bytes. Never fails: anything
+    /// that is not a well-formed latch whose id matches its file name becomes a machine emergency.
+    pub fn from_entry(file: &str, bytes: Result<&[u8], String>) -> ActiveLatch {
+        let fail_closed = |problem: String| ActiveLatch {
+            file: file.to_string(),
+            scope: Scope::Machine,
+            level: Level::Emergency,
+            record: None,
+            problem: Some(problem),
+        };
+        let bytes = match bytes {
+            Ok(bytes) => bytes,
+            Err(error) => return fail_closed(format!("unreadable: {error}")),
+        };
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return fail_closed("empty".to_string());
+        }
+        match serde_json::from_slice::<LatchRecord>(bytes) {
+            Ok(record) if record.kind != "breakglass_latch" => {
+                fail_closed(format!("unknown kind {:?}", record.kind))
+            }
+            Ok(record) if record.file_name() != file => {
+                fail_closed(format!("id {:?} does not match its file name", record.id))
+            }
+            Ok(record) => ActiveLatch {
+                file: file.to_string(),
+                scope: record.scope.clone(),
+                level: record.level,
+                record: Some(record),
+                problem: None,
+            },
+            Err(error) => fail_closed(format!("malformed: {error}")),
+        }
+    }
+
+    /// The latch id: the record's, or the file stem.
+    pub fn id(&self) -> String {
+        self.file.trim_end_matches(".json").to_string()
+    }
+
+    /// True when this latch covers `subject`.
+    pub fn covers(&self, subject: &Subject) -> bool {
+        subject.is_covered_by(&self.scope)
+    }
+
+    /// This latch as JSON for receipts: the record (or a fail-closed stand-in) with `file`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut value = match &self.record {
+            Some(record) => serde_json::to_value(record).unwrap_or_default(),
+            None => serde_json::json!({
+                "kind": "breakglass_latch",
+                "id": self.id(),
+                "scope": self.scope.to_string(),
+                "level": self.level.as_str(),
+                "problem": self.problem,
+            }),
+        };
+        if let Some(map) = value.as_object_mut() {
+            map.insert("file".into(), self.file.clone().into());
+        }
+        value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(id: &str, scope: &str, level: &str) -> String {
+        format!(
+            r#"{{"kind":"breakglass_latch","id":"{id}","scope":"{scope}","level":"{level}","by":"x","reason":"r","pid":1,"session":{{"bound":null,"tier":"console"}},"ts":"t"}}"#
+        )
+    }
+
+    #[test]
+    fn well_formed_latch_keeps_its_scope() {
+        let b = body("latch_1", "agent:w", "halt-all");
+        let l = ActiveLatch::from_entry("latch_1.json", Ok(b.as_bytes()));
+        assert_eq!(l.scope.to_string(), "agent:w");
+        assert_eq!(l.level, Level::HaltAll);
+        assert!(l.problem.is_none());
+    }
+
+    #[test]
+    fn anything_doubtful_is_a_machine_emergency() {
+        let cases: Vec<(&str, Result<Vec<u8>, String>)> = vec![
+            ("latch_1.json", Ok(vec![])),
+            ("latch_1.json", Ok(b"  \n".to_vec())),
+            ("latch_1.json", Ok(b"{not json".to_vec())),
+            ("latch_1.json", Err("permission denied".into())),
+            (
+                "latch_1.json",
+                Ok(body("latch_1", "agent:w", "stop").into_bytes()),
+            ),
+            (
+                "latch_1.json",
+                Ok(body("latch_1", "host:w", "halt-all").into_bytes()),
+            ),
+            (
+                "latch_2.json",
+                Ok(body("latch_1", "agent:w", "halt-all").into_bytes()),
+            ),
+            ("whatever", Ok(b"[]".to_vec())),
+        ];
+        for (file, bytes) in cases {
+            let l = ActiveLatch::from_entry(file, bytes.as_deref().map_err(Clone::clone));
+            assert_eq!(
+                (l.scope, l.level),
+                (Scope::Machine, Level::Emergency),
+                "{file}"
+            );
+            assert!(l.problem.is_some());
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The pure domain of stopline: what a stop *means*, with no I/O.
+//!
+//! Everything here is a value or a pure function: scopes and their matching rules, stop levels
+//! and subject modes, the admission function, the paper's four-mode transition table, the epoch
+//! map and its revocation rule, refusal codes, and the record shapes written by the store.
+//!
+//! This crate must never touch the filesystem, the network, the clock or a thread. Callers pass
+//! in the time, the bytes and the canonicalized paths; that is what lets the model checker and
+//! the fuzz targets drive exactly the code the binary runs.
+#![deny(missing_docs)]
+
+pub mod admission;
+pub mod epoch;
+pub mod fourmode;
+pub mod latch;
+pub mod ops;
+pub mod refusal;
+pub mod scope;
+pub mod state;
+pub mod subject;
+pub mod view;
+pub mod wal;
+
+pub use admission::{admit, Decision, Level, Mode, TaskClass};
+pub use epoch::{AuthorityStatus, EpochMap};
+pub use latch::{ActiveLatch, LatchRecord};
+pub use refusal::{Refusal, RefusalCode};
+pub use scope::{Name, Scope};
+pub use state::{ControlState, StateRecord};
+pub use subject::{Role, Subject};
+pub use view::{CheckReceipt, ControlView};

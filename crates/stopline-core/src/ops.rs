@@ -1,0 +1,206 @@
+//! Governed operations: targets, the `prepared → dispatched → outcome` records, and the fold that
+//! tells which operations are unresolved.
+//!
+//! An operation with no outcome is unresolved. One whose writer is gone, or that its writer
+//! marked in doubt (a stream cut by a stop), blocks new operations on its target until the owner
+//! reconciles it. One still in flight in a live writer is pending, and does not block.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The registry an operation belongs to, derived from its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpKind {
+    /// `file:<canonical path>`.
+    File,
+    /// `mcp:<server>:<tool>`.
+    Destination,
+    /// `model:<model>`.
+    Model,
+}
+
+/// Classify a target string, or `None` when it is not one of the three forms.
+pub fn target_kind(target: &str) -> Option<OpKind> {
+    let (kind, rest) = target.split_once(':')?;
+    if rest.is_empty() {
+        return None;
+    }
+    match kind {
+        "file" if rest.starts_with('/') => Some(OpKind::File),
+        "mcp"
+            if rest
+                .split_once(':')
+                .is_some_and(|(s, t)| !s.is_empty() && !t.is_empty()) =>
+        {
+            Some(OpKind::Destination)
+        }
+        "model" => Some(OpKind::Model),
+        _ => None,
+    }
+}
+
+/// The phase a journal line records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Durable intent, written and fsynced before anything is sent.
+    Prepared,
+    /// Handed to the upstream.
+    Dispatched,
+    /// Its writer lost track of it (a stream cut by a stop): in doubt until reconciled.
+    InDoubt,
+    /// Its outcome.
+    Outcome,
+}
+
+/// One line of an operation journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpLine {
+    /// The operation id.
+    pub op: String,
+    /// The phase.
+    pub phase: Phase,
+    /// RFC 3339 time.
+    pub ts: String,
+    /// Unix milliseconds (for ordering and age).
+    pub ts_ms: i64,
+    /// `prepared`: the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// `prepared`: the acting agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// `prepared`: the caller's request id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// `outcome`: committed, failed, abandoned, refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// `outcome` by reconciliation: who.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// `outcome` by reconciliation, or `in_doubt`: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The folded state of one operation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Operation {
+    /// Its id.
+    pub op: String,
+    /// Its target.
+    pub target: String,
+    /// Its registry.
+    pub kind: OpKind,
+    /// The acting agent.
+    pub agent: Option<String>,
+    /// The caller's request id.
+    pub request_id: Option<String>,
+    /// Unix ms it was prepared.
+    pub prepared_ms: i64,
+    /// Whether it was handed upstream.
+    pub dispatched: bool,
+    /// Whether its writer marked it in doubt.
+    pub in_doubt: bool,
+    /// Its outcome, if any.
+    pub outcome: Option<String>,
+    /// The journal (writer) it was prepared in.
+    pub writer: String,
+}
+
+impl Operation {
+    /// True when it has no outcome.
+    pub fn is_unresolved(&self) -> bool {
+        self.outcome.is_none()
+    }
+}
+
+/// Fold journal lines (from any number of writers, each line tagged with its writer) into
+/// operations by id. Lines for an op never prepared are ignored unless they are outcomes, which
+/// are kept so a reconciliation written before the fold still counts.
+pub fn fold<'a>(lines: impl IntoIterator<Item = (&'a str, OpLine)>) -> BTreeMap<String, Operation> {
+    let mut ops: BTreeMap<String, Operation> = BTreeMap::new();
+    let mut late: Vec<OpLine> = Vec::new();
+    for (writer, line) in lines {
+        match line.phase {
+            Phase::Prepared => {
+                let Some(target) = line.target.clone() else {
+                    continue;
+                };
+                let Some(kind) = target_kind(&target) else {
+                    continue;
+                };
+                ops.entry(line.op.clone()).or_insert(Operation {
+                    op: line.op.clone(),
+                    target,
+                    kind,
+                    agent: line.agent.clone(),
+                    request_id: line.request_id.clone(),
+                    prepared_ms: line.ts_ms,
+                    dispatched: false,
+                    in_doubt: false,
+                    outcome: None,
+                    writer: writer.to_string(),
+                });
+            }
+            _ => late.push(line),
+        }
+    }
+    for line in late {
+        if let Some(op) = ops.get_mut(&line.op) {
+            match line.phase {
+                Phase::Dispatched => op.dispatched = true,
+                Phase::InDoubt => op.in_doubt = true,
+                Phase::Outcome => op.outcome = line.outcome.clone().or(Some("unknown".into())),
+                Phase::Prepared => {}
+            }
+        }
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(op: &str, phase: Phase, target: Option<&str>) -> OpLine {
+        OpLine {
+            op: op.into(),
+            phase,
+            ts: "t".into(),
+            ts_ms: 1,
+            target: target.map(String::from),
+            agent: None,
+            request_id: None,
+            outcome: (phase == Phase::Outcome).then(|| "committed".into()),
+            by: None,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn targets_are_classified() {
+        assert_eq!(
+            target_kind("mcp:everything:echo"),
+            Some(OpKind::Destination)
+        );
+        assert_eq!(target_kind("file:/srv/a"), Some(OpKind::File));
+        assert_eq!(target_kind("model:gpt-test"), Some(OpKind::Model));
+        for bad in ["mcp:x", "file:rel", "model:", "web:x", "x"] {
+            assert_eq!(target_kind(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn outcome_in_another_journal_resolves() {
+        let ops = fold([
+            ("gw", line("a", Phase::Prepared, Some("model:m"))),
+            ("gw", line("b", Phase::Prepared, Some("model:m"))),
+            ("owner", line("a", Phase::Outcome, None)),
+        ]);
+        assert!(!ops["a"].is_unresolved());
+        assert!(ops["b"].is_unresolved());
+    }
+}

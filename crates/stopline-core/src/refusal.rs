@@ -1,0 +1,176 @@
+//! Refusal codes: the stable strings every surface (CLI, HTTP, MCP, hook) reports.
+//!
+//! A refusal is data, not a panic or a log line: the code is part of the contract in SPEC §4 and
+//! outside tests match on it exactly, so a variant's string must never change once shipped.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Every refusal code stopline can report. The string form is fixed by the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RefusalCode {
+    /// The reason was empty or only whitespace.
+    ReasonRequired,
+    /// The scope text is not `machine`, `agent:<name>`, `project:<root>` or `run:<id>`.
+    ScopeInvalid,
+    /// A project root does not exist or cannot be canonicalized.
+    ProjectRootUnresolvable,
+    /// A level that is not `halt-noncritical`, `halt-all` or `emergency`.
+    LevelInvalid,
+    /// One of the three owner-console predicates failed.
+    OwnerControlRequired,
+    /// A latch (or a contained machine state) blocks the call.
+    BreakGlassContained,
+    /// A halt-noncritical latch holds noncritical work.
+    HaltedNoncritical,
+    /// A held call waited longer than the queue timeout.
+    QueuedTimeout,
+    /// The authority was minted before a stop that covers it.
+    StaleControlEpoch,
+    /// The authority claims an epoch the control plane never issued.
+    FutureControlEpoch,
+    /// The epoch snapshot does not match the WAL, or could not be read back.
+    ControlEpochUnconfirmed,
+    /// The write-ahead log is broken: a gap, a broken hash link, or an unparsable line.
+    ControlWalCorrupt,
+    /// `state.json` (or another control record) cannot be trusted.
+    ControlStateCorrupt,
+    /// The token is absent, malformed, or its signature does not verify.
+    TokenInvalid,
+    /// The token has expired.
+    TokenExpired,
+    /// An operation on the same target has no recorded outcome.
+    UnresolvedOperation,
+    /// `drain` needs an active machine latch.
+    DrainRequiresMachineLatch,
+    /// `drain --deadline` outside 1..=3600 seconds.
+    DrainDeadlineOutOfRange,
+    /// `recover apply --plan` names no known plan.
+    PlanUnknown,
+    /// The caller may not lift this halt.
+    DisengageNotPermitted,
+    /// An emergency latch can only be cleared by recovery.
+    EmergencyRequiresRecovery,
+    /// A budget is exhausted.
+    BudgetExhausted,
+    /// An agent or adapter breaker is open.
+    BreakerOpen,
+    /// A policy card lacks required fields.
+    PolicyCardIncomplete,
+    /// The harness version needs a passing drill.
+    DrillRequired,
+    /// The tool is not in the server's `allowed_tools`.
+    ToolNotAllowed,
+    /// Egress outside the gateway was refused.
+    EgressRefused,
+    /// The latch could not be made durable (its fsync failed, twice, on fresh files).
+    LatchNotDurable,
+    /// A control-plane I/O error that is not corruption.
+    ControlIo,
+    /// `recover repair` found nothing it is allowed to repair, or refused to.
+    RepairRefused,
+    /// The operation id does not exist or is already resolved.
+    OperationUnknown,
+    /// A run is refused because a latch covers it.
+    RunContained,
+    /// The gateway handed to an agent is not reachable.
+    GatewayUnreachable,
+    /// A request body or argument is malformed.
+    BadRequest,
+    /// The distributed backend could not be reached.
+    DistributedUnavailable,
+}
+
+impl RefusalCode {
+    /// The stable string of this code.
+    pub fn as_str(self) -> &'static str {
+        use RefusalCode::*;
+        match self {
+            ReasonRequired => "reason_required",
+            ScopeInvalid => "scope_invalid",
+            ProjectRootUnresolvable => "project_root_unresolvable",
+            LevelInvalid => "level_invalid",
+            OwnerControlRequired => "owner_control_required",
+            BreakGlassContained => "break_glass_contained",
+            HaltedNoncritical => "halted_noncritical",
+            QueuedTimeout => "queued_timeout",
+            StaleControlEpoch => "stale_control_epoch",
+            FutureControlEpoch => "future_control_epoch",
+            ControlEpochUnconfirmed => "control_epoch_unconfirmed",
+            ControlWalCorrupt => "control_wal_corrupt",
+            ControlStateCorrupt => "control_state_corrupt",
+            TokenInvalid => "token_invalid",
+            TokenExpired => "token_expired",
+            UnresolvedOperation => "unresolved_operation",
+            DrainRequiresMachineLatch => "drain_requires_machine_latch",
+            DrainDeadlineOutOfRange => "drain_deadline_out_of_range",
+            PlanUnknown => "plan_unknown",
+            DisengageNotPermitted => "disengage_not_permitted",
+            EmergencyRequiresRecovery => "emergency_requires_recovery",
+            BudgetExhausted => "budget_exhausted",
+            BreakerOpen => "breaker_open",
+            PolicyCardIncomplete => "policy_card_incomplete",
+            DrillRequired => "drill_required",
+            ToolNotAllowed => "tool_not_allowed",
+            EgressRefused => "egress_refused",
+            LatchNotDurable => "latch_not_durable",
+            ControlIo => "control_io",
+            RepairRefused => "repair_refused",
+            OperationUnknown => "operation_unknown",
+            RunContained => "run_contained",
+            GatewayUnreachable => "gateway_unreachable",
+            BadRequest => "bad_request",
+            DistributedUnavailable => "distributed_unavailable",
+        }
+    }
+
+    /// True for codes that mean "the control state itself cannot be trusted".
+    pub fn is_corruption(self) -> bool {
+        matches!(
+            self,
+            RefusalCode::ControlWalCorrupt
+                | RefusalCode::ControlStateCorrupt
+                | RefusalCode::ControlEpochUnconfirmed
+        )
+    }
+}
+
+impl fmt::Display for RefusalCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A typed refusal: a stable code and a human message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct Refusal {
+    /// The stable code.
+    pub code: RefusalCode,
+    /// What happened, for a human.
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal with `code` and `message`.
+    pub fn new(code: RefusalCode, message: impl Into<String>) -> Self {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Refuse an empty or whitespace-only reason; return the trimmed reason otherwise.
+pub fn require_reason(reason: &str) -> Result<String, Refusal> {
+    let trimmed = reason.trim();
+    if trimmed.is_empty() {
+        return Err(Refusal::new(
+            RefusalCode::ReasonRequired,
+            "a non-empty reason is required",
+        ));
+    }
+    Ok(trimmed.to_string())
+}

@@ -1,0 +1,281 @@
+//! Scopes (`machine`, `agent:<name>`, `project:<root>`, `run:<id>`) and the rules that match them.
+//!
+//! Parsing never touches the filesystem: a project root is canonicalized by a function the caller
+//! passes in (the store passes `std::fs::canonicalize`), and the stored form of a scope is
+//! re-validated purely by syntax. Project matching is by whole path components, so `/srv/a`
+//! covers `/srv/a/b` but never `/srv/ab`.
+
+use crate::refusal::{Refusal, RefusalCode};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+
+/// An agent name or run id: `[a-z0-9][a-z0-9._-]{0,63}` after lowercasing.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Name(String);
+
+impl Name {
+    /// Lowercase `input` and validate it; refuse with `scope_invalid` otherwise.
+    pub fn parse(input: &str) -> Result<Name, Refusal> {
+        let lowered = input.to_lowercase();
+        let bytes = lowered.as_bytes();
+        let valid_first = bytes
+            .first()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        let valid_rest = bytes[1.min(bytes.len())..].iter().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        });
+        if !valid_first || !valid_rest || bytes.len() > 64 {
+            return Err(Refusal::new(
+                RefusalCode::ScopeInvalid,
+                format!("{input:?} is not a valid name ([a-z0-9][a-z0-9._-]{{0,63}})"),
+            ));
+        }
+        Ok(Name(lowered))
+    }
+
+    /// The validated name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Name {
+    type Error = Refusal;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        let name = Name::parse(&value)?;
+        if name.0 != value {
+            return Err(Refusal::new(
+                RefusalCode::ScopeInvalid,
+                "name is not lowercase",
+            ));
+        }
+        Ok(name)
+    }
+}
+
+impl From<Name> for String {
+    fn from(value: Name) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a latch (or an epoch revision) applies to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Everything on the machine.
+    Machine,
+    /// One agent and every sub-agent it delegated to.
+    Agent(Name),
+    /// A canonical absolute project root and everything beneath it.
+    Project(PathBuf),
+    /// One evaluation run.
+    Run(Name),
+}
+
+impl Scope {
+    /// Parse user input. `canonicalize` resolves a project root (symlinks, existence); the
+    /// result must be absolute. Nothing is written by this function.
+    pub fn parse_input(
+        input: &str,
+        canonicalize: impl FnOnce(&Path) -> std::io::Result<PathBuf>,
+    ) -> Result<Scope, Refusal> {
+        let trimmed = input.trim();
+        if trimmed.eq_ignore_ascii_case("machine") {
+            return Ok(Scope::Machine);
+        }
+        let Some((kind, rest)) = trimmed.split_once(':') else {
+            return Err(invalid(
+                input,
+                "expected machine, agent:<name>, project:<root> or run:<id>",
+            ));
+        };
+        match kind.to_ascii_lowercase().as_str() {
+            "agent" => Ok(Scope::Agent(Name::parse(rest)?)),
+            "run" => Ok(Scope::Run(Name::parse(rest)?)),
+            "project" => {
+                if rest.is_empty() || !rest.starts_with('/') || rest.contains('\0') {
+                    return Err(invalid(input, "a project root must be an absolute path"));
+                }
+                let resolved = canonicalize(Path::new(rest)).map_err(|error| {
+                    Refusal::new(
+                        RefusalCode::ProjectRootUnresolvable,
+                        format!("project root {rest:?} cannot be resolved: {error}"),
+                    )
+                })?;
+                if !is_canonical_absolute(&resolved) {
+                    return Err(Refusal::new(
+                        RefusalCode::ProjectRootUnresolvable,
+                        format!(
+                            "project root {rest:?} did not resolve to a canonical absolute path"
+                        ),
+                    ));
+                }
+                Ok(Scope::Project(resolved))
+            }
+            _ => Err(invalid(input, "unknown scope kind")),
+        }
+    }
+
+    /// Parse the stored form written by [`Scope::to_string`], by syntax only. Used when reading
+    /// latch records and epoch maps; the caller fails closed on error.
+    pub fn parse_stored(stored: &str) -> Result<Scope, Refusal> {
+        if stored == "machine" {
+            return Ok(Scope::Machine);
+        }
+        let Some((kind, rest)) = stored.split_once(':') else {
+            return Err(invalid(stored, "unknown scope kind"));
+        };
+        let scope = match kind {
+            "agent" => Scope::Agent(Name::try_from(rest.to_string())?),
+            "run" => Scope::Run(Name::try_from(rest.to_string())?),
+            "project" => {
+                let path = PathBuf::from(rest);
+                if !is_canonical_absolute(&path) || rest.len() > 1 && rest.ends_with('/') {
+                    return Err(invalid(stored, "project root is not canonical"));
+                }
+                Scope::Project(path)
+            }
+            _ => return Err(invalid(stored, "unknown scope kind")),
+        };
+        Ok(scope)
+    }
+
+    /// The scope kind as written before the colon.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Scope::Machine => "machine",
+            Scope::Agent(_) => "agent",
+            Scope::Project(_) => "project",
+            Scope::Run(_) => "run",
+        }
+    }
+
+    /// True when a latch of scope `self` covers the scope `other`: `self` is machine, equals
+    /// `other`, or is a project that is an ancestor of the project `other`.
+    pub fn covers_scope(&self, other: &Scope) -> bool {
+        match (self, other) {
+            (Scope::Machine, _) => true,
+            (Scope::Project(root), Scope::Project(path)) => path_within(root, path),
+            (a, b) => a == b,
+        }
+    }
+}
+
+/// True when `path` equals `root` or lies beneath it, by whole components.
+pub fn path_within(root: &Path, path: &Path) -> bool {
+    path.starts_with(root)
+}
+
+fn is_canonical_absolute(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    path.is_absolute()
+        && !text.contains("//")
+        && (text == "/" || !text.ends_with('/'))
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
+fn invalid(input: &str, why: &str) -> Refusal {
+    Refusal::new(RefusalCode::ScopeInvalid, format!("scope {input:?}: {why}"))
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Machine => f.write_str("machine"),
+            Scope::Agent(name) => write!(f, "agent:{name}"),
+            Scope::Project(root) => write!(f, "project:{}", root.display()),
+            Scope::Run(id) => write!(f, "run:{id}"),
+        }
+    }
+}
+
+impl Serialize for Scope {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Scope {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Scope::parse_stored(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(p: &Path) -> std::io::Result<PathBuf> {
+        Ok(p.to_path_buf())
+    }
+
+    #[test]
+    fn names_follow_the_grammar() {
+        assert_eq!(Name::parse("Worker-1").unwrap().as_str(), "worker-1");
+        for bad in ["", "-x", ".x", "a b", "ä", &"a".repeat(65), "a/b"] {
+            assert!(Name::parse(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert!(Name::parse(&"a".repeat(64)).is_ok());
+    }
+
+    #[test]
+    fn project_matching_is_by_whole_components() {
+        let a = Scope::Project("/srv/a".into());
+        assert!(a.covers_scope(&Scope::Project("/srv/a/b".into())));
+        assert!(a.covers_scope(&Scope::Project("/srv/a".into())));
+        assert!(!a.covers_scope(&Scope::Project("/srv/ab".into())));
+        assert!(!a.covers_scope(&Scope::Project("/srv".into())));
+    }
+
+    #[test]
+    fn stored_form_round_trips_and_rejects_unknown_kinds() {
+        for text in [
+            "machine",
+            "agent:x",
+            "run:eval-1",
+            "project:/srv/a",
+            "project:/",
+        ] {
+            assert_eq!(Scope::parse_stored(text).unwrap().to_string(), text);
+        }
+        for bad in [
+            "host:x",
+            "project:rel",
+            "project:/a/",
+            "project:/a/../b",
+            "agent:X",
+            "agent:",
+        ] {
+            assert!(Scope::parse_stored(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn input_refuses_relative_and_unresolvable_roots() {
+        assert_eq!(
+            Scope::parse_input("project:rel", canon).unwrap_err().code,
+            RefusalCode::ScopeInvalid
+        );
+        let err = Scope::parse_input("project:/nope", |_| Err(std::io::Error::other("missing")));
+        assert_eq!(err.unwrap_err().code, RefusalCode::ProjectRootUnresolvable);
+        assert_eq!(
+            Scope::parse_input("MACHINE", canon).unwrap(),
+            Scope::Machine
+        );
+        assert_eq!(
+            Scope::parse_input("Agent:Bob", canon).unwrap(),
+            Scope::Agent(Name::parse("bob").unwrap())
+        );
+    }
+}

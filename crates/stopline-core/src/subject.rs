@@ -1,0 +1,89 @@
+//! Subjects: who acts, as a token proves it.
+//!
+//! A subject is an agent with its delegation chain (root first, itself last), its project roots
+//! and its runs. Identity comes only from a verified token; a subject built from a bare claim is
+//! *unprovable*, and every agent latch covers it (SPEC §1).
+
+use crate::scope::{Name, Scope};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The role a token grants. The class a call is admitted as derives from it, never from a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// An agent doing domain work.
+    Agent,
+    /// A safety monitor: may engage and disengage halts.
+    Monitor,
+    /// An operator: may engage and disengage halts.
+    Operator,
+    /// Critical infrastructure (safety, logging, heartbeat, audit): admitted as critical.
+    Critical,
+}
+
+impl Role {
+    /// Parse a role name.
+    pub fn parse(text: &str) -> Option<Role> {
+        match text {
+            "agent" => Some(Role::Agent),
+            "monitor" => Some(Role::Monitor),
+            "operator" => Some(Role::Operator),
+            "critical" => Some(Role::Critical),
+            _ => None,
+        }
+    }
+}
+
+/// Who acts: a chain of agents (possibly unprovable), projects and runs.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Subject {
+    /// The delegation chain, root first, the acting agent last. Empty when unknown.
+    pub chain: Vec<Name>,
+    /// False when the identity rests on a claim, not a verified token.
+    pub provable: bool,
+    /// Canonical project roots the subject works in.
+    pub projects: Vec<PathBuf>,
+    /// Runs the subject belongs to.
+    pub runs: Vec<Name>,
+}
+
+impl Subject {
+    /// A subject proven by a verified token.
+    pub fn proven(chain: Vec<Name>, projects: Vec<PathBuf>, runs: Vec<Name>) -> Subject {
+        Subject {
+            chain,
+            provable: true,
+            projects,
+            runs,
+        }
+    }
+
+    /// A subject whose identity cannot be proven: every agent latch covers it.
+    pub fn unprovable(claimed: Option<Name>, projects: Vec<PathBuf>, runs: Vec<Name>) -> Subject {
+        Subject {
+            chain: claimed.into_iter().collect(),
+            provable: false,
+            projects,
+            runs,
+        }
+    }
+
+    /// The acting agent, if known.
+    pub fn agent(&self) -> Option<&Name> {
+        self.chain.last()
+    }
+
+    /// True when a latch of `scope` covers this subject (SPEC §1, Latch).
+    pub fn is_covered_by(&self, scope: &Scope) -> bool {
+        match scope {
+            Scope::Machine => true,
+            Scope::Agent(name) => !self.provable || self.chain.contains(name),
+            Scope::Project(root) => self
+                .projects
+                .iter()
+                .any(|p| crate::scope::path_within(root, p)),
+            Scope::Run(id) => self.runs.contains(id),
+        }
+    }
+}

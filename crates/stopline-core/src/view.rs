@@ -1,0 +1,256 @@
+//! The control view: everything a gate needs to decide, read once, judged purely.
+//!
+//! The store builds a view from fresh reads (failing closed into `faults`); the CLI's `check`,
+//! the gateway's admission and the model checker's gate all call [`ControlView::decide`]. There
+//! is exactly one admission path, so no surface can disagree with another about a stop.
+
+use crate::admission::{admit, Decision, Mode, TaskClass};
+use crate::epoch::{AuthorityStatus, EpochMap};
+use crate::latch::ActiveLatch;
+use crate::refusal::{Refusal, RefusalCode};
+use crate::state::{ControlState, StateRecord};
+use crate::subject::Subject;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A consistent snapshot of the control state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControlView {
+    /// Every active latch, fail-closed entries included.
+    pub latches: Vec<ActiveLatch>,
+    /// The confirmed epoch map.
+    pub epoch: EpochMap,
+    /// `state.json` (RUNNING when absent).
+    pub state: StateRecord,
+    /// Reasons the control state cannot be trusted. Any fault closes every gate.
+    pub faults: Vec<Refusal>,
+    /// Targets blocked by an unresolved operation: target → operation id.
+    pub blocked_targets: BTreeMap<String, String>,
+}
+
+/// The authority a caller presents: the epoch its token was minted under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Authority {
+    /// The token's issue epoch.
+    pub issue_epoch: u64,
+}
+
+/// The receipt of one admission decision (SPEC §4, check).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckReceipt {
+    /// allow, queue or block.
+    pub decision: Decision,
+    /// The subject's mode.
+    pub mode: Mode,
+    /// Why it was not allowed (null when allowed).
+    pub code: Option<RefusalCode>,
+    /// Ids of the latches covering the subject.
+    pub latches: Vec<String>,
+    /// A human explanation.
+    pub message: String,
+}
+
+impl CheckReceipt {
+    /// A block with `code` (used for token failures and internal errors as well).
+    pub fn block(
+        mode: Mode,
+        code: RefusalCode,
+        message: impl Into<String>,
+        latches: Vec<String>,
+    ) -> Self {
+        CheckReceipt {
+            decision: Decision::Block,
+            mode,
+            code: Some(code),
+            latches,
+            message: message.into(),
+        }
+    }
+}
+
+impl ControlView {
+    /// A view of an empty, healthy control directory.
+    pub fn empty() -> ControlView {
+        ControlView {
+            latches: Vec::new(),
+            epoch: EpochMap::default(),
+            state: StateRecord::running(),
+            faults: Vec::new(),
+            blocked_targets: BTreeMap::new(),
+        }
+    }
+
+    /// A view that closes every gate because of `fault`.
+    pub fn closed(fault: Refusal) -> ControlView {
+        ControlView {
+            faults: vec![fault],
+            ..ControlView::empty()
+        }
+    }
+
+    /// The latches covering `subject`.
+    pub fn covering<'a>(
+        &'a self,
+        subject: &'a Subject,
+    ) -> impl Iterator<Item = &'a ActiveLatch> + 'a {
+        self.latches.iter().filter(move |l| l.covers(subject))
+    }
+
+    /// The subject's mode from its covering latches.
+    pub fn mode_for(&self, subject: &Subject) -> Mode {
+        Mode::from_levels(self.covering(subject).map(|l| l.level))
+    }
+
+    /// True when any active latch has scope machine.
+    pub fn has_machine_latch(&self) -> bool {
+        self.latches
+            .iter()
+            .any(|l| l.scope == crate::scope::Scope::Machine)
+    }
+
+    /// Decide one call: `class` must already be derived from the caller's role (a claim of
+    /// `critical` by anyone but a critical token is noncritical). `target`, when given, is
+    /// checked against unresolved operations.
+    pub fn decide(
+        &self,
+        subject: &Subject,
+        class: TaskClass,
+        authority: Option<Authority>,
+        target: Option<&str>,
+        now_unix_ms: i64,
+    ) -> CheckReceipt {
+        let latches: Vec<String> = self.covering(subject).map(ActiveLatch::id).collect();
+        let mode = self.mode_for(subject);
+        if let Some(fault) = self.faults.first() {
+            return CheckReceipt::block(
+                Mode::Emergency,
+                fault.code,
+                fault.message.clone(),
+                latches,
+            );
+        }
+        if let Some(authority) = authority {
+            match self.epoch.authority_status(authority.issue_epoch, subject) {
+                AuthorityStatus::Current => {}
+                AuthorityStatus::Stale { scope, revision } => {
+                    return CheckReceipt::block(
+                        mode,
+                        RefusalCode::StaleControlEpoch,
+                        format!(
+                            "authority minted under epoch {} was revoked by {scope} at revision {revision}",
+                            authority.issue_epoch
+                        ),
+                        latches,
+                    )
+                }
+                AuthorityStatus::Future { seq } => {
+                    return CheckReceipt::block(
+                        mode,
+                        RefusalCode::FutureControlEpoch,
+                        format!("authority claims epoch {} beyond the issued {seq}", authority.issue_epoch),
+                        latches,
+                    )
+                }
+            }
+        }
+        match self.state.effective(now_unix_ms) {
+            ControlState::Running => {}
+            state @ (ControlState::RecoveryPending
+            | ControlState::FrozenSafe
+            | ControlState::Draining) => {
+                return CheckReceipt::block(
+                    Mode::Emergency,
+                    RefusalCode::BreakGlassContained,
+                    format!("the machine is {}", state.as_str()),
+                    latches,
+                )
+            }
+        }
+        let decision = admit(mode, class);
+        let (code, message) = match decision {
+            Decision::Allow => (None, String::new()),
+            Decision::Queue => (
+                Some(RefusalCode::HaltedNoncritical),
+                format!("noncritical work is held by {}", latches.join(", ")),
+            ),
+            Decision::Block => (
+                Some(RefusalCode::BreakGlassContained),
+                format!("stopped by {}", latches.join(", ")),
+            ),
+        };
+        if decision == Decision::Allow {
+            if let Some(op) = target.and_then(|t| self.blocked_targets.get(t)) {
+                return CheckReceipt::block(
+                    mode,
+                    RefusalCode::UnresolvedOperation,
+                    format!(
+                        "operation {op} on this target has no outcome; the owner must reconcile it"
+                    ),
+                    latches,
+                );
+            }
+        }
+        CheckReceipt {
+            decision,
+            mode,
+            code,
+            latches,
+            message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::Level;
+    use crate::scope::{Name, Scope};
+
+    fn latch(scope: Scope, level: Level) -> ActiveLatch {
+        ActiveLatch {
+            file: "latch_x.json".into(),
+            scope,
+            level,
+            record: None,
+            problem: None,
+        }
+    }
+
+    fn worker() -> Subject {
+        Subject::proven(vec![Name::parse("w").unwrap()], vec![], vec![])
+    }
+
+    #[test]
+    fn a_fault_closes_the_gate_for_critical_work_too() {
+        let view = ControlView::closed(Refusal::new(RefusalCode::ControlWalCorrupt, "x"));
+        let r = view.decide(&worker(), TaskClass::Critical, None, None, 0);
+        assert_eq!(
+            (r.decision, r.code),
+            (Decision::Block, Some(RefusalCode::ControlWalCorrupt))
+        );
+    }
+
+    #[test]
+    fn unprovable_identity_is_covered_by_every_agent_latch() {
+        let mut view = ControlView::empty();
+        view.latches.push(latch(
+            Scope::Agent(Name::parse("other").unwrap()),
+            Level::HaltAll,
+        ));
+        let proven = view.decide(&worker(), TaskClass::Noncritical, None, None, 0);
+        assert_eq!(proven.decision, Decision::Allow);
+        let claimed = Subject::unprovable(Some(Name::parse("w").unwrap()), vec![], vec![]);
+        let r = view.decide(&claimed, TaskClass::Noncritical, None, None, 0);
+        assert_eq!(r.decision, Decision::Block);
+    }
+
+    #[test]
+    fn unresolved_target_blocks_only_that_target() {
+        let mut view = ControlView::empty();
+        view.blocked_targets.insert("mcp:s:t".into(), "op_1".into());
+        let r = view.decide(&worker(), TaskClass::Noncritical, None, Some("mcp:s:t"), 0);
+        assert_eq!(r.code, Some(RefusalCode::UnresolvedOperation));
+        let r = view.decide(&worker(), TaskClass::Noncritical, None, Some("mcp:s:u"), 0);
+        assert_eq!(r.decision, Decision::Allow);
+    }
+}

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod admission;
+pub mod budget;
 pub mod epoch;
 pub mod fourmode;
 pub mod latch;

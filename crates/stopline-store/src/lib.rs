@@ -1,1 +1,86 @@
-//! placeholder
+//! The control plane's durable state, in the local control directory (SPEC §2).
+//!
+//! This crate is the only code that touches the control directory. It publishes latches
+//! latch-first, keeps the hash-chained WAL and the epoch snapshot (WAL before snapshot, read
+//! back), `state.json`, the cleared-latch folders, recovery evidence, the operation registry and
+//! the evidence log. Every read fails closed: what cannot be trusted closes the gates.
+//!
+//! All I/O goes through [`fs::Fs`] (one seam, named failpoints); the clock, ids and pid through
+//! [`env::Env`]. The protocol steps (engage, advance, recover, disengage, drain) are ordinary
+//! functions over those seams, so the model checker steps exactly what the binary runs.
+#![deny(missing_docs)]
+
+pub mod chain;
+pub mod durable;
+pub mod engage;
+pub mod env;
+pub mod epoch;
+pub mod error;
+pub mod evidence;
+pub mod failpoint;
+pub mod fs;
+pub mod keys;
+pub mod layout;
+pub mod ops;
+pub mod halts;
+pub mod recovery;
+pub mod repair;
+pub mod state;
+pub mod view;
+
+pub use engage::{EngageOutcome, EngageRequest};
+pub use error::StoreError;
+pub use layout::Layout;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A handle on one control directory.
+#[derive(Clone)]
+pub struct Store {
+    layout: Layout,
+    fs: Arc<dyn fs::Fs>,
+    env: Arc<dyn env::Env>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("home", &self.layout.home()).finish()
+    }
+}
+
+impl Store {
+    /// The control directory at `home`, on the real filesystem and clock.
+    pub fn open(home: impl Into<PathBuf>) -> Store {
+        Store::with_io(home, Arc::new(fs::RealFs), Arc::new(env::SystemEnv))
+    }
+
+    /// The control directory at `home` through the given seams.
+    pub fn with_io(home: impl Into<PathBuf>, fs: Arc<dyn fs::Fs>, env: Arc<dyn env::Env>) -> Store {
+        Store {
+            layout: Layout::new(home),
+            fs,
+            env,
+        }
+    }
+
+    /// The fixed names of this control directory.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The filesystem seam.
+    pub fn fs(&self) -> &Arc<dyn fs::Fs> {
+        &self.fs
+    }
+
+    /// The clock/id seam.
+    pub fn env(&self) -> &Arc<dyn env::Env> {
+        &self.env
+    }
+
+    /// Now, Unix milliseconds, from the store's clock.
+    pub fn now_ms(&self) -> i64 {
+        self.env.now_ms()
+    }
+}

@@ -1,0 +1,85 @@
+//! Hash-chained JSON-lines logs on disk: the breakglass WAL and the evidence log.
+//!
+//! The line format and verification live in `stopline_core::wal`; this file only reads and
+//! appends under a lock. Appends hold an exclusive lock on the log file, readers a shared one,
+//! so a torn line can only be a crash's remnant. An append builds every line from the verified
+//! log it just read, writes them in one `write`, and fsyncs once.
+
+use crate::error::{IoContext, StoreError};
+use crate::fs::LockGuard;
+use crate::Store;
+use serde_json::{Map, Value};
+use std::io;
+use std::path::Path;
+use stopline_core::wal::{self, WalLog};
+use stopline_core::RefusalCode;
+
+impl Store {
+    /// Take the exclusive append lock of a chained log (creating the file).
+    pub(crate) fn lock_log_exclusive(&self, path: &Path) -> Result<Box<dyn LockGuard>, StoreError> {
+        self.fs
+            .lock(path, true, true)
+            .context(|| format!("locking {}", path.display()))
+    }
+
+    /// Take a shared lock on a chained log; `None` when the log does not exist.
+    pub(crate) fn lock_log_shared(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, StoreError> {
+        match self.fs.lock(path, false, false) {
+            Ok(guard) => Ok(Some(guard)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error).context(|| format!("locking {}", path.display())),
+        }
+    }
+
+    /// Read and verify a chained log (the caller holds a lock). A missing file is empty.
+    pub(crate) fn read_log(&self, path: &Path, corrupt: RefusalCode) -> Result<WalLog, StoreError> {
+        let bytes = self.read_optional(path)?.unwrap_or_default();
+        wal::verify(&bytes).map_err(|fault| {
+            StoreError::corrupt(corrupt, format!("{}: {fault}", path.display()))
+        })
+    }
+
+    /// Append `records` (kind, fields) after `log`, in one write and one fsync. The caller holds
+    /// the exclusive lock and passes the log it read under that lock. Returns the new log.
+    pub(crate) fn append_log(
+        &self,
+        path: &Path,
+        log: &WalLog,
+        records: Vec<(&str, Map<String, Value>)>,
+        fp: &str,
+    ) -> Result<WalLog, StoreError> {
+        let ts = crate::env::rfc3339(self.env.now_ms());
+        let mut next = log.clone();
+        let mut bytes = Vec::new();
+        for (kind, fields) in records {
+            let (_, line) = wal::next_line(next.last(), kind, &ts, fields);
+            let entry = stopline_core::wal::WalEntry {
+                seq: next.last().map_or(1, |e| e.seq + 1),
+                kind: kind.to_string(),
+                hash: wal::sha256_hex(&line),
+                body: serde_json::from_slice(&line).unwrap_or_default(),
+            };
+            bytes.extend_from_slice(&line);
+            bytes.push(b'\n');
+            next.entries.push(entry);
+        }
+        self.fs
+            .append(path, &bytes, true, fp)
+            .context(|| format!("appending to {}", path.display()))?;
+        Ok(next)
+    }
+
+    /// Read a file, `None` when it does not exist.
+    pub(crate) fn read_optional(&self, path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.fs.read(path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error).context(|| format!("reading {}", path.display())),
+        }
+    }
+}
+
+/// Build a JSON field map from pairs.
+pub fn fields(pairs: impl IntoIterator<Item = (&'static str, Value)>) -> Map<String, Value> {
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}

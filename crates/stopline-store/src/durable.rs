@@ -1,0 +1,78 @@
+//! Durable file helpers built from the `Fs` steps: directory creation, atomic replacement with
+//! read-back, and the full-disk reserve.
+//!
+//! Atomic replacement writes a fresh temporary file (create_new, write, fsync), renames it over
+//! the target and fsyncs the directory. A failed step leaves the old file in place; the temporary
+//! file is removed best effort and never reused, so a failed fsync is never retried on the same
+//! descriptor.
+
+use crate::error::{IoContext, StoreError};
+use crate::Store;
+use std::path::Path;
+
+/// Size of the full-disk reserve: enough for many latches, epoch snapshots and WAL lines.
+pub const RESERVE_BYTES: usize = 256 * 1024;
+
+impl Store {
+    /// Create the control directory (0700) and `dirs` inside it.
+    pub fn ensure_dirs(&self, dirs: &[&Path]) -> Result<(), StoreError> {
+        let home = self.layout.home().to_path_buf();
+        self.fs
+            .create_dir_all(&home, "home.mkdir")
+            .context(|| format!("creating {}", home.display()))?;
+        for dir in dirs {
+            self.fs
+                .create_dir_all(dir, "dir.mkdir")
+                .context(|| format!("creating {}", dir.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Replace `path` atomically with `bytes`: temporary file, fsync, rename, fsync directory.
+    pub fn replace_atomic(&self, path: &Path, bytes: &[u8], fp: &str) -> Result<(), StoreError> {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = dir.join(format!(".{name}.tmp-{}", self.env.random_hex(6)));
+        let written = self
+            .fs
+            .write_new(&tmp, bytes, &format!("{fp}.tmp"))
+            .context(|| format!("writing {}", tmp.display()));
+        if let Err(error) = written {
+            let _ = self.fs.remove_file(&tmp, "tmp.cleanup");
+            return Err(error);
+        }
+        if let Err(error) = self
+            .fs
+            .rename(&tmp, path, &format!("{fp}.rename"))
+            .context(|| format!("renaming over {}", path.display()))
+        {
+            let _ = self.fs.remove_file(&tmp, "tmp.cleanup");
+            return Err(error);
+        }
+        self.fs
+            .sync_dir(dir, &format!("{fp}.dirsync"))
+            .context(|| format!("syncing {}", dir.display()))
+    }
+
+    /// Make sure the full-disk reserve exists (best effort; returns whether it does).
+    pub fn ensure_reserve(&self) -> bool {
+        let path = self.layout.reserve();
+        match self.fs.exists(&path) {
+            Ok(true) => true,
+            _ => self
+                .fs
+                .write_new(&path, &vec![0u8; RESERVE_BYTES], "reserve.create")
+                .is_ok(),
+        }
+    }
+
+    /// Release the reserve so a stop can be written on a full disk. True if space was freed.
+    pub fn release_reserve(&self) -> bool {
+        let path = self.layout.reserve();
+        let removed = self.fs.remove_file(&path, "reserve.release").is_ok();
+        if removed {
+            let _ = self.fs.sync_dir(self.layout.home(), "reserve.dirsync");
+        }
+        removed
+    }
+}

@@ -1,0 +1,48 @@
+//! The store's other inputs besides bytes: the clock, fresh ids and the process id.
+//!
+//! Behind a trait so the model checker can replay a schedule deterministically.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use rand::RngCore;
+
+/// Time, ids and pid for records.
+pub trait Env: Send + Sync {
+    /// Now, in Unix milliseconds.
+    fn now_ms(&self) -> i64;
+    /// A fresh random hex id of `bytes` bytes.
+    fn random_hex(&self, bytes: usize) -> String;
+    /// This process's id.
+    fn pid(&self) -> u32;
+}
+
+/// The real clock, OS randomness and pid.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemEnv;
+
+impl Env for SystemEnv {
+    fn now_ms(&self) -> i64 {
+        Utc::now().timestamp_millis()
+    }
+    fn random_hex(&self, bytes: usize) -> String {
+        let mut buf = vec![0u8; bytes];
+        rand::thread_rng().fill_bytes(&mut buf);
+        hex::encode(buf)
+    }
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+}
+
+/// RFC 3339 with milliseconds, UTC (`2026-10-31T20:10:00.000Z`).
+pub fn rfc3339(unix_ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(unix_ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// Parse RFC 3339 into Unix milliseconds.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}

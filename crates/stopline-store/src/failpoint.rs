@@ -1,0 +1,44 @@
+//! Named failpoints at every durable step, for crash and fault-injection tests.
+//!
+//! Compiled only with the `failpoints` feature; without it `hit` is an inlined `Ok(())`.
+//! `STOPLINE_FAILPOINTS="name=action;other=action"` arms them, where action is `crash`
+//! (`std::process::abort`, no unwinding, no destructors — what a power cut looks like to the
+//! process), `error` (an I/O error) or `enospc` (a full disk). `STOPLINE_FAILPOINT_TRACE=FILE`
+//! appends every name reached, so a crash test can enumerate the steps of a command.
+//! A failpoint must never change behaviour when it is not armed.
+
+use std::io;
+
+/// Reach the failpoint `name`.
+#[cfg(feature = "failpoints")]
+pub fn hit(name: &str) -> io::Result<()> {
+    use std::io::Write;
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    let armed = ARMED.get_or_init(|| {
+        std::env::var("STOPLINE_FAILPOINTS")
+            .unwrap_or_default()
+            .split(';')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(n, a)| (n.trim().to_string(), a.trim().to_string()))
+            .collect()
+    });
+    if let Ok(trace) = std::env::var("STOPLINE_FAILPOINT_TRACE") {
+        if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(trace) {
+            let _ = writeln!(file, "{name}");
+        }
+    }
+    match armed.iter().find(|(n, _)| n == name).map(|(_, a)| a.as_str()) {
+        Some("crash") => std::process::abort(),
+        Some("error") => Err(io::Error::other(format!("failpoint {name}"))),
+        Some("enospc") => Err(io::Error::from_raw_os_error(28)),
+        _ => Ok(()),
+    }
+}
+
+/// Reach the failpoint `name` (disabled build: always `Ok`).
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn hit(_name: &str) -> io::Result<()> {
+    Ok(())
+}

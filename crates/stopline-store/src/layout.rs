@@ -1,0 +1,89 @@
+//! The fixed names of the control directory (SPEC §2). Tests corrupt these on purpose, so a
+//! name here is part of the contract and must not change.
+
+use std::path::{Path, PathBuf};
+
+/// Paths inside one control directory.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    home: PathBuf,
+}
+
+impl Layout {
+    /// The layout of `home`.
+    pub fn new(home: impl Into<PathBuf>) -> Layout {
+        Layout { home: home.into() }
+    }
+    /// The control directory.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+    /// `latches/`.
+    pub fn latches(&self) -> PathBuf {
+        self.home.join("latches")
+    }
+    /// `latches/<file>`.
+    pub fn latch(&self, file: &str) -> PathBuf {
+        self.latches().join(file)
+    }
+    /// `latches.staging/`.
+    pub fn staging(&self) -> PathBuf {
+        self.home.join("latches.staging")
+    }
+    /// `breakglass.cleared/`.
+    pub fn cleared(&self) -> PathBuf {
+        self.home.join("breakglass.cleared")
+    }
+    /// `breakglass.cleared/epoch-<n>/`.
+    pub fn cleared_epoch(&self, epoch: u64) -> PathBuf {
+        self.cleared().join(format!("epoch-{epoch}"))
+    }
+    /// `breakglass.wal.jsonl`.
+    pub fn wal(&self) -> PathBuf {
+        self.home.join("breakglass.wal.jsonl")
+    }
+    /// `epoch.json`.
+    pub fn epoch(&self) -> PathBuf {
+        self.home.join("epoch.json")
+    }
+    /// `state.json`.
+    pub fn state(&self) -> PathBuf {
+        self.home.join("state.json")
+    }
+    /// `recovery-evidence/`.
+    pub fn recovery_evidence(&self) -> PathBuf {
+        self.home.join("recovery-evidence")
+    }
+    /// `ops/`.
+    pub fn ops(&self) -> PathBuf {
+        self.home.join("ops")
+    }
+    /// `runs/`.
+    pub fn runs(&self) -> PathBuf {
+        self.home.join("runs")
+    }
+    /// `evidence/`.
+    pub fn evidence(&self) -> PathBuf {
+        self.home.join("evidence")
+    }
+    /// `evidence/log.jsonl`.
+    pub fn evidence_log(&self) -> PathBuf {
+        self.evidence().join("log.jsonl")
+    }
+    /// `servers/`.
+    pub fn servers(&self) -> PathBuf {
+        self.home.join("servers")
+    }
+    /// `keys/`.
+    pub fn keys(&self) -> PathBuf {
+        self.home.join("keys")
+    }
+    /// `config.toml`.
+    pub fn config(&self) -> PathBuf {
+        self.home.join("config.toml")
+    }
+    /// The full-disk reserve file.
+    pub fn reserve(&self) -> PathBuf {
+        self.home.join("reserve.bin")
+    }
+}

@@ -1,0 +1,300 @@
+//! The operation registry: one append-only journal per writer under `ops/`.
+//!
+//! A writer (a gateway, a CLI process) records `prepared` and fsyncs it before anything is
+//! dispatched, then `dispatched`, then the outcome. Journals are named
+//! `<label>-<pid>-<starttime>.jsonl`, so a reader can tell a live writer (its in-flight
+//! operations are pending) from a dead one (its operations without outcome are in doubt and block
+//! their targets). The owner's reconciliations go to `owner.jsonl`. A torn last line is a crash's
+//! remnant and is ignored (it was never fsynced, so nothing was dispatched on it); a broken line
+//! anywhere else is a registry error, reported, never omitted.
+
+use crate::error::{IoContext, StoreError};
+use crate::Store;
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+use stopline_core::ops::{fold, target_kind, OpKind, OpLine, Operation, Phase};
+use stopline_core::{RefusalCode, Refusal};
+
+/// The journal name of reconciliations.
+pub const OWNER_JOURNAL: &str = "owner";
+
+/// An open journal of one writer.
+#[derive(Debug, Clone)]
+pub struct OpsJournal {
+    store: Store,
+    writer: String,
+    path: PathBuf,
+}
+
+/// The census of unresolved operations (SPEC §4 status `unresolved`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Census {
+    /// Unresolved file operations.
+    pub file: Vec<CensusEntry>,
+    /// Unresolved destination operations.
+    pub destination: Vec<CensusEntry>,
+    /// Unresolved model operations.
+    pub model: Vec<CensusEntry>,
+    /// Registries that could not be read.
+    pub errors: Vec<String>,
+}
+
+/// One unresolved operation in a census.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CensusEntry {
+    /// The operation.
+    #[serde(flatten)]
+    pub operation: Operation,
+    /// True while its writer is alive and has not marked it in doubt.
+    pub in_flight: bool,
+}
+
+impl Census {
+    /// True when nothing is unresolved and every registry was read.
+    pub fn is_clean(&self) -> bool {
+        self.file.is_empty() && self.destination.is_empty() && self.model.is_empty() && self.errors.is_empty()
+    }
+
+    /// Every unresolved entry.
+    pub fn entries(&self) -> impl Iterator<Item = &CensusEntry> {
+        self.file.iter().chain(&self.destination).chain(&self.model)
+    }
+}
+
+/// The start time of `pid` (field 22 of `/proc/<pid>/stat`), to tell a live writer from a reused pid.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// True when the journal `writer` belongs to a live process.
+pub fn writer_alive(writer: &str) -> bool {
+    let mut parts = writer.rsplitn(3, '-');
+    let (Some(start), Some(pid)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    let (Ok(start), Ok(pid)) = (start.parse::<u64>(), pid.parse::<u32>()) else {
+        return false;
+    };
+    process_start_time(pid) == Some(start)
+}
+
+impl Store {
+    /// Open this process's journal, labelled `label` (e.g. `gateway`, `cli`).
+    pub fn ops_journal(&self, label: &str) -> Result<OpsJournal, StoreError> {
+        self.ensure_dirs(&[&self.layout.ops()])?;
+        let pid = self.env.pid();
+        let start = process_start_time(pid).unwrap_or(0);
+        let writer = format!("{label}-{pid}-{start}");
+        let path = self.layout.ops().join(format!("{writer}.jsonl"));
+        Ok(OpsJournal {
+            store: self.clone(),
+            writer,
+            path,
+        })
+    }
+
+    /// Read every journal: (writer, lines) pairs and errors.
+    fn read_journals(&self) -> (Vec<(String, Vec<OpLine>)>, Vec<String>) {
+        let dir = self.layout.ops();
+        let names = match self.fs.read_dir(&dir) {
+            Ok(names) => names,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return (Vec::new(), Vec::new()),
+            Err(error) => return (Vec::new(), vec![format!("ops/ is unreadable: {error}")]),
+        };
+        let mut journals = Vec::new();
+        let mut errors = Vec::new();
+        for name in names.iter().filter(|n| n.ends_with(".jsonl")) {
+            let writer = name.trim_end_matches(".jsonl").to_string();
+            let bytes = match self.fs.read(&dir.join(name)) {
+                Ok(bytes) => bytes,
+                Err(error) => {
+                    errors.push(format!("ops/{name} is unreadable: {error}"));
+                    continue;
+                }
+            };
+            let complete = match bytes.iter().rposition(|&b| b == b'\n') {
+                Some(end) => &bytes[..=end],
+                None => &bytes[..0],
+            };
+            let mut lines = Vec::new();
+            for (number, line) in complete.split(|&b| b == b'\n').enumerate() {
+                if line.is_empty() {
+                    continue;
+                }
+                match serde_json::from_slice::<OpLine>(line) {
+                    Ok(line) => lines.push(line),
+                    Err(error) => errors.push(format!("ops/{name} line {}: {error}", number + 1)),
+                }
+            }
+            journals.push((writer, lines));
+        }
+        (journals, errors)
+    }
+
+    /// Every operation, folded across journals, with registry errors.
+    pub fn operations(&self) -> (BTreeMap<String, Operation>, Vec<String>) {
+        let (journals, errors) = self.read_journals();
+        let lines = journals
+            .iter()
+            .flat_map(|(writer, lines)| lines.iter().map(move |l| (writer.as_str(), l.clone())));
+        (fold(lines), errors)
+    }
+
+    /// The census of unresolved file, destination and model operations.
+    pub fn census(&self) -> Census {
+        let (ops, errors) = self.operations();
+        let mut census = Census {
+            errors,
+            ..Census::default()
+        };
+        let mut alive: BTreeMap<String, bool> = BTreeMap::new();
+        for op in ops.into_values().filter(Operation::is_unresolved) {
+            let live = *alive.entry(op.writer.clone()).or_insert_with(|| writer_alive(&op.writer));
+            let entry = CensusEntry {
+                in_flight: live && !op.in_doubt,
+                operation: op,
+            };
+            match entry.operation.kind {
+                OpKind::File => census.file.push(entry),
+                OpKind::Destination => census.destination.push(entry),
+                OpKind::Model => census.model.push(entry),
+            }
+        }
+        census
+    }
+
+    /// Targets blocked by an unresolved operation that is not in flight: target → op id.
+    /// An unreadable registry blocks every target (`*`).
+    pub fn blocked_targets(&self) -> BTreeMap<String, String> {
+        let census = self.census();
+        let mut blocked: BTreeMap<String, String> = census
+            .entries()
+            .filter(|e| !e.in_flight)
+            .map(|e| (e.operation.target.clone(), e.operation.op.clone()))
+            .collect();
+        if !census.errors.is_empty() {
+            blocked.insert("*".into(), census.errors.join("; "));
+        }
+        blocked
+    }
+
+    /// Unresolved operations prepared more than `older_than_ms` ago (the age-based in-doubt query).
+    pub fn in_doubt_older_than(&self, older_than_ms: i64) -> Vec<Operation> {
+        let now = self.env.now_ms();
+        let (ops, _) = self.operations();
+        ops.into_values()
+            .filter(|op| op.is_unresolved() && now - op.prepared_ms > older_than_ms)
+            .collect()
+    }
+
+    /// Record the owner's outcome for an unresolved operation.
+    pub fn reconcile(&self, op_id: &str, outcome: &str, reason: &str, by: &str) -> Result<Operation, StoreError> {
+        let reason = stopline_core::refusal::require_reason(reason)?;
+        if !matches!(outcome, "committed" | "failed" | "abandoned") {
+            return Err(StoreError::refused(
+                RefusalCode::BadRequest,
+                format!("outcome {outcome:?} is not committed, failed or abandoned"),
+            ));
+        }
+        let (ops, _) = self.operations();
+        let Some(op) = ops.get(op_id).filter(|op| op.is_unresolved()).cloned() else {
+            return Err(StoreError::refused(
+                RefusalCode::OperationUnknown,
+                format!("no unresolved operation {op_id:?}"),
+            ));
+        };
+        let now = self.env.now_ms();
+        let line = OpLine {
+            op: op_id.to_string(),
+            phase: Phase::Outcome,
+            ts: crate::env::rfc3339(now),
+            ts_ms: now,
+            target: None,
+            agent: None,
+            request_id: None,
+            outcome: Some(outcome.to_string()),
+            by: Some(by.to_string()),
+            reason: Some(reason),
+        };
+        let path = self.layout.ops().join(format!("{OWNER_JOURNAL}.jsonl"));
+        let mut bytes = serde_json::to_vec(&line).expect("an op line always serializes");
+        bytes.push(b'\n');
+        self.fs
+            .append(&path, &bytes, true, "ops.reconcile")
+            .context(|| "recording the reconciliation".to_string())?;
+        let mut resolved = op;
+        resolved.outcome = Some(outcome.to_string());
+        Ok(resolved)
+    }
+}
+
+impl OpsJournal {
+    /// This journal's writer name.
+    pub fn writer(&self) -> &str {
+        &self.writer
+    }
+
+    fn write(&self, line: &OpLine, sync: bool, fp: &str) -> Result<(), StoreError> {
+        let mut bytes = serde_json::to_vec(line).expect("an op line always serializes");
+        bytes.push(b'\n');
+        self.store
+            .fs
+            .append(&self.path, &bytes, sync, fp)
+            .context(|| format!("appending to {}", self.path.display()))
+    }
+
+    fn line(&self, op: &str, phase: Phase) -> OpLine {
+        let now = self.store.env.now_ms();
+        OpLine {
+            op: op.to_string(),
+            phase,
+            ts: crate::env::rfc3339(now),
+            ts_ms: now,
+            target: None,
+            agent: None,
+            request_id: None,
+            outcome: None,
+            by: None,
+            reason: None,
+        }
+    }
+
+    /// Record durable intent (fsynced before returning). Returns the operation id.
+    pub fn prepare(&self, target: &str, agent: Option<&str>, request_id: Option<&str>) -> Result<String, StoreError> {
+        if target_kind(target).is_none() {
+            return Err(StoreError::Refused(Refusal::new(
+                RefusalCode::BadRequest,
+                format!("{target:?} is not mcp:<server>:<tool>, file:<path> or model:<model>"),
+            )));
+        }
+        let id = format!("op_{}", self.store.env.random_hex(8));
+        let mut line = self.line(&id, Phase::Prepared);
+        line.target = Some(target.to_string());
+        line.agent = agent.map(String::from);
+        line.request_id = request_id.map(String::from);
+        self.write(&line, true, "ops.prepare")?;
+        Ok(id)
+    }
+
+    /// Record that the operation was handed upstream.
+    pub fn dispatched(&self, op: &str) -> Result<(), StoreError> {
+        self.write(&self.line(op, Phase::Dispatched), false, "ops.dispatch")
+    }
+
+    /// Record the outcome (fsynced).
+    pub fn outcome(&self, op: &str, outcome: &str) -> Result<(), StoreError> {
+        let mut line = self.line(op, Phase::Outcome);
+        line.outcome = Some(outcome.to_string());
+        self.write(&line, true, "ops.outcome")
+    }
+
+    /// Mark the operation in doubt (e.g. its stream was cut by a stop); it blocks its target.
+    pub fn in_doubt(&self, op: &str, reason: &str) -> Result<(), StoreError> {
+        let mut line = self.line(op, Phase::InDoubt);
+        line.reason = Some(reason.to_string());
+        self.write(&line, true, "ops.in_doubt")
+    }
+}

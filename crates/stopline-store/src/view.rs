@@ -1,0 +1,146 @@
+//! Building a [`ControlView`] from fresh reads, failing closed.
+//!
+//! Order matters and is deliberate: under a shared WAL lock, read the WAL, the epoch snapshot and
+//! `state.json` together (so an engage in progress is never mistaken for an unconfirmed epoch);
+//! then list `latches/`; then cross-check the WAL's ledger against the directory. Each entry of
+//! `latches/` is a latch; anything doubtful becomes a machine emergency or a fault. Gates never
+//! repair anything.
+
+use crate::error::StoreError;
+use crate::Store;
+use std::collections::BTreeSet;
+use std::io;
+use stopline_core::wal::WalLog;
+use stopline_core::{ActiveLatch, ControlView, EpochMap, Level, Refusal, RefusalCode, Scope, StateRecord};
+
+/// The raw control records read under one shared lock.
+#[derive(Debug, Clone)]
+pub struct ControlRecords {
+    /// The verified WAL, or why it is not trusted.
+    pub wal: Result<WalLog, Refusal>,
+    /// The confirmed epoch, or why it is not trusted.
+    pub epoch: Result<EpochMap, Refusal>,
+    /// `state.json`, or why it is not trusted.
+    pub state: Result<StateRecord, Refusal>,
+}
+
+impl Store {
+    /// Read WAL, epoch and state under a shared WAL lock.
+    pub fn read_control_records(&self) -> ControlRecords {
+        let guard = self.lock_log_shared(&self.layout.wal());
+        if let Err(error) = guard {
+            let refusal = error.to_refusal();
+            return ControlRecords {
+                wal: Err(refusal.clone()),
+                epoch: Err(refusal.clone()),
+                state: Err(refusal),
+            };
+        }
+        let wal = self
+            .read_log(&self.layout.wal(), RefusalCode::ControlWalCorrupt)
+            .map_err(|e| e.to_refusal());
+        let epoch = match &wal {
+            Ok(log) => self.read_confirmed_epoch(log).map_err(|e| e.to_refusal()),
+            Err(refusal) => Err(Refusal::new(
+                RefusalCode::ControlEpochUnconfirmed,
+                format!("the epoch cannot be confirmed: {}", refusal.message),
+            )),
+        };
+        let state = self.read_state().map_err(|e| e.to_refusal());
+        ControlRecords { wal, epoch, state }
+    }
+
+    /// List and read every entry of `latches/`. A missing directory is empty; an unreadable one
+    /// is an error the caller must treat as a fault.
+    pub fn scan_latches(&self) -> Result<Vec<ActiveLatch>, StoreError> {
+        let dir = self.layout.latches();
+        let names = match self.fs.read_dir(&dir) {
+            Ok(names) => names,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => {
+                return Err(StoreError::corrupt(
+                    RefusalCode::ControlStateCorrupt,
+                    format!("latches/ is unreadable: {error}"),
+                ))
+            }
+        };
+        Ok(names
+            .iter()
+            .map(|name| {
+                let bytes = self.fs.read(&dir.join(name)).map_err(|e| e.to_string());
+                ActiveLatch::from_entry(name, bytes.as_deref().map_err(Clone::clone))
+            })
+            .collect())
+    }
+
+    /// Latches the WAL records as engaged and not cleared whose file is neither in `latches/`
+    /// nor under `breakglass.cleared/`: someone deleted a stop. Each reads as a machine emergency.
+    pub fn vanished_latches(&self, log: &WalLog, present: &[ActiveLatch]) -> Vec<ActiveLatch> {
+        let present: BTreeSet<&str> = present.iter().map(|l| l.file.as_str()).collect();
+        let cleared_dirs = self.fs.read_dir(&self.layout.cleared()).unwrap_or_default();
+        log.uncleared_latches()
+            .into_iter()
+            .filter(|file| !present.contains(file.as_str()))
+            .filter(|file| {
+                !cleared_dirs.iter().any(|d| {
+                    self.fs
+                        .exists(&self.layout.cleared().join(d).join(file))
+                        .unwrap_or(false)
+                })
+            })
+            .map(|file| ActiveLatch {
+                file,
+                scope: Scope::Machine,
+                level: Level::Emergency,
+                record: None,
+                problem: Some("recorded in the WAL as engaged, but its file is missing".into()),
+            })
+            .collect()
+    }
+
+    /// Every active latch: the directory's entries plus vanished ones. Errors become faults.
+    pub fn active_latches(&self, log: Option<&WalLog>) -> (Vec<ActiveLatch>, Vec<Refusal>) {
+        match self.scan_latches() {
+            Ok(mut latches) => {
+                if let Some(log) = log {
+                    let vanished = self.vanished_latches(log, &latches);
+                    latches.extend(vanished);
+                }
+                (latches, Vec::new())
+            }
+            Err(error) => (Vec::new(), vec![error.to_refusal()]),
+        }
+    }
+
+    /// A fresh view for gates: every fault closes every gate.
+    pub fn load_view(&self) -> ControlView {
+        let records = self.read_control_records();
+        let mut faults = Vec::new();
+        let (latches, latch_faults) = self.active_latches(records.wal.as_ref().ok());
+        faults.extend(latch_faults);
+        let wal_fault = records.wal.as_ref().err().cloned();
+        faults.extend(wal_fault);
+        let epoch = match records.epoch {
+            Ok(epoch) => epoch,
+            Err(refusal) => {
+                faults.push(refusal);
+                EpochMap::default()
+            }
+        };
+        let state = match records.state {
+            Ok(state) => state,
+            Err(refusal) => {
+                faults.push(refusal);
+                StateRecord::running()
+            }
+        };
+        let blocked_targets = self.blocked_targets();
+        ControlView {
+            latches,
+            epoch,
+            state,
+            faults,
+            blocked_targets,
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! The supervisor: runs agent processes so that a stop reaches every process they run, and
+//! observes them stop.
+//!
+//! An agent is started inside its own cgroup v2 group, joined before its first instruction
+//! ([`spawn`]), optionally as another user and inside a network namespace whose only way out is
+//! the gateway ([`netns`]). A [`Worker`] ties that group to a run and enforces a stop level on it:
+//! `halt-noncritical` freezes the group (confirmed by `frozen 1`), `halt-all` and `emergency`
+//! kill it (confirmed only by a fresh observation of `populated 0`). Without cgroup v2 the
+//! [`reaper`] fallback walks and kills every descendant by pidfd and says it is the weaker
+//! method.
+//!
+//! This crate never reads or writes the control directory and never decides a stop level: the
+//! caller hands [`Worker::enforce`] the level it read from the store. It never kills a process
+//! it cannot attribute to a group or a reaper it created.
+#![deny(missing_docs)]
+// `pre_exec` hooks, `setns`, ioctls and the passwd lookups need `unsafe`; every block carries a
+// `// SAFETY:` comment saying why it holds.
+#![allow(unsafe_code)]
+
+pub mod bench;
+pub mod cgroup;
+pub mod events;
+mod forward;
+pub mod hierarchy;
+pub mod netns;
+pub mod proc;
+pub mod reaper;
+pub mod spawn;
+pub mod user;
+pub mod watch;
+pub mod worker;
+
+pub use bench::{bench_kill, BenchError, KillBench};
+pub use cgroup::{CgroupError, Group, GroupObservation, KillIssued, KillReport, Method};
+pub use hierarchy::{supervised_cgroup_of, Hierarchy};
+pub use netns::{GatewayNamespace, NetnsError};
+pub use reaper::{Reaper, ReaperError};
+pub use spawn::{spawn, CommandSpec, SpawnError, SpawnOptions, Spawned, StdioMode};
+pub use user::{UserError, UserIdentity};
+pub use watch::{DirWatcher, WatchError, WatchEvent};
+pub use worker::{
+    Containment, Enforcement, EnforcementAction, StopPhase, Worker, WorkerError, WorkerSpec,
+    WorkerState, WorkerStatus,
+};

@@ -1,0 +1,114 @@
+//! Delegation (`stopline token delegate`): a verified parent token mints a child for a
+//! sub-agent, with the parent's chain plus the child, and never more than the parent has.
+//!
+//! The child inherits the parent's issue epoch, project and run, so every scope that revokes
+//! the parent revokes the child by the chain rule of `EpochMap::authority_status`; it lives no
+//! longer than the parent and carries budgets carved from the parent's. This module must never
+//! widen anything: not the lifetime, not a budget, not the role (children are always `agent`).
+
+use crate::claims::{Claims, CLAIMS_VERSION, MAX_CHAIN_LEN};
+use crate::mint::{fresh_jti, Minted, DEFAULT_TTL_S};
+use crate::wire::issue;
+use ed25519_dalek::SigningKey;
+use stopline_core::budget::{carve, BudgetKind, Budgets};
+use stopline_core::{Name, Refusal, RefusalCode, Role};
+
+/// Mint a child token for `child` under `parent` and sign it. See [`delegated_claims`].
+pub fn delegate(
+    key: &SigningKey,
+    parent: &Claims,
+    child: Name,
+    ttl_s: Option<u64>,
+    requested_budgets: &Budgets,
+    now_unix_s: i64,
+) -> Result<Minted, Refusal> {
+    let claims = delegated_claims(parent, child, ttl_s, requested_budgets, now_unix_s)?;
+    let token = issue(key, &claims)?;
+    Ok(Minted { token, claims })
+}
+
+/// The claims of a child of `parent` named `child`, issued at `now_unix_s`.
+///
+/// The caller's duties: `parent` must come from [`crate::verify`] (signature checked), and its
+/// standing must have been judged current ([`Claims::standing`]) against fresh control state —
+/// a stopped agent must not hand out fresh-looking tokens. (Were that skipped, the child would
+/// still be stale, since it shares the parent's epoch and chain; the check is the front door.)
+///
+/// - `exp` = min(parent's `exp`, now + ttl), ttl defaulting to [`DEFAULT_TTL_S`];
+/// - budgets = [`carve`] of `requested_budgets` from the parent's, where the parent's
+///   `wall_clock_s` first shrinks by the seconds elapsed since the parent was issued (the
+///   child's clock starts now; it must not outrun the parent's). Budgets the parent has already
+///   spent are not known here: the gateway accounts spending along the chain.
+///
+/// Refuses: an expired parent (`token_expired`); a child already in the chain, a zero ttl or a
+/// chain at [`MAX_CHAIN_LEN`] (`bad_request`); parent claims that break a structural rule
+/// (`token_invalid`); a requested budget above the parent's (`budget_exhausted`).
+pub fn delegated_claims(
+    parent: &Claims,
+    child: Name,
+    ttl_s: Option<u64>,
+    requested_budgets: &Budgets,
+    now_unix_s: i64,
+) -> Result<Claims, Refusal> {
+    parent.check().map_err(|why| {
+        Refusal::new(
+            RefusalCode::TokenInvalid,
+            format!("the parent token is invalid: {why}"),
+        )
+    })?;
+    if parent.is_expired(now_unix_s) {
+        return Err(Refusal::new(
+            RefusalCode::TokenExpired,
+            format!("the parent token expired at {}", parent.exp),
+        ));
+    }
+    if parent.chain.contains(&child) {
+        return Err(Refusal::new(
+            RefusalCode::BadRequest,
+            format!("{child} is already in the delegation chain"),
+        ));
+    }
+    if parent.chain.len() >= MAX_CHAIN_LEN {
+        return Err(Refusal::new(
+            RefusalCode::BadRequest,
+            format!("a delegation chain may have at most {MAX_CHAIN_LEN} links"),
+        ));
+    }
+    let ttl_s = ttl_s.unwrap_or(DEFAULT_TTL_S);
+    if ttl_s == 0 {
+        return Err(Refusal::new(
+            RefusalCode::BadRequest,
+            "--ttl must be at least 1 second",
+        ));
+    }
+    // The parent is unexpired, so `parent.exp > now` and the child's exp is after its iat. A ttl
+    // too large to add is simply capped by the parent's lifetime.
+    let ttl_s = i64::try_from(ttl_s).unwrap_or(i64::MAX);
+    let exp = now_unix_s.saturating_add(ttl_s).min(parent.exp);
+    let budgets = carve(&remaining_at(parent, now_unix_s), requested_budgets)?;
+    let mut chain = parent.chain.clone();
+    chain.push(child);
+    Ok(Claims {
+        v: CLAIMS_VERSION,
+        jti: fresh_jti()?,
+        chain,
+        project: parent.project.clone(),
+        run: parent.run.clone(),
+        role: Role::Agent,
+        epoch: parent.epoch,
+        iat: now_unix_s,
+        exp,
+        budgets,
+        parent: Some(parent.jti.clone()),
+    })
+}
+
+/// The parent's budgets as seen at `now`: `wall_clock_s` counts from the parent's `iat`.
+fn remaining_at(parent: &Claims, now_unix_s: i64) -> Budgets {
+    let mut budgets = parent.budgets.clone();
+    if let Some(limit) = budgets.get_mut(&BudgetKind::WallClockS) {
+        let elapsed = now_unix_s.saturating_sub(parent.iat).max(0) as f64;
+        *limit = (*limit - elapsed).max(0.0);
+    }
+    budgets
+}

@@ -79,7 +79,10 @@ pub fn carve(parent: &Budgets, requested: &Budgets) -> Result<Budgets, Refusal> 
     let mut child = parent.clone();
     for (&kind, &limit) in requested {
         if !limit.is_finite() || limit < 0.0 {
-            return Err(Refusal::new(RefusalCode::BadRequest, format!("{kind} must be ≥ 0")));
+            return Err(Refusal::new(
+                RefusalCode::BadRequest,
+                format!("{kind} must be ≥ 0"),
+            ));
         }
         if let Some(&cap) = parent.get(&kind) {
             if limit > cap {
@@ -106,7 +109,10 @@ mod tests {
         assert!(carve(&parent, &[(BudgetKind::ToolCalls, 11.0)].into()).is_err());
         let inherited = carve(&parent, &Budgets::new()).unwrap();
         assert_eq!(inherited, parent);
-        assert_eq!(parse_budget_arg("spend_usd=0.5").unwrap(), (BudgetKind::SpendUsd, 0.5));
+        assert_eq!(
+            parse_budget_arg("spend_usd=0.5").unwrap(),
+            (BudgetKind::SpendUsd, 0.5)
+        );
         assert!(parse_budget_arg("spend_usd=-1").is_err());
         assert!(parse_budget_arg("calls=1").is_err());
     }

@@ -15,6 +15,7 @@ pub mod epoch;
 pub mod fourmode;
 pub mod latch;
 pub mod ops;
+pub mod phase;
 pub mod refusal;
 pub mod scope;
 pub mod state;

@@ -1,0 +1,162 @@
+//! Benchmarks measured side by side in one run: time to contained against a bare fsync'd file
+//! create (SPEC §11 b), and one admission decision (c). Figures, never assertions.
+
+use serde_json::{json, Value};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use stopline_core::latch::LatchSession;
+use stopline_core::view::Authority;
+use stopline_core::{ActiveLatch, ControlView, Level, Name, Scope, Subject, TaskClass};
+use stopline_store::{EngageRequest, Store};
+
+/// p50/p99/max of durations, in microseconds.
+fn percentiles_us(samples: &mut [Duration]) -> (f64, f64, f64) {
+    samples.sort();
+    let at = |q: f64| {
+        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples[i].as_secs_f64() * 1e6
+    };
+    (at(0.5), at(0.99), at(1.0))
+}
+
+fn bare_create(dir: &Path, i: usize, bytes: &[u8]) -> std::io::Result<Duration> {
+    let started = Instant::now();
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join(format!("{i}.json")))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    File::open(dir)?.sync_all()?;
+    Ok(started.elapsed())
+}
+
+/// Time to contained (machine and agent scope) beside a bare create+write+fsync+dir-fsync of one
+/// file, interleaved A B A B in one run on the filesystem of `home`, plus the full receipt time of
+/// an emergency engage (latch, WAL, epoch advance).
+pub fn engage(home: &Path, iterations: usize) -> std::io::Result<Value> {
+    let parent = home.parent().unwrap_or(Path::new("/tmp"));
+    std::fs::create_dir_all(parent)?;
+    let scratch = parent.join(format!(".stopline-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(scratch.join("bare"))?;
+    let store = Store::open(scratch.join("home"));
+    let body = vec![b'x'; 330];
+    let (mut bare, mut machine, mut agent, mut full) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let request = |scope: Scope, level: Level, i: usize| EngageRequest {
+        scope,
+        level,
+        by: format!("bench-{i}"),
+        reason: "benchmark".into(),
+        session: LatchSession {
+            bound: None,
+            tier: "console".into(),
+        },
+    };
+    let fail = |e: stopline_store::StoreError| std::io::Error::other(e.to_string());
+    for i in 0..iterations.max(1) {
+        bare.push(bare_create(&scratch.join("bare"), i, &body)?);
+        machine.push(
+            store
+                .engage(&request(Scope::Machine, Level::HaltAll, i))
+                .map_err(fail)?
+                .time_to_contained,
+        );
+        let name =
+            Name::parse(&format!("bench-{i}")).map_err(|e| std::io::Error::other(e.message))?;
+        agent.push(
+            store
+                .engage(&request(Scope::Agent(name.clone()), Level::HaltAll, i))
+                .map_err(fail)?
+                .time_to_contained,
+        );
+        let started = Instant::now();
+        store
+            .engage(&request(
+                Scope::Agent(name),
+                Level::Emergency,
+                i + iterations,
+            ))
+            .map_err(fail)?;
+        full.push(started.elapsed());
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (b50, b99, bmax) = percentiles_us(&mut bare);
+    let (m50, m99, mmax) = percentiles_us(&mut machine);
+    let (a50, a99, amax) = percentiles_us(&mut agent);
+    let (f50, f99, fmax) = percentiles_us(&mut full);
+    Ok(json!({
+        "iterations": iterations,
+        "bare_fsync_create_p50_us": b50, "bare_fsync_create_p99_us": b99, "bare_fsync_create_max_us": bmax,
+        "contained_machine_p50_us": m50, "contained_machine_p99_us": m99, "contained_machine_max_us": mmax,
+        "contained_agent_p50_us": a50, "contained_agent_p99_us": a99, "contained_agent_max_us": amax,
+        "engage_receipt_emergency_p50_us": f50, "engage_receipt_emergency_p99_us": f99, "engage_receipt_emergency_max_us": fmax,
+        "ratio_contained_machine_p50": m50 / b50,
+        "ratio_contained_agent_p50": a50 / b50,
+    }))
+}
+
+/// One admission decision against an in-memory view with a realistic handful of latches,
+/// timed in batches of 1000 so the clock's own cost does not dominate.
+pub fn admission(decisions: usize) -> Value {
+    let mut view = ControlView::empty();
+    for i in 0..8 {
+        view.latches.push(ActiveLatch {
+            file: format!("latch_{i}.json"),
+            scope: Scope::Agent(Name::parse(&format!("other-{i}")).expect("valid name")),
+            level: Level::HaltAll,
+            record: None,
+            problem: None,
+        });
+    }
+    view.latches.push(ActiveLatch {
+        file: "latch_p.json".into(),
+        scope: Scope::Project("/srv/elsewhere".into()),
+        level: Level::Emergency,
+        record: None,
+        problem: None,
+    });
+    view.epoch = view
+        .epoch
+        .advanced(&Scope::Agent(Name::parse("other-0").expect("valid")))
+        .expect("advance");
+    let subject = Subject::proven(
+        vec![
+            Name::parse("parent").expect("valid"),
+            Name::parse("worker").expect("valid"),
+        ],
+        vec!["/srv/project/a".into()],
+        vec![Name::parse("eval-1").expect("valid")],
+    );
+    let batch = 1000;
+    let batches = (decisions / batch).max(10);
+    let mut samples = Vec::with_capacity(batches);
+    let mut allowed = 0usize;
+    for _ in 0..batches {
+        let started = Instant::now();
+        for _ in 0..batch {
+            let receipt = view.decide(
+                std::hint::black_box(&subject),
+                TaskClass::Noncritical,
+                Some(Authority { issue_epoch: 1 }),
+                Some("mcp:everything:echo"),
+                0,
+            );
+            allowed += usize::from(receipt.code.is_none());
+        }
+        samples.push(started.elapsed() / batch as u32);
+    }
+    let (p50, p99, max) = percentiles_us(&mut samples);
+    json!({
+        "decisions": batches * batch,
+        "allowed": allowed,
+        "decision_p50_ns": p50 * 1000.0,
+        "decision_p99_ns": p99 * 1000.0,
+        "decision_max_ns": max * 1000.0,
+    })
+}

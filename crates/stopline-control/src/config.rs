@@ -1,0 +1,103 @@
+//! `config.toml`: operators, monitors, gateway defaults, prices, breakers (SPEC §5).
+//!
+//! Fixed keys are typed; anything else is kept in `extra` for the gateway. A config that exists
+//! but does not parse is an error (a typo must not silently drop an operator list).
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Prices for one model, USD per million tokens.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Price {
+    /// Input tokens.
+    pub input: f64,
+    /// Output tokens.
+    pub output: f64,
+    /// Reserved when a request names no max_tokens.
+    #[serde(default = "default_max_output")]
+    pub max_output_tokens: u64,
+}
+
+fn default_max_output() -> u64 {
+    4096
+}
+
+/// The configuration file.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Config {
+    /// Gateway listen address.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Names that may recover, drain and disengage.
+    #[serde(default = "default_operators")]
+    pub operators: Vec<String>,
+    /// Names that may disengage halts.
+    #[serde(default = "default_monitors")]
+    pub monitors: Vec<String>,
+    /// Seconds a held call waits under HALT_NONCRITICAL.
+    #[serde(default = "default_queue_timeout")]
+    pub queue_timeout_s: u64,
+    /// How long engage waits for gateway acknowledgements.
+    #[serde(default = "default_ack_timeout")]
+    pub ack_timeout_ms: u64,
+    /// Periodic full reload of a gateway's view.
+    #[serde(default = "default_reload")]
+    pub reload_interval_ms: u64,
+    /// Model prices.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
+    /// Everything else (mcp servers, model upstream, breakers), for the gateway.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, toml::Value>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:7077".into()
+}
+fn default_operators() -> Vec<String> {
+    vec!["operator".into()]
+}
+fn default_monitors() -> Vec<String> {
+    vec!["safety-monitor".into()]
+}
+fn default_queue_timeout() -> u64 {
+    30
+}
+fn default_ack_timeout() -> u64 {
+    250
+}
+fn default_reload() -> u64 {
+    1000
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        toml::from_str("").expect("the empty config parses")
+    }
+}
+
+/// A config file that exists but cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("config {path}: {why}")]
+pub struct ConfigError {
+    /// The file.
+    pub path: String,
+    /// What is wrong.
+    pub why: String,
+}
+
+impl Config {
+    /// Load `path`; a missing file gives the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let error = |why: String| ConfigError {
+            path: path.display().to_string(),
+            why,
+        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => toml::from_str(&text).map_err(|e| error(e.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(error(e.to_string())),
+        }
+    }
+}

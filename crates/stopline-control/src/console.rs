@@ -1,0 +1,183 @@
+//! The owner console: three predicates, each checked and reported separately (SPEC §3).
+//!
+//! 1. `no_agent_session`: `STOPLINE_TOKEN` and `STOPLINE_SESSION` unset; this process is not in a
+//!    cgroup stopline supervises; no process in its chain of parents is a supervised agent (each
+//!    ancestor's cgroup, and the pids registered under `runs/`) — so `env -u` and `setsid` are
+//!    not enough to pass.
+//! 2. `operator_identity`: `--by NAME` names a configured operator (and, for a run scope, one of
+//!    the run's `who_may_approve_restart`).
+//! 3. `interactive_terminal`: stdin and stderr are terminals and this process is in the
+//!    terminal's foreground process group.
+//!
+//! This is a console gate, not proof of a human. [`OwnerConsole`] can only be built by passing
+//! all three, and every recovery verb takes one.
+
+use crate::context::Context;
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
+use stopline_core::{Refusal, RefusalCode};
+
+/// The cgroup (below the cgroup2 root) under which the supervisor creates every agent's group.
+pub const SUPERVISED_CGROUP: &str = "/stopline";
+
+/// Proof, for this process, that the owner console predicates held.
+#[derive(Debug, Clone)]
+pub struct OwnerConsole {
+    by: String,
+}
+
+impl OwnerConsole {
+    /// The operator named by `--by`.
+    pub fn by(&self) -> &str {
+        &self.by
+    }
+}
+
+/// The cgroup v2 path of `pid` (the `0::` line of `/proc/<pid>/cgroup`).
+pub fn cgroup_of(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|p| p.trim().to_string())
+}
+
+/// True when a cgroup path lies in the supervised tree.
+pub fn is_supervised_cgroup(path: &str) -> bool {
+    path == SUPERVISED_CGROUP || path.starts_with(&format!("{SUPERVISED_CGROUP}/"))
+}
+
+/// The parent pid of `pid`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// This process and its ancestors up to pid 1.
+pub fn ancestry(pid: u32) -> Vec<u32> {
+    let mut chain = vec![pid];
+    let mut current = pid;
+    while let Some(parent) = parent_of(current) {
+        if parent == 0 || chain.contains(&parent) {
+            break;
+        }
+        chain.push(parent);
+        current = parent;
+    }
+    chain
+}
+
+/// Pids registered as supervised agents under `runs/*/workers/*.json` (field `pid`).
+fn registered_agent_pids(ctx: &Context) -> BTreeSet<u32> {
+    let runs = ctx.store.layout().runs();
+    let mut pids = BTreeSet::new();
+    let Ok(run_dirs) = std::fs::read_dir(&runs) else {
+        return pids;
+    };
+    for run in run_dirs.flatten() {
+        let Ok(workers) = std::fs::read_dir(run.path().join("workers")) else {
+            continue;
+        };
+        for worker in workers.flatten() {
+            let Ok(bytes) = std::fs::read(worker.path()) else {
+                continue;
+            };
+            let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+                continue;
+            };
+            if let Some(pid) = value.get("pid").and_then(|p| p.as_u64()) {
+                pids.insert(pid as u32);
+            }
+        }
+    }
+    pids
+}
+
+fn check_no_agent_session(ctx: &Context) -> Result<(), String> {
+    for var in ["STOPLINE_TOKEN", "STOPLINE_SESSION"] {
+        if std::env::var_os(var).is_some() {
+            return Err(format!("{var} is set: this is an agent session"));
+        }
+    }
+    let registered = registered_agent_pids(ctx);
+    for pid in ancestry(std::process::id()) {
+        if let Some(group) = cgroup_of(pid).filter(|g| is_supervised_cgroup(g)) {
+            return Err(format!(
+                "process {pid} in this chain is in the supervised cgroup {group}"
+            ));
+        }
+        if registered.contains(&pid) {
+            return Err(format!("process {pid} in this chain is a supervised agent"));
+        }
+    }
+    Ok(())
+}
+
+fn check_operator(
+    ctx: &Context,
+    by: Option<&str>,
+    approvers: Option<&[String]>,
+) -> Result<String, String> {
+    let Some(by) = by.map(str::trim).filter(|b| !b.is_empty()) else {
+        return Err("--by NAME is required".into());
+    };
+    if !ctx.is_operator(by) {
+        return Err(format!("{by:?} is not a configured operator"));
+    }
+    if let Some(approvers) = approvers {
+        if !approvers.iter().any(|a| a == by) {
+            return Err(format!(
+                "{by:?} is not in the run's who_may_approve_restart"
+            ));
+        }
+    }
+    Ok(by.to_string())
+}
+
+fn check_terminal() -> Result<(), String> {
+    if !std::io::stdin().is_terminal() {
+        return Err("stdin is not a terminal".into());
+    }
+    if !std::io::stderr().is_terminal() {
+        return Err("stderr is not a terminal".into());
+    }
+    let foreground = rustix::termios::tcgetpgrp(rustix::stdio::stdin())
+        .map_err(|e| format!("the terminal's foreground process group cannot be read: {e}"))?;
+    let ours = rustix::process::getpgrp();
+    if foreground != ours {
+        return Err("this process is not in the terminal's foreground process group".into());
+    }
+    Ok(())
+}
+
+/// Prove the owner console. `approvers` is the run's `who_may_approve_restart` when recovering a
+/// run scope. On refusal every failed predicate is named.
+pub fn prove(
+    ctx: &Context,
+    by: Option<&str>,
+    approvers: Option<&[String]>,
+) -> Result<OwnerConsole, Refusal> {
+    let session = check_no_agent_session(ctx);
+    let operator = check_operator(ctx, by, approvers);
+    let terminal = check_terminal();
+    let mut failed = Vec::new();
+    if let Err(why) = &session {
+        failed.push(format!("no_agent_session: {why}"));
+    }
+    if let Err(why) = &operator {
+        failed.push(format!("operator_identity: {why}"));
+    }
+    if let Err(why) = &terminal {
+        failed.push(format!("interactive_terminal: {why}"));
+    }
+    match operator {
+        Ok(by) if failed.is_empty() => Ok(OwnerConsole { by }),
+        _ => Err(Refusal::new(
+            RefusalCode::OwnerControlRequired,
+            format!(
+                "the owner console is required; failed: {}",
+                failed.join("; ")
+            ),
+        )),
+    }
+}

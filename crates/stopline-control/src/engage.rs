@@ -1,0 +1,164 @@
+//! Engage and disengage, as every surface offers them.
+//!
+//! Engage admits any caller: a local user, or a validly signed, unexpired token even when a stop
+//! made it stale (refusing to stop is the more dangerous default). The scope and level are
+//! validated before anything is written; then the store publishes the latch, and only then do
+//! the secondary steps run, each failure a warning.
+
+use crate::context::Context;
+use serde_json::{json, Value};
+use std::path::Path;
+use stopline_core::latch::LatchSession;
+use stopline_core::{Level, Refusal, RefusalCode, Role, Scope};
+use stopline_store::EngageRequest;
+use stopline_token::Claims;
+
+/// Who is acting, as the surface established it.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// A token the caller presented, verified by signature and expiry (not epoch).
+    pub token: Option<Claims>,
+    /// `--by NAME`.
+    pub by: Option<String>,
+    /// True for a local CLI user (no token needed to engage).
+    pub local: bool,
+}
+
+/// Parse a scope from user input, canonicalizing project roots.
+pub fn parse_scope(text: &str) -> Result<Scope, Refusal> {
+    Scope::parse_input(text, |p: &Path| std::fs::canonicalize(p))
+}
+
+/// Verify a token's signature and expiry (not its epoch standing).
+pub fn verify_token(ctx: &Context, token: &str) -> Result<Claims, Refusal> {
+    let key = ctx.verifying_key()?;
+    stopline_token::verify(&key, token.trim(), ctx.now_s())
+        .map_err(|e| Refusal::new(e.code(), e.to_string()))
+}
+
+/// Engage a stop and return the receipt (SPEC §4).
+pub fn engage(
+    ctx: &Context,
+    caller: &Caller,
+    scope: &str,
+    level: Option<&str>,
+    reason: &str,
+) -> Result<Value, Refusal> {
+    let scope = parse_scope(scope)?;
+    let level = level
+        .map(Level::parse)
+        .transpose()?
+        .unwrap_or(Level::Emergency);
+    stopline_core::refusal::require_reason(reason)?;
+    if caller.token.is_none() && !caller.local {
+        return Err(Refusal::new(
+            RefusalCode::TokenInvalid,
+            "engage needs a validly signed token",
+        ));
+    }
+    let bound = caller
+        .token
+        .as_ref()
+        .and_then(|c| c.agent())
+        .map(|a| a.to_string());
+    let tier = match caller.token.as_ref().map(|c| c.role) {
+        Some(Role::Agent) => "governed",
+        Some(Role::Critical) => "critical",
+        Some(Role::Monitor) => "monitor",
+        Some(Role::Operator) => "operator",
+        None => "console",
+    };
+    let by = caller
+        .by
+        .clone()
+        .or_else(|| bound.clone())
+        .unwrap_or_else(|| {
+            format!(
+                "console:{}",
+                std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+            )
+        });
+    let request = EngageRequest {
+        scope,
+        level,
+        by,
+        reason: reason.to_string(),
+        session: LatchSession {
+            bound,
+            tier: tier.into(),
+        },
+    };
+    let outcome = ctx.store.engage(&request).map_err(|e| e.to_refusal())?;
+    let mut latch = serde_json::to_value(&outcome.latch).unwrap_or_default();
+    latch["file"] = outcome.latch.file_name().into();
+    Ok(json!({
+        "engaged": true,
+        "latch": latch,
+        "coalesced": outcome.coalesced,
+        "epoch": {"seq": outcome.epoch_seq, "scope_revision": outcome.scope_revision},
+        "acknowledged_by": [],
+        "unacknowledged": [],
+        "warnings": outcome.warnings,
+        "time_to_contained_us": outcome.time_to_contained.as_micros() as u64,
+    }))
+}
+
+/// Disengage the halt-level latches of exactly `scope` (SPEC §4, Disengage).
+///
+/// `presented` is any token the caller presented or has in `STOPLINE_TOKEN`: an agent or
+/// critical token whose subject the latch covers is refused, so a stopped agent never lifts its
+/// own stop. Admission otherwise needs `--by` naming an operator or monitor, or a current
+/// monitor/operator token.
+pub fn disengage(
+    ctx: &Context,
+    scope: &str,
+    reason: &str,
+    by: Option<&str>,
+    presented: Option<&str>,
+) -> Result<Value, Refusal> {
+    let scope = parse_scope(scope)?;
+    stopline_core::refusal::require_reason(reason)?;
+    let not_permitted = |why: String| Refusal::new(RefusalCode::DisengageNotPermitted, why);
+    let view = ctx.store.load_view();
+    let mut admitted_as: Option<String> = None;
+    if let Some(token) = presented {
+        let claims = verify_token(ctx, token)?;
+        let subject = claims.subject();
+        match claims.role {
+            Role::Agent | Role::Critical => {
+                let covering = view
+                    .latches
+                    .iter()
+                    .any(|l| l.scope == scope && l.covers(&subject));
+                if covering || subject.is_covered_by(&scope) {
+                    return Err(not_permitted(
+                        "a stopped agent never lifts its own stop".into(),
+                    ));
+                }
+            }
+            Role::Monitor | Role::Operator => {
+                if claims.standing(&view.epoch) == stopline_core::AuthorityStatus::Current {
+                    admitted_as = claims.agent().map(|a| a.to_string());
+                } else {
+                    return Err(Refusal::new(
+                        RefusalCode::StaleControlEpoch,
+                        "the token was revoked by a stop",
+                    ));
+                }
+            }
+        }
+    }
+    if admitted_as.is_none() {
+        match by.map(str::trim).filter(|b| !b.is_empty()) {
+            Some(name) if ctx.is_operator(name) || ctx.is_monitor(name) => admitted_as = Some(name.to_string()),
+            Some(name) => return Err(not_permitted(format!("{name:?} is not a configured operator or monitor"))),
+            None => return Err(not_permitted("disengage needs --by NAME (operator or monitor) or a current monitor/operator token".into())),
+        }
+    }
+    let by = admitted_as.unwrap_or_default();
+    let receipt = ctx
+        .store
+        .disengage(&scope, reason, &by)
+        .map_err(|e| e.to_refusal())?;
+    Ok(serde_json::to_value(receipt).unwrap_or_default())
+}

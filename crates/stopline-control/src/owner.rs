@@ -1,0 +1,100 @@
+//! The owner console's verbs: drain, recover plan/apply, repair, reconcile.
+//!
+//! Each takes an [`OwnerConsole`], which only `console::prove` can build, and re-proves nothing
+//! itself: the caller proves the console immediately before calling (plan and apply each prove
+//! it again). None of these is reachable from the gateway.
+
+use crate::console::OwnerConsole;
+use crate::context::Context;
+use serde_json::Value;
+use stopline_core::{Refusal, Scope};
+
+/// The run's `who_may_approve_restart`, from its recorded policy card (`runs/<id>/policy-card.json`).
+pub fn run_approvers(ctx: &Context, scope: &Scope) -> Option<Vec<String>> {
+    let Scope::Run(id) = scope else { return None };
+    let path = ctx
+        .store
+        .layout()
+        .runs()
+        .join(id.as_str())
+        .join("policy-card.json");
+    let card: Value = std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())?;
+    Some(
+        card.pointer("/stop_handle/who_may_approve_restart")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    )
+}
+
+/// `recover plan`.
+pub fn recover_plan(
+    ctx: &Context,
+    console: &OwnerConsole,
+    scope: &Scope,
+    reason: &str,
+) -> Result<Value, Refusal> {
+    let census = ctx.store.census();
+    let receipt = ctx
+        .store
+        .recover_plan(scope, reason, console.by(), &census)
+        .map_err(|e| e.to_refusal())?;
+    Ok(serde_json::to_value(receipt).unwrap_or_default())
+}
+
+/// `recover apply`.
+pub fn recover_apply(ctx: &Context, console: &OwnerConsole, plan: &str) -> Result<Value, Refusal> {
+    let receipt = ctx
+        .store
+        .recover_apply(plan, console.by())
+        .map_err(|e| e.to_refusal())?;
+    Ok(serde_json::to_value(receipt).unwrap_or_default())
+}
+
+/// `recover repair`.
+pub fn repair(ctx: &Context, console: &OwnerConsole, reason: &str) -> Result<Value, Refusal> {
+    let issued = ctx
+        .store
+        .highest_issued_epoch()
+        .map_err(|e| e.to_refusal())?;
+    let receipt = ctx
+        .store
+        .repair(reason, console.by(), issued)
+        .map_err(|e| e.to_refusal())?;
+    Ok(serde_json::to_value(receipt).unwrap_or_default())
+}
+
+/// `drain`.
+pub fn drain(
+    ctx: &Context,
+    console: &OwnerConsole,
+    deadline_s: u64,
+    reason: &str,
+) -> Result<Value, Refusal> {
+    let record = ctx
+        .store
+        .drain(deadline_s, reason, console.by())
+        .map_err(|e| e.to_refusal())?;
+    Ok(serde_json::json!({"draining": true, "state": record}))
+}
+
+/// `ops reconcile`.
+pub fn reconcile(
+    ctx: &Context,
+    console: &OwnerConsole,
+    op: &str,
+    outcome: &str,
+    reason: &str,
+) -> Result<Value, Refusal> {
+    let operation = ctx
+        .store
+        .reconcile(op, outcome, reason, console.by())
+        .map_err(|e| e.to_refusal())?;
+    Ok(serde_json::json!({"reconciled": true, "operation": operation}))
+}

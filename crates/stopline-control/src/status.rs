@@ -1,0 +1,102 @@
+//! `status`: the phase derived from fresh reads, with the latches, epoch, workers, gateway
+//! coverage and the census of unresolved operations (SPEC §4).
+//!
+//! Workers and gateways are observed by their own subsystems and registered under `runs/` and
+//! `servers/`; this file only reads what they registered and derives the phase.
+
+use crate::context::Context;
+use serde_json::{json, Value};
+use stopline_core::phase::{derive, PhaseInputs};
+use stopline_core::{ControlView, Subject};
+
+/// A worker as registered by the supervisor under `runs/<run>/workers/<agent>.json`.
+fn registered_workers(ctx: &Context) -> (Vec<Value>, bool) {
+    let runs = ctx.store.layout().runs();
+    let mut workers = Vec::new();
+    let mut census_ok = true;
+    let run_dirs = match std::fs::read_dir(&runs) {
+        Ok(dirs) => dirs,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (workers, true),
+        Err(_) => return (workers, false),
+    };
+    for run in run_dirs.flatten() {
+        let Ok(entries) = std::fs::read_dir(run.path().join("workers")) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            match std::fs::read(entry.path())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            {
+                Some(worker) => workers.push(worker),
+                None => census_ok = false,
+            }
+        }
+    }
+    (workers, census_ok)
+}
+
+/// The subject a registered worker stands for.
+fn worker_subject(worker: &Value) -> Subject {
+    let name = |field: &str| {
+        worker
+            .get(field)
+            .and_then(Value::as_str)
+            .and_then(|s| stopline_core::Name::parse(s).ok())
+    };
+    let project = worker
+        .get("project")
+        .and_then(Value::as_str)
+        .map(std::path::PathBuf::from);
+    Subject::proven(
+        name("agent").into_iter().collect(),
+        project.into_iter().collect(),
+        name("run").into_iter().collect(),
+    )
+}
+
+/// Build the status receipt.
+pub fn status(ctx: &Context) -> Value {
+    let view: ControlView = ctx.store.load_view();
+    let census = ctx.store.census();
+    let (mut workers, worker_census_ok) = registered_workers(ctx);
+    let mut covered_quiescent = true;
+    for worker in &mut workers {
+        let subject = worker_subject(worker);
+        let covered = view.latches.iter().any(|l| l.covers(&subject)) || !view.faults.is_empty();
+        let state = worker
+            .get("state")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        let quiescent = matches!(state, "quiescent" | "exited");
+        let stopping_level = covered && !quiescent && !matches!(state, "frozen");
+        if stopping_level {
+            covered_quiescent = false;
+        }
+        worker["covered"] = covered.into();
+    }
+    let uncovered_servers: Vec<Value> = Vec::new();
+    let now = ctx.store.now_ms();
+    let state = view.state.effective(now);
+    let phase = derive(PhaseInputs {
+        state,
+        contained: !view.latches.is_empty() || !view.faults.is_empty(),
+        covered_workers_quiescent: covered_quiescent,
+        worker_census_ok,
+        gateways_covered: uncovered_servers.is_empty(),
+        unresolved_operations: census.entries().next().is_some(),
+        registry_errors: !census.errors.is_empty(),
+    });
+    json!({
+        "phase": phase,
+        "state": state.as_str(),
+        "state_record": view.state,
+        "latches": view.latches.iter().map(|l| l.to_json()).collect::<Vec<_>>(),
+        "faults": view.faults,
+        "epoch": view.epoch,
+        "workers": workers,
+        "affected_worker_quiescence_confirmed": covered_quiescent && worker_census_ok && uncovered_servers.is_empty(),
+        "uncovered_servers": uncovered_servers,
+        "unresolved": census,
+    })
+}

@@ -1,0 +1,149 @@
+//! Minting, delegating and verifying tokens against the control directory's key and epochs.
+//!
+//! A token is minted under the current confirmed epoch; a control state that cannot be trusted
+//! mints nothing. Delegation requires a parent whose signature, expiry and epoch standing are all
+//! current: a stopped agent hands out no fresh-looking tokens.
+
+use crate::context::Context;
+use serde_json::{json, Value};
+use std::path::Path;
+use stopline_core::budget::Budgets;
+use stopline_core::{AuthorityStatus, Name, Refusal, RefusalCode, Role};
+use stopline_token::{IssueRequest, Minted};
+
+/// What `token issue` asks for.
+#[derive(Debug, Clone)]
+pub struct IssueArgs {
+    /// The agent.
+    pub agent: String,
+    /// The role.
+    pub role: Role,
+    /// A project root (canonicalized here).
+    pub project: Option<String>,
+    /// A run id.
+    pub run: Option<String>,
+    /// Lifetime.
+    pub ttl_s: u64,
+    /// Budgets.
+    pub budgets: Budgets,
+}
+
+fn current_epoch(ctx: &Context) -> Result<u64, Refusal> {
+    let view = ctx.store.load_view();
+    match view.faults.into_iter().next() {
+        Some(fault) => Err(fault),
+        None => Ok(view.epoch.seq),
+    }
+}
+
+/// Mint a root token.
+pub fn issue(ctx: &Context, args: &IssueArgs) -> Result<Minted, Refusal> {
+    let agent = Name::parse(&args.agent)?;
+    let project = match &args.project {
+        Some(p) => Some(std::fs::canonicalize(Path::new(p)).map_err(|e| {
+            Refusal::new(RefusalCode::ProjectRootUnresolvable, format!("{p}: {e}"))
+        })?),
+        None => None,
+    };
+    let run = args.run.as_deref().map(Name::parse).transpose()?;
+    let epoch = current_epoch(ctx)?;
+    let mut request = IssueRequest::new(agent, epoch, ctx.now_s());
+    request.role = args.role;
+    request.project = project;
+    request.run = run;
+    request.ttl_s = args.ttl_s;
+    request.budgets = args.budgets.clone();
+    let minted = request.mint(&ctx.signing_key()?)?;
+    ctx.store
+        .note_issued_epoch(epoch)
+        .map_err(|e| e.to_refusal())?;
+    Ok(minted)
+}
+
+/// Mint a child token under `parent`.
+pub fn delegate(
+    ctx: &Context,
+    parent: &str,
+    child: &str,
+    ttl_s: Option<u64>,
+    budgets: &Budgets,
+) -> Result<Minted, Refusal> {
+    let claims = crate::engage::verify_token(ctx, parent)?;
+    let view = ctx.store.load_view();
+    if let Some(fault) = view.faults.into_iter().next() {
+        return Err(fault);
+    }
+    match claims.standing(&view.epoch) {
+        AuthorityStatus::Current => {}
+        AuthorityStatus::Stale { scope, .. } => {
+            return Err(Refusal::new(
+                RefusalCode::StaleControlEpoch,
+                format!("the parent was revoked by a stop of {scope}"),
+            ))
+        }
+        AuthorityStatus::Future { .. } => {
+            return Err(Refusal::new(
+                RefusalCode::FutureControlEpoch,
+                "the parent claims an epoch never issued",
+            ))
+        }
+    }
+    stopline_token::delegate(
+        &ctx.signing_key()?,
+        &claims,
+        Name::parse(child)?,
+        ttl_s,
+        budgets,
+        ctx.now_s(),
+    )
+}
+
+/// The `token issue`/`delegate` JSON receipt.
+pub fn minted_receipt(minted: &Minted) -> Value {
+    json!({
+        "token": minted.token,
+        "subject": minted.claims.subject(),
+        "role": minted.claims.role,
+        "issue_epoch": minted.claims.epoch,
+        "exp": minted.claims.exp,
+        "budgets": minted.claims.budgets,
+    })
+}
+
+/// The `token verify` receipt: validity including epoch standing.
+pub fn verify(ctx: &Context, token: &str) -> Value {
+    let decoded = stopline_token::decode_unverified(token.trim()).ok();
+    let subject = decoded.as_ref().map(|c| c.subject());
+    let chain = decoded
+        .as_ref()
+        .map(|c| c.chain.clone())
+        .unwrap_or_default();
+    let code: Option<String> = match ctx.verifying_key() {
+        Err(refusal) => Some(refusal.code.to_string()),
+        Ok(key) => match stopline_token::verify(&key, token.trim(), ctx.now_s()) {
+            Err(error) => Some(error.verify_code().to_string()),
+            Ok(claims) => {
+                let mut view = ctx.store.load_view();
+                if claims.epoch > view.epoch.seq {
+                    view = ctx.store.load_view();
+                }
+                match view.faults.first() {
+                    Some(fault) => Some(fault.code.to_string()),
+                    None => match claims.standing(&view.epoch) {
+                        AuthorityStatus::Current => None,
+                        AuthorityStatus::Stale { .. } => Some("stale_control_epoch".into()),
+                        AuthorityStatus::Future { .. } => Some("future_control_epoch".into()),
+                    },
+                }
+            }
+        },
+    };
+    json!({
+        "valid": code.is_none(),
+        "code": code,
+        "subject": subject,
+        "chain": chain,
+        "issue_epoch": decoded.as_ref().map(|c| c.epoch),
+        "exp": decoded.as_ref().map(|c| c.exp),
+    })
+}

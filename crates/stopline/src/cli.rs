@@ -1,0 +1,275 @@
+//! The command-line definition (SPEC §4). Flags and names here are a contract.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Kill switch and containment control plane for AI agents.
+#[derive(Debug, Parser)]
+#[command(name = "stopline", version, about)]
+pub struct Cli {
+    /// The control directory (default $STOPLINE_HOME, else $XDG_STATE_HOME/stopline).
+    #[arg(long, global = true, env = "STOPLINE_HOME")]
+    pub home: Option<PathBuf>,
+    /// Machine-readable output on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The distributed backend (etcd://HOST:PORT[,…][?prefix=/stopline]).
+    #[arg(long, global = true)]
+    pub control: Option<String>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// A token given by flag, file, or `STOPLINE_TOKEN`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct TokenArgs {
+    /// A token (visible in /proc: prefer --token-file or STOPLINE_TOKEN).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Read the token from a file.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Task class.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ClassArg {
+    /// Safety, logging, heartbeat, audit.
+    Critical,
+    /// Domain work.
+    Noncritical,
+}
+
+/// Role of a minted token.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RoleArg {
+    /// An agent.
+    Agent,
+    /// A safety monitor.
+    Monitor,
+    /// An operator.
+    Operator,
+    /// Critical infrastructure.
+    Critical,
+}
+
+/// Reconciliation outcomes.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OutcomeArg {
+    /// The effect happened.
+    Committed,
+    /// The effect did not happen.
+    Failed,
+    /// Given up without knowing.
+    Abandoned,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Engage a stop (any admitted caller).
+    Engage {
+        /// machine | agent:<name> | project:<root> | run:<id>
+        #[arg(long)]
+        scope: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// halt-noncritical | halt-all | emergency (default).
+        #[arg(long)]
+        level: Option<String>,
+        /// Who engages.
+        #[arg(long)]
+        by: Option<String>,
+        #[command(flatten)]
+        token: TokenArgs,
+    },
+    /// Lift the halt-level latches of exactly one scope.
+    Disengage {
+        /// The scope.
+        #[arg(long)]
+        scope: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// An operator or monitor name.
+        #[arg(long)]
+        by: Option<String>,
+        #[command(flatten)]
+        token: TokenArgs,
+    },
+    /// The derived phase, latches, epochs, workers and unresolved operations.
+    Status,
+    /// One admission decision: exit 0 allow, 3 queue, 4 block.
+    Check {
+        /// The class asked for.
+        #[arg(long, value_enum)]
+        class: ClassArg,
+        #[command(flatten)]
+        token: TokenArgs,
+        /// An agent name without a token (unprovable identity).
+        #[arg(long)]
+        agent: Option<String>,
+        /// A project directory.
+        #[arg(long)]
+        project: Option<String>,
+        /// A run id.
+        #[arg(long)]
+        run: Option<String>,
+        /// A target (mcp:<server>:<tool>, file:<path>, model:<model>).
+        #[arg(long)]
+        target: Option<String>,
+    },
+    /// Tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Owner console: a bounded window for durably prepared work after a machine stop.
+    Drain {
+        /// Seconds, 1..=3600.
+        #[arg(long)]
+        deadline: i64,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// The operator.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Owner console: recovery.
+    #[command(subcommand)]
+    Recover(RecoverCommand),
+    /// Operations.
+    #[command(subcommand)]
+    Ops(OpsCommand),
+    /// Benchmarks.
+    Bench {
+        /// Which benchmark (default: all available).
+        #[arg(value_enum)]
+        which: Option<BenchArg>,
+        /// Iterations.
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+    },
+}
+
+/// Benchmarks.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum BenchArg {
+    /// Time to contained against a bare fsync'd file create.
+    Engage,
+    /// One admission decision against an in-memory view.
+    Admission,
+}
+
+/// `token …`.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Mint a token.
+    Issue {
+        /// The agent.
+        #[arg(long)]
+        agent: String,
+        /// Its role.
+        #[arg(long, value_enum, default_value = "agent")]
+        role: RoleArg,
+        /// Its project root.
+        #[arg(long)]
+        project: Option<String>,
+        /// Its run.
+        #[arg(long)]
+        run: Option<String>,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 3600)]
+        ttl: u64,
+        /// KIND=N (steps, tool_calls, tokens, spend_usd, wall_clock_s).
+        #[arg(long)]
+        budget: Vec<String>,
+    },
+    /// Mint a child token under a parent.
+    Delegate {
+        /// The parent token.
+        #[arg(long)]
+        parent: Option<String>,
+        /// Read the parent token from a file.
+        #[arg(long)]
+        parent_file: Option<PathBuf>,
+        /// The child agent.
+        #[arg(long)]
+        agent: String,
+        /// Lifetime in seconds.
+        #[arg(long)]
+        ttl: Option<u64>,
+        /// KIND=N, carved from the parent's.
+        #[arg(long)]
+        budget: Vec<String>,
+    },
+    /// Verify a token (signature, expiry, epoch standing).
+    Verify {
+        /// The token (else --token-file / STOPLINE_TOKEN).
+        token: Option<String>,
+        /// Read the token from a file.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+    },
+}
+
+/// `recover …`.
+#[derive(Debug, Subcommand)]
+pub enum RecoverCommand {
+    /// Fix the plan: exact latch names and the census.
+    Plan {
+        /// The scope.
+        #[arg(long)]
+        scope: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// The operator.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Apply a plan.
+    Apply {
+        /// The plan id.
+        #[arg(long)]
+        plan: String,
+        /// The operator.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Truncate a torn WAL tail and rebuild epoch.json from a valid WAL.
+    Repair {
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// The operator.
+        #[arg(long)]
+        by: Option<String>,
+    },
+}
+
+/// `ops …`.
+#[derive(Debug, Subcommand)]
+pub enum OpsCommand {
+    /// List operations.
+    List {
+        /// Only those without an outcome.
+        #[arg(long)]
+        unresolved: bool,
+    },
+    /// Owner console: record the outcome of an unresolved operation.
+    Reconcile {
+        /// The operation id.
+        id: String,
+        /// The outcome.
+        #[arg(long, value_enum)]
+        outcome: OutcomeArg,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// The operator.
+        #[arg(long)]
+        by: Option<String>,
+    },
+}

@@ -1,0 +1,427 @@
+//! Turning parsed arguments into calls of `stopline-control`, and receipts into output.
+
+use crate::cli::{
+    BenchArg, ClassArg, Cli, Command, OpsCommand, OutcomeArg, RecoverCommand, RoleArg, TokenArgs,
+    TokenCommand,
+};
+use crate::output::{self, compact};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use stopline_control::config::Config;
+use stopline_control::{check, console, engage, owner, status, tokens, Context};
+use stopline_core::budget::{parse_budget_arg, Budgets};
+use stopline_core::{Decision, Refusal, RefusalCode, Role, TaskClass};
+use stopline_store::Store;
+
+fn default_home() -> PathBuf {
+    if let Some(state) = std::env::var_os("XDG_STATE_HOME").filter(|s| !s.is_empty()) {
+        return PathBuf::from(state).join("stopline");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"));
+    home.join(".local/state/stopline")
+}
+
+fn read_token(args: &TokenArgs) -> Result<Option<String>, Refusal> {
+    if let Some(token) = &args.token {
+        return Ok(Some(token.trim().to_string()));
+    }
+    if let Some(path) = &args.token_file {
+        return token_from_file(path).map(Some);
+    }
+    Ok(std::env::var("STOPLINE_TOKEN")
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty()))
+}
+
+fn token_from_file(path: &Path) -> Result<String, Refusal> {
+    std::fs::read_to_string(path)
+        .map(|t| t.trim().to_string())
+        .map_err(|e| {
+            Refusal::new(
+                RefusalCode::TokenInvalid,
+                format!("--token-file {}: {e}", path.display()),
+            )
+        })
+}
+
+fn budgets(args: &[String]) -> Result<Budgets, Refusal> {
+    args.iter().map(|a| parse_budget_arg(a)).collect()
+}
+
+/// Run the command; returns the exit code.
+pub fn run(cli: Cli) -> i32 {
+    let json = cli.json;
+    if let Some(control) = &cli.control {
+        return output::refusal(
+            json,
+            &Refusal::new(
+                RefusalCode::DistributedUnavailable,
+                format!(
+                    "--control {control}: the distributed backend is not available in this build"
+                ),
+            ),
+        );
+    }
+    let home = cli.home.clone().unwrap_or_else(default_home);
+    let config = match Config::load(&home.join("config.toml")) {
+        Ok(config) => config,
+        Err(error) => {
+            return output::refusal(
+                json,
+                &Refusal::new(RefusalCode::ControlStateCorrupt, error.to_string()),
+            )
+        }
+    };
+    let ctx = Context::new(Store::open(home), config);
+    match execute(&ctx, cli.command, json) {
+        Ok(code) => code,
+        Err(refusal) => output::refusal(json, &refusal),
+    }
+}
+
+fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> {
+    match command {
+        Command::Engage {
+            scope,
+            reason,
+            level,
+            by,
+            token,
+        } => {
+            let claims = read_token(&token)?
+                .map(|t| engage::verify_token(ctx, &t))
+                .transpose()?;
+            let caller = engage::Caller {
+                token: claims,
+                by,
+                local: true,
+            };
+            let receipt = engage::engage(ctx, &caller, &scope, level.as_deref(), &reason)?;
+            output::receipt(json, &receipt, |r| {
+                let mut text = format!(
+                    "engaged {} at {} ({}){}",
+                    r["latch"]["scope"].as_str().unwrap_or_default(),
+                    r["latch"]["level"].as_str().unwrap_or_default(),
+                    r["latch"]["file"].as_str().unwrap_or_default(),
+                    if r["coalesced"] == true {
+                        ", coalesced into the existing latch"
+                    } else {
+                        ""
+                    }
+                );
+                for w in r["warnings"].as_array().into_iter().flatten() {
+                    text.push_str(&format!("\nwarning: {}", w.as_str().unwrap_or_default()));
+                }
+                text
+            });
+            Ok(0)
+        }
+        Command::Disengage {
+            scope,
+            reason,
+            by,
+            token,
+        } => {
+            let presented = read_token(&token)?;
+            let receipt =
+                engage::disengage(ctx, &scope, &reason, by.as_deref(), presented.as_deref())?;
+            output::receipt(json, &receipt, |r| {
+                format!(
+                    "disengaged {}: cleared {}",
+                    r["scope"].as_str().unwrap_or_default(),
+                    compact(&r["cleared"])
+                )
+            });
+            Ok(0)
+        }
+        Command::Status => {
+            let receipt = status::status(ctx);
+            output::receipt(json, &receipt, human_status);
+            Ok(0)
+        }
+        Command::Check {
+            class,
+            token,
+            agent,
+            project,
+            run,
+            target,
+        } => {
+            let token = match read_token(&token) {
+                Ok(token) => token,
+                Err(refusal) => Some(format!("unreadable:{}", refusal.message)),
+            };
+            let request = check::CheckRequest {
+                class: match class {
+                    ClassArg::Critical => TaskClass::Critical,
+                    ClassArg::Noncritical => TaskClass::Noncritical,
+                },
+                token,
+                agent,
+                project,
+                run,
+                target,
+            };
+            let receipt = check::check(ctx, &request);
+            let value = serde_json::to_value(&receipt).unwrap_or_default();
+            output::receipt(json, &value, |r| {
+                format!(
+                    "{} ({}){}",
+                    r["decision"].as_str().unwrap_or_default(),
+                    r["mode"].as_str().unwrap_or_default(),
+                    r["code"]
+                        .as_str()
+                        .map(|c| format!(": {c}: {}", r["message"].as_str().unwrap_or_default()))
+                        .unwrap_or_default()
+                )
+            });
+            Ok(match receipt.decision {
+                Decision::Allow => 0,
+                Decision::Queue => 3,
+                Decision::Block => 4,
+            })
+        }
+        Command::Token(command) => token_command(ctx, command, json),
+        Command::Drain {
+            deadline,
+            reason,
+            by,
+        } => {
+            let console = console::prove(ctx, by.as_deref(), None)?;
+            let deadline = u64::try_from(deadline).unwrap_or(0);
+            let receipt = owner::drain(ctx, &console, deadline, &reason)?;
+            output::receipt(json, &receipt, |r| {
+                format!(
+                    "draining until {}",
+                    r["state"]["deadline"].as_str().unwrap_or_default()
+                )
+            });
+            Ok(0)
+        }
+        Command::Recover(command) => recover_command(ctx, command, json),
+        Command::Ops(command) => ops_command(ctx, command, json),
+        Command::Bench { which, iterations } => {
+            let home = ctx.store.layout().home().to_path_buf();
+            let mut runs = serde_json::Map::new();
+            if matches!(which, None | Some(BenchArg::Engage)) {
+                runs.insert(
+                    "engage".into(),
+                    stopline_control::bench::engage(&home, iterations)
+                        .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?,
+                );
+            }
+            if matches!(which, None | Some(BenchArg::Admission)) {
+                runs.insert(
+                    "admission".into(),
+                    stopline_control::bench::admission(iterations.max(1) * 1000),
+                );
+            }
+            let value = Value::Object(runs);
+            output::receipt(json, &value, |r| {
+                serde_json::to_string_pretty(r).unwrap_or_default()
+            });
+            Ok(0)
+        }
+    }
+}
+
+fn token_command(ctx: &Context, command: TokenCommand, json: bool) -> Result<i32, Refusal> {
+    let minted = match command {
+        TokenCommand::Issue {
+            agent,
+            role,
+            project,
+            run,
+            ttl,
+            budget,
+        } => {
+            let role = match role {
+                RoleArg::Agent => Role::Agent,
+                RoleArg::Monitor => Role::Monitor,
+                RoleArg::Operator => Role::Operator,
+                RoleArg::Critical => Role::Critical,
+            };
+            tokens::issue(
+                ctx,
+                &tokens::IssueArgs {
+                    agent,
+                    role,
+                    project,
+                    run,
+                    ttl_s: ttl,
+                    budgets: budgets(&budget)?,
+                },
+            )?
+        }
+        TokenCommand::Delegate {
+            parent,
+            parent_file,
+            agent,
+            ttl,
+            budget,
+        } => {
+            let parent = match (parent, parent_file) {
+                (Some(p), _) => p,
+                (None, Some(file)) => token_from_file(&file)?,
+                (None, None) => std::env::var("STOPLINE_TOKEN")
+                    .map_err(|_| Refusal::new(RefusalCode::TokenInvalid, "--parent is required"))?,
+            };
+            tokens::delegate(ctx, &parent, &agent, ttl, &budgets(&budget)?)?
+        }
+        TokenCommand::Verify { token, token_file } => {
+            let token = match read_token(&TokenArgs { token, token_file })? {
+                Some(token) => token,
+                None => return Err(Refusal::new(RefusalCode::TokenInvalid, "no token given")),
+            };
+            let receipt = tokens::verify(ctx, &token);
+            output::receipt(json, &receipt, |r| match r["code"].as_str() {
+                None => "valid".to_string(),
+                Some(code) => format!("invalid: {code}"),
+            });
+            return Ok(if receipt["valid"] == true { 0 } else { 1 });
+        }
+    };
+    if json {
+        output::receipt(true, &tokens::minted_receipt(&minted), |_| String::new());
+    } else {
+        println!("{}", minted.token);
+    }
+    Ok(0)
+}
+
+fn recover_command(ctx: &Context, command: RecoverCommand, json: bool) -> Result<i32, Refusal> {
+    match command {
+        RecoverCommand::Plan { scope, reason, by } => {
+            let scope = engage::parse_scope(&scope)?;
+            let approvers = owner::run_approvers(ctx, &scope);
+            let console = console::prove(ctx, by.as_deref(), approvers.as_deref())?;
+            let receipt = owner::recover_plan(ctx, &console, &scope, &reason)?;
+            output::receipt(json, &receipt, |r| {
+                format!(
+                    "plan {} for {}: clears {}; carries forward {} unresolved operation(s){}\napply with: stopline recover apply --plan {} --by {}",
+                    r["plan"].as_str().unwrap_or_default(), r["scope"].as_str().unwrap_or_default(), compact(&r["latches"]),
+                    r["carried_forward_operations"].as_array().map_or(0, Vec::len),
+                    if r["registry_errors"].as_array().is_some_and(|a| !a.is_empty()) { format!("; registry errors: {}", compact(&r["registry_errors"])) } else { String::new() },
+                    r["plan"].as_str().unwrap_or_default(), console.by()
+                )
+            });
+            Ok(0)
+        }
+        RecoverCommand::Apply { plan, by } => {
+            let console = console::prove(ctx, by.as_deref(), None)?;
+            let receipt = owner::recover_apply(ctx, &console, &plan)?;
+            output::receipt(json, &receipt, |r| {
+                format!(
+                    "recovered: {} state: {} new epoch: {} cleared: {} surviving: {}",
+                    r["recovered"],
+                    r["state"].as_str().unwrap_or_default(),
+                    r["new_epoch"],
+                    compact(&r["cleared"]),
+                    compact(&r["surviving"])
+                )
+            });
+            Ok(0)
+        }
+        RecoverCommand::Repair { reason, by } => {
+            let console = console::prove(ctx, by.as_deref(), None)?;
+            let receipt = owner::repair(ctx, &console, &reason)?;
+            output::receipt(json, &receipt, |r| compact(r));
+            Ok(0)
+        }
+    }
+}
+
+fn ops_command(ctx: &Context, command: OpsCommand, json: bool) -> Result<i32, Refusal> {
+    match command {
+        OpsCommand::List { unresolved } => {
+            let (ops, errors) = ctx.store.operations();
+            let list: Vec<Value> = ops
+                .values()
+                .filter(|op| !unresolved || op.is_unresolved())
+                .map(|op| serde_json::to_value(op).unwrap_or_default())
+                .collect();
+            let receipt = json!({"operations": list, "errors": errors});
+            output::receipt(json, &receipt, |r| {
+                r["operations"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|op| {
+                        format!(
+                            "{} {} {}",
+                            op["op"].as_str().unwrap_or_default(),
+                            op["target"].as_str().unwrap_or_default(),
+                            op["outcome"].as_str().unwrap_or("UNRESOLVED")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            Ok(0)
+        }
+        OpsCommand::Reconcile {
+            id,
+            outcome,
+            reason,
+            by,
+        } => {
+            let console = console::prove(ctx, by.as_deref(), None)?;
+            let outcome = match outcome {
+                OutcomeArg::Committed => "committed",
+                OutcomeArg::Failed => "failed",
+                OutcomeArg::Abandoned => "abandoned",
+            };
+            let receipt = owner::reconcile(ctx, &console, &id, outcome, &reason)?;
+            output::receipt(json, &receipt, |r| {
+                format!(
+                    "reconciled {} as {outcome}",
+                    r["operation"]["op"].as_str().unwrap_or_default()
+                )
+            });
+            Ok(0)
+        }
+    }
+}
+
+fn human_status(r: &Value) -> String {
+    let mut lines = vec![format!(
+        "phase: {}  state: {}  epoch: {}",
+        r["phase"].as_str().unwrap_or_default(),
+        r["state"].as_str().unwrap_or_default(),
+        r["epoch"]["seq"]
+    )];
+    for latch in r["latches"].as_array().into_iter().flatten() {
+        lines.push(format!(
+            "latch {} {} {} by {}: {}",
+            latch["file"].as_str().unwrap_or_default(),
+            latch["scope"].as_str().unwrap_or_default(),
+            latch["level"].as_str().unwrap_or_default(),
+            latch["by"].as_str().unwrap_or("?"),
+            latch["reason"]
+                .as_str()
+                .or(latch["problem"].as_str())
+                .unwrap_or_default()
+        ));
+    }
+    for fault in r["faults"].as_array().into_iter().flatten() {
+        lines.push(format!(
+            "fault {}: {}",
+            fault["code"].as_str().unwrap_or_default(),
+            fault["message"].as_str().unwrap_or_default()
+        ));
+    }
+    let unresolved = &r["unresolved"];
+    let count: usize = ["file", "destination", "model"]
+        .iter()
+        .map(|k| unresolved[k].as_array().map_or(0, Vec::len))
+        .sum();
+    if count > 0 {
+        lines.push(format!(
+            "{count} unresolved operation(s); see `stopline ops list --unresolved`"
+        ));
+    }
+    lines.join("\n")
+}

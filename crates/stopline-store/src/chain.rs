@@ -23,7 +23,10 @@ impl Store {
     }
 
     /// Take a shared lock on a chained log; `None` when the log does not exist.
-    pub(crate) fn lock_log_shared(&self, path: &Path) -> Result<Option<Box<dyn LockGuard>>, StoreError> {
+    pub(crate) fn lock_log_shared(
+        &self,
+        path: &Path,
+    ) -> Result<Option<Box<dyn LockGuard>>, StoreError> {
         match self.fs.lock(path, false, false) {
             Ok(guard) => Ok(Some(guard)),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -34,9 +37,8 @@ impl Store {
     /// Read and verify a chained log (the caller holds a lock). A missing file is empty.
     pub(crate) fn read_log(&self, path: &Path, corrupt: RefusalCode) -> Result<WalLog, StoreError> {
         let bytes = self.read_optional(path)?.unwrap_or_default();
-        wal::verify(&bytes).map_err(|fault| {
-            StoreError::corrupt(corrupt, format!("{}: {fault}", path.display()))
-        })
+        wal::verify(&bytes)
+            .map_err(|fault| StoreError::corrupt(corrupt, format!("{}: {fault}", path.display())))
     }
 
     /// Append `records` (kind, fields) after `log`, in one write and one fsync. The caller holds

@@ -31,7 +31,10 @@ impl Store {
     /// Replace `path` atomically with `bytes`: temporary file, fsync, rename, fsync directory.
     pub fn replace_atomic(&self, path: &Path, bytes: &[u8], fp: &str) -> Result<(), StoreError> {
         let dir = path.parent().unwrap_or(Path::new("/"));
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp-{}", self.env.random_hex(6)));
         let written = self
             .fs

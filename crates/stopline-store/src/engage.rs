@@ -15,7 +15,7 @@ use crate::Store;
 use std::time::{Duration, Instant};
 use stopline_core::latch::LatchSession;
 use stopline_core::refusal::require_reason;
-use stopline_core::{Level, LatchRecord, RefusalCode, Scope};
+use stopline_core::{LatchRecord, Level, RefusalCode, Scope};
 
 /// Repeated engages of one scope and level by one caller within this window are coalesced.
 pub const COALESCE_WINDOW_MS: i64 = 1000;
@@ -171,7 +171,10 @@ impl Store {
 
     /// After containment: WAL `latch_engaged`, and for emergency the epoch advance, under the
     /// WAL's exclusive lock.
-    fn record_engage(&self, record: &LatchRecord) -> Result<(Option<u64>, Option<u64>), StoreError> {
+    fn record_engage(
+        &self,
+        record: &LatchRecord,
+    ) -> Result<(Option<u64>, Option<u64>), StoreError> {
         let wal = self.layout.wal();
         let _guard = self.lock_log_exclusive(&wal)?;
         let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;

@@ -54,7 +54,9 @@ pub fn confirm(snapshot: Option<&[u8]>, log: &WalLog) -> Result<EpochMap, StoreE
     }
     match last {
         None if map.seq == 0 && map.scopes.is_empty() && map.wal_seq == 0 => Ok(map),
-        None => Err(unconfirmed("epoch.json claims an epoch the WAL never recorded")),
+        None => Err(unconfirmed(
+            "epoch.json claims an epoch the WAL never recorded",
+        )),
         Some((wal_seq, new_epoch, scopes)) => {
             let scopes_match = map.scopes.len() == scopes.len()
                 && map
@@ -106,7 +108,10 @@ impl Store {
             ("prior_epoch", current.seq.into()),
             ("new_epoch", next.seq.into()),
             ("scope", scope.to_string().into()),
-            ("scope_epochs", serde_json::to_value(&next.scopes).unwrap_or_default()),
+            (
+                "scope_epochs",
+                serde_json::to_value(&next.scopes).unwrap_or_default(),
+            ),
             ("cause", cause.as_str().into()),
             ("by", by.into()),
             ("reason", reason.into()),
@@ -132,14 +137,26 @@ mod tests {
 
     #[test]
     fn missing_snapshot_with_empty_wal_is_epoch_zero() {
-        assert_eq!(confirm(None, &WalLog::default()).unwrap(), EpochMap::default());
+        assert_eq!(
+            confirm(None, &WalLog::default()).unwrap(),
+            EpochMap::default()
+        );
     }
 
     #[test]
     fn invented_snapshot_is_unconfirmed() {
-        let err = confirm(Some(br#"{"seq":3,"scopes":{},"wal_seq":0}"#), &WalLog::default());
-        assert_eq!(err.unwrap_err().code(), RefusalCode::ControlEpochUnconfirmed);
+        let err = confirm(
+            Some(br#"{"seq":3,"scopes":{},"wal_seq":0}"#),
+            &WalLog::default(),
+        );
+        assert_eq!(
+            err.unwrap_err().code(),
+            RefusalCode::ControlEpochUnconfirmed
+        );
         let err = confirm(Some(b"{"), &WalLog::default());
-        assert_eq!(err.unwrap_err().code(), RefusalCode::ControlEpochUnconfirmed);
+        assert_eq!(
+            err.unwrap_err().code(),
+            RefusalCode::ControlEpochUnconfirmed
+        );
     }
 }

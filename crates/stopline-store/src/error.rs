@@ -1,8 +1,8 @@
 //! The store's typed errors. Corruption is kept apart from I/O failure and from refusals, and
 //! every error maps to one stable refusal code.
 
-use stopline_core::{Refusal, RefusalCode};
 use std::io;
+use stopline_core::{Refusal, RefusalCode};
 
 /// What can go wrong in a store operation.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,11 @@ use stopline_core::RefusalCode;
 
 impl Store {
     /// Append one evidence record of `kind` (its fields should carry `"schema"`).
-    pub fn append_evidence(&self, kind: &str, record: Map<String, Value>) -> Result<u64, StoreError> {
+    pub fn append_evidence(
+        &self,
+        kind: &str,
+        record: Map<String, Value>,
+    ) -> Result<u64, StoreError> {
         let path = self.layout.evidence_log();
         self.ensure_dirs(&[&self.layout.evidence()])?;
         let _guard = self.lock_log_exclusive(&path)?;

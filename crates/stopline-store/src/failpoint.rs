@@ -24,11 +24,19 @@ pub fn hit(name: &str) -> io::Result<()> {
             .collect()
     });
     if let Ok(trace) = std::env::var("STOPLINE_FAILPOINT_TRACE") {
-        if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(trace) {
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(trace)
+        {
             let _ = writeln!(file, "{name}");
         }
     }
-    match armed.iter().find(|(n, _)| n == name).map(|(_, a)| a.as_str()) {
+    match armed
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, a)| a.as_str())
+    {
         Some("crash") => std::process::abort(),
         Some("error") => Err(io::Error::other(format!("failpoint {name}"))),
         Some("enospc") => Err(io::Error::from_raw_os_error(28)),

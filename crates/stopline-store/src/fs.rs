@@ -111,7 +111,10 @@ impl Fs for RealFs {
 
     fn create_dir_all(&self, path: &Path, fp: &str) -> io::Result<()> {
         failpoint::hit(fp)?;
-        fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
     }
 
     fn truncate(&self, path: &Path, len: u64, fp: &str) -> io::Result<()> {

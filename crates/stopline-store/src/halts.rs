@@ -31,7 +31,12 @@ pub const DRAIN_RANGE_S: std::ops::RangeInclusive<u64> = 1..=3600;
 
 impl Store {
     /// Clear the halt-level latches of exactly `scope`.
-    pub fn disengage(&self, scope: &Scope, reason: &str, by: &str) -> Result<DisengageReceipt, StoreError> {
+    pub fn disengage(
+        &self,
+        scope: &Scope,
+        reason: &str,
+        by: &str,
+    ) -> Result<DisengageReceipt, StoreError> {
         let reason = require_reason(reason)?;
         let wal = self.layout.wal();
         self.ensure_dirs(&[])?;
@@ -52,7 +57,12 @@ impl Store {
         let mut warnings = Vec::new();
         if names.is_empty() {
             warnings.push(format!("no halt latch of exactly {scope} was active"));
-            return Ok(DisengageReceipt { disengaged: true, scope: scope.to_string(), cleared: names, warnings });
+            return Ok(DisengageReceipt {
+                disengaged: true,
+                scope: scope.to_string(),
+                cleared: names,
+                warnings,
+            });
         }
         self.append_log(
             &wal,
@@ -73,13 +83,25 @@ impl Store {
                 .remove_file(&self.layout.latch(name), "disengage.remove")
                 .context(|| format!("removing {name}"))?;
         }
-        self.fs.sync_dir(&self.layout.latches(), "disengage.dirsync").context(|| "syncing latches/".into())?;
-        Ok(DisengageReceipt { disengaged: true, scope: scope.to_string(), cleared: names, warnings })
+        self.fs
+            .sync_dir(&self.layout.latches(), "disengage.dirsync")
+            .context(|| "syncing latches/".into())?;
+        Ok(DisengageReceipt {
+            disengaged: true,
+            scope: scope.to_string(),
+            cleared: names,
+            warnings,
+        })
     }
 
     /// Start a drain: DRAINING until `deadline_s` from now, admitting only operations prepared
     /// before the earliest machine latch.
-    pub fn drain(&self, deadline_s: u64, reason: &str, by: &str) -> Result<StateRecord, StoreError> {
+    pub fn drain(
+        &self,
+        deadline_s: u64,
+        reason: &str,
+        by: &str,
+    ) -> Result<StateRecord, StoreError> {
         let reason = require_reason(reason)?;
         if !DRAIN_RANGE_S.contains(&deadline_s) {
             return Err(StoreError::refused(
@@ -95,14 +117,24 @@ impl Store {
         if let Some(fault) = faults.into_iter().next() {
             return Err(StoreError::Refused(fault));
         }
-        let machine: Vec<_> = latches.iter().filter(|l| l.scope == Scope::Machine).collect();
+        let machine: Vec<_> = latches
+            .iter()
+            .filter(|l| l.scope == Scope::Machine)
+            .collect();
         if machine.is_empty() {
-            return Err(StoreError::refused(RefusalCode::DrainRequiresMachineLatch, "drain needs an active machine latch"));
+            return Err(StoreError::refused(
+                RefusalCode::DrainRequiresMachineLatch,
+                "drain needs an active machine latch",
+            ));
         }
         let now = self.env.now_ms();
         let earliest = machine
             .iter()
-            .filter_map(|l| l.record.as_ref().and_then(|r| crate::env::parse_rfc3339(&r.ts)))
+            .filter_map(|l| {
+                l.record
+                    .as_ref()
+                    .and_then(|r| crate::env::parse_rfc3339(&r.ts))
+            })
             .min()
             .unwrap_or(now);
         let deadline = now + (deadline_s as i64) * 1000;
@@ -120,6 +152,13 @@ impl Store {
             )],
             "drain.wal",
         )?;
-        self.write_state(ControlState::Draining, by, &reason, Some(deadline), Some(earliest), "drain.state")
+        self.write_state(
+            ControlState::Draining,
+            by,
+            &reason,
+            Some(deadline),
+            Some(earliest),
+            "drain.state",
+        )
     }
 }

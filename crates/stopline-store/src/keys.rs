@@ -21,12 +21,17 @@ impl Store {
         let seed_hex = self.env.random_hex(32);
         match self.fs.write_new(&path, seed_hex.as_bytes(), "keys.create") {
             Ok(()) => {
-                self.fs.sync_dir(&dir, "keys.dirsync").context(|| "syncing keys/".into())?;
+                self.fs
+                    .sync_dir(&dir, "keys.dirsync")
+                    .context(|| "syncing keys/".into())?;
             }
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
             Err(error) => return Err(error).context(|| "creating the signing key".into()),
         }
-        let bytes = self.fs.read(&path).context(|| "reading the signing key".into())?;
+        let bytes = self
+            .fs
+            .read(&path)
+            .context(|| "reading the signing key".into())?;
         parse_seed(&bytes)
     }
 
@@ -36,7 +41,11 @@ impl Store {
             return Ok(());
         }
         self.ensure_dirs(&[&self.layout.keys()])?;
-        self.replace_atomic(&self.layout.keys().join("issued-epoch"), epoch.to_string().as_bytes(), "keys.issued")
+        self.replace_atomic(
+            &self.layout.keys().join("issued-epoch"),
+            epoch.to_string().as_bytes(),
+            "keys.issued",
+        )
     }
 
     /// The newest epoch any token was minted under (0 when none).
@@ -52,7 +61,10 @@ impl Store {
 fn parse_seed(bytes: &[u8]) -> Result<[u8; 32], StoreError> {
     let text = std::str::from_utf8(bytes).unwrap_or_default().trim();
     let decoded = hex::decode(text).ok().filter(|d| d.len() == 32);
-    decoded
-        .and_then(|d| d.try_into().ok())
-        .ok_or_else(|| StoreError::corrupt(stopline_core::RefusalCode::ControlStateCorrupt, "keys/signing.key is corrupt"))
+    decoded.and_then(|d| d.try_into().ok()).ok_or_else(|| {
+        StoreError::corrupt(
+            stopline_core::RefusalCode::ControlStateCorrupt,
+            "keys/signing.key is corrupt",
+        )
+    })
 }

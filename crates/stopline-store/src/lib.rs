@@ -19,10 +19,10 @@ pub mod error;
 pub mod evidence;
 pub mod failpoint;
 pub mod fs;
+pub mod halts;
 pub mod keys;
 pub mod layout;
 pub mod ops;
-pub mod halts;
 pub mod recovery;
 pub mod repair;
 pub mod state;
@@ -45,7 +45,9 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("home", &self.layout.home()).finish()
+        f.debug_struct("Store")
+            .field("home", &self.layout.home())
+            .finish()
     }
 }
 

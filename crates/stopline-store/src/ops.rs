@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use stopline_core::ops::{fold, target_kind, OpKind, OpLine, Operation, Phase};
-use stopline_core::{RefusalCode, Refusal};
+use stopline_core::{Refusal, RefusalCode};
 
 /// The journal name of reconciliations.
 pub const OWNER_JOURNAL: &str = "owner";
@@ -53,7 +53,10 @@ pub struct CensusEntry {
 impl Census {
     /// True when nothing is unresolved and every registry was read.
     pub fn is_clean(&self) -> bool {
-        self.file.is_empty() && self.destination.is_empty() && self.model.is_empty() && self.errors.is_empty()
+        self.file.is_empty()
+            && self.destination.is_empty()
+            && self.model.is_empty()
+            && self.errors.is_empty()
     }
 
     /// Every unresolved entry.
@@ -101,7 +104,9 @@ impl Store {
         let dir = self.layout.ops();
         let names = match self.fs.read_dir(&dir) {
             Ok(names) => names,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return (Vec::new(), Vec::new()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                return (Vec::new(), Vec::new())
+            }
             Err(error) => return (Vec::new(), vec![format!("ops/ is unreadable: {error}")]),
         };
         let mut journals = Vec::new();
@@ -152,7 +157,9 @@ impl Store {
         };
         let mut alive: BTreeMap<String, bool> = BTreeMap::new();
         for op in ops.into_values().filter(Operation::is_unresolved) {
-            let live = *alive.entry(op.writer.clone()).or_insert_with(|| writer_alive(&op.writer));
+            let live = *alive
+                .entry(op.writer.clone())
+                .or_insert_with(|| writer_alive(&op.writer));
             let entry = CensusEntry {
                 in_flight: live && !op.in_doubt,
                 operation: op,
@@ -191,7 +198,13 @@ impl Store {
     }
 
     /// Record the owner's outcome for an unresolved operation.
-    pub fn reconcile(&self, op_id: &str, outcome: &str, reason: &str, by: &str) -> Result<Operation, StoreError> {
+    pub fn reconcile(
+        &self,
+        op_id: &str,
+        outcome: &str,
+        reason: &str,
+        by: &str,
+    ) -> Result<Operation, StoreError> {
         let reason = stopline_core::refusal::require_reason(reason)?;
         if !matches!(outcome, "committed" | "failed" | "abandoned") {
             return Err(StoreError::refused(
@@ -263,7 +276,12 @@ impl OpsJournal {
     }
 
     /// Record durable intent (fsynced before returning). Returns the operation id.
-    pub fn prepare(&self, target: &str, agent: Option<&str>, request_id: Option<&str>) -> Result<String, StoreError> {
+    pub fn prepare(
+        &self,
+        target: &str,
+        agent: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<String, StoreError> {
         if target_kind(target).is_none() {
             return Err(StoreError::Refused(Refusal::new(
                 RefusalCode::BadRequest,

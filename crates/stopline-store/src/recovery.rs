@@ -50,7 +50,13 @@ pub struct ApplyReceipt {
 
 impl Store {
     /// Fix the plan of a recovery of `scope` and record it as a `recovery_intent`.
-    pub fn recover_plan(&self, scope: &Scope, reason: &str, by: &str, census: &Census) -> Result<PlanReceipt, StoreError> {
+    pub fn recover_plan(
+        &self,
+        scope: &Scope,
+        reason: &str,
+        by: &str,
+        census: &Census,
+    ) -> Result<PlanReceipt, StoreError> {
         let reason = require_reason(reason)?;
         let wal = self.layout.wal();
         self.ensure_dirs(&[])?;
@@ -108,43 +114,88 @@ impl Store {
         let wal = self.layout.wal();
         let guard = self.lock_log_exclusive(&wal)?;
         let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
-        let unknown = || StoreError::refused(RefusalCode::PlanUnknown, format!("no pending recovery plan {plan_id:?}"));
+        let unknown = || {
+            StoreError::refused(
+                RefusalCode::PlanUnknown,
+                format!("no pending recovery plan {plan_id:?}"),
+            )
+        };
         let intent = log.recovery_intent(plan_id).ok_or_else(unknown)?.clone();
         if log.plan_applied(plan_id) {
-            return Err(StoreError::refused(RefusalCode::PlanUnknown, format!("plan {plan_id:?} was already applied")));
+            return Err(StoreError::refused(
+                RefusalCode::PlanUnknown,
+                format!("plan {plan_id:?} was already applied"),
+            ));
         }
-        let scope_text = intent.body.get("scope").and_then(Value::as_str).unwrap_or_default();
+        let scope_text = intent
+            .body
+            .get("scope")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let scope = Scope::parse_stored(scope_text).map_err(StoreError::Refused)?;
-        let reason = intent.body.get("reason").and_then(Value::as_str).unwrap_or_default().to_string();
+        let reason = intent
+            .body
+            .get("reason")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         let planned: Vec<String> = intent
             .body
             .get("latches")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default();
         let machine = scope == Scope::Machine;
         if machine {
-            self.write_state(ControlState::RecoveryPending, by, &reason, None, None, "recover.state.pending")?;
+            self.write_state(
+                ControlState::RecoveryPending,
+                by,
+                &reason,
+                None,
+                None,
+                "recover.state.pending",
+            )?;
         }
-        let (log, epoch) = self.advance_epoch_locked(&log, &scope, AdvanceCause::Recover, by, &reason, Vec::new(), "recover.epoch")?;
+        let (log, epoch) = self.advance_epoch_locked(
+            &log,
+            &scope,
+            AdvanceCause::Recover,
+            by,
+            &reason,
+            Vec::new(),
+            "recover.epoch",
+        )?;
         let target_dir = self.layout.cleared_epoch(epoch.seq);
         self.ensure_dirs(&[&self.layout.cleared(), &target_dir])?;
         let mut cleared = Vec::new();
         let mut warnings = Vec::new();
         for name in &planned {
             let from = self.layout.latch(name);
-            match self.fs.rename(&from, &target_dir.join(name), "recover.move") {
+            match self
+                .fs
+                .rename(&from, &target_dir.join(name), "recover.move")
+            {
                 Ok(()) => cleared.push(name.clone()),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                     // A vanished latch recorded only in the WAL: clearing it is recording it.
                     cleared.push(name.clone());
-                    warnings.push(format!("{name} was not in latches/ (already moved or deleted)"));
+                    warnings.push(format!(
+                        "{name} was not in latches/ (already moved or deleted)"
+                    ));
                 }
                 Err(error) => return Err(error).context(|| format!("moving {name}")),
             }
         }
-        self.fs.sync_dir(&target_dir, "recover.cleared.dirsync").context(|| "syncing the cleared folder".into())?;
-        self.fs.sync_dir(&self.layout.latches(), "recover.latches.dirsync").context(|| "syncing latches/".into())?;
+        self.fs
+            .sync_dir(&target_dir, "recover.cleared.dirsync")
+            .context(|| "syncing the cleared folder".into())?;
+        self.fs
+            .sync_dir(&self.layout.latches(), "recover.latches.dirsync")
+            .context(|| "syncing latches/".into())?;
 
         // Rescan: anything still covering the scope — a racing engage included — survives.
         let (latches, faults) = self.active_latches(Some(&log));
@@ -153,9 +204,17 @@ impl Store {
             .filter(|l| !cleared.contains(&l.file) && l.scope.covers_scope(&scope))
             .map(|l| l.file.clone())
             .collect();
-        surviving.extend(faults.iter().map(|f| format!("<{}: {}>", f.code, f.message)));
+        surviving.extend(
+            faults
+                .iter()
+                .map(|f| format!("<{}: {}>", f.code, f.message)),
+        );
         let recovered = surviving.is_empty();
-        let state = if recovered { ControlState::Running } else { ControlState::FrozenSafe };
+        let state = if recovered {
+            ControlState::Running
+        } else {
+            ControlState::FrozenSafe
+        };
         let closing = self.append_log(
             &wal,
             &log,
@@ -178,8 +237,13 @@ impl Store {
             warnings.push(format!("recovery_applied could not be recorded: {error}"));
         }
         if machine {
-            let why = if recovered { reason.clone() } else { "an engage raced this recovery; the machine is still latched".into() };
-            if let Err(error) = self.write_state(state, by, &why, None, None, "recover.state.final") {
+            let why = if recovered {
+                reason.clone()
+            } else {
+                "an engage raced this recovery; the machine is still latched".into()
+            };
+            if let Err(error) = self.write_state(state, by, &why, None, None, "recover.state.final")
+            {
                 warnings.push(format!("state.json could not be written: {error}"));
             }
         }

@@ -41,17 +41,30 @@ impl Store {
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
             Err(error) => return Err(error).context(|| format!("writing {}", path.display())),
         }
-        self.fs.sync_dir(&dir, "repair.evidence.dirsync").context(|| "syncing recovery-evidence/".into())?;
-        let back = self.fs.read(&path).context(|| format!("reading back {}", path.display()))?;
+        self.fs
+            .sync_dir(&dir, "repair.evidence.dirsync")
+            .context(|| "syncing recovery-evidence/".into())?;
+        let back = self
+            .fs
+            .read(&path)
+            .context(|| format!("reading back {}", path.display()))?;
         if back != bytes {
-            return Err(StoreError::refused(RefusalCode::RepairRefused, format!("{name} did not read back as written")));
+            return Err(StoreError::refused(
+                RefusalCode::RepairRefused,
+                format!("{name} did not read back as written"),
+            ));
         }
         Ok(name)
     }
 
     /// Repair the WAL tail and the epoch snapshot. `highest_issued_epoch` is the newest epoch any
     /// issued authority claims (from the key's issuance record).
-    pub fn repair(&self, reason: &str, by: &str, highest_issued_epoch: u64) -> Result<RepairReceipt, StoreError> {
+    pub fn repair(
+        &self,
+        reason: &str,
+        by: &str,
+        highest_issued_epoch: u64,
+    ) -> Result<RepairReceipt, StoreError> {
         let reason = require_reason(reason)?;
         let wal_path = self.layout.wal();
         let _guard = self.lock_log_exclusive(&wal_path)?;
@@ -61,10 +74,17 @@ impl Store {
             Ok(log) => log,
             Err(WalFault::TornTail { offset }) => {
                 let log = wal::verify(&bytes[..offset]).map_err(|fault| {
-                    StoreError::refused(RefusalCode::RepairRefused, format!("the WAL is broken before its tail: {fault}"))
+                    StoreError::refused(
+                        RefusalCode::RepairRefused,
+                        format!("the WAL is broken before its tail: {fault}"),
+                    )
                 })?;
-                receipt.evidence.push(self.keep_recovery_evidence("breakglass.wal.jsonl", &bytes)?);
-                self.fs.truncate(&wal_path, offset as u64, "repair.wal.truncate").context(|| "truncating the WAL".into())?;
+                receipt
+                    .evidence
+                    .push(self.keep_recovery_evidence("breakglass.wal.jsonl", &bytes)?);
+                self.fs
+                    .truncate(&wal_path, offset as u64, "repair.wal.truncate")
+                    .context(|| "truncating the WAL".into())?;
                 receipt.wal_truncated_bytes = (bytes.len() - offset) as u64;
                 log
             }
@@ -81,13 +101,19 @@ impl Store {
                 let rebuilt = match log.last_epoch_advance() {
                     Some((wal_seq, new_epoch, scopes)) => EpochMap {
                         seq: new_epoch,
-                        scopes: scopes.iter().filter_map(|(k, v)| v.as_u64().map(|v| (k.clone(), v))).collect(),
+                        scopes: scopes
+                            .iter()
+                            .filter_map(|(k, v)| v.as_u64().map(|v| (k.clone(), v)))
+                            .collect(),
                         wal_seq,
                     },
                     None => EpochMap::default(),
                 };
                 if !rebuilt.is_consistent() {
-                    return Err(StoreError::refused(RefusalCode::RepairRefused, "the WAL's last epoch advance is inconsistent"));
+                    return Err(StoreError::refused(
+                        RefusalCode::RepairRefused,
+                        "the WAL's last epoch advance is inconsistent",
+                    ));
                 }
                 if highest_issued_epoch > rebuilt.seq {
                     return Err(StoreError::refused(
@@ -104,7 +130,9 @@ impl Store {
                             "epoch.json claims an epoch newer than the WAL knows; refusing to roll it back",
                         ));
                     }
-                    receipt.evidence.push(self.keep_recovery_evidence("epoch.json", &old)?);
+                    receipt
+                        .evidence
+                        .push(self.keep_recovery_evidence("epoch.json", &old)?);
                 }
                 let bytes = serde_json::to_vec(&rebuilt).expect("an epoch map always serializes");
                 self.replace_atomic(&self.layout.epoch(), &bytes, "repair.epoch")?;

@@ -11,7 +11,9 @@ use crate::Store;
 use std::collections::BTreeSet;
 use std::io;
 use stopline_core::wal::WalLog;
-use stopline_core::{ActiveLatch, ControlView, EpochMap, Level, Refusal, RefusalCode, Scope, StateRecord};
+use stopline_core::{
+    ActiveLatch, ControlView, EpochMap, Level, Refusal, RefusalCode, Scope, StateRecord,
+};
 
 /// The raw control records read under one shared lock.
 #[derive(Debug, Clone)]

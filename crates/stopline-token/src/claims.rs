@@ -136,9 +136,9 @@ impl Claims {
             (None, 1) => Ok(()),
             (Some(_), 1) => Err("a root token cannot name a parent".into()),
             (None, _) => Err("a delegated token must name its parent".into()),
-            (Some(parent), _) if !is_jti(parent) => Err(format!(
-                "parent must be {JTI_HEX_LEN} lowercase hex digits"
-            )),
+            (Some(parent), _) if !is_jti(parent) => {
+                Err(format!("parent must be {JTI_HEX_LEN} lowercase hex digits"))
+            }
             (Some(_), _) if self.role != Role::Agent => {
                 Err("a delegated token must have role agent".into())
             }
@@ -173,12 +173,17 @@ fn check_project(project: &Path) -> Result<(), String> {
         return Err("the project root is too long or contains NUL".into());
     }
     // `Path::components` silently drops `.` segments, so the scope rule alone lets them through.
-    if text.split('/').any(|segment| segment == "." || segment == "..") {
+    if text
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+    {
         return Err(format!("the project root {text:?} has a . or .. segment"));
     }
     match Scope::parse_stored(&format!("project:{text}")) {
         Ok(Scope::Project(_)) => Ok(()),
-        _ => Err(format!("the project root {text:?} is not canonical and absolute")),
+        _ => Err(format!(
+            "the project root {text:?} is not canonical and absolute"
+        )),
     }
 }
 
@@ -225,7 +230,10 @@ mod tests {
         check(|c| c.jti = "A".repeat(32), Some("jti"));
         check(|c| c.chain.clear(), Some("empty"));
         check(|c| c.chain.push(name("root")), Some("twice"));
-        check(|c| c.chain.push(name("child")), Some("must name its parent"));
+        check(
+            |c| c.chain.push(name("child")),
+            Some("must name its parent"),
+        );
         check(|c| c.parent = Some("1".repeat(32)), Some("root token"));
         let delegated = |c: &mut Claims| {
             c.chain.push(name("child"));
@@ -240,10 +248,22 @@ mod tests {
             None,
         );
         check(
-            |c| c.chain = (0..=MAX_CHAIN_LEN).map(|i| name(&format!("a{i}"))).collect(),
+            |c| {
+                c.chain = (0..=MAX_CHAIN_LEN)
+                    .map(|i| name(&format!("a{i}")))
+                    .collect()
+            },
             Some("longer than"),
         );
-        for bad in ["rel", "/srv/a/", "/srv//a", "/srv/../a", "/srv/./a", "/srv/a/.", "/a\0b"] {
+        for bad in [
+            "rel",
+            "/srv/a/",
+            "/srv//a",
+            "/srv/../a",
+            "/srv/./a",
+            "/srv/a/.",
+            "/a\0b",
+        ] {
             check(|c| c.project = Some(bad.into()), Some("project root"));
         }
         check(|c| c.project = Some("/".into()), None);

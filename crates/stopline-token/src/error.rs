@@ -61,7 +61,11 @@ mod tests {
     #[test]
     fn each_error_maps_to_its_contract_codes() {
         let cases = [
-            (TokenError::Malformed("x".into()), "token_invalid", "malformed"),
+            (
+                TokenError::Malformed("x".into()),
+                "token_invalid",
+                "malformed",
+            ),
             (TokenError::BadSignature, "token_invalid", "bad_signature"),
             (TokenError::Expired { exp: 5 }, "token_expired", "expired"),
         ];

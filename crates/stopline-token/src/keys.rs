@@ -109,7 +109,10 @@ mod tests {
         let again = signing_key_from_seed(&signing_key_seed(&key)).unwrap();
         assert_eq!(again.verifying_key(), key.verifying_key());
         let public = key.verifying_key();
-        assert_eq!(verifying_key_from_hex(&verifying_key_hex(&public)).unwrap(), public);
+        assert_eq!(
+            verifying_key_from_hex(&verifying_key_hex(&public)).unwrap(),
+            public
+        );
         assert_eq!(verifying_key_from_bytes(public.as_bytes()).unwrap(), public);
         assert_eq!(fingerprint(&public).len(), 16);
         assert_ne!(generate_signing_key().unwrap().to_bytes(), key.to_bytes());

@@ -22,13 +22,20 @@ fn planner() -> Claims {
     request.role = Role::Operator;
     request.project = Some("/srv/project".into());
     request.run = Some(name("eval-1"));
-    request.budgets = [(BudgetKind::ToolCalls, 10.0), (BudgetKind::WallClockS, 600.0)].into();
+    request.budgets = [
+        (BudgetKind::ToolCalls, 10.0),
+        (BudgetKind::WallClockS, 600.0),
+    ]
+    .into();
     request.mint(&key()).unwrap().claims
 }
 
 fn child_of(parent: &Claims, child: &str, ttl_s: Option<u64>, budgets: &Budgets) -> Claims {
     let minted = delegate(&key(), parent, name(child), ttl_s, budgets, NOW + 100).unwrap();
-    assert_eq!(verify(&key().verifying_key(), &minted.token, NOW + 100), Ok(minted.claims.clone()));
+    assert_eq!(
+        verify(&key().verifying_key(), &minted.token, NOW + 100),
+        Ok(minted.claims.clone())
+    );
     minted.claims
 }
 
@@ -61,9 +68,19 @@ fn budgets_are_carved_from_the_parent() {
     assert_eq!(child.budgets[&BudgetKind::WallClockS], 500.0);
     let new_kind = child_of(&root, "reader", None, &[(BudgetKind::Steps, 3.0)].into());
     assert_eq!(new_kind.budgets[&BudgetKind::Steps], 3.0);
-    for greedy in [(BudgetKind::ToolCalls, 11.0), (BudgetKind::WallClockS, 550.0)] {
-        let refusal =
-            delegate(&key(), &root, name("greedy"), None, &[greedy].into(), NOW + 100).unwrap_err();
+    for greedy in [
+        (BudgetKind::ToolCalls, 11.0),
+        (BudgetKind::WallClockS, 550.0),
+    ] {
+        let refusal = delegate(
+            &key(),
+            &root,
+            name("greedy"),
+            None,
+            &[greedy].into(),
+            NOW + 100,
+        )
+        .unwrap_err();
         assert_eq!(refusal.code, RefusalCode::BudgetExhausted, "{greedy:?}");
     }
 }
@@ -73,23 +90,43 @@ fn refusals() {
     let root = planner();
     let none = Budgets::new();
     let refused = |parent: &Claims, child: &str, ttl: Option<u64>, now: i64| {
-        delegate(&key(), parent, name(child), ttl, &none, now).unwrap_err().code
+        delegate(&key(), parent, name(child), ttl, &none, now)
+            .unwrap_err()
+            .code
     };
-    assert_eq!(refused(&root, "coder", None, root.exp), RefusalCode::TokenExpired);
-    assert_eq!(refused(&root, "planner", None, NOW), RefusalCode::BadRequest);
+    assert_eq!(
+        refused(&root, "coder", None, root.exp),
+        RefusalCode::TokenExpired
+    );
+    assert_eq!(
+        refused(&root, "planner", None, NOW),
+        RefusalCode::BadRequest
+    );
     let child = child_of(&root, "coder", None, &none);
-    assert_eq!(refused(&child, "planner", None, NOW), RefusalCode::BadRequest);
-    assert_eq!(refused(&root, "coder", Some(0), NOW), RefusalCode::BadRequest);
+    assert_eq!(
+        refused(&child, "planner", None, NOW),
+        RefusalCode::BadRequest
+    );
+    assert_eq!(
+        refused(&root, "coder", Some(0), NOW),
+        RefusalCode::BadRequest
+    );
     assert!(delegate(&key(), &root, name("coder"), Some(u64::MAX), &none, NOW).is_ok());
     let mut deepest = root.clone();
     for link in 1..MAX_CHAIN_LEN {
         deepest = child_of(&deepest, &format!("a{link}"), None, &none);
     }
     assert_eq!(deepest.chain.len(), MAX_CHAIN_LEN);
-    assert_eq!(refused(&deepest, "one-more", None, NOW), RefusalCode::BadRequest);
+    assert_eq!(
+        refused(&deepest, "one-more", None, NOW),
+        RefusalCode::BadRequest
+    );
     let mut forged = root.clone();
     forged.chain.clear();
-    assert_eq!(refused(&forged, "coder", None, NOW), RefusalCode::TokenInvalid);
+    assert_eq!(
+        refused(&forged, "coder", None, NOW),
+        RefusalCode::TokenInvalid
+    );
 }
 
 #[test]
@@ -107,11 +144,20 @@ fn a_stop_of_any_ancestor_makes_the_child_stale() {
     };
     assert!(stale(Scope::Agent(name("planner"))), "parent stopped");
     assert!(stale(Scope::Agent(name("coder"))), "child stopped");
-    assert!(stale(Scope::Project("/srv".into())), "enclosing project stopped");
+    assert!(
+        stale(Scope::Project("/srv".into())),
+        "enclosing project stopped"
+    );
     assert!(stale(Scope::Run(name("eval-1"))), "run stopped");
     assert!(stale(Scope::Machine), "machine stopped");
-    assert!(!stale(Scope::Agent(name("unrelated"))), "unrelated agent stopped");
-    assert!(!stale(Scope::Project("/srv/projectx".into())), "sibling project stopped");
+    assert!(
+        !stale(Scope::Agent(name("unrelated"))),
+        "unrelated agent stopped"
+    );
+    assert!(
+        !stale(Scope::Project("/srv/projectx".into())),
+        "sibling project stopped"
+    );
     assert!(!stale(Scope::Run(name("eval-2"))), "other run stopped");
     // A parent minted under an epoch the verifier has not seen yet gives a future child.
     let behind = EpochMap {

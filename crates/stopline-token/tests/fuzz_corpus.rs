@@ -100,33 +100,63 @@ fn seeds() -> Vec<(&'static str, String)> {
         ("valid-delegated", issue(&key, &delegated).unwrap()),
         ("valid-operator", issue(&key, &operator).unwrap()),
         ("expired-root", issue(&key, &expired).unwrap()),
-        ("bad_signature-foreign-key", issue(&stranger, &root).unwrap()),
+        (
+            "bad_signature-foreign-key",
+            issue(&stranger, &root).unwrap(),
+        ),
         ("malformed-empty", String::new()),
-        ("malformed-two-parts", valid.rsplit_once('.').unwrap().0.to_string()),
+        (
+            "malformed-two-parts",
+            valid.rsplit_once('.').unwrap().0.to_string(),
+        ),
         ("malformed-wrong-prefix", valid.replacen("stl1", "stl2", 1)),
         ("malformed-trailing-newline", format!("{valid}\n")),
         ("malformed-padded", format!("{valid}==")),
         ("malformed-not-json", signed_raw(&key, "not json")),
-        ("malformed-unknown-field", signed_raw(&key, &json.replace("\"v\":1", "\"v\":1,\"x\":0"))),
-        ("malformed-version-2", signed_raw(&key, &json.replace("\"v\":1", "\"v\":2"))),
-        ("malformed-empty-chain", signed_raw(&key, &json.replace("[\"root-agent\"]", "[]"))),
+        (
+            "malformed-unknown-field",
+            signed_raw(&key, &json.replace("\"v\":1", "\"v\":1,\"x\":0")),
+        ),
+        (
+            "malformed-version-2",
+            signed_raw(&key, &json.replace("\"v\":1", "\"v\":2")),
+        ),
+        (
+            "malformed-empty-chain",
+            signed_raw(&key, &json.replace("[\"root-agent\"]", "[]")),
+        ),
         (
             "malformed-dotdot-project",
-            signed_raw(&key, &json.replace("\"epoch\"", "\"project\":\"/srv/../etc\",\"epoch\"")),
+            signed_raw(
+                &key,
+                &json.replace("\"epoch\"", "\"project\":\"/srv/../etc\",\"epoch\""),
+            ),
         ),
-        ("malformed-oversize", format!("stl1.{}.AA", "e30".repeat(3000))),
+        (
+            "malformed-oversize",
+            format!("stl1.{}.AA", "e30".repeat(3000)),
+        ),
     ]
+}
+
+/// Under `STOPLINE_BLESS`, write the named seeds, once per test process, before any test
+/// reads the corpus.
+fn bless_once() {
+    static BLESSED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BLESSED.get_or_init(|| {
+        if std::env::var_os("STOPLINE_BLESS").is_some() {
+            for (file, contents) in seeds() {
+                std::fs::write(corpus_dir().join(file), contents).unwrap();
+            }
+        }
+    });
 }
 
 #[test]
 fn named_seeds_are_current() {
-    let dir = corpus_dir();
-    let bless = std::env::var_os("STOPLINE_BLESS").is_some();
+    bless_once();
     for (file, contents) in seeds() {
-        let path = dir.join(file);
-        if bless {
-            std::fs::write(&path, &contents).unwrap();
-        }
+        let path = corpus_dir().join(file);
         let on_disk = std::fs::read(&path).unwrap_or_default();
         assert!(
             on_disk == contents.as_bytes(),
@@ -138,6 +168,7 @@ fn named_seeds_are_current() {
 
 #[test]
 fn every_corpus_file_replays_without_panic_and_named_ones_as_named() {
+    bless_once();
     let entries = std::fs::read_dir(corpus_dir()).expect("fuzz/corpus/token exists");
     let mut named = 0;
     for entry in entries {

@@ -68,7 +68,11 @@ fn every_altered_character_is_refused() {
         let mut altered = token.clone();
         altered.replace_range(index..index + 1, replacement);
         let error = verify(&key().verifying_key(), &altered, NOW).unwrap_err();
-        assert_eq!(error.code(), RefusalCode::TokenInvalid, "at {index}: {error}");
+        assert_eq!(
+            error.code(),
+            RefusalCode::TokenInvalid,
+            "at {index}: {error}"
+        );
     }
 }
 
@@ -81,10 +85,16 @@ fn altered_parts_report_what_broke() {
     // A different, canonically encoded payload under the old signature.
     let other = signed_json(r#"{"v":1}"#);
     let other_payload = other.split('.').nth(1).unwrap();
-    check(&format!("stl1.{other_payload}.{signature}"), Some("bad_signature"));
+    check(
+        &format!("stl1.{other_payload}.{signature}"),
+        Some("bad_signature"),
+    );
     // A canonically encoded signature that is not the payload's.
     let foreign = URL_SAFE_NO_PAD.encode(key().sign(b"something else").to_bytes());
-    check(&format!("{prefix_and_payload}.{foreign}"), Some("bad_signature"));
+    check(
+        &format!("{prefix_and_payload}.{foreign}"),
+        Some("bad_signature"),
+    );
     check(&format!("{token}.x"), Some("malformed"));
     check(&format!("{token}\n"), Some("malformed"));
     check(&format!("{token}="), Some("malformed"));
@@ -119,7 +129,9 @@ fn expiry_is_exclusive_of_exp() {
 #[test]
 fn genuine_signatures_over_bad_claims_are_malformed() {
     let jti = "0123456789abcdef0123456789abcdef";
-    let good = format!(r#"{{"v":1,"jti":"{jti}","chain":["a"],"role":"agent","epoch":0,"iat":1,"exp":2000000000}}"#);
+    let good = format!(
+        r#"{{"v":1,"jti":"{jti}","chain":["a"],"role":"agent","epoch":0,"iat":1,"exp":2000000000}}"#
+    );
     check(&signed_json(&good), None);
     let cases = [
         good.replace(r#""v":1"#, r#""v":2"#),
@@ -149,11 +161,21 @@ fn genuine_signatures_over_bad_claims_are_malformed() {
 
 #[test]
 fn shapes_and_sizes_are_refused_before_decoding() {
-    for text in ["", "stl1", "stl1.", "stl1..", "stl1.e30.", ".e30.AA", "stl1.e30=.AA"] {
+    for text in [
+        "",
+        "stl1",
+        "stl1.",
+        "stl1..",
+        "stl1.e30.",
+        ".e30.AA",
+        "stl1.e30=.AA",
+    ] {
         check(text, Some("malformed"));
     }
     let huge = format!("stl1.{}.AA", "A".repeat(9000));
-    assert!(matches!(decode_unverified(&huge), Err(TokenError::Malformed(why)) if why.contains("8 KiB")));
+    assert!(
+        matches!(decode_unverified(&huge), Err(TokenError::Malformed(why)) if why.contains("8 KiB"))
+    );
 }
 
 #[test]
@@ -168,8 +190,14 @@ fn unissuable_claims_are_refused_at_mint() {
     assert_eq!(zero.mint(&key()).unwrap_err().code, RefusalCode::BadRequest);
     let mut overflow = request();
     overflow.ttl_s = u64::MAX;
-    assert_eq!(overflow.mint(&key()).unwrap_err().code, RefusalCode::BadRequest);
+    assert_eq!(
+        overflow.mint(&key()).unwrap_err().code,
+        RefusalCode::BadRequest
+    );
     let mut relative = request();
     relative.project = Some("srv/project".into());
-    assert_eq!(relative.mint(&key()).unwrap_err().code, RefusalCode::BadRequest);
+    assert_eq!(
+        relative.mint(&key()).unwrap_err().code,
+        RefusalCode::BadRequest
+    );
 }

@@ -8,7 +8,7 @@ use crate::context::Context;
 use serde_json::{json, Value};
 use std::path::Path;
 use stopline_core::budget::Budgets;
-use stopline_core::{AuthorityStatus, Name, Refusal, RefusalCode, Role};
+use stopline_core::{Name, Refusal, RefusalCode, Role};
 use stopline_token::{IssueRequest, Minted};
 
 /// What `token issue` asks for.
@@ -73,20 +73,8 @@ pub fn delegate(
     if let Some(fault) = view.faults.into_iter().next() {
         return Err(fault);
     }
-    match claims.standing(&view.epoch) {
-        AuthorityStatus::Current => {}
-        AuthorityStatus::Stale { scope, .. } => {
-            return Err(Refusal::new(
-                RefusalCode::StaleControlEpoch,
-                format!("the parent was revoked by a stop of {scope}"),
-            ))
-        }
-        AuthorityStatus::Future { .. } => {
-            return Err(Refusal::new(
-                RefusalCode::FutureControlEpoch,
-                "the parent claims an epoch never issued",
-            ))
-        }
+    if let Some(refusal) = claims.standing(&view.epoch).refusal(claims.epoch) {
+        return Err(refusal);
     }
     stopline_token::delegate(
         &ctx.signing_key()?,
@@ -129,11 +117,10 @@ pub fn verify(ctx: &Context, token: &str) -> Value {
                 }
                 match view.faults.first() {
                     Some(fault) => Some(fault.code.to_string()),
-                    None => match claims.standing(&view.epoch) {
-                        AuthorityStatus::Current => None,
-                        AuthorityStatus::Stale { .. } => Some("stale_control_epoch".into()),
-                        AuthorityStatus::Future { .. } => Some("future_control_epoch".into()),
-                    },
+                    None => claims
+                        .standing(&view.epoch)
+                        .refusal(claims.epoch)
+                        .map(|r| r.code.to_string()),
                 }
             }
         },

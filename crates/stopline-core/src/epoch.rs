@@ -46,6 +46,24 @@ pub enum AuthorityStatus {
     },
 }
 
+impl AuthorityStatus {
+    /// The refusal this standing means, if any.
+    pub fn refusal(&self, issue_epoch: u64) -> Option<crate::refusal::Refusal> {
+        use crate::refusal::{Refusal, RefusalCode};
+        match self {
+            AuthorityStatus::Current => None,
+            AuthorityStatus::Stale { scope, revision } => Some(Refusal::new(
+                RefusalCode::StaleControlEpoch,
+                format!("authority minted under epoch {issue_epoch} was revoked by {scope} at revision {revision}"),
+            )),
+            AuthorityStatus::Future { seq } => Some(Refusal::new(
+                RefusalCode::FutureControlEpoch,
+                format!("authority claims epoch {issue_epoch} beyond the issued {seq}"),
+            )),
+        }
+    }
+}
+
 impl EpochMap {
     /// The map after advancing `scope`: `seq + 1`, and `scopes[scope] = seq + 1`.
     /// `wal_seq` is left for the caller to set once the WAL record exists.

@@ -174,10 +174,16 @@ pub fn path_within(root: &Path, path: &Path) -> bool {
     path.starts_with(root)
 }
 
-fn is_canonical_absolute(path: &Path) -> bool {
+/// True when `path` is absolute and canonical in form: no `.`/`..` segments, no `//`, no trailing
+/// `/` (except the root itself). Symlinks are the canonicalizer's business, not this check's.
+pub fn is_canonical_absolute(path: &Path) -> bool {
     let text = path.to_string_lossy();
     path.is_absolute()
         && !text.contains("//")
+        && !text
+            .split('/')
+            .any(|segment| segment == "." || segment == "..")
+        && !text.contains('\0')
         && (text == "/" || !text.ends_with('/'))
         && path
             .components()

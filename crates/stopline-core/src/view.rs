@@ -5,7 +5,7 @@
 //! is exactly one admission path, so no surface can disagree with another about a stop.
 
 use crate::admission::{admit, Decision, Mode, TaskClass};
-use crate::epoch::{AuthorityStatus, EpochMap};
+use crate::epoch::EpochMap;
 use crate::latch::ActiveLatch;
 use crate::refusal::{Refusal, RefusalCode};
 use crate::state::{ControlState, StateRecord};
@@ -130,27 +130,9 @@ impl ControlView {
             );
         }
         if let Some(authority) = authority {
-            match self.epoch.authority_status(authority.issue_epoch, subject) {
-                AuthorityStatus::Current => {}
-                AuthorityStatus::Stale { scope, revision } => {
-                    return CheckReceipt::block(
-                        mode,
-                        RefusalCode::StaleControlEpoch,
-                        format!(
-                            "authority minted under epoch {} was revoked by {scope} at revision {revision}",
-                            authority.issue_epoch
-                        ),
-                        latches,
-                    )
-                }
-                AuthorityStatus::Future { seq } => {
-                    return CheckReceipt::block(
-                        mode,
-                        RefusalCode::FutureControlEpoch,
-                        format!("authority claims epoch {} beyond the issued {seq}", authority.issue_epoch),
-                        latches,
-                    )
-                }
+            let standing = self.epoch.authority_status(authority.issue_epoch, subject);
+            if let Some(refusal) = standing.refusal(authority.issue_epoch) {
+                return CheckReceipt::block(mode, refusal.code, refusal.message, latches);
             }
         }
         match self.state.effective(now_unix_ms) {

@@ -127,7 +127,7 @@ pub enum Command {
     /// Owner console: a bounded window for durably prepared work after a machine stop.
     Drain {
         /// Seconds, 1..=3600.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         deadline: i64,
         /// Why (required).
         #[arg(long)]

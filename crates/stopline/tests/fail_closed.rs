@@ -31,7 +31,12 @@ fn check_latch_entry(name: &str, bytes: Option<&[u8]>, setup: impl FnOnce(&Home)
     }
     assert_closed(&home, &token, "break_glass_contained");
     let status = home.status();
-    let machine: Vec<_> = status["latches"].as_array().unwrap().iter().filter(|l| l["file"] == name).collect();
+    let machine: Vec<_> = status["latches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["file"] == name)
+        .collect();
     assert_eq!(machine.len(), 1, "{status}");
     assert_eq!(machine[0]["scope"], "machine");
     assert_eq!(machine[0]["level"], "emergency");
@@ -45,7 +50,11 @@ fn empty_latch_is_a_machine_emergency() {
 
 #[test]
 fn malformed_latch_is_a_machine_emergency() {
-    check_latch_entry("latch_bad.json", Some(b"{\"kind\":\"breakglass_latch\",\"id\":"), |_| {});
+    check_latch_entry(
+        "latch_bad.json",
+        Some(b"{\"kind\":\"breakglass_latch\",\"id\":"),
+        |_| {},
+    );
 }
 
 #[test]
@@ -71,7 +80,11 @@ fn unreadable_latch_is_a_machine_emergency() {
 #[test]
 fn dangling_symlink_latch_is_a_machine_emergency() {
     check_latch_entry("latch_link.json", None, |home| {
-        std::os::unix::fs::symlink("/nonexistent/target", home.file("latches").join("latch_link.json")).unwrap();
+        std::os::unix::fs::symlink(
+            "/nonexistent/target",
+            home.file("latches").join("latch_link.json"),
+        )
+        .unwrap();
     });
 }
 
@@ -151,13 +164,23 @@ fn deleted_latch_recorded_in_the_wal_is_a_machine_emergency() {
     let home = Home::new();
     let receipt = home.engage("agent:victim", "halt-all");
     let token = home.token(&["--agent", "bystander"]);
-    assert_eq!(home.check(&["--class", "noncritical", "--token", &token]).0, 0);
+    assert_eq!(
+        home.check(&["--class", "noncritical", "--token", &token]).0,
+        0
+    );
     let file = receipt["latch"]["file"].as_str().unwrap();
     std::fs::remove_file(home.file("latches").join(file)).unwrap();
     let (code, check) = home.check(&["--class", "noncritical", "--token", &token]);
-    assert_eq!(code, 4, "someone deleted a stop: the whole machine is stopped: {check}");
+    assert_eq!(
+        code, 4,
+        "someone deleted a stop: the whole machine is stopped: {check}"
+    );
     let status = home.status();
-    assert!(status["latches"].as_array().unwrap().iter().any(|l| l["file"] == file && l["scope"] == "machine"));
+    assert!(status["latches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l["file"] == file && l["scope"] == "machine"));
 }
 
 #[test]

@@ -17,13 +17,27 @@ fn project_stop_spares_a_sibling_project_with_a_shared_prefix() {
     home.engage(&format!("project:{}", a.display()), "emergency");
     let (code, receipt) = home.check(&["--class", "noncritical", "--token", &token_a]);
     assert_eq!(code, 4, "{receipt}");
-    assert_eq!(receipt["code"], "stale_control_epoch", "pre-stop authority under the project is revoked");
+    assert_eq!(
+        receipt["code"], "stale_control_epoch",
+        "pre-stop authority under the project is revoked"
+    );
     let fresh_a = home.token(&["--agent", "wa2", "--project", a_sub.to_str().unwrap()]);
     let (code, receipt) = home.check(&["--class", "noncritical", "--token", &fresh_a]);
-    assert_eq!((code, receipt["code"].as_str()), (4, Some("break_glass_contained")), "the latch still covers fresh authority");
+    assert_eq!(
+        (code, receipt["code"].as_str()),
+        (4, Some("break_glass_contained")),
+        "the latch still covers fresh authority"
+    );
     let (code, receipt) = home.check(&["--class", "noncritical", "--token", &token_ab]);
     assert_eq!(code, 0, "/srv/ab is not under /srv/a: {receipt}");
-    let (code, _) = home.check(&["--class", "noncritical", "--agent", "x", "--project", ab.to_str().unwrap()]);
+    let (code, _) = home.check(&[
+        "--class",
+        "noncritical",
+        "--agent",
+        "x",
+        "--project",
+        ab.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0);
 }
 
@@ -36,7 +50,10 @@ fn agent_stop_revokes_that_agent_and_its_sub_agents_only() {
     let other = home.token(&["--agent", "other"]);
     let other_child = home.delegate(&other, "helper");
     for token in [&parent, &child, &grandchild, &other, &other_child] {
-        assert_eq!(home.check(&["--class", "noncritical", "--token", token]).0, 0);
+        assert_eq!(
+            home.check(&["--class", "noncritical", "--token", token]).0,
+            0
+        );
     }
     home.engage("agent:parent", "emergency");
     for token in [&parent, &child, &grandchild] {
@@ -68,25 +85,87 @@ fn halt_levels_keep_authority_and_disengage_lifts_them() {
     home.engage("machine", "halt-all");
     let (code, receipt) = home.check(&["--class", "noncritical", "--token", &token]);
     assert_eq!((code, receipt["mode"].as_str()), (4, Some("HALT_ALL")));
-    assert_eq!(home.check(&["--class", "critical", "--token", &critical]).0, 0, "critical work continues at HALT_ALL");
+    assert_eq!(
+        home.check(&["--class", "critical", "--token", &critical]).0,
+        0,
+        "critical work continues at HALT_ALL"
+    );
     let (code, _) = home.check(&["--class", "critical", "--token", &token]);
-    assert_eq!(code, 4, "an agent token's claim of critical is judged noncritical");
+    assert_eq!(
+        code, 4,
+        "an agent token's claim of critical is judged noncritical"
+    );
     // The stopped agent cannot lift its own stop.
-    let r = home.run(&["disengage", "--scope", "agent:w", "--reason", "let me go", "--token", &token]);
-    assert_eq!((r.code, r.code_str().as_str()), (1, "disengage_not_permitted"));
-    let r = home.run(&["disengage", "--scope", "agent:w", "--reason", "x", "--by", "random-person"]);
-    assert_eq!((r.code, r.code_str().as_str()), (1, "disengage_not_permitted"));
-    home.run(&["disengage", "--scope", "machine", "--reason", "checked", "--by", "operator"]).assert_ok();
-    home.run(&["disengage", "--scope", "agent:w", "--reason", "checked", "--by", "safety-monitor"]).assert_ok();
-    assert_eq!(home.check(&["--class", "noncritical", "--token", &token]).0, 0, "authority survives halts");
+    let r = home.run(&[
+        "disengage",
+        "--scope",
+        "agent:w",
+        "--reason",
+        "let me go",
+        "--token",
+        &token,
+    ]);
+    assert_eq!(
+        (r.code, r.code_str().as_str()),
+        (1, "disengage_not_permitted")
+    );
+    let r = home.run(&[
+        "disengage",
+        "--scope",
+        "agent:w",
+        "--reason",
+        "x",
+        "--by",
+        "random-person",
+    ]);
+    assert_eq!(
+        (r.code, r.code_str().as_str()),
+        (1, "disengage_not_permitted")
+    );
+    home.run(&[
+        "disengage",
+        "--scope",
+        "machine",
+        "--reason",
+        "checked",
+        "--by",
+        "operator",
+    ])
+    .assert_ok();
+    home.run(&[
+        "disengage",
+        "--scope",
+        "agent:w",
+        "--reason",
+        "checked",
+        "--by",
+        "safety-monitor",
+    ])
+    .assert_ok();
+    assert_eq!(
+        home.check(&["--class", "noncritical", "--token", &token]).0,
+        0,
+        "authority survives halts"
+    );
 }
 
 #[test]
 fn emergency_latches_need_recovery_not_disengage() {
     let home = Home::new();
     home.engage("agent:w", "emergency");
-    let r = home.run(&["disengage", "--scope", "agent:w", "--reason", "x", "--by", "operator"]);
-    assert_eq!((r.code, r.code_str().as_str()), (1, "emergency_requires_recovery"));
+    let r = home.run(&[
+        "disengage",
+        "--scope",
+        "agent:w",
+        "--reason",
+        "x",
+        "--by",
+        "operator",
+    ]);
+    assert_eq!(
+        (r.code, r.code_str().as_str()),
+        (1, "emergency_requires_recovery")
+    );
     assert_eq!(home.entries("latches").len(), 1);
 }
 
@@ -112,10 +191,20 @@ fn future_epoch_is_refused_and_forged_tokens_are_blocked() {
         std::fs::remove_file(home.file("latches").join(f)).unwrap();
     }
     let (code, receipt) = home.check(&["--class", "noncritical", "--token", &late]);
-    assert_eq!((code, receipt["code"].as_str()), (4, Some("future_control_epoch")), "{receipt}");
-    assert_eq!(home.check(&["--class", "noncritical", "--token", &token]).0, 0);
+    assert_eq!(
+        (code, receipt["code"].as_str()),
+        (4, Some("future_control_epoch")),
+        "{receipt}"
+    );
+    assert_eq!(
+        home.check(&["--class", "noncritical", "--token", &token]).0,
+        0
+    );
     let garbage = home.check(&["--class", "noncritical", "--token", "stl1.not.atoken"]);
-    assert_eq!((garbage.0, garbage.1["code"].as_str()), (4, Some("token_invalid")));
+    assert_eq!(
+        (garbage.0, garbage.1["code"].as_str()),
+        (4, Some("token_invalid"))
+    );
     let expired = home.token(&["--agent", "w", "--ttl", "1"]);
     std::thread::sleep(std::time::Duration::from_millis(2100));
     let (code, receipt) = home.check(&["--class", "noncritical", "--token", &expired]);
@@ -126,10 +215,14 @@ fn future_epoch_is_refused_and_forged_tokens_are_blocked() {
 fn unprovable_identity_is_covered_by_every_agent_latch() {
     let home = Home::new();
     home.engage("agent:somebody", "halt-all");
-    let (code, receipt) = home.check(&["--class", "noncritical", "--agent", "nobody-in-particular"]);
+    let (code, receipt) =
+        home.check(&["--class", "noncritical", "--agent", "nobody-in-particular"]);
     assert_eq!(code, 4, "{receipt}");
     let token = home.token(&["--agent", "nobody-in-particular"]);
-    assert_eq!(home.check(&["--class", "noncritical", "--token", &token]).0, 0);
+    assert_eq!(
+        home.check(&["--class", "noncritical", "--token", &token]).0,
+        0
+    );
 }
 
 #[test]
@@ -139,8 +232,19 @@ fn token_from_file_and_environment() {
     let path = home.dir.path().join("token");
     std::fs::write(&path, &token).unwrap();
     home.engage("agent:w", "halt-all");
-    let (code, _) = home.check(&["--class", "noncritical", "--token-file", path.to_str().unwrap()]);
+    let (code, _) = home.check(&[
+        "--class",
+        "noncritical",
+        "--token-file",
+        path.to_str().unwrap(),
+    ]);
     assert_eq!(code, 4);
-    let r = home.run_env(&["check", "--class", "noncritical"], &[("STOPLINE_TOKEN", &token)]);
-    assert_eq!((r.code, r.json()["latches"].as_array().unwrap().len()), (4, 1));
+    let r = home.run_env(
+        &["check", "--class", "noncritical"],
+        &[("STOPLINE_TOKEN", &token)],
+    );
+    assert_eq!(
+        (r.code, r.json()["latches"].as_array().unwrap().len()),
+        (4, 1)
+    );
 }

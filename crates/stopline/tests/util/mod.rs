@@ -26,14 +26,26 @@ pub struct Run {
 
 impl Run {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
     }
     /// The refusal code of a failed `--json` run.
     pub fn code_str(&self) -> String {
-        self.json()["error"]["code"].as_str().unwrap_or_default().to_string()
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
     pub fn assert_ok(&self) -> &Self {
-        assert_eq!(self.code, 0, "stdout: {}\nstderr: {}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "stdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
         self
     }
 }
@@ -50,7 +62,12 @@ impl From<Output> for Run {
 
 impl Home {
     pub fn new() -> Home {
-        Home { dir: tempfile::Builder::new().prefix("stopline-test-").tempdir().expect("tempdir") }
+        Home {
+            dir: tempfile::Builder::new()
+                .prefix("stopline-test-")
+                .tempdir()
+                .expect("tempdir"),
+        }
     }
 
     pub fn path(&self) -> PathBuf {
@@ -93,7 +110,17 @@ impl Home {
     }
 
     pub fn engage(&self, scope: &str, level: &str) -> Value {
-        let r = self.run(&["engage", "--scope", scope, "--level", level, "--reason", "test stop", "--by", &format!("tester-{}", rand_suffix())]);
+        let r = self.run(&[
+            "engage",
+            "--scope",
+            scope,
+            "--level",
+            level,
+            "--reason",
+            "test stop",
+            "--by",
+            &format!("tester-{}", rand_suffix()),
+        ]);
         r.assert_ok();
         r.json()
     }
@@ -107,7 +134,11 @@ impl Home {
     }
 
     pub fn delegate(&self, parent: &str, child: &str) -> String {
-        let r = self.command(&["token", "delegate", "--parent", parent, "--agent", child]).output().expect("run").into_run();
+        let r = self
+            .command(&["token", "delegate", "--parent", parent, "--agent", child])
+            .output()
+            .expect("run")
+            .into_run();
         r.assert_ok();
         r.stdout.trim().to_string()
     }
@@ -129,7 +160,11 @@ impl Home {
     /// Files in a directory of the home (empty when missing).
     pub fn entries(&self, rel: &str) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.file(rel))
-            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
             .unwrap_or_default();
         names.sort();
         names
@@ -146,14 +181,22 @@ impl Home {
         unlockpt(&master).expect("unlockpt");
         let name = ptsname(&master, Vec::new()).expect("ptsname");
         let slave_path = PathBuf::from(name.to_string_lossy().into_owned());
-        let open_slave = || std::fs::OpenOptions::new().read(true).write(true).open(&slave_path).expect("open pty slave");
+        let open_slave = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&slave_path)
+                .expect("open pty slave")
+        };
         let mut full = vec!["--json"];
         full.extend_from_slice(args);
         let mut cmd = self.command(&full);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.stdin(open_slave()).stdout(open_slave()).stderr(open_slave());
+        cmd.stdin(open_slave())
+            .stdout(open_slave())
+            .stderr(open_slave());
         // SAFETY: only async-signal-safe syscalls (setsid, ioctl) run between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
@@ -177,8 +220,13 @@ impl Home {
         let status = child.wait().expect("wait");
         let text = String::from_utf8_lossy(&out).replace('\r', "");
         // With --json the receipt is the JSON object on the pty; errors are on the same pty.
-        let (stdout, stderr): (Vec<&str>, Vec<&str>) = text.lines().partition(|l| !l.starts_with("error:"));
-        Run { code: status.code().unwrap_or(-1), stdout: stdout.join("\n"), stderr: stderr.join("\n") }
+        let (stdout, stderr): (Vec<&str>, Vec<&str>) =
+            text.lines().partition(|l| !l.starts_with("error:"));
+        Run {
+            code: status.code().unwrap_or(-1),
+            stdout: stdout.join("\n"),
+            stderr: stderr.join("\n"),
+        }
     }
 }
 
@@ -193,7 +241,10 @@ impl IntoRun for Output {
 
 pub fn rand_suffix() -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
-    let n = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos();
+    let n = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
     format!("{n:x}")
 }
 

@@ -3,7 +3,8 @@
 //! Compiled only with the `failpoints` feature; without it `hit` is an inlined `Ok(())`.
 //! `STOPLINE_FAILPOINTS="name=action;other=action"` arms them, where action is `crash`
 //! (`std::process::abort`, no unwinding, no destructors — what a power cut looks like to the
-//! process), `error` (an I/O error) or `enospc` (a full disk). `STOPLINE_FAILPOINT_TRACE=FILE`
+//! process), `error` (an I/O error) or `enospc` (a full disk); `error_once` and `enospc_once`
+//! fire only the first time the failpoint is reached in a process. `STOPLINE_FAILPOINT_TRACE=FILE`
 //! appends every name reached, so a crash test can enumerate the steps of a command.
 //! A failpoint must never change behaviour when it is not armed.
 
@@ -13,8 +14,10 @@ use std::io;
 #[cfg(feature = "failpoints")]
 pub fn hit(name: &str) -> io::Result<()> {
     use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::OnceLock;
     static ARMED: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    static FIRED_ONCE: AtomicBool = AtomicBool::new(false);
     let armed = ARMED.get_or_init(|| {
         std::env::var("STOPLINE_FAILPOINTS")
             .unwrap_or_default()
@@ -40,6 +43,12 @@ pub fn hit(name: &str) -> io::Result<()> {
         Some("crash") => std::process::abort(),
         Some("error") => Err(io::Error::other(format!("failpoint {name}"))),
         Some("enospc") => Err(io::Error::from_raw_os_error(28)),
+        Some("error_once") if !FIRED_ONCE.swap(true, Ordering::SeqCst) => {
+            Err(io::Error::other(format!("failpoint {name}")))
+        }
+        Some("enospc_once") if !FIRED_ONCE.swap(true, Ordering::SeqCst) => {
+            Err(io::Error::from_raw_os_error(28))
+        }
         _ => Ok(()),
     }
 }

@@ -1,0 +1,367 @@
+//! Crash at every failpoint of engage, epoch advance and recovery apply; reopen; assert that a
+//! published latch is never lost, the epoch never goes back, and no recovery reports
+//! `recovered: true` while a covering latch exists. Also inject an I/O error at every step.
+//!
+//! Needs the binary built with `--features stopline/failpoints` (the README's test command does
+//! this); without it the failpoint trace is empty and these tests fail rather than pass vacuously.
+
+mod util;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use util::Home;
+
+/// The failpoints a command reaches, in order.
+fn trace(home: &Home, args: &[&str], pty: bool) -> Vec<String> {
+    let trace = home
+        .dir
+        .path()
+        .join(format!("trace-{}", util::rand_suffix()));
+    let env = [("STOPLINE_FAILPOINT_TRACE", trace.to_str().unwrap())];
+    if pty {
+        home.run_on_pty(args, &env).assert_ok();
+    } else {
+        home.run_env(args, &env).assert_ok();
+    }
+    let text = std::fs::read_to_string(&trace).unwrap_or_default();
+    let mut seen = BTreeSet::new();
+    let names: Vec<String> = text
+        .lines()
+        .filter(|n| seen.insert(n.to_string()))
+        .map(String::from)
+        .collect();
+    assert!(
+        !names.is_empty(),
+        "no failpoint was reached: build the binary with --features stopline/failpoints"
+    );
+    names
+}
+
+/// The epoch after a crash: read it if confirmed, else repair on the owner console first.
+fn epoch_after(home: &Home) -> u64 {
+    let status = home.status();
+    if status["faults"].as_array().is_some_and(|f| !f.is_empty()) {
+        let (code, check) = home.check(&["--class", "critical", "--agent", "probe"]);
+        assert_eq!(
+            code, 4,
+            "a damaged control state must close the gates: {check}"
+        );
+        let r = home.run_on_pty(
+            &[
+                "recover",
+                "repair",
+                "--reason",
+                "after crash",
+                "--by",
+                "operator",
+            ],
+            &[],
+        );
+        assert_eq!(
+            r.code, 0,
+            "repair after a crash must succeed: {} {}",
+            r.stdout, r.stderr
+        );
+        let status = home.status();
+        assert_eq!(status["faults"], serde_json::json!([]), "{status}");
+        return status["epoch"]["seq"].as_u64().unwrap();
+    }
+    status["epoch"]["seq"].as_u64().unwrap()
+}
+
+fn latch_files(home: &Home) -> BTreeSet<String> {
+    home.entries("latches").into_iter().collect()
+}
+
+fn prepare_engage_home() -> Home {
+    let home = Home::new();
+    home.engage("agent:earlier", "emergency");
+    home
+}
+
+fn engage_args(scope: &str) -> Vec<String> {
+    [
+        "engage",
+        "--scope",
+        scope,
+        "--level",
+        "emergency",
+        "--reason",
+        "crash test",
+        "--by",
+        "crasher",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn crash_every_engage_step(scope: &str) {
+    let args = engage_args(scope);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let names = trace(&prepare_engage_home(), &args, false);
+    assert!(
+        names.iter().any(|n| n.contains("epoch")),
+        "engage at emergency advances the epoch: {names:?}"
+    );
+    let contained_at = names
+        .iter()
+        .position(|n| n == "engage.dirsync")
+        .expect("engage.dirsync is a failpoint");
+    for (index, name) in names.iter().enumerate() {
+        let home = prepare_engage_home();
+        let before = latch_files(&home);
+        let out = home
+            .command(&args)
+            .env("STOPLINE_FAILPOINTS", format!("{name}=crash"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.signal(),
+            Some(6),
+            "{name}: the process must abort at its failpoint"
+        );
+        let after = latch_files(&home);
+        assert!(
+            before.is_subset(&after),
+            "{name}: an existing latch was lost"
+        );
+        if index > contained_at {
+            assert_eq!(
+                after.len(),
+                before.len() + 1,
+                "{name}: the latch was durable before the crash and must survive"
+            );
+            let (code, _) = home.check(&[
+                "--class",
+                "noncritical",
+                "--agent",
+                "probe",
+                "--project",
+                "/",
+            ]);
+            assert_eq!(code, 4, "{name}: the new stop must hold after the crash");
+        }
+        let epoch = epoch_after(&home);
+        assert!(epoch >= 1, "{name}: the epoch went back to {epoch}");
+        // Whatever survived, a fresh engage works afterwards and is durable.
+        let r = home.run(&args);
+        assert_eq!(r.code, 0, "{name}: engage after the crash: {}", r.stderr);
+    }
+}
+
+#[test]
+fn crash_at_every_step_of_a_machine_engage() {
+    crash_every_engage_step("machine");
+}
+
+#[test]
+fn crash_at_every_step_of_a_scoped_engage() {
+    crash_every_engage_step("agent:target");
+}
+
+#[test]
+fn an_io_error_at_any_step_after_containment_is_a_warning_never_not_engaged() {
+    let args = engage_args("agent:target");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let names = trace(&prepare_engage_home(), &args, false);
+    let contained_at = names.iter().position(|n| n == "engage.dirsync").unwrap();
+    for name in &names[contained_at + 1..] {
+        let home = prepare_engage_home();
+        let r = home.run_env(&args, &[("STOPLINE_FAILPOINTS", &format!("{name}=error"))]);
+        assert_eq!(r.code, 0, "{name}: {}", r.stderr);
+        let receipt = r.json();
+        assert_eq!(receipt["engaged"], true);
+        assert!(
+            !receipt["warnings"].as_array().unwrap().is_empty(),
+            "{name}: the failure must be reported"
+        );
+        assert!(home
+            .file("latches")
+            .join(receipt["latch"]["file"].as_str().unwrap())
+            .exists());
+    }
+}
+
+#[test]
+fn a_failed_latch_fsync_is_not_retried_on_the_same_file() {
+    let home = prepare_engage_home();
+    let args = engage_args("machine");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = home.run_env(
+        &args,
+        &[("STOPLINE_FAILPOINTS", "engage.latch.fsync=error")],
+    );
+    // Both attempts hit the same failpoint: the stop is reported as not durable, and each attempt
+    // left its own fresh file (never the same one rewritten), which still closes the gates.
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert_eq!(r.code_str(), "latch_not_durable");
+    let machine_latches: Vec<String> = latch_files(&home).into_iter().collect();
+    assert_eq!(
+        machine_latches.len(),
+        3,
+        "the earlier latch plus two fresh attempts: {machine_latches:?}"
+    );
+    assert_eq!(
+        home.check(&["--class", "noncritical", "--agent", "probe"])
+            .0,
+        4
+    );
+}
+
+#[test]
+fn a_full_disk_releases_the_reserve_so_the_stop_is_still_written() {
+    let home = prepare_engage_home();
+    assert!(
+        home.file("reserve.bin").exists(),
+        "the reserve exists after the first engage"
+    );
+    // The first latch write fails with ENOSPC; the reserve is released and a fresh latch written.
+    let args = engage_args("machine");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = home.run_env(
+        &args,
+        &[(
+            "STOPLINE_FAILPOINTS",
+            "engage.latch.create=enospc;reserve.create=error",
+        )],
+    );
+    // With create armed for every attempt the stop cannot be written at all: refused honestly.
+    assert_eq!(r.code_str(), "latch_not_durable", "{}", r.stdout);
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("disk_full_reserve_released"), "{message}");
+    assert!(
+        !home.file("reserve.bin").exists(),
+        "the reserve was released for the stop"
+    );
+
+    // The realistic case: the disk is full once; the released reserve makes room for a fresh latch.
+    let home = prepare_engage_home();
+    let r = home.run_env(
+        &args,
+        &[("STOPLINE_FAILPOINTS", "engage.latch.create=enospc_once")],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let receipt = r.json();
+    assert_eq!(receipt["engaged"], true);
+    let warnings = receipt["warnings"].to_string();
+    assert!(
+        warnings.contains("disk_full_reserve_released"),
+        "{warnings}"
+    );
+    assert!(home
+        .file("latches")
+        .join(receipt["latch"]["file"].as_str().unwrap())
+        .exists());
+}
+
+#[test]
+fn a_failed_latch_fsync_once_is_answered_with_a_fresh_file() {
+    let home = prepare_engage_home();
+    let args = engage_args("machine");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = home.run_env(
+        &args,
+        &[("STOPLINE_FAILPOINTS", "engage.latch.fsync=error_once")],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let receipt = r.json();
+    assert!(
+        receipt["warnings"]
+            .to_string()
+            .contains("latch_publish_failed"),
+        "{receipt}"
+    );
+    // The first attempt's file stays (it still counts as a stop); the receipt names the fresh one.
+    assert_eq!(latch_files(&home).len(), 3);
+    assert!(latch_files(&home).contains(receipt["latch"]["file"].as_str().unwrap()));
+}
+
+fn prepare_recovery_home() -> (Home, String, Value) {
+    let home = Home::new();
+    home.engage("machine", "emergency");
+    let plan = home.run_on_pty(
+        &[
+            "recover",
+            "plan",
+            "--scope",
+            "machine",
+            "--reason",
+            "crash test",
+            "--by",
+            "operator",
+        ],
+        &[],
+    );
+    plan.assert_ok();
+    let plan_id = plan.json()["plan"].as_str().unwrap().to_string();
+    // A stop engaged after the plan: it must survive every crash and every retry.
+    let racing = home.engage("machine", "halt-all");
+    (home, plan_id, racing)
+}
+
+#[test]
+fn crash_at_every_step_of_recovery_apply() {
+    let (home, plan, _) = prepare_recovery_home();
+    let names = trace(
+        &home,
+        &["recover", "apply", "--plan", &plan, "--by", "operator"],
+        true,
+    );
+    assert!(
+        names.iter().any(|n| n.starts_with("recover.epoch")),
+        "{names:?}"
+    );
+    for name in &names {
+        let (home, plan, racing) = prepare_recovery_home();
+        let racing_file = racing["latch"]["file"].as_str().unwrap().to_string();
+        let epoch_before = home.status()["epoch"]["seq"].as_u64().unwrap();
+        let crashed = home.run_on_pty(
+            &["recover", "apply", "--plan", &plan, "--by", "operator"],
+            &[("STOPLINE_FAILPOINTS", &format!("{name}=crash"))],
+        );
+        assert_ne!(
+            crashed.code, 0,
+            "{name}: the process must die at its failpoint"
+        );
+        assert!(
+            latch_files(&home).contains(&racing_file),
+            "{name}: the racing stop was lost"
+        );
+        assert_eq!(
+            home.check(&["--class", "noncritical", "--agent", "probe"])
+                .0,
+            4,
+            "{name}: gates must stay closed"
+        );
+        let epoch = epoch_after(&home);
+        assert!(
+            epoch >= epoch_before,
+            "{name}: epoch went back from {epoch_before} to {epoch}"
+        );
+        // Retry the same plan: it may have been applied already (plan_unknown) or apply now.
+        let retry = home.run_on_pty(
+            &["recover", "apply", "--plan", &plan, "--by", "operator"],
+            &[],
+        );
+        if retry.code == 0 {
+            let receipt = retry.json();
+            assert_eq!(
+                receipt["recovered"], false,
+                "{name}: recovered while {racing_file} covers the machine"
+            );
+            assert_eq!(receipt["state"], "FROZEN_SAFE");
+        } else {
+            assert!(
+                retry.stderr.contains("plan_unknown"),
+                "{name}: {}",
+                retry.stderr
+            );
+        }
+        assert_eq!(
+            home.check(&["--class", "noncritical", "--agent", "probe"])
+                .0,
+            4,
+            "{name}: no false all-clear"
+        );
+    }
+}

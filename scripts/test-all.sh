@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs every test of stopline on a fresh Debian 12 machine: installs what the tests need
+# (system packages, a Python venv with the third-party clients, npm packages), then the gates
+# and the whole test suite. Idempotent; safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup-test-deps.sh
+echo "== rustfmt"
+cargo fmt --all -- --check
+echo "== clippy"
+cargo clippy --workspace --all-targets --features stopline/failpoints -- -D warnings
+echo "== tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --features stopline/failpoints --no-fail-fast
+else
+  cargo test --workspace --features stopline/failpoints --no-fail-fast
+fi
+echo "== doc tests"
+cargo test --workspace --doc
+echo "all tests passed"

@@ -91,14 +91,26 @@ pub fn engage(
     let outcome = ctx.store.engage(&request).map_err(|e| e.to_refusal())?;
     let mut latch = serde_json::to_value(&outcome.latch).unwrap_or_default();
     latch["file"] = outcome.latch.file_name().into();
+    // Only after the latch is durable: bounded wait for every live gateway's acknowledgement.
+    let timeout = std::time::Duration::from_millis(ctx.config.ack_timeout_ms);
+    let acks = crate::acks::collect(ctx, &outcome.latch.file_name(), timeout);
+    let mut warnings = outcome.warnings;
+    warnings.extend(acks.warnings);
+    if !acks.unacknowledged.is_empty() {
+        warnings.push(format!(
+            "gateways_unacknowledged: {} did not acknowledge within {} ms",
+            acks.unacknowledged.join(", "),
+            ctx.config.ack_timeout_ms
+        ));
+    }
     Ok(json!({
         "engaged": true,
         "latch": latch,
         "coalesced": outcome.coalesced,
         "epoch": {"seq": outcome.epoch_seq, "scope_revision": outcome.scope_revision},
-        "acknowledged_by": [],
-        "unacknowledged": [],
-        "warnings": outcome.warnings,
+        "acknowledged_by": acks.acknowledged_by,
+        "unacknowledged": acks.unacknowledged,
+        "warnings": warnings,
         "time_to_contained_us": outcome.time_to_contained.as_micros() as u64,
     }))
 }

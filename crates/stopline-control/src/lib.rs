@@ -9,6 +9,7 @@
 //! which can only be built by proving the three owner-console predicates in this process.
 #![deny(missing_docs)]
 
+pub mod acks;
 pub mod bench;
 pub mod check;
 pub mod config;

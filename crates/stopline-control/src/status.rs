@@ -75,7 +75,7 @@ pub fn status(ctx: &Context) -> Value {
         }
         worker["covered"] = covered.into();
     }
-    let uncovered_servers: Vec<Value> = Vec::new();
+    let uncovered_servers: Vec<Value> = crate::acks::uncovered_servers(ctx, &view);
     let now = ctx.store.now_ms();
     let state = view.state.effective(now);
     let phase = derive(PhaseInputs {

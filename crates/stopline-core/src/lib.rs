@@ -16,6 +16,7 @@ pub mod fourmode;
 pub mod latch;
 pub mod ops;
 pub mod phase;
+pub mod policy;
 pub mod refusal;
 pub mod scope;
 pub mod state;

@@ -1,7 +1,7 @@
 //! Scopes (`machine`, `agent:<name>`, `project:<root>`, `run:<id>`) and the rules that match them.
 //!
 //! Parsing never touches the filesystem: a project root is canonicalized by a function the caller
-//! passes in (the store passes `std::fs::canonicalize`), and the stored form of a scope is
+//! passes in (the CLI passes the filesystem's canonicalize), and the stored form of a scope is
 //! re-validated purely by syntax. Project matching is by whole path components, so `/srv/a`
 //! covers `/srv/a/b` but never `/srv/ab`.
 

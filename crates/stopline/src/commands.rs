@@ -328,7 +328,7 @@ fn recover_command(ctx: &Context, command: RecoverCommand, json: bool) -> Result
         RecoverCommand::Repair { reason, by } => {
             let console = console::prove(ctx, by.as_deref(), None)?;
             let receipt = owner::repair(ctx, &console, &reason)?;
-            output::receipt(json, &receipt, |r| compact(r));
+            output::receipt(json, &receipt, compact);
             Ok(0)
         }
     }

@@ -1,0 +1,174 @@
+//! Gateway registrations and latch acknowledgements, from the engaging side.
+//!
+//! Every running gateway registers itself as `servers/<id>.json` ([`ServerRecord`]) and rewrites
+//! it every heartbeat. A gateway is *live* when its process exists (pid and start time match) and
+//! its heartbeat is fresh. After a latch is durable, engage asks every live gateway, each over its
+//! loopback acknowledgement socket, to acknowledge the latch, and waits (bounded by
+//! `ack_timeout_ms`) for each. A gateway acknowledges only once its view holds the latch and every
+//! call it admitted under an older view has been handed upstream. Status lists live gateways that
+//! have not acknowledged an active latch, or speak an older protocol, as uncovered. This module
+//! never changes a latch: an unanswered acknowledgement is a name in `unacknowledged`, no more.
+
+use crate::context::Context;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+use stopline_core::ControlView;
+
+/// The acknowledgement protocol version this build speaks. A live gateway registered with an
+/// older one counts as uncovered.
+pub const GATEWAY_PROTOCOL: u32 = 1;
+/// A heartbeat older than this means the gateway is not live.
+pub const HEARTBEAT_STALE_MS: i64 = 5_000;
+
+/// `servers/<id>.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServerRecord {
+    /// The registration id (file stem).
+    pub id: String,
+    /// The gateway's pid.
+    pub pid: u32,
+    /// Its start time (field 22 of /proc/<pid>/stat), to tell a reused pid.
+    pub start_time: u64,
+    /// Its acknowledgement protocol version.
+    pub protocol: u32,
+    /// The HTTP address it serves.
+    pub listen: String,
+    /// The loopback address of its acknowledgement thread.
+    pub ack_addr: String,
+    /// Unix ms of the last heartbeat.
+    pub heartbeat_ms: i64,
+    /// Latch files its view holds with no older call still waiting to be handed upstream.
+    #[serde(default)]
+    pub acknowledged: Vec<String>,
+    /// True when its change notification is lost and only periodic reloads refresh its view.
+    #[serde(default)]
+    pub degraded: bool,
+    /// Notes about its view (watch lost, overflow, …).
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// Hash of its configuration file.
+    #[serde(default)]
+    pub config_hash: String,
+}
+
+/// The result of asking the live gateways to acknowledge a latch.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AckOutcome {
+    /// Gateways that acknowledged in time.
+    pub acknowledged_by: Vec<String>,
+    /// Live gateways that did not.
+    pub unacknowledged: Vec<String>,
+    /// Registrations that could not be read, and similar notes.
+    pub warnings: Vec<String>,
+}
+
+/// Every registration in `servers/` that is live, and notes about those that could not be read.
+pub fn live_servers(ctx: &Context) -> (Vec<ServerRecord>, Vec<String>) {
+    let dir = ctx.store.layout().servers();
+    let names = match ctx.store.fs().read_dir(&dir) {
+        Ok(names) => names,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), Vec::new()),
+        Err(e) => return (Vec::new(), vec![format!("servers/ is unreadable: {e}")]),
+    };
+    let now = ctx.store.now_ms();
+    let mut live = Vec::new();
+    let mut notes = Vec::new();
+    for name in names.iter().filter(|n| n.ends_with(".json") && !n.starts_with('.')) {
+        let record = ctx
+            .store
+            .fs()
+            .read(&dir.join(name))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<ServerRecord>(&bytes).ok());
+        match record {
+            Some(record) if is_live(&record, now) => live.push(record),
+            Some(_) => {}
+            None => notes.push(format!("servers/{name} is unreadable")),
+        }
+    }
+    (live, notes)
+}
+
+fn is_live(record: &ServerRecord, now_ms: i64) -> bool {
+    now_ms - record.heartbeat_ms < HEARTBEAT_STALE_MS
+        && stopline_store::ops::process_start_time(record.pid) == Some(record.start_time)
+}
+
+/// Ask every live gateway to acknowledge `latch_file`, waiting at most `timeout` in all.
+pub fn collect(ctx: &Context, latch_file: &str, timeout: Duration) -> AckOutcome {
+    let (servers, warnings) = live_servers(ctx);
+    let deadline = Instant::now() + timeout;
+    let askers: Vec<_> = servers
+        .into_iter()
+        .map(|server| {
+            let latch = latch_file.to_string();
+            std::thread::spawn(move || {
+                let acked = ask(&server, &latch, deadline).unwrap_or(false);
+                (server.id, acked)
+            })
+        })
+        .collect();
+    let mut outcome = AckOutcome {
+        warnings,
+        ..AckOutcome::default()
+    };
+    for asker in askers {
+        match asker.join() {
+            Ok((id, true)) => outcome.acknowledged_by.push(id),
+            Ok((id, false)) => outcome.unacknowledged.push(id),
+            Err(_) => outcome.warnings.push("an acknowledgement thread panicked".into()),
+        }
+    }
+    outcome
+}
+
+fn ask(server: &ServerRecord, latch: &str, deadline: Instant) -> std::io::Result<bool> {
+    let addr: SocketAddr = server
+        .ack_addr
+        .parse()
+        .map_err(|_| std::io::Error::other("bad ack_addr"))?;
+    let left = |deadline: Instant| {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::TimedOut))
+    };
+    let mut stream = TcpStream::connect_timeout(&addr, left(deadline)?)?;
+    stream.set_nodelay(true)?;
+    let request = json!({"latch": latch, "timeout_ms": left(deadline)?.as_millis() as u64});
+    stream.write_all(format!("{request}\n").as_bytes())?;
+    stream.set_read_timeout(Some(left(deadline)?))?;
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line)?;
+    let reply: Value = serde_json::from_str(&line).unwrap_or_default();
+    Ok(reply["ack"] == true)
+}
+
+/// Live gateways that leave a latch of `view` unacknowledged or speak an older protocol.
+pub fn uncovered_servers(ctx: &Context, view: &ControlView) -> Vec<Value> {
+    let (servers, _) = live_servers(ctx);
+    let mut uncovered = Vec::new();
+    for server in servers {
+        let missing: Vec<String> = view
+            .latches
+            .iter()
+            .map(|l| l.file.clone())
+            .filter(|f| !server.acknowledged.contains(f))
+            .collect();
+        let old = server.protocol < GATEWAY_PROTOCOL;
+        if old || !missing.is_empty() {
+            uncovered.push(json!({
+                "id": server.id,
+                "listen": server.listen,
+                "protocol": server.protocol,
+                "older_protocol": old,
+                "unacknowledged_latches": missing,
+                "degraded": server.degraded,
+            }));
+        }
+    }
+    uncovered
+}

@@ -1,0 +1,186 @@
+//! Policy cards (`policy-card.v1`): what a run must record before it starts (SPEC §6).
+//!
+//! Validation is over a parsed JSON value (the caller converts TOML first) and names *every*
+//! missing or invalid field at once, so an operator fixes a card in one pass. Free text is not a
+//! stop condition; levels are a subset of the stop handle's three.
+
+use crate::refusal::{Refusal, RefusalCode};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The stop-condition kinds the gateway or supervisor enforces.
+pub const STOP_CONDITION_KINDS: [&str; 5] = ["budget_exhausted", "breaker", "anomaly", "wall_clock", "manual"];
+/// The stop handle's levels.
+pub const HANDLE_LEVELS: [&str; 3] = ["pause", "trip_breaker", "revoke_identity"];
+
+/// A validated policy card.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyCard {
+    /// Always `policy-card.v1`.
+    pub schema: String,
+    /// The run id.
+    pub run_id: String,
+    /// The harness version (drills are recorded against it).
+    pub harness_version: String,
+    /// Stop conditions.
+    pub stop_conditions: Vec<Value>,
+    /// Per-agent budgets: agent → kind → limit.
+    pub budgets: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Breaker thresholds.
+    pub breakers: Value,
+    /// The stop handle.
+    pub stop_handle: StopHandle,
+    /// Target time to stop.
+    pub time_to_stop_target_ms: u64,
+    /// Whether a passing drill of this harness version is required.
+    pub require_drill: bool,
+}
+
+/// The stop handle of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StopHandle {
+    /// Its name.
+    pub name: String,
+    /// Levels it can apply.
+    pub levels: Vec<String>,
+    /// Who may pull it.
+    pub who_may_pull: Vec<String>,
+    /// Who may approve a restart.
+    pub who_may_approve_restart: Vec<String>,
+}
+
+fn nonempty_str(v: Option<&Value>) -> bool {
+    v.and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty())
+}
+
+/// Validate a card, naming every missing or invalid field (`policy_card_incomplete`).
+pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
+    let mut missing: Vec<String> = Vec::new();
+    let get = |path: &str| card.pointer(path);
+    if get("/schema").and_then(Value::as_str) != Some("policy-card.v1") {
+        missing.push("schema (must be \"policy-card.v1\")".into());
+    }
+    for field in ["run_id", "harness_version"] {
+        if !nonempty_str(get(&format!("/{field}"))) {
+            missing.push(field.into());
+        }
+    }
+    if let Some(run) = get("/run_id").and_then(Value::as_str) {
+        if crate::scope::Name::parse(run).is_err() {
+            missing.push("run_id (must be [a-z0-9][a-z0-9._-]{0,63})".into());
+        }
+    }
+    match get("/stop_conditions").and_then(Value::as_array) {
+        Some(conditions) if !conditions.is_empty() => {
+            for (i, c) in conditions.iter().enumerate() {
+                let kind = c.get("kind").and_then(Value::as_str);
+                if !kind.is_some_and(|k| STOP_CONDITION_KINDS.contains(&k)) {
+                    missing.push(format!("stop_conditions[{i}].kind (one of {})", STOP_CONDITION_KINDS.join(", ")));
+                }
+                if kind == Some("anomaly") && c.get("threshold").and_then(Value::as_f64).is_none() {
+                    missing.push(format!("stop_conditions[{i}].threshold"));
+                }
+            }
+        }
+        _ => missing.push("stop_conditions".into()),
+    }
+    match get("/budgets").and_then(Value::as_object) {
+        Some(agents) if !agents.is_empty() => {
+            for (agent, budgets) in agents {
+                if crate::scope::Name::parse(agent).is_err() {
+                    missing.push(format!("budgets.{agent} (not a valid agent name)"));
+                }
+                match budgets.as_object() {
+                    Some(map) if !map.is_empty() => {
+                        for (kind, limit) in map {
+                            if crate::budget::BudgetKind::parse(kind).is_none() {
+                                missing.push(format!("budgets.{agent}.{kind} (unknown budget kind)"));
+                            }
+                            if !limit.as_f64().is_some_and(|l| l.is_finite() && l >= 0.0) {
+                                missing.push(format!("budgets.{agent}.{kind} (must be a number ≥ 0)"));
+                            }
+                        }
+                    }
+                    _ => missing.push(format!("budgets.{agent}")),
+                }
+            }
+        }
+        _ => missing.push("budgets".into()),
+    }
+    match get("/breakers").and_then(Value::as_object) {
+        Some(b) => {
+            for field in ["unauthorized_calls", "refused_egress", "anomaly_score"] {
+                if !b.get(field).is_some_and(Value::is_number) {
+                    missing.push(format!("breakers.{field}"));
+                }
+            }
+            if let Some(level) = b.get("trip_level") {
+                if level.as_str().is_none_or(|l| crate::admission::Level::parse(l).is_err()) {
+                    missing.push("breakers.trip_level (halt-noncritical, halt-all or emergency)".into());
+                }
+            }
+        }
+        None => missing.push("breakers".into()),
+    }
+    if !nonempty_str(get("/stop_handle/name")) {
+        missing.push("stop_handle.name".into());
+    }
+    match get("/stop_handle/levels").and_then(Value::as_array) {
+        Some(levels) if !levels.is_empty() && levels.iter().all(|l| l.as_str().is_some_and(|l| HANDLE_LEVELS.contains(&l))) => {}
+        _ => missing.push("stop_handle.levels (a non-empty subset of pause, trip_breaker, revoke_identity)".into()),
+    }
+    for field in ["who_may_pull", "who_may_approve_restart"] {
+        let ok = get(&format!("/stop_handle/{field}"))
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty() && a.iter().all(|v| nonempty_str(Some(v))));
+        if !ok {
+            missing.push(format!("stop_handle.{field}"));
+        }
+    }
+    if get("/time_to_stop_target_ms").and_then(Value::as_u64).is_none_or(|t| t == 0) {
+        missing.push("time_to_stop_target_ms".into());
+    }
+    if !get("/require_drill").is_some_and(Value::is_boolean) {
+        missing.push("require_drill".into());
+    }
+    if !missing.is_empty() {
+        return Err(Refusal::new(
+            RefusalCode::PolicyCardIncomplete,
+            format!("the policy card is missing or has invalid: {}", missing.join(", ")),
+        ));
+    }
+    serde_json::from_value(card.clone())
+        .map_err(|e| Refusal::new(RefusalCode::PolicyCardIncomplete, format!("the policy card does not parse: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example() -> Value {
+        serde_json::json!({"schema":"policy-card.v1","run_id":"eval-88220","harness_version":"harness-3.2.1",
+            "stop_conditions":[{"kind":"budget_exhausted"},{"kind":"breaker"},{"kind":"anomaly","threshold":0.9},{"kind":"wall_clock"},{"kind":"manual"}],
+            "budgets":{"agent-a":{"steps":200,"tool_calls":500,"tokens":2000000,"spend_usd":5.0,"wall_clock_s":1800}},
+            "breakers":{"unauthorized_calls":5,"refused_egress":3,"anomaly_score":0.9,"trip_level":"halt-all"},
+            "stop_handle":{"name":"eval-stop","levels":["pause","trip_breaker","revoke_identity"],"who_may_pull":["anyone-admitted"],"who_may_approve_restart":["operator"]},
+            "time_to_stop_target_ms":1000,"require_drill":false})
+    }
+
+    #[test]
+    fn the_spec_example_is_complete() {
+        assert_eq!(validate(&example()).unwrap().run_id, "eval-88220");
+    }
+
+    #[test]
+    fn every_missing_field_is_named() {
+        let err = validate(&serde_json::json!({"schema":"policy-card.v1"})).unwrap_err();
+        assert_eq!(err.code, RefusalCode::PolicyCardIncomplete);
+        for field in ["run_id", "harness_version", "stop_conditions", "budgets", "breakers", "stop_handle.name", "time_to_stop_target_ms", "require_drill"] {
+            assert!(err.message.contains(field), "{field} not named in {}", err.message);
+        }
+        let mut card = example();
+        card["stop_conditions"] = serde_json::json!([{"kind":"when it feels wrong"}]);
+        assert!(validate(&card).unwrap_err().message.contains("stop_conditions[0].kind"));
+    }
+}

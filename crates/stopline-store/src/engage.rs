@@ -85,7 +85,7 @@ impl Store {
             attempts += 1;
             let record = LatchRecord {
                 kind: "breakglass_latch".into(),
-                id: format!("latch_{}", self.env.random_hex(8)),
+                id: format!("latch_{}{}", coalesce_key(request), self.env.random_hex(4)),
                 scope: request.scope.clone(),
                 level: request.level,
                 by: request.by.clone(),
@@ -215,14 +215,32 @@ impl Store {
         }
     }
 
+    /// An identical recent latch, if any. Only entries whose id carries this request's
+    /// coalescing key are read, so the cost does not grow with the number of active latches.
     fn coalescible(&self, request: &EngageRequest, now: i64) -> Option<LatchRecord> {
-        let latches = self.scan_latches().ok()?;
-        latches.into_iter().filter_map(|l| l.record).find(|r| {
-            r.scope == request.scope
-                && r.level == request.level
-                && r.by == request.by
-                && crate::env::parse_rfc3339(&r.ts)
-                    .is_some_and(|ts| (now - ts).abs() < COALESCE_WINDOW_MS)
-        })
+        let prefix = format!("latch_{}", coalesce_key(request));
+        let dir = self.layout.latches();
+        let names = self.fs.read_dir(&dir).ok()?;
+        names
+            .iter()
+            .filter(|name| name.starts_with(&prefix))
+            .filter_map(|name| {
+                let bytes = self.fs.read(&dir.join(name)).ok()?;
+                stopline_core::ActiveLatch::from_entry(name, Ok(&bytes)).record
+            })
+            .find(|r| {
+                r.scope == request.scope
+                    && r.level == request.level
+                    && r.by == request.by
+                    && crate::env::parse_rfc3339(&r.ts)
+                        .is_some_and(|ts| (now - ts).abs() < COALESCE_WINDOW_MS)
+            })
     }
+}
+
+/// Eight hex digits naming (scope, level, caller): the first half of a latch id, so candidates
+/// for coalescing are found from the directory listing alone.
+fn coalesce_key(request: &EngageRequest) -> String {
+    let material = format!("{}\n{}\n{}", request.scope, request.level, request.by);
+    stopline_core::wal::sha256_hex(material.as_bytes())[..8].to_string()
 }

@@ -9,8 +9,8 @@
 //! caller that wants to know whether a group is empty reads the file again.
 
 use inotify::{Inotify, WatchMask};
+use rustix::event::Timespec;
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::time::Timespec;
 use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};

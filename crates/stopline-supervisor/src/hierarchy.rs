@@ -7,7 +7,7 @@
 //! `<mount>/stopline/`. This module never creates a group other than that parent and never
 //! moves or signals a process.
 
-use crate::cgroup::CgroupError;
+use crate::cgroup::{CgroupError, Group};
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Component, Path, PathBuf};
@@ -67,6 +67,35 @@ impl Hierarchy {
         }
     }
 
+    /// The groups that exist under stopline's parent group now (after a supervisor restart,
+    /// these are the groups whose agents may still run). A missing parent means none.
+    pub fn list_groups(&self) -> Result<Vec<Group>, CgroupError> {
+        let entries = match fs::read_dir(&self.parent) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(CgroupError::Io {
+                    path: self.parent.clone(),
+                    source,
+                })
+            }
+        };
+        let mut groups = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| CgroupError::Io {
+                path: self.parent.clone(),
+                source,
+            })?;
+            // Every directory is listed, whatever its name: a group stopline would not have
+            // named is still a group whose processes someone should look at.
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                groups.push(Group::from_path(entry.path()));
+            }
+        }
+        groups.sort_by(|a, b| a.path().cmp(b.path()));
+        Ok(groups)
+    }
+
     /// The group of `pid` if it lies under stopline's parent group, as an absolute path.
     ///
     /// Reads the `0::` line of `/proc/<pid>/cgroup`. An unreadable file is an error, never a
@@ -74,8 +103,7 @@ impl Hierarchy {
     /// outside every supervised group.
     pub fn supervised_cgroup_of(&self, pid: u32) -> Result<Option<PathBuf>, CgroupError> {
         let path = PathBuf::from(format!("/proc/{pid}/cgroup"));
-        let text =
-            fs::read_to_string(&path).map_err(|source| CgroupError::Io { path, source })?;
+        let text = fs::read_to_string(&path).map_err(|source| CgroupError::Io { path, source })?;
         let Some(relative) = unified_cgroup_path(&text) else {
             return Ok(None);
         };

@@ -2,7 +2,7 @@
 //! observes them stop.
 //!
 //! An agent is started inside its own cgroup v2 group, joined before its first instruction
-//! ([`spawn`]), optionally as another user and inside a network namespace whose only way out is
+//! ([`spawn()`]), optionally as another user and inside a network namespace whose only way out is
 //! the gateway ([`netns`]). A [`Worker`] ties that group to a run and enforces a stop level on it:
 //! `halt-noncritical` freezes the group (confirmed by `frozen 1`), `halt-all` and `emergency`
 //! kill it (confirmed only by a fresh observation of `populated 0`). Without cgroup v2 the
@@ -26,6 +26,7 @@ pub mod netns;
 pub mod proc;
 pub mod reaper;
 pub mod spawn;
+pub mod status;
 pub mod user;
 pub mod watch;
 pub mod worker;
@@ -36,9 +37,7 @@ pub use hierarchy::{supervised_cgroup_of, Hierarchy};
 pub use netns::{GatewayNamespace, NetnsError};
 pub use reaper::{Reaper, ReaperError};
 pub use spawn::{spawn, CommandSpec, SpawnError, SpawnOptions, Spawned, StdioMode};
+pub use status::{Enforcement, EnforcementAction, StopPhase, WorkerState, WorkerStatus};
 pub use user::{UserError, UserIdentity};
 pub use watch::{DirWatcher, WatchError, WatchEvent};
-pub use worker::{
-    Containment, Enforcement, EnforcementAction, StopPhase, Worker, WorkerError, WorkerSpec,
-    WorkerState, WorkerStatus,
-};
+pub use worker::{Containment, Worker, WorkerError, WorkerSpec};

@@ -1,0 +1,427 @@
+//! One supervised cgroup v2 group: create it, freeze and thaw it, kill it, observe it, remove it.
+//!
+//! Every claim about a group's state comes from a fresh read of the kernel's files:
+//! `frozen 1` / `frozen 0` in `cgroup.events` confirms a freeze or a thaw, and a kill is
+//! confirmed **only** by a fresh read of `populated 0`. Until then a kill is pending and is
+//! re-issued. This module must never report a group quiescent from a timer, a cached value or the
+//! exit of the one process it started, and never signals a process outside the group.
+
+use crate::events::{EventsParseError, EventsSnapshot, EventsWatch};
+use crate::hierarchy::Hierarchy;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long a kill waits for a notification before it reads again and re-issues `cgroup.kill`.
+/// inotify normally wakes it far sooner; this bounds the cost of a lost notification.
+pub const KILL_REISSUE_INTERVAL: Duration = Duration::from_millis(50);
+
+/// How long a wait for `cgroup.events` sleeps between fresh reads when no notification comes.
+///
+/// The kernel rate-limits notifications on `cgroup.events` to one per 10 ms
+/// (`CGROUP_FILE_NOTIFY_MIN_INTV`): a change within 10 ms of the previous one is announced only
+/// when that window ends. So for the first [`FAST_POLL_WINDOW`] of a wait the file is read every
+/// millisecond, and every 10 ms after that (inotify still wakes the wait early).
+fn poll_interval(waited: Duration) -> Duration {
+    if waited < FAST_POLL_WINDOW {
+        Duration::from_millis(1)
+    } else {
+        Duration::from_millis(10)
+    }
+}
+
+/// See [`poll_interval`].
+const FAST_POLL_WINDOW: Duration = Duration::from_millis(25);
+
+/// Errors from cgroup operations.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CgroupError {
+    /// No `cgroup2` filesystem is listed in `/proc/mounts`.
+    #[error("no cgroup2 filesystem is mounted (see /proc/mounts)")]
+    NoCgroup2,
+    /// A group name that is not one path component of `[a-z0-9][a-z0-9._-]{0,254}`.
+    #[error("invalid group name {0:?}")]
+    InvalidName(String),
+    /// The group to create already exists.
+    #[error("group {0} already exists")]
+    Exists(PathBuf),
+    /// A read or write of a cgroup file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// `cgroup.events` could not be read as an observation.
+    #[error("{path}: {source}")]
+    Events {
+        /// The events file.
+        path: PathBuf,
+        /// Why.
+        source: EventsParseError,
+    },
+    /// A freeze or thaw was written but the kernel did not confirm it in time.
+    #[error("{path}: `{expected}` not observed within {waited:?}")]
+    NotConfirmed {
+        /// The group.
+        path: PathBuf,
+        /// The line that was expected in `cgroup.events`.
+        expected: &'static str,
+        /// How long it was waited for.
+        waited: Duration,
+    },
+    /// The group still holds live processes and cannot be removed.
+    #[error("group {0} is still populated")]
+    Populated(PathBuf),
+}
+
+/// How a worker's processes are contained and killed. `cgroup2` is the strong method;
+/// `subreaper` is the fallback (SPEC §6) and is reported as weaker in status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// A cgroup v2 group: `cgroup.kill`, `cgroup.freeze`, `cgroup.events`.
+    Cgroup2,
+    /// A child subreaper that walks `/proc` and kills every descendant by pidfd.
+    Subreaper,
+}
+
+impl Method {
+    /// The stable string form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Cgroup2 => "cgroup2",
+            Method::Subreaper => "subreaper",
+        }
+    }
+}
+
+/// A fresh observation of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupObservation {
+    /// `populated` from `cgroup.events`: the authority on whether anything is alive.
+    pub populated: bool,
+    /// `frozen` from `cgroup.events`.
+    pub frozen: bool,
+    /// The pids in `cgroup.procs` (this group only), read just after `cgroup.events`.
+    pub pids: Vec<u32>,
+    /// When the observation was taken.
+    pub observed_at: DateTime<Utc>,
+}
+
+/// Phase one of a kill: the order was written, nothing is confirmed yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KillIssued {
+    /// When the first kill order was written.
+    pub issued_at: DateTime<Utc>,
+    /// The same moment on the monotonic clock, for measuring.
+    #[serde(skip, default = "Instant::now")]
+    pub issued_instant: Instant,
+    /// The method that issued it.
+    pub method: Method,
+}
+
+/// The outcome of a kill: issued, and confirmed only if quiescence was freshly observed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KillReport {
+    /// When the first kill order was written.
+    pub issued_at: DateTime<Utc>,
+    /// When `populated 0` (or, for the subreaper, an empty census) was freshly observed;
+    /// `None` when the timeout passed first: the kill is still pending.
+    pub confirmed_at: Option<DateTime<Utc>>,
+    /// Monotonic microseconds from the first kill order to the confirming observation.
+    pub elapsed_us: Option<u64>,
+    /// How many times the kill order was re-issued after the first.
+    pub retries: u32,
+    /// The method used.
+    pub method: Method,
+}
+
+impl KillReport {
+    /// True when quiescence was observed.
+    pub fn confirmed(&self) -> bool {
+        self.confirmed_at.is_some()
+    }
+}
+
+/// A supervised cgroup v2 group under stopline's parent group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    path: PathBuf,
+}
+
+impl Group {
+    /// Create a new group `<parent>/<name>` (creating the parent if needed). Fails with
+    /// [`CgroupError::Exists`] if it already exists: two runs never share a group.
+    pub fn create(hierarchy: &Hierarchy, name: &str) -> Result<Group, CgroupError> {
+        validate_name(name)?;
+        hierarchy.ensure_parent()?;
+        let path = hierarchy.parent().join(name);
+        match fs::create_dir(&path) {
+            Ok(()) => Ok(Group { path }),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                Err(CgroupError::Exists(path))
+            }
+            Err(source) => Err(CgroupError::Io { path, source }),
+        }
+    }
+
+    /// Open an existing group `<parent>/<name>`.
+    pub fn open(hierarchy: &Hierarchy, name: &str) -> Result<Group, CgroupError> {
+        validate_name(name)?;
+        let path = hierarchy.parent().join(name);
+        let events = path.join("cgroup.events");
+        fs::metadata(&events).map_err(|source| CgroupError::Io {
+            path: events,
+            source,
+        })?;
+        Ok(Group { path })
+    }
+
+    /// A group at an existing path (from a directory listing of the parent group).
+    pub(crate) fn from_path(path: PathBuf) -> Group {
+        Group { path }
+    }
+
+    /// The group's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The group's `cgroup.procs` file (a pid written there joins the group).
+    pub fn procs_path(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+
+    /// The group's `cgroup.events` file.
+    pub fn events_path(&self) -> PathBuf {
+        self.path.join("cgroup.events")
+    }
+
+    /// One fresh read of `cgroup.events`.
+    pub fn events(&self) -> Result<EventsSnapshot, CgroupError> {
+        let path = self.events_path();
+        let text = read(&path)?;
+        EventsSnapshot::parse(&text).map_err(|source| CgroupError::Events { path, source })
+    }
+
+    /// A fresh observation: `cgroup.events`, then `cgroup.procs`.
+    pub fn observe(&self) -> Result<GroupObservation, CgroupError> {
+        let events = self.events()?;
+        let pids = self.pids()?;
+        Ok(GroupObservation {
+            populated: events.populated,
+            frozen: events.frozen,
+            pids,
+            observed_at: Utc::now(),
+        })
+    }
+
+    /// The pids in this group's `cgroup.procs` (not those of groups below it).
+    pub fn pids(&self) -> Result<Vec<u32>, CgroupError> {
+        let text = read(&self.procs_path())?;
+        Ok(text
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect())
+    }
+
+    /// True when `pid` is listed in this group's `cgroup.procs`.
+    pub fn contains_pid(&self, pid: u32) -> Result<bool, CgroupError> {
+        Ok(self.pids()?.contains(&pid))
+    }
+
+    /// Freeze the group and wait for the kernel to confirm `frozen 1`. Returns when it was seen.
+    pub fn freeze(&self, timeout: Duration) -> Result<DateTime<Utc>, CgroupError> {
+        self.set_frozen(true, timeout)
+    }
+
+    /// Thaw the group and wait for the kernel to confirm `frozen 0`. Returns when it was seen.
+    pub fn thaw(&self, timeout: Duration) -> Result<DateTime<Utc>, CgroupError> {
+        self.set_frozen(false, timeout)
+    }
+
+    fn set_frozen(&self, frozen: bool, timeout: Duration) -> Result<DateTime<Utc>, CgroupError> {
+        let mut watch = self.watch()?;
+        write(
+            &self.path.join("cgroup.freeze"),
+            if frozen { "1" } else { "0" },
+        )?;
+        let started = Instant::now();
+        loop {
+            if self.events()?.frozen == frozen {
+                return Ok(Utc::now());
+            }
+            let waited = started.elapsed();
+            if waited >= timeout {
+                return Err(CgroupError::NotConfirmed {
+                    path: self.path.clone(),
+                    expected: if frozen { "frozen 1" } else { "frozen 0" },
+                    waited,
+                });
+            }
+            self.wait_on(&mut watch, (timeout - waited).min(poll_interval(waited)))?;
+        }
+    }
+
+    /// Write `cgroup.kill` once: SIGKILL to every process in the group and below it. This is
+    /// an order, not an outcome; see [`Group::kill_until_quiescent`].
+    pub fn kill(&self) -> Result<(), CgroupError> {
+        write(&self.path.join("cgroup.kill"), "1")
+    }
+
+    /// Phase one of a kill: write `cgroup.kill` and note when.
+    /// The clock starts just before the write, so a measurement includes the write itself.
+    pub fn issue_kill(&self) -> Result<KillIssued, CgroupError> {
+        let issued = KillIssued {
+            issued_at: Utc::now(),
+            issued_instant: Instant::now(),
+            method: Method::Cgroup2,
+        };
+        self.kill()?;
+        Ok(issued)
+    }
+
+    /// Phase two of a kill: wait up to `timeout` for a fresh read of `populated 0`, re-issuing
+    /// `cgroup.kill` whenever no change has been seen for [`KILL_REISSUE_INTERVAL`]. A report
+    /// with `confirmed_at: None` means the kill is still pending; call again to keep trying.
+    pub fn await_quiescent(
+        &self,
+        issued: &KillIssued,
+        timeout: Duration,
+    ) -> Result<KillReport, CgroupError> {
+        // The watch exists before the first read below, so a change after that read wakes us.
+        let mut watch = self.watch()?;
+        let started = Instant::now();
+        let mut last_order = Instant::now();
+        let mut retries = 0u32;
+        loop {
+            if !self.events()?.populated {
+                let elapsed = issued.issued_instant.elapsed();
+                return Ok(KillReport {
+                    issued_at: issued.issued_at,
+                    confirmed_at: Some(Utc::now()),
+                    elapsed_us: Some(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)),
+                    retries,
+                    method: Method::Cgroup2,
+                });
+            }
+            let waited = started.elapsed();
+            if waited >= timeout {
+                tracing::warn!(group = %self.path.display(), ?waited, retries, "kill not yet confirmed");
+                return Ok(KillReport {
+                    issued_at: issued.issued_at,
+                    confirmed_at: None,
+                    elapsed_us: None,
+                    retries,
+                    method: Method::Cgroup2,
+                });
+            }
+            if last_order.elapsed() >= KILL_REISSUE_INTERVAL {
+                self.kill()?;
+                retries += 1;
+                last_order = Instant::now();
+            }
+            self.wait_on(&mut watch, (timeout - waited).min(poll_interval(waited)))?;
+        }
+    }
+
+    /// Kill the group and wait up to `timeout` for a fresh observation of `populated 0`.
+    pub fn kill_until_quiescent(&self, timeout: Duration) -> Result<KillReport, CgroupError> {
+        let issued = self.issue_kill()?;
+        self.await_quiescent(&issued, timeout)
+    }
+
+    /// Remove the group (and any groups an agent created below it), deepest first. Refuses
+    /// while anything in it is alive.
+    pub fn remove(&self) -> Result<(), CgroupError> {
+        if self.events()?.populated {
+            return Err(CgroupError::Populated(self.path.clone()));
+        }
+        remove_tree(&self.path)
+    }
+
+    fn watch(&self) -> Result<EventsWatch, CgroupError> {
+        let path = self.events_path();
+        EventsWatch::new(&path).map_err(|source| CgroupError::Io { path, source })
+    }
+
+    fn wait_on(&self, watch: &mut EventsWatch, timeout: Duration) -> Result<bool, CgroupError> {
+        watch.wait(timeout).map_err(|source| CgroupError::Io {
+            path: watch.path().to_owned(),
+            source,
+        })
+    }
+}
+
+/// A group name is one path component: `[a-z0-9][a-z0-9._-]{0,254}`.
+fn validate_name(name: &str) -> Result<(), CgroupError> {
+    let mut bytes = name.bytes();
+    let first_ok = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let rest_ok =
+        bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    if first_ok && rest_ok && name.len() <= 255 {
+        Ok(())
+    } else {
+        Err(CgroupError::InvalidName(name.to_owned()))
+    }
+}
+
+fn remove_tree(path: &Path) -> Result<(), CgroupError> {
+    let entries = fs::read_dir(path).map_err(|source| CgroupError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    for entry in entries {
+        let entry = entry.map_err(|source| CgroupError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            remove_tree(&entry.path())?;
+        }
+    }
+    // cgroupfs directories are removed with rmdir even though they list control files.
+    fs::remove_dir(path).map_err(|source| CgroupError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn read(path: &Path) -> Result<String, CgroupError> {
+    fs::read_to_string(path).map_err(|source| CgroupError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
+    // cgroupfs files take one write each; `fs::write` opens, writes once and closes.
+    fs::write(path, value).map_err(|source| CgroupError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_names_are_single_components() {
+        let longest_run_group = format!("run-{}.{}", "r".repeat(64), "a".repeat(64));
+        for good in ["run-1.agent", "a", "0_x", longest_run_group.as_str()] {
+            assert!(validate_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "..", ".x", "a/b", "Run", "-x", &"a".repeat(256)] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+}

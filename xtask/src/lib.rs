@@ -17,7 +17,11 @@ pub fn dependencies(package: &str) -> Vec<String> {
         .current_dir(root())
         .output()
         .expect("cargo metadata");
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
     meta["packages"]
         .as_array()
@@ -44,7 +48,10 @@ pub fn sources(dir: &Path) -> Vec<PathBuf> {
         for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
             let path = entry.path();
             if path.is_dir() {
-                if !matches!(path.file_name().and_then(|n| n.to_str()), Some("tests" | "benches" | "target")) {
+                if !matches!(
+                    path.file_name().and_then(|n| n.to_str()),
+                    Some("tests" | "benches" | "target")
+                ) {
                     stack.push(path);
                 }
             } else if path.extension().is_some_and(|e| e == "rs") {
@@ -65,14 +72,27 @@ pub fn check() -> Vec<String> {
     let allowed_core = ["serde", "serde_json", "thiserror", "sha2", "hex"];
     for dep in dependencies("stopline-core") {
         if !allowed_core.contains(&dep.as_str()) {
-            problems.push(format!("stopline-core depends on {dep}: the core must stay pure"));
+            problems.push(format!(
+                "stopline-core depends on {dep}: the core must stay pure"
+            ));
         }
     }
     for file in sources(&root.join("crates/stopline-core/src")) {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
-        for forbidden in ["std::fs", "std::net", "std::thread", "SystemTime", "Instant::now", "std::process", "tokio"] {
+        for forbidden in [
+            "std::fs",
+            "std::net",
+            "std::thread",
+            "SystemTime",
+            "Instant::now",
+            "std::process",
+            "tokio",
+        ] {
             if text.contains(forbidden) {
-                problems.push(format!("{}: uses {forbidden}; stopline-core does no I/O", file.display()));
+                problems.push(format!(
+                    "{}: uses {forbidden}; stopline-core does no I/O",
+                    file.display()
+                ));
             }
         }
     }
@@ -81,26 +101,52 @@ pub fn check() -> Vec<String> {
     for file in sources(&root.join("crates/stopline-token/src")) {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         if text.contains("std::fs") {
-            problems.push(format!("{}: stopline-token must not touch the filesystem", file.display()));
+            problems.push(format!(
+                "{}: stopline-token must not touch the filesystem",
+                file.display()
+            ));
         }
     }
 
     // Only the store writes control-directory files. Writes elsewhere are listed here with the
     // reason they are not control-directory writes.
-    let writers = ["fs::write(", "File::create(", "fs::rename(", "fs::remove_file(", "fs::hard_link(", "OpenOptions::new()"];
+    let writers = [
+        "fs::write(",
+        "File::create(",
+        "fs::rename(",
+        "fs::remove_file(",
+        "fs::hard_link(",
+        "OpenOptions::new()",
+    ];
     let allowed_writers: &[(&str, &str)] = &[
         ("crates/stopline-store/", "the store itself"),
-        ("crates/stopline-control/src/bench.rs", "benchmark scratch files beside the home"),
-        ("crates/stopline-supervisor/", "cgroup control files under the cgroup2 mount"),
-        ("crates/stopline-gateway/", "gateway writes go through the store; reviewed: registry/ack sockets"),
+        (
+            "crates/stopline-control/src/bench.rs",
+            "benchmark scratch files beside the home",
+        ),
+        (
+            "crates/stopline-supervisor/",
+            "cgroup control files under the cgroup2 mount",
+        ),
+        (
+            "crates/stopline-gateway/",
+            "gateway writes go through the store; reviewed: registry/ack sockets",
+        ),
         ("crates/stopline-mcp/", "stdio pipes"),
         ("xtask/", "repository chores"),
     ];
     for crate_dir in ["crates", "xtask"] {
         for file in sources(&root.join(crate_dir)) {
-            let rel = file.strip_prefix(&root).unwrap_or(&file).to_string_lossy().replace("/../", "/");
+            let rel = file
+                .strip_prefix(&root)
+                .unwrap_or(&file)
+                .to_string_lossy()
+                .replace("/../", "/");
             let rel = rel.trim_start_matches("./").to_string();
-            if allowed_writers.iter().any(|(prefix, _)| rel.starts_with(prefix)) {
+            if allowed_writers
+                .iter()
+                .any(|(prefix, _)| rel.starts_with(prefix))
+            {
                 continue;
             }
             let text = std::fs::read_to_string(&file).unwrap_or_default();
@@ -116,9 +162,19 @@ pub fn check() -> Vec<String> {
     for crate_dir in ["crates/stopline-gateway/src", "crates/stopline-mcp/src"] {
         for file in sources(&root.join(crate_dir)) {
             let text = std::fs::read_to_string(&file).unwrap_or_default();
-            for forbidden in ["owner::", "console::prove", "recover_apply", "recover_plan", ".repair(", ".reconcile("] {
+            for forbidden in [
+                "owner::",
+                "console::prove",
+                "recover_apply",
+                "recover_plan",
+                ".repair(",
+                ".reconcile(",
+            ] {
                 if text.contains(forbidden) {
-                    problems.push(format!("{}: reaches the recovery path ({forbidden})", file.display()));
+                    problems.push(format!(
+                        "{}: reaches the recovery path ({forbidden})",
+                        file.display()
+                    ));
                 }
             }
         }
@@ -128,17 +184,25 @@ pub fn check() -> Vec<String> {
     for crate_dir in ["crates", "xtask"] {
         for file in sources(&root.join(crate_dir)) {
             let text = std::fs::read_to_string(&file).unwrap_or_default();
-            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
+            let first = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or_default();
             if !first.starts_with("//!") {
-                problems.push(format!("{}: must open with a //! paragraph", file.display()));
+                problems.push(format!(
+                    "{}: must open with a //! paragraph",
+                    file.display()
+                ));
             }
         }
     }
 
     // The binary stays thin.
-    let main = std::fs::read_to_string(root.join("crates/stopline/src/main.rs")).unwrap_or_default();
+    let main =
+        std::fs::read_to_string(root.join("crates/stopline/src/main.rs")).unwrap_or_default();
     if main.lines().count() > 60 {
-        problems.push("crates/stopline/src/main.rs is over 60 lines: move logic into a crate".into());
+        problems
+            .push("crates/stopline/src/main.rs is over 60 lines: move logic into a crate".into());
     }
     problems
 }

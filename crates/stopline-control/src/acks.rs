@@ -76,7 +76,10 @@ pub fn live_servers(ctx: &Context) -> (Vec<ServerRecord>, Vec<String>) {
     let now = ctx.store.now_ms();
     let mut live = Vec::new();
     let mut notes = Vec::new();
-    for name in names.iter().filter(|n| n.ends_with(".json") && !n.starts_with('.')) {
+    for name in names
+        .iter()
+        .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+    {
         let record = ctx
             .store
             .fs()
@@ -119,7 +122,9 @@ pub fn collect(ctx: &Context, latch_file: &str, timeout: Duration) -> AckOutcome
         match asker.join() {
             Ok((id, true)) => outcome.acknowledged_by.push(id),
             Ok((id, false)) => outcome.unacknowledged.push(id),
-            Err(_) => outcome.warnings.push("an acknowledgement thread panicked".into()),
+            Err(_) => outcome
+                .warnings
+                .push("an acknowledgement thread panicked".into()),
         }
     }
     outcome

@@ -10,7 +10,13 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The stop-condition kinds the gateway or supervisor enforces.
-pub const STOP_CONDITION_KINDS: [&str; 5] = ["budget_exhausted", "breaker", "anomaly", "wall_clock", "manual"];
+pub const STOP_CONDITION_KINDS: [&str; 5] = [
+    "budget_exhausted",
+    "breaker",
+    "anomaly",
+    "wall_clock",
+    "manual",
+];
 /// The stop handle's levels.
 pub const HANDLE_LEVELS: [&str; 3] = ["pause", "trip_breaker", "revoke_identity"];
 
@@ -51,7 +57,8 @@ pub struct StopHandle {
 }
 
 fn nonempty_str(v: Option<&Value>) -> bool {
-    v.and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty())
+    v.and_then(Value::as_str)
+        .is_some_and(|s| !s.trim().is_empty())
 }
 
 /// Validate a card, naming every missing or invalid field (`policy_card_incomplete`).
@@ -76,7 +83,10 @@ pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
             for (i, c) in conditions.iter().enumerate() {
                 let kind = c.get("kind").and_then(Value::as_str);
                 if !kind.is_some_and(|k| STOP_CONDITION_KINDS.contains(&k)) {
-                    missing.push(format!("stop_conditions[{i}].kind (one of {})", STOP_CONDITION_KINDS.join(", ")));
+                    missing.push(format!(
+                        "stop_conditions[{i}].kind (one of {})",
+                        STOP_CONDITION_KINDS.join(", ")
+                    ));
                 }
                 if kind == Some("anomaly") && c.get("threshold").and_then(Value::as_f64).is_none() {
                     missing.push(format!("stop_conditions[{i}].threshold"));
@@ -95,10 +105,12 @@ pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
                     Some(map) if !map.is_empty() => {
                         for (kind, limit) in map {
                             if crate::budget::BudgetKind::parse(kind).is_none() {
-                                missing.push(format!("budgets.{agent}.{kind} (unknown budget kind)"));
+                                missing
+                                    .push(format!("budgets.{agent}.{kind} (unknown budget kind)"));
                             }
                             if !limit.as_f64().is_some_and(|l| l.is_finite() && l >= 0.0) {
-                                missing.push(format!("budgets.{agent}.{kind} (must be a number ≥ 0)"));
+                                missing
+                                    .push(format!("budgets.{agent}.{kind} (must be a number ≥ 0)"));
                             }
                         }
                     }
@@ -116,8 +128,13 @@ pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
                 }
             }
             if let Some(level) = b.get("trip_level") {
-                if level.as_str().is_none_or(|l| crate::admission::Level::parse(l).is_err()) {
-                    missing.push("breakers.trip_level (halt-noncritical, halt-all or emergency)".into());
+                if level
+                    .as_str()
+                    .is_none_or(|l| crate::admission::Level::parse(l).is_err())
+                {
+                    missing.push(
+                        "breakers.trip_level (halt-noncritical, halt-all or emergency)".into(),
+                    );
                 }
             }
         }
@@ -127,8 +144,15 @@ pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
         missing.push("stop_handle.name".into());
     }
     match get("/stop_handle/levels").and_then(Value::as_array) {
-        Some(levels) if !levels.is_empty() && levels.iter().all(|l| l.as_str().is_some_and(|l| HANDLE_LEVELS.contains(&l))) => {}
-        _ => missing.push("stop_handle.levels (a non-empty subset of pause, trip_breaker, revoke_identity)".into()),
+        Some(levels)
+            if !levels.is_empty()
+                && levels
+                    .iter()
+                    .all(|l| l.as_str().is_some_and(|l| HANDLE_LEVELS.contains(&l))) => {}
+        _ => missing.push(
+            "stop_handle.levels (a non-empty subset of pause, trip_breaker, revoke_identity)"
+                .into(),
+        ),
     }
     for field in ["who_may_pull", "who_may_approve_restart"] {
         let ok = get(&format!("/stop_handle/{field}"))
@@ -138,7 +162,10 @@ pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
             missing.push(format!("stop_handle.{field}"));
         }
     }
-    if get("/time_to_stop_target_ms").and_then(Value::as_u64).is_none_or(|t| t == 0) {
+    if get("/time_to_stop_target_ms")
+        .and_then(Value::as_u64)
+        .is_none_or(|t| t == 0)
+    {
         missing.push("time_to_stop_target_ms".into());
     }
     if !get("/require_drill").is_some_and(Value::is_boolean) {
@@ -147,11 +174,18 @@ pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
     if !missing.is_empty() {
         return Err(Refusal::new(
             RefusalCode::PolicyCardIncomplete,
-            format!("the policy card is missing or has invalid: {}", missing.join(", ")),
+            format!(
+                "the policy card is missing or has invalid: {}",
+                missing.join(", ")
+            ),
         ));
     }
-    serde_json::from_value(card.clone())
-        .map_err(|e| Refusal::new(RefusalCode::PolicyCardIncomplete, format!("the policy card does not parse: {e}")))
+    serde_json::from_value(card.clone()).map_err(|e| {
+        Refusal::new(
+            RefusalCode::PolicyCardIncomplete,
+            format!("the policy card does not parse: {e}"),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -176,11 +210,27 @@ mod tests {
     fn every_missing_field_is_named() {
         let err = validate(&serde_json::json!({"schema":"policy-card.v1"})).unwrap_err();
         assert_eq!(err.code, RefusalCode::PolicyCardIncomplete);
-        for field in ["run_id", "harness_version", "stop_conditions", "budgets", "breakers", "stop_handle.name", "time_to_stop_target_ms", "require_drill"] {
-            assert!(err.message.contains(field), "{field} not named in {}", err.message);
+        for field in [
+            "run_id",
+            "harness_version",
+            "stop_conditions",
+            "budgets",
+            "breakers",
+            "stop_handle.name",
+            "time_to_stop_target_ms",
+            "require_drill",
+        ] {
+            assert!(
+                err.message.contains(field),
+                "{field} not named in {}",
+                err.message
+            );
         }
         let mut card = example();
         card["stop_conditions"] = serde_json::json!([{"kind":"when it feels wrong"}]);
-        assert!(validate(&card).unwrap_err().message.contains("stop_conditions[0].kind"));
+        assert!(validate(&card)
+            .unwrap_err()
+            .message
+            .contains("stop_conditions[0].kind"));
     }
 }

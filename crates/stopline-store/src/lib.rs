@@ -23,6 +23,7 @@ pub mod halts;
 pub mod keys;
 pub mod layout;
 pub mod ops;
+pub mod plane;
 pub mod recovery;
 pub mod repair;
 pub mod state;
@@ -31,6 +32,7 @@ pub mod view;
 pub use engage::{EngageOutcome, EngageRequest};
 pub use error::StoreError;
 pub use layout::Layout;
+pub use plane::ControlPlane;
 
 use std::path::PathBuf;
 use std::sync::Arc;

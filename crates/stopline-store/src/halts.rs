@@ -39,13 +39,7 @@ impl Store {
     ) -> Result<DisengageReceipt, StoreError> {
         let reason = require_reason(reason)?;
         let wal = self.layout.wal();
-        self.ensure_dirs(&[])?;
-        let _guard = self.lock_log_exclusive(&wal)?;
-        let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
-        let (latches, faults) = self.active_latches(Some(&log));
-        if let Some(fault) = faults.into_iter().next() {
-            return Err(StoreError::Refused(fault));
-        }
+        let (_guard, log, latches) = self.lock_and_scan()?;
         let of_scope: Vec<_> = latches.iter().filter(|l| &l.scope == scope).collect();
         if let Some(emergency) = of_scope.iter().find(|l| l.level == Level::Emergency) {
             return Err(StoreError::refused(
@@ -110,13 +104,7 @@ impl Store {
             ));
         }
         let wal = self.layout.wal();
-        self.ensure_dirs(&[])?;
-        let _guard = self.lock_log_exclusive(&wal)?;
-        let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
-        let (latches, faults) = self.active_latches(Some(&log));
-        if let Some(fault) = faults.into_iter().next() {
-            return Err(StoreError::Refused(fault));
-        }
+        let (_guard, log, latches) = self.lock_and_scan()?;
         let machine: Vec<_> = latches
             .iter()
             .filter(|l| l.scope == Scope::Machine)

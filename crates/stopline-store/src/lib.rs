@@ -26,6 +26,7 @@ pub mod ops;
 pub mod plane;
 pub mod recovery;
 pub mod repair;
+pub mod runs;
 pub mod state;
 pub mod view;
 

@@ -59,14 +59,8 @@ impl Store {
     ) -> Result<PlanReceipt, StoreError> {
         let reason = require_reason(reason)?;
         let wal = self.layout.wal();
-        self.ensure_dirs(&[])?;
-        let _guard = self.lock_log_exclusive(&wal)?;
-        let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
+        let (_guard, log, latches) = self.lock_and_scan()?;
         self.read_confirmed_epoch(&log)?;
-        let (latches, faults) = self.active_latches(Some(&log));
-        if let Some(fault) = faults.into_iter().next() {
-            return Err(StoreError::Refused(fault));
-        }
         let names: Vec<String> = latches
             .iter()
             .filter(|l| &l.scope == scope)

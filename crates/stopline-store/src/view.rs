@@ -114,6 +114,22 @@ impl Store {
         }
     }
 
+    /// For verbs that change latches: take the WAL's exclusive lock, verify the WAL and list
+    /// the active latches, refusing when any of it cannot be trusted. The guard holds the lock.
+    pub(crate) fn lock_and_scan(
+        &self,
+    ) -> Result<(Box<dyn crate::fs::LockGuard>, WalLog, Vec<ActiveLatch>), StoreError> {
+        let wal = self.layout.wal();
+        self.ensure_dirs(&[])?;
+        let guard = self.lock_log_exclusive(&wal)?;
+        let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
+        let (latches, faults) = self.active_latches(Some(&log));
+        if let Some(fault) = faults.into_iter().next() {
+            return Err(StoreError::Refused(fault));
+        }
+        Ok((guard, log, latches))
+    }
+
     /// A fresh view for gates: every fault closes every gate.
     pub fn load_view(&self) -> ControlView {
         let records = self.read_control_records();

@@ -1,0 +1,143 @@
+//! `runs/`: the policy card and run record of every supervised run, and its worker
+//! registrations (`runs/<run_id>/policy-card.json`, `runs/<run_id>/run.json`,
+//! `runs/<run_id>/workers/<agent>.json`).
+//!
+//! Every file is written by atomic replacement (fresh temporary file, fsync, rename, fsync of the
+//! directory), and a newly created directory is made durable by an fsync of its parent, so a
+//! registration that was reported written survives a crash and a reader never sees a torn one.
+//! The policy card is recorded before the run starts: `stopline run` calls
+//! [`Store::record_run`] before it mints a token or starts a process. This module never
+//! interprets what it stores; the supervisor and `status` give the fields their meaning.
+
+use crate::error::{IoContext, StoreError};
+use crate::Store;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use stopline_core::{Name, Refusal, RefusalCode};
+
+impl Store {
+    /// `runs/<run_id>/`. The id must be a valid name, so it is one path component.
+    pub fn run_dir(&self, run_id: &str) -> Result<PathBuf, StoreError> {
+        let name = Name::parse(run_id).map_err(StoreError::Refused)?;
+        Ok(self.layout.runs().join(name.as_str()))
+    }
+
+    /// Record a run before it starts: its policy card (as validated JSON) and its run record.
+    /// The card is written first, so a run record never exists without its card.
+    pub fn record_run(&self, run_id: &str, card: &Value, record: &Value) -> Result<(), StoreError> {
+        let dir = self.run_dir(run_id)?;
+        self.ensure_durable_dir(&dir)?;
+        self.replace_json(&dir.join("policy-card.json"), card, "runs.card")?;
+        self.replace_json(&dir.join("run.json"), record, "runs.record")
+    }
+
+    /// Replace the run record (for example with how the run ended).
+    pub fn update_run_record(&self, run_id: &str, record: &Value) -> Result<(), StoreError> {
+        let dir = self.run_dir(run_id)?;
+        self.ensure_durable_dir(&dir)?;
+        self.replace_json(&dir.join("run.json"), record, "runs.record")
+    }
+
+    /// Write (or replace) the registration of one worker, `runs/<run_id>/workers/<agent>.json`.
+    pub fn register_worker(
+        &self,
+        run_id: &str,
+        agent: &str,
+        record: &Value,
+    ) -> Result<(), StoreError> {
+        let agent = Name::parse(agent).map_err(StoreError::Refused)?;
+        let workers = self.run_dir(run_id)?.join("workers");
+        self.ensure_durable_dir(&workers)?;
+        let path = workers.join(format!("{}.json", agent.as_str()));
+        self.replace_json(&path, record, "runs.worker")
+    }
+
+    /// The registration of one worker, `None` when there is none.
+    pub fn worker_registration(
+        &self,
+        run_id: &str,
+        agent: &str,
+    ) -> Result<Option<Value>, StoreError> {
+        let agent = Name::parse(agent).map_err(StoreError::Refused)?;
+        let path = self
+            .run_dir(run_id)?
+            .join("workers")
+            .join(format!("{}.json", agent.as_str()));
+        match self.read_optional(&path)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                StoreError::corrupt(
+                    RefusalCode::ControlStateCorrupt,
+                    format!("{}: {e}", path.display()),
+                )
+            }),
+        }
+    }
+
+    /// Create `dir` (and its parents under the home) and fsync each parent whose entries
+    /// changed, so the new directory entries survive a crash.
+    fn ensure_durable_dir(&self, dir: &Path) -> Result<(), StoreError> {
+        let existed = self
+            .fs
+            .exists(dir)
+            .context(|| format!("checking {}", dir.display()))?;
+        if existed {
+            return Ok(());
+        }
+        self.ensure_dirs(&[&self.layout.runs()])?;
+        self.fs
+            .create_dir_all(dir, "runs.mkdir")
+            .context(|| format!("creating {}", dir.display()))?;
+        let mut current = dir;
+        while let Some(parent) = current.parent() {
+            self.fs
+                .sync_dir(parent, "runs.dirsync")
+                .context(|| format!("syncing {}", parent.display()))?;
+            if parent == self.layout.home() || !parent.starts_with(self.layout.home()) {
+                break;
+            }
+            current = parent;
+        }
+        Ok(())
+    }
+
+    fn replace_json(&self, path: &Path, value: &Value, fp: &str) -> Result<(), StoreError> {
+        let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| {
+            StoreError::Refused(Refusal::new(RefusalCode::BadRequest, e.to_string()))
+        })?;
+        bytes.push(b'\n');
+        self.replace_atomic(path, &bytes, fp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_records_and_registrations_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("home"));
+        let card = serde_json::json!({"schema": "policy-card.v1", "run_id": "r1"});
+        store
+            .record_run("r1", &card, &serde_json::json!({"agent": "a"}))
+            .unwrap();
+        let home = dir.path().join("home/runs/r1");
+        assert!(home.join("policy-card.json").exists());
+        assert!(home.join("run.json").exists());
+        assert_eq!(store.worker_registration("r1", "a").unwrap(), None);
+        let record = serde_json::json!({"run": "r1", "agent": "a", "state": "running"});
+        store.register_worker("r1", "a", &record).unwrap();
+        assert_eq!(store.worker_registration("r1", "a").unwrap(), Some(record));
+    }
+
+    #[test]
+    fn names_that_are_not_one_component_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("home"));
+        assert!(store.run_dir("../x").is_err());
+        assert!(store
+            .register_worker("r1", "../../etc", &serde_json::json!({}))
+            .is_err());
+    }
+}

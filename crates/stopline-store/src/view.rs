@@ -15,6 +15,9 @@ use stopline_core::{
     ActiveLatch, ControlView, EpochMap, Level, Refusal, RefusalCode, Scope, StateRecord,
 };
 
+/// The WAL's exclusive lock (held while this lives), the verified WAL and the active latches.
+pub(crate) type LockedScan = (Box<dyn crate::fs::LockGuard>, WalLog, Vec<ActiveLatch>);
+
 /// The raw control records read under one shared lock.
 #[derive(Debug, Clone)]
 pub struct ControlRecords {
@@ -116,9 +119,7 @@ impl Store {
 
     /// For verbs that change latches: take the WAL's exclusive lock, verify the WAL and list
     /// the active latches, refusing when any of it cannot be trusted. The guard holds the lock.
-    pub(crate) fn lock_and_scan(
-        &self,
-    ) -> Result<(Box<dyn crate::fs::LockGuard>, WalLog, Vec<ActiveLatch>), StoreError> {
+    pub(crate) fn lock_and_scan(&self) -> Result<LockedScan, StoreError> {
         let wal = self.layout.wal();
         self.ensure_dirs(&[])?;
         let guard = self.lock_log_exclusive(&wal)?;

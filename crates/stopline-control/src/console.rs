@@ -100,7 +100,31 @@ fn check_no_agent_session(ctx: &Context) -> Result<(), String> {
         }
     }
     let registered = registered_agent_pids(ctx);
-    for pid in ancestry(std::process::id()) {
+    let me = std::process::id();
+    // The cgroup2 mount as the supervisor finds it; none means nothing is supervised by cgroup
+    // (the subreaper fallback is caught by the registered pids below).
+    let hierarchy = match stopline_supervisor::Hierarchy::discover() {
+        Ok(hierarchy) => Some(hierarchy),
+        Err(stopline_supervisor::CgroupError::NoCgroup2) => None,
+        Err(e) => return Err(format!("cannot read the cgroup mounts: {e}")),
+    };
+    for pid in ancestry(me) {
+        // Fail closed: a cgroup that cannot be read is not proof of being outside the tree,
+        // unless the process has simply ended during the walk.
+        match hierarchy.as_ref().map(|h| h.supervised_cgroup_of(pid)) {
+            Some(Ok(Some(group))) => {
+                return Err(format!(
+                    "process {pid} in this chain is in the supervised cgroup {}",
+                    group.display()
+                ))
+            }
+            Some(Err(e)) if pid == me || std::path::Path::new(&format!("/proc/{pid}")).exists() => {
+                return Err(format!(
+                    "cannot prove process {pid} is outside every supervised cgroup: {e}"
+                ))
+            }
+            _ => {}
+        }
         if let Some(group) = cgroup_of(pid).filter(|g| is_supervised_cgroup(g)) {
             return Err(format!(
                 "process {pid} in this chain is in the supervised cgroup {group}"

@@ -17,6 +17,7 @@ pub mod console;
 pub mod context;
 pub mod engage;
 pub mod owner;
+pub mod run;
 pub mod status;
 pub mod tokens;
 

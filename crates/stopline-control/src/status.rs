@@ -69,7 +69,12 @@ pub fn status(ctx: &Context) -> Value {
             .and_then(Value::as_str)
             .unwrap_or("unknown");
         let quiescent = matches!(state, "quiescent" | "exited");
-        let stopping_level = covered && !quiescent && !matches!(state, "frozen");
+        // A frozen group is contained only when a pause is all that covers it: under halt-all,
+        // emergency or a fault the group must be killed, and is KILLING until observed empty.
+        let paused_only = view.faults.is_empty()
+            && view.mode_for(&subject) == stopline_core::Mode::HaltNoncritical;
+        let held = state == "frozen" && paused_only;
+        let stopping_level = covered && !quiescent && !held;
         if stopping_level {
             covered_quiescent = false;
         }

@@ -24,6 +24,8 @@ pub mod keys;
 pub mod layout;
 pub mod ops;
 pub mod plane;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 pub mod recovery;
 pub mod repair;
 pub mod runs;
@@ -44,6 +46,8 @@ pub struct Store {
     layout: Layout,
     fs: Arc<dyn fs::Fs>,
     env: Arc<dyn env::Env>,
+    #[cfg(feature = "planted-bugs")]
+    planted: planted::PlantedBug,
 }
 
 impl std::fmt::Debug for Store {
@@ -66,7 +70,16 @@ impl Store {
             layout: Layout::new(home),
             fs,
             env,
+            #[cfg(feature = "planted-bugs")]
+            planted: planted::PlantedBug::None,
         }
+    }
+
+    /// This store with a known bug planted in its recovery (model-checker tests only).
+    #[cfg(feature = "planted-bugs")]
+    pub fn with_planted_bug(mut self, bug: planted::PlantedBug) -> Store {
+        self.planted = bug;
+        self
     }
 
     /// The fixed names of this control directory.

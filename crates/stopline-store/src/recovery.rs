@@ -143,6 +143,8 @@ impl Store {
                     .collect()
             })
             .unwrap_or_default();
+        #[cfg(feature = "planted-bugs")]
+        let planned = self.planted_names(&scope, planned);
         let machine = scope == Scope::Machine;
         if machine {
             self.write_state(
@@ -192,7 +194,13 @@ impl Store {
             .context(|| "syncing latches/".into())?;
 
         // Rescan: anything still covering the scope — a racing engage included — survives.
+        #[cfg(not(feature = "planted-bugs"))]
         let (latches, faults) = self.active_latches(Some(&log));
+        #[cfg(feature = "planted-bugs")]
+        let (latches, faults) = match self.planted {
+            crate::planted::PlantedBug::SkipRescan => (Vec::new(), Vec::new()),
+            _ => self.active_latches(Some(&log)),
+        };
         let mut surviving: Vec<String> = latches
             .iter()
             .filter(|l| !cleared.contains(&l.file) && l.scope.covers_scope(&scope))
@@ -249,5 +257,21 @@ impl Store {
             surviving,
             warnings,
         })
+    }
+}
+
+#[cfg(feature = "planted-bugs")]
+impl Store {
+    /// `PlantedBug::ClearByScope`: every latch of `scope` in `latches/` now, not the plan's names.
+    fn planted_names(&self, scope: &Scope, planned: Vec<String>) -> Vec<String> {
+        if self.planted != crate::planted::PlantedBug::ClearByScope {
+            return planned;
+        }
+        let (latches, _) = self.active_latches(None);
+        latches
+            .into_iter()
+            .filter(|l| &l.scope == scope)
+            .map(|l| l.file)
+            .collect()
     }
 }

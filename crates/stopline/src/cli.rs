@@ -142,6 +142,49 @@ pub enum Command {
     /// Operations.
     #[command(subcommand)]
     Ops(OpsCommand),
+    /// MCP: a governed stdio proxy, and a server offering engage and status.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+    /// Agent hooks that fail closed.
+    #[command(subcommand)]
+    Hook(HookCommand),
+    /// Run the gateway: the enforcement point agents must pass (SPEC §5).
+    Serve {
+        /// The listen address (default: the config's `listen`, else 127.0.0.1:7077).
+        #[arg(long)]
+        listen: Option<String>,
+        /// The configuration file (default <home>/config.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Run an agent under a policy card, contained, and enforce every stop on it (SPEC §6).
+    Run {
+        /// The policy card (policy-card.v1, JSON or TOML).
+        #[arg(long)]
+        policy: PathBuf,
+        /// The agent (default: the only agent in the card's budgets).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Run the agent as this user (no access to the control directory).
+        #[arg(
+            long,
+            required_unless_present = "unconfined",
+            conflicts_with = "unconfined"
+        )]
+        user: Option<String>,
+        /// Run the agent as the caller's own uid (status marks it unconfined).
+        #[arg(long)]
+        unconfined: bool,
+        /// gateway-only: the agent's only way out is the gateway; host: the host's network.
+        #[arg(long, value_enum, default_value = "host")]
+        net: NetArg,
+        /// The gateway handed to the agent (default $STOPLINE_URL, else the config's listen).
+        #[arg(long)]
+        gateway: Option<String>,
+        /// The command and its arguments (after --).
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Benchmarks.
     Bench {
         /// Which benchmark (default: all available).
@@ -151,6 +194,17 @@ pub enum Command {
         #[arg(long, default_value_t = 200)]
         iterations: usize,
     },
+    /// Check the four-mode machine and the real protocol exhaustively (SPEC §9).
+    ModelCheck,
+}
+
+/// `run --net`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum NetArg {
+    /// A network namespace whose only way out is the gateway.
+    GatewayOnly,
+    /// The host's network.
+    Host,
 }
 
 /// Benchmarks.
@@ -160,6 +214,36 @@ pub enum BenchArg {
     Engage,
     /// One admission decision against an in-memory view.
     Admission,
+    /// Killing a group of N = 10, 100, 500 processes, from latch publication to observed
+    /// quiescence (needs cgroup v2 and root; not part of the default set).
+    Kill,
+    /// A proxied MCP tool call against the same call made directly.
+    Gateway,
+}
+
+/// `mcp …`.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Wrap a stdio MCP server: every message is governed; refusals are answered here.
+    Proxy {
+        #[command(flatten)]
+        token: TokenArgs,
+        /// The server's name in operation targets (mcp:<name>:<tool>) and in [mcp.<name>].
+        #[arg(long, default_value = "stdio")]
+        name: String,
+        /// The server command and its arguments (after --).
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// An MCP server on stdio whose tools are engage and status (no recovery).
+    Serve,
+}
+
+/// `hook …`.
+#[derive(Debug, Subcommand)]
+pub enum HookCommand {
+    /// Claude Code PreToolUse hook: exit 0 allows, exit 2 blocks (errors included).
+    ClaudeCode,
 }
 
 /// `token …`.
@@ -257,6 +341,9 @@ pub enum OpsCommand {
         /// Only those without an outcome.
         #[arg(long)]
         unresolved: bool,
+        /// Only unresolved operations prepared more than SECS ago (the age-based in-doubt query).
+        #[arg(long, value_name = "SECS")]
+        older_than: Option<u64>,
     },
     /// Owner console: record the outcome of an unresolved operation.
     Reconcile {

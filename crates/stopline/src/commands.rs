@@ -1,8 +1,8 @@
 //! Turning parsed arguments into calls of `stopline-control`, and receipts into output.
 
 use crate::cli::{
-    BenchArg, ClassArg, Cli, Command, OpsCommand, OutcomeArg, RecoverCommand, RoleArg, TokenArgs,
-    TokenCommand,
+    BenchArg, ClassArg, Cli, Command, HookCommand, McpCommand, OpsCommand, OutcomeArg,
+    RecoverCommand, RoleArg, TokenArgs, TokenCommand,
 };
 use crate::output::{self, compact};
 use serde_json::{json, Value};
@@ -54,6 +54,15 @@ fn budgets(args: &[String]) -> Result<Budgets, Refusal> {
 /// Run the command; returns the exit code.
 pub fn run(cli: Cli) -> i32 {
     let json = cli.json;
+    if let Command::Hook(HookCommand::ClaudeCode) = &cli.command {
+        // Before anything that could exit with another code: any other exit fails open.
+        let home = cli.home.clone().unwrap_or_else(default_home);
+        return stopline_mcp::entry::hook_claude_code(&home);
+    }
+    if let Command::ModelCheck = &cli.command {
+        // Needs no control directory: it checks the code, in memory.
+        return model_check(json);
+    }
     if let Some(control) = &cli.control {
         return output::refusal(
             json,
@@ -203,9 +212,68 @@ fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> 
         }
         Command::Recover(command) => recover_command(ctx, command, json),
         Command::Ops(command) => ops_command(ctx, command, json),
+        Command::Mcp(McpCommand::Proxy {
+            token,
+            name,
+            command,
+        }) => stopline_mcp::entry::proxy(ctx, read_token(&token)?, &name, command),
+        Command::Mcp(McpCommand::Serve) => stopline_mcp::entry::serve(ctx),
+        Command::Hook(HookCommand::ClaudeCode) => Ok(stopline_mcp::entry::hook_claude_code(
+            ctx.store.layout().home(),
+        )),
+        Command::Serve { listen, config } => {
+            let options = stopline_gateway::ServeOptions {
+                home: ctx.store.layout().home().to_path_buf(),
+                config,
+                listen,
+                mount: Some(Box::new(stopline_mcp::http::router)),
+            };
+            stopline_gateway::serve(options)
+                .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+            Ok(0)
+        }
+        Command::Run {
+            policy,
+            agent,
+            user,
+            unconfined,
+            net,
+            gateway,
+            command,
+        } => {
+            let request = stopline_control::run::RunRequest {
+                policy,
+                agent,
+                user,
+                unconfined,
+                net: match net {
+                    crate::cli::NetArg::GatewayOnly => stopline_control::run::NetMode::GatewayOnly,
+                    crate::cli::NetArg::Host => stopline_control::run::NetMode::Host,
+                },
+                gateway,
+                command,
+            };
+            run_command(ctx, &request, json)
+        }
+        Command::ModelCheck => Ok(model_check(json)),
         Command::Bench { which, iterations } => {
             let home = ctx.store.layout().home().to_path_buf();
             let mut runs = serde_json::Map::new();
+            if matches!(which, Some(BenchArg::Kill)) {
+                let receipt = stopline_control::run::bench::kill(&home, iterations)?;
+                output::receipt(json, &receipt, |r| {
+                    serde_json::to_string_pretty(r).unwrap_or_default()
+                });
+                return Ok(0);
+            }
+            if matches!(which, Some(BenchArg::Gateway)) {
+                let receipt = stopline_gateway::bench::gateway(iterations, Some(Box::new(stopline_mcp::http::router)))
+                    .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+                output::receipt(json, &receipt, |r| {
+                    serde_json::to_string_pretty(r).unwrap_or_default()
+                });
+                return Ok(0);
+            }
             if matches!(which, None | Some(BenchArg::Engage)) {
                 runs.insert(
                     "engage".into(),
@@ -225,6 +293,25 @@ fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> 
             });
             Ok(0)
         }
+    }
+}
+
+/// `model-check` (SPEC §9): exit 0 when every property holds, 1 on a counterexample.
+fn model_check(json: bool) -> i32 {
+    let options = stopline_assurance::protocol::Options {
+        progress: true,
+        ..Default::default()
+    };
+    let report = stopline_assurance::model_check::run(&options);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report.json()).unwrap_or_default());
+    } else {
+        print!("{}", report.text());
+    }
+    if report.ok() {
+        0
+    } else {
+        1
     }
 }
 
@@ -336,11 +423,22 @@ fn recover_command(ctx: &Context, command: RecoverCommand, json: bool) -> Result
 
 fn ops_command(ctx: &Context, command: OpsCommand, json: bool) -> Result<i32, Refusal> {
     match command {
-        OpsCommand::List { unresolved } => {
+        OpsCommand::List {
+            unresolved,
+            older_than,
+        } => {
             let (ops, errors) = ctx.store.operations();
-            let list: Vec<Value> = ops
-                .values()
-                .filter(|op| !unresolved || op.is_unresolved())
+            let selected: Vec<_> = match older_than {
+                Some(secs) => ctx
+                    .store
+                    .in_doubt_older_than((secs as i64).saturating_mul(1000)),
+                None => ops
+                    .into_values()
+                    .filter(|op| !unresolved || op.is_unresolved())
+                    .collect(),
+            };
+            let list: Vec<Value> = selected
+                .iter()
                 .map(|op| serde_json::to_value(op).unwrap_or_default())
                 .collect();
             let receipt = json!({"operations": list, "errors": errors});
@@ -424,4 +522,21 @@ fn human_status(r: &Value) -> String {
         ));
     }
     lines.join("\n")
+}
+
+/// `run`: the agent's exit code when it ended by itself; exit 1 with the stop's code when a stop
+/// ended it (the agent's own output went to the inherited streams).
+fn run_command(
+    ctx: &Context,
+    request: &stopline_control::run::RunRequest,
+    json: bool,
+) -> Result<i32, Refusal> {
+    let outcome = stopline_control::run::run(ctx, request).map_err(|e| e.to_refusal())?;
+    if let Some(stopped) = outcome.stopped {
+        return Err(stopped);
+    }
+    if json {
+        output::receipt(true, &outcome.record, |_| String::new());
+    }
+    Ok(outcome.exit_code)
 }

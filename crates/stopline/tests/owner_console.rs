@@ -265,6 +265,15 @@ fn recovery_carries_unresolved_operations_forward_and_they_block_until_reconcile
     );
     let listed = home.run(&["ops", "list", "--unresolved"]).json();
     assert_eq!(listed["operations"].as_array().unwrap().len(), 1);
+    let aged = home.run(&["ops", "list", "--older-than", "60"]).json();
+    assert_eq!(
+        aged["operations"][0]["op"], "op_crashed01",
+        "the age-based in-doubt query finds it"
+    );
+    let young = home
+        .run(&["ops", "list", "--older-than", "999999999"])
+        .json();
+    assert_eq!(young["operations"].as_array().unwrap().len(), 0);
     let refused = home.run(&[
         "ops",
         "reconcile",

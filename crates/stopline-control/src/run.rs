@@ -1,0 +1,353 @@
+//! `stopline run`: start an agent under a policy card, contained, and enforce every stop on it
+//! until it ends (SPEC §6).
+//!
+//! In order, and nothing is started unless every step before it passed: the card is read and
+//! validated (`policy_card_incomplete` names every missing field); no latch may cover the run
+//! (`run_contained`); the harness version's drills must allow it (`drill_required`); the agent
+//! must not run as the caller's uid unless `--unconfined`; the gateway must answer `/healthz`
+//! (`gateway_unreachable`). Then the card and the run record are written under `runs/<run_id>/`,
+//! the token is minted, and the command starts in its own cgroup. The reaction loop then wakes on
+//! inotify and on a periodic sweep, and enforces the run's mode through the worker until the
+//! agent has exited or been observed quiescent. This module never lifts a stop, and never reports
+//! an agent stopped before its group was observed empty.
+
+mod card;
+mod environment;
+mod gateway;
+mod preflight;
+mod record;
+mod start;
+mod supervise;
+mod wake;
+
+pub mod bench;
+
+pub use card::LoadedCard;
+pub use preflight::DRILL_SCHEMA;
+pub use record::StopCause;
+pub use supervise::{order_from_view, Order, Progress};
+
+use crate::context::Context;
+use record::{Recorder, RunFacts};
+use serde_json::{json, Value};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use stopline_core::{Level, Refusal, RefusalCode, Subject};
+use stopline_supervisor::{Group, Hierarchy};
+use supervise::{Supervision, WallClock};
+
+/// The periodic enforcement point: the order is re-read at least this often.
+pub const SWEEP_INTERVAL: Duration = Duration::from_millis(250);
+/// How often the loop looks at the agent between sweeps (root exit, a pending kill).
+const TICK: Duration = Duration::from_millis(50);
+
+/// `--net`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetMode {
+    /// The host's network.
+    Host,
+    /// A namespace whose only way out is the gateway.
+    GatewayOnly,
+}
+
+impl NetMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            NetMode::Host => "host",
+            NetMode::GatewayOnly => "gateway-only",
+        }
+    }
+}
+
+/// What `stopline run` was asked.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// The policy card (JSON or TOML).
+    pub policy: PathBuf,
+    /// `--agent`.
+    pub agent: Option<String>,
+    /// `--user` (exclusive with `unconfined`).
+    pub user: Option<String>,
+    /// `--unconfined`.
+    pub unconfined: bool,
+    /// `--net`.
+    pub net: NetMode,
+    /// `--gateway`.
+    pub gateway: Option<String>,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The run record as finally written.
+    pub record: Value,
+    /// The agent's exit code when it ended by itself (128 + signal for a signal).
+    pub exit_code: i32,
+    /// Set when the run was stopped: the refusal to report (exit 1).
+    pub stopped: Option<Refusal>,
+}
+
+/// Why a run could not be started or supervised.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// Refused before or while starting, with its code.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The supervisor could not start the agent.
+    #[error("starting the agent: {0}")]
+    Start(stopline_supervisor::WorkerError),
+    /// The gateway-only network namespace could not be set up.
+    #[error("setting up the gateway-only network namespace: {0}")]
+    Namespace(stopline_supervisor::NetnsError),
+}
+
+impl RunError {
+    /// This error as a refusal with a stable code.
+    pub fn to_refusal(&self) -> Refusal {
+        match self {
+            RunError::Refused(refusal) => refusal.clone(),
+            other => Refusal::new(RefusalCode::ControlIo, other.to_string()),
+        }
+    }
+}
+
+/// Start the run and supervise it to its end.
+pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> {
+    let card = card::load(&request.policy, request.agent.as_deref())?;
+    if request.command.is_empty() {
+        return Err(Refusal::new(RefusalCode::BadRequest, "no command to run after --").into());
+    }
+    let project = std::env::current_dir()
+        .and_then(std::fs::canonicalize)
+        .map_err(|e| {
+            Refusal::new(
+                RefusalCode::ProjectRootUnresolvable,
+                format!("the working directory: {e}"),
+            )
+        })?;
+    let subject = Subject::proven(
+        vec![card.agent.clone()],
+        vec![project.clone()],
+        vec![card.run_id.clone()],
+    );
+    preflight::no_covering_latch(ctx, &subject)?;
+    preflight::drills_allow(ctx, &card.card.harness_version, card.card.require_drill)?;
+    let identity = match (&request.user, request.unconfined) {
+        (Some(user), false) => Some(preflight::confined_identity(user)?),
+        (None, true) => None,
+        _ => {
+            return Err(Refusal::new(
+                RefusalCode::BadRequest,
+                "give exactly one of --user USER or --unconfined",
+            )
+            .into())
+        }
+    };
+    not_running_already(&card)?;
+    let env_url = std::env::var("STOPLINE_URL").ok();
+    let url = gateway::choose_url(ctx, request.gateway.as_deref(), env_url.as_deref());
+    let gateway = gateway::probe(ctx, &url)?;
+
+    let mut record = json!({
+        "schema": "run-record.v1",
+        "run_id": card.run_id,
+        "agent": card.agent,
+        "harness_version": card.card.harness_version,
+        "command": request.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+        "project": project,
+        "user": request.user,
+        "unconfined": identity.is_none(),
+        "net": request.net.as_str(),
+        "gateway": gateway.record(),
+        "gateway_config_sha256": gateway.config_sha256,
+        "supervisor_pid": std::process::id(),
+        "started_at": stopline_store::env::rfc3339(ctx.store.now_ms()),
+    });
+    ctx.store
+        .record_run(card.run_id.as_str(), &card.json, &record)
+        .map_err(|e| e.to_refusal())?;
+
+    let plan = start::StartPlan {
+        card: &card,
+        project: &project,
+        command: &request.command,
+        identity: identity.as_ref(),
+        net: request.net,
+        gateway: &gateway,
+    };
+    let started = match start::start(ctx, &plan) {
+        Ok(started) => started,
+        Err(error) => {
+            record["outcome"] = "start_failed".into();
+            record["error"] = json!(error.to_refusal());
+            finish_record(ctx, &card, &mut record);
+            return Err(error);
+        }
+    };
+    record["pid"] = started.worker.pid().into();
+    record["method"] = started.worker.method().as_str().into();
+    record["agent_url"] = started.agent_url.clone().into();
+    let facts = RunFacts {
+        project: project.display().to_string(),
+        user: request.user.clone(),
+        net: request.net.as_str().into(),
+        supervisor_pid: std::process::id(),
+    };
+    let wall_clock = card.wall_clock_s().map(|budget_s| WallClock {
+        budget_s,
+        started: Instant::now(),
+        level: card.trip_level().max(Level::HaltAll),
+    });
+    let mut supervision = Supervision::new(
+        ctx.clone(),
+        subject,
+        started.worker,
+        Recorder::new(ctx.store.clone(), facts),
+        wall_clock,
+    );
+    let progress = react(ctx, &mut supervision);
+    drop(started.namespace);
+    conclude(ctx, &card, record, supervision, progress)
+}
+
+/// The reaction loop: wake on inotify or every [`TICK`], re-read the order on every change and
+/// at least every [`SWEEP_INTERVAL`], until the agent has exited or been observed quiescent.
+fn react(ctx: &Context, supervision: &mut Supervision) -> Progress {
+    let layout = ctx.store.layout();
+    if let Err(error) = ctx.store.ensure_dirs(&[&layout.latches()]) {
+        tracing::warn!(%error, "latches/ cannot be created; relying on sweeps");
+    }
+    let wakers = wake::Wakers::spawn(vec![layout.latches(), layout.home().to_path_buf()]);
+    let mut last_sweep: Option<Instant> = None;
+    loop {
+        let due = last_sweep.is_none_or(|at| at.elapsed() >= SWEEP_INTERVAL);
+        let woke = if due { None } else { wakers.wait(TICK) };
+        let reload = due || woke.is_some();
+        if reload {
+            last_sweep = Some(Instant::now());
+        }
+        match supervision.wake(reload) {
+            Ok(progress @ (Progress::Stopped(_) | Progress::Exited(_))) => return progress,
+            Ok(_) => {}
+            Err(refusal) => {
+                tracing::error!(%refusal, "enforcement step failed; retrying");
+                std::thread::sleep(TICK);
+            }
+        }
+    }
+}
+
+fn conclude(
+    ctx: &Context,
+    card: &LoadedCard,
+    mut record: Value,
+    supervision: Supervision,
+    progress: Progress,
+) -> Result<RunOutcome, RunError> {
+    let status = supervision.worker.status();
+    let warnings = supervision.recorder.warnings.clone();
+    let cause = supervision.cause().cloned();
+    if let Err(error) = supervision.worker.release() {
+        tracing::warn!(%error, "the agent's group could not be removed");
+    }
+    record["kill_issued_at"] = json!(status.kill_issued_at);
+    record["quiescent_observed_at"] = json!(status.quiescent_observed_at);
+    record["warnings"] = json!(warnings);
+    let (exit_code, stopped) = match progress {
+        Progress::Stopped(cause) => (1, Some(stop_refusal(&cause, &status))),
+        Progress::Exited(exit) => {
+            use std::os::unix::process::ExitStatusExt;
+            let code = exit
+                .code()
+                .unwrap_or_else(|| 128 + exit.signal().unwrap_or(0));
+            if cause == Some(StopCause::AgentExited) {
+                record["stragglers_killed"] = true.into();
+            }
+            (code, None)
+        }
+        _ => (1, None),
+    };
+    record["outcome"] = if stopped.is_some() {
+        "stopped"
+    } else {
+        "exited"
+    }
+    .into();
+    record["exit_code"] = exit_code.into();
+    record["stop"] = json!(stopped);
+    finish_record(ctx, card, &mut record);
+    Ok(RunOutcome {
+        record,
+        exit_code,
+        stopped,
+    })
+}
+
+fn stop_refusal(cause: &StopCause, status: &stopline_supervisor::WorkerStatus) -> Refusal {
+    let observed = format!(
+        "kill issued at {}, quiescence observed at {}",
+        status
+            .kill_issued_at
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_default(),
+        status
+            .quiescent_observed_at
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_default(),
+    );
+    let (code, why) = match cause {
+        StopCause::Latch { latches, level } => (
+            RefusalCode::BreakGlassContained,
+            format!("the agent was stopped by {} at {level}", latches.join(", ")),
+        ),
+        StopCause::ControlState { code, message } => (
+            *code,
+            format!("the control state cannot be trusted ({message}), so the agent was stopped"),
+        ),
+        StopCause::CheckPanicked(message) => (
+            RefusalCode::ControlStateCorrupt,
+            format!("the supervisor's check panicked ({message}), so the agent was stopped"),
+        ),
+        StopCause::WallClock { latch, budget_s } => (
+            RefusalCode::BudgetExhausted,
+            format!(
+                "the wall_clock_s budget of {budget_s} s ran out (breaker latch {})",
+                latch.as_deref().unwrap_or("not engaged")
+            ),
+        ),
+        StopCause::AgentExited => (
+            RefusalCode::ControlIo,
+            "the agent's stragglers were killed".into(),
+        ),
+    };
+    Refusal::new(code, format!("{why}; {observed}"))
+}
+
+fn finish_record(ctx: &Context, card: &LoadedCard, record: &mut Value) {
+    record["ended_at"] = stopline_store::env::rfc3339(ctx.store.now_ms()).into();
+    if let Err(error) = ctx.store.update_run_record(card.run_id.as_str(), record) {
+        tracing::error!(%error, "the run record could not be updated");
+    }
+}
+
+/// Refuse a second live run of the same run id and agent (their group would be shared).
+fn not_running_already(card: &LoadedCard) -> Result<(), Refusal> {
+    let Ok(hierarchy) = Hierarchy::discover() else {
+        return Ok(());
+    };
+    let name = start::group_name(card);
+    match Group::open(&hierarchy, &name).and_then(|group| group.events()) {
+        Ok(events) if events.populated => Err(Refusal::new(
+            RefusalCode::BadRequest,
+            format!(
+                "agent {} of run {} is already running (group {name})",
+                card.agent, card.run_id
+            ),
+        )),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,96 @@
+//! The acknowledgement thread: the gateway's side of "engage waits for every live gateway".
+//!
+//! A loopback TCP listener served by one dedicated OS thread (never the async runtime, so load
+//! cannot starve it). A request is one JSON line `{"latch":"<file>","timeout_ms":N}`; the thread
+//! refreshes the view itself until it holds that latch (or closes every gate), waits until no
+//! call admitted under an older view is still waiting to be handed upstream, records the
+//! acknowledgement in the registration, and answers `{"ack":true,…}` — or `{"ack":false,"why"}`
+//! when it could not within the deadline. It never acknowledges what its view does not hold.
+
+use crate::inflight::DispatchTracker;
+use crate::registry::Registry;
+use crate::view::ViewHolder;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest an acknowledgement request may ask to be waited for.
+const MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// The acknowledgement server's shared parts.
+#[derive(Debug, Clone)]
+pub struct AckServer {
+    /// The view to refresh and inspect.
+    pub view: Arc<ViewHolder>,
+    /// Calls waiting to be handed upstream.
+    pub tracker: Arc<DispatchTracker>,
+    /// Where acknowledgements are recorded.
+    pub registry: Arc<Registry>,
+}
+
+impl AckServer {
+    /// Serve `listener` on a dedicated thread until `stop`.
+    pub fn spawn(self, listener: TcpListener, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+        std::thread::Builder::new()
+            .name("stopline-ack".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    match stream {
+                        Ok(stream) => {
+                            if let Err(error) = self.serve_one(stream) {
+                                tracing::debug!(%error, "acknowledgement request failed");
+                            }
+                        }
+                        Err(error) => tracing::warn!(%error, "acknowledgement accept failed"),
+                    }
+                }
+            })?;
+        Ok(())
+    }
+
+    fn serve_one(&self, stream: TcpStream) -> std::io::Result<()> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let request: Value = serde_json::from_str(&line).unwrap_or_default();
+        let reply = match request["latch"].as_str() {
+            Some(latch) => {
+                let wait = Duration::from_millis(request["timeout_ms"].as_u64().unwrap_or(250))
+                    .min(MAX_WAIT);
+                self.acknowledge(latch, Instant::now() + wait)
+            }
+            None => json!({"ack": false, "why": "expected {\"latch\": \"<file>\"}"}),
+        };
+        let mut stream = stream;
+        stream.write_all(format!("{reply}\n").as_bytes())
+    }
+
+    /// Acknowledge `latch` by `deadline`, or say why not.
+    pub fn acknowledge(&self, latch: &str, deadline: Instant) -> Value {
+        let id = self.registry.record().id;
+        let mut snapshot = self.view.refresh_fast();
+        while !snapshot.latch_files.contains(latch) && !snapshot.is_faulted() {
+            if Instant::now() >= deadline {
+                return json!({"ack": false, "server": id, "why": "the view does not hold the latch"});
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            snapshot = self.view.refresh_fast();
+        }
+        if !self.tracker.wait_older_than(snapshot.generation, deadline) {
+            return json!({"ack": false, "server": id, "why": "calls admitted under the older view are still being dispatched"});
+        }
+        let held: Vec<String> = snapshot.latch_files.iter().cloned().collect();
+        if let Err(error) = self.registry.acknowledge(held) {
+            tracing::warn!(%error, "cannot record the acknowledgement in servers/");
+        }
+        json!({"ack": true, "server": id, "generation": snapshot.generation})
+    }
+}

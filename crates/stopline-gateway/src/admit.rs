@@ -1,0 +1,519 @@
+//! Admitting one call: queueing, budgets, breakers, the prepared operation, and the guard that
+//! re-checks at dispatch and records the outcome.
+//!
+//! Order of a call: agent breaker → view decision (queue under HALT_NONCRITICAL: the held call is
+//! persisted as a prepared operation, re-admitted when the mode drops, failed at once on an
+//! escalation, `queued_timeout` after `queue_timeout_s`) → budget reservation along the chain →
+//! adapter breaker → `prepared` + fsync → [`Admission`]. The caller then calls
+//! [`Admission::dispatch`] right before handing the call upstream (admission is re-checked there,
+//! under a dispatch ticket, see `inflight.rs`) and [`Admission::finish`] with the outcome. An
+//! admission dropped after dispatch without an outcome is marked in doubt: it blocks its target
+//! until the owner reconciles it. Nothing here ever retries a call.
+
+use crate::budget::{Reservation, Shortfall};
+use crate::caller::Caller;
+use crate::governor::Governor;
+use std::time::{Duration, Instant};
+use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_core::{Decision, Mode, Refusal, RefusalCode, TaskClass};
+
+/// What one call asks for; built by the surfaces.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub class: TaskClass,
+    /// The operation target (`mcp:<server>:<tool>`, `model:<m>`), checked against unresolved ops.
+    pub target: Option<String>,
+    /// Record a prepared operation for this call.
+    pub record: bool,
+    pub budget: Budgets,
+    /// The adapter breaker to consult (`model`, `mcp:<server>`).
+    pub upstream: Option<String>,
+    pub request_id: Option<String>,
+    /// The surface, for metrics (`mcp`, `model`).
+    pub surface: &'static str,
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The upstream performed it.
+    Committed,
+    /// The upstream answered that it did not happen.
+    Failed,
+    /// The upstream could not be reached (counts against its adapter breaker); nothing happened.
+    UpstreamUnreachable,
+    /// Nobody knows whether it happened (a stream cut by a stop, a lost connection).
+    InDoubt(String),
+}
+
+/// A granted call. Dispatch it with [`Admission::dispatch`], end it with [`Admission::finish`].
+#[derive(Debug)]
+pub struct Admission {
+    gov: Governor,
+    caller: Caller,
+    plan: Plan,
+    op: Option<String>,
+    prepared_ms: Option<i64>,
+    reservation: Option<Reservation>,
+    dispatched: bool,
+    finished: bool,
+    started: Instant,
+}
+
+impl Governor {
+    /// Admit one MCP `tools/call` of `tool` on `server` (see GOVERNOR.md).
+    pub async fn admit_tool_call(
+        &self,
+        caller: &Caller,
+        server: &str,
+        tool: &str,
+        read_only: bool,
+        request_id: Option<&str>,
+    ) -> Result<Admission, Refusal> {
+        let config = self.mcp_server(server);
+        if config.is_none() {
+            self.note_refused_egress(caller, &format!("unknown MCP server {server}"));
+            return Err(self.refused(Refusal::new(
+                RefusalCode::EgressRefused,
+                format!("no MCP server {server:?} is configured"),
+            )));
+        }
+        let config = config.cloned().unwrap_or_default();
+        if let Some(allowed) = &config.allowed_tools {
+            if !allowed.iter().any(|t| t == tool) {
+                self.note_unauthorized(caller, &format!("tool_not_allowed mcp:{server}:{tool}"));
+                return Err(self.refused(Refusal::new(
+                    RefusalCode::ToolNotAllowed,
+                    format!("{tool:?} is not in {server}'s allowed_tools"),
+                )));
+            }
+        }
+        let critical = config.critical_tools.iter().any(|t| t == tool);
+        let plan = Plan {
+            class: self.class_for(caller, critical),
+            target: Some(format!("mcp:{server}:{tool}")),
+            record: !read_only,
+            budget: [(BudgetKind::ToolCalls, 1.0)].into(),
+            upstream: Some(format!("mcp:{server}")),
+            request_id: request_id.map(String::from),
+            surface: "mcp",
+        };
+        self.admit(caller, plan).await
+    }
+
+    /// Admit a JSON-RPC request that is not a tool call (noncritical for an agent token).
+    pub async fn admit_request(
+        &self,
+        caller: &Caller,
+        server: &str,
+        method: &str,
+    ) -> Result<Admission, Refusal> {
+        if self.mcp_server(server).is_none() {
+            self.note_refused_egress(caller, &format!("unknown MCP server {server} ({method})"));
+            return Err(self.refused(Refusal::new(
+                RefusalCode::EgressRefused,
+                format!("no MCP server {server:?} is configured"),
+            )));
+        }
+        let plan = Plan {
+            class: self.class_for(caller, true),
+            target: None,
+            record: false,
+            budget: Budgets::new(),
+            upstream: Some(format!("mcp:{server}")),
+            request_id: None,
+            surface: "mcp",
+        };
+        self.admit(caller, plan).await
+    }
+
+    pub(crate) fn refused(&self, refusal: Refusal) -> Refusal {
+        self.inner.metrics.decision("block", Some(refusal.code));
+        refusal
+    }
+
+    pub(crate) async fn admit(&self, caller: &Caller, plan: Plan) -> Result<Admission, Refusal> {
+        let started = Instant::now();
+        let snapshot = self.snapshot();
+        let agent_tripped = self
+            .inner
+            .agents
+            .check(caller.agent(), |latch| snapshot.latch_files.contains(latch));
+        if let Some(refusal) = agent_tripped {
+            return Err(self.refused(refusal));
+        }
+        let mut admission = Admission {
+            gov: self.clone(),
+            caller: caller.clone(),
+            plan,
+            op: None,
+            prepared_ms: None,
+            reservation: None,
+            dispatched: false,
+            finished: false,
+            started,
+        };
+        let receipt = self.judge(
+            &snapshot,
+            caller,
+            admission.plan.class,
+            admission.plan.target.as_deref(),
+        );
+        match receipt.decision {
+            Decision::Allow => {}
+            Decision::Block => {
+                return Err(self.refused(Refusal::new(
+                    receipt.code.unwrap_or(RefusalCode::BreakGlassContained),
+                    receipt.message,
+                )))
+            }
+            Decision::Queue => {
+                self.inner.metrics.decision("queue", receipt.code);
+                admission.prepare().await?;
+                self.hold(&mut admission).await?;
+            }
+        }
+        admission.reserve().await?;
+        let emergency = snapshot.view.has_machine_latch()
+            && snapshot.view.latches.iter().any(|l| {
+                l.scope == stopline_core::Scope::Machine
+                    && l.level == stopline_core::Level::Emergency
+            });
+        if let Some(upstream) = &admission.plan.upstream {
+            if let Err(refusal) = self.inner.adapters.admit(
+                &self.inner.config.breakers,
+                upstream,
+                emergency || snapshot.is_faulted(),
+            ) {
+                admission.refuse(&refusal);
+                return Err(self.refused(refusal));
+            }
+        }
+        admission.prepare().await?;
+        self.inner.metrics.decision("allow", None);
+        self.inner
+            .metrics
+            .admission_latency(admission.plan.surface, started.elapsed());
+        Ok(admission)
+    }
+
+    /// Hold a queued call until the mode drops (re-admitted), an escalation (refused at once)
+    /// or the queue timeout (`queued_timeout`).
+    async fn hold(&self, admission: &mut Admission) -> Result<(), Refusal> {
+        let deadline = tokio::time::Instant::now() + self.inner.config.queue_timeout();
+        let mut changes = self.inner.view.subscribe();
+        loop {
+            let snapshot = self.snapshot();
+            let receipt = self.judge(
+                &snapshot,
+                &admission.caller,
+                admission.plan.class,
+                admission.plan.target.as_deref(),
+            );
+            match receipt.decision {
+                Decision::Allow => return Ok(()),
+                Decision::Block if self.drain_allows(&snapshot, admission.prepared_ms) => {
+                    return Ok(())
+                }
+                Decision::Block => {
+                    let refusal = Refusal::new(
+                        receipt.code.unwrap_or(RefusalCode::BreakGlassContained),
+                        format!("escalated while held: {}", receipt.message),
+                    );
+                    admission.refuse(&refusal);
+                    return Err(self.refused(refusal));
+                }
+                Decision::Queue => {}
+            }
+            // Wake on a view change, and at least every 250 ms (a drain deadline, a stale view).
+            let wake = (tokio::time::Instant::now() + Duration::from_millis(250)).min(deadline);
+            if tokio::time::timeout_at(wake, changes.changed())
+                .await
+                .is_err()
+                && tokio::time::Instant::now() >= deadline
+            {
+                let refusal = Refusal::new(
+                    RefusalCode::QueuedTimeout,
+                    format!(
+                        "held under HALT_NONCRITICAL for {} s; the halt was not lifted",
+                        self.inner.config.base.queue_timeout_s
+                    ),
+                );
+                admission.refuse(&refusal);
+                return Err(self.refused(refusal));
+            }
+        }
+    }
+
+    /// A watch that resolves when `caller` must be cut: an EMERGENCY covering its subject, a
+    /// contained machine state, or a view that closes every gate.
+    pub fn subscribe_cuts(&self, caller: &Caller) -> CutWatch {
+        CutWatch {
+            gov: self.clone(),
+            changes: self.inner.view.subscribe(),
+            caller: caller.clone(),
+        }
+    }
+}
+
+impl Admission {
+    /// The operation id, when this call is a recorded operation.
+    pub fn op_id(&self) -> Option<&str> {
+        self.op.as_deref()
+    }
+
+    /// The class it was admitted as.
+    pub fn class(&self) -> TaskClass {
+        self.plan.class
+    }
+
+    /// The caller.
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    async fn prepare(&mut self) -> Result<(), Refusal> {
+        if !self.plan.record || self.op.is_some() {
+            return Ok(());
+        }
+        let Some(target) = self.plan.target.clone() else {
+            return Ok(());
+        };
+        let journal = self.gov.inner.journal.clone();
+        let agent = self.caller.agent().to_string();
+        let request_id = self.plan.request_id.clone();
+        let prepared = tokio::task::spawn_blocking(move || {
+            journal.prepare(&target, Some(&agent), request_id.as_deref())
+        })
+        .await
+        .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?
+        .map_err(|e| e.to_refusal());
+        match prepared {
+            Ok(op) => {
+                self.op = Some(op);
+                self.prepared_ms = Some(self.gov.now_ms());
+                Ok(())
+            }
+            Err(refusal) => {
+                self.finished = true;
+                Err(self.gov.refused(refusal))
+            }
+        }
+    }
+
+    async fn reserve(&mut self) -> Result<(), Refusal> {
+        if self.plan.budget.is_empty() && self.caller.claims().budgets.is_empty() {
+            return Ok(());
+        }
+        let gov = self.gov.clone();
+        let result = gov
+            .inner
+            .ledger
+            .reserve(
+                self.caller.claims(),
+                &self.plan.budget,
+                || gov.now_s(),
+                gov.inner.config.queue_timeout(),
+            )
+            .await;
+        match result {
+            Ok(reservation) => {
+                self.reservation = Some(reservation);
+                Ok(())
+            }
+            Err(shortfall) => {
+                let refusal = match &shortfall {
+                    Shortfall::Wait => Refusal::new(
+                        RefusalCode::BudgetExhausted,
+                        "the budget stayed fully reserved by calls in flight",
+                    ),
+                    Shortfall::Exhausted {
+                        kind,
+                        limit,
+                        observed,
+                        ..
+                    } => Refusal::new(
+                        RefusalCode::BudgetExhausted,
+                        format!("{kind} budget {limit} exhausted ({observed} needed)"),
+                    ),
+                };
+                if let Shortfall::Exhausted {
+                    kind,
+                    limit,
+                    observed,
+                    ..
+                } = shortfall
+                {
+                    crate::trip::budget_exhausted(&gov, self.caller.agent(), kind, limit, observed);
+                }
+                self.refuse(&refusal);
+                Err(gov.refused(refusal))
+            }
+        }
+    }
+
+    /// Re-check admission against the current view and record `dispatched`. Call it right before
+    /// handing the call upstream; on `Err` the call must not be sent (its outcome is recorded).
+    pub fn dispatch(&mut self) -> Result<(), Refusal> {
+        let inner = &self.gov.inner;
+        let _ticket = inner.tracker.enter(inner.view.load().generation);
+        let snapshot = inner.view.load();
+        let receipt = self.gov.judge(
+            &snapshot,
+            &self.caller,
+            self.plan.class,
+            self.plan.target.as_deref(),
+        );
+        let allowed = receipt.decision == Decision::Allow
+            || self.gov.drain_allows(&snapshot, self.prepared_ms);
+        if !allowed {
+            let refusal = Refusal::new(
+                receipt.code.unwrap_or(RefusalCode::BreakGlassContained),
+                format!("refused at dispatch: {}", receipt.message),
+            );
+            self.refuse(&refusal);
+            return Err(self.gov.refused(refusal));
+        }
+        if let Some(op) = &self.op {
+            if let Err(error) = inner.journal.dispatched(op) {
+                let refusal = error.to_refusal();
+                self.refuse(&refusal);
+                return Err(self.gov.refused(refusal));
+            }
+        }
+        self.dispatched = true;
+        Ok(())
+    }
+
+    /// End the call with `outcome`; for a tool call or request, what was reserved is settled.
+    pub fn finish(self, outcome: Outcome) {
+        let actual = self.plan.budget.clone();
+        self.finish_with_usage(outcome, Some(actual));
+    }
+
+    /// End the call with `outcome` and the budget actually used (`None`: settle at the bound).
+    pub fn finish_with_usage(mut self, outcome: Outcome, used: Option<Budgets>) {
+        self.finished = true;
+        let inner = &self.gov.inner;
+        if let Some(upstream) = &self.plan.upstream {
+            let ok = !matches!(outcome, Outcome::UpstreamUnreachable);
+            inner.adapters.record(&inner.config.breakers, upstream, ok);
+        }
+        if let Some(reservation) = self.reservation.take() {
+            match (&outcome, used) {
+                (Outcome::UpstreamUnreachable, _) => drop(reservation),
+                (_, Some(used)) => reservation.settle(&used),
+                (_, None) => reservation.settle_at_bound(),
+            }
+        }
+        inner
+            .metrics
+            .call_latency(self.plan.surface, self.started.elapsed());
+        if let Some(op) = self.op.clone() {
+            let (text, doubt) = match &outcome {
+                Outcome::Committed => ("committed", None),
+                Outcome::Failed | Outcome::UpstreamUnreachable => ("failed", None),
+                Outcome::InDoubt(reason) => ("", Some(reason.clone())),
+            };
+            self.record(op, text, doubt);
+        }
+    }
+
+    /// Cut the call (a stop landed mid-stream): its operation is left in doubt.
+    pub fn cut(self, reason: &str) {
+        self.finish_with_usage(Outcome::InDoubt(reason.to_string()), None);
+    }
+
+    fn refuse(&mut self, refusal: &Refusal) {
+        self.finished = true;
+        self.reservation.take();
+        if let Some(op) = self.op.clone() {
+            tracing::debug!(op, code = %refusal.code, "operation refused");
+            self.record(op, "refused", None);
+        }
+    }
+
+    fn record(&self, op: String, outcome: &'static str, doubt: Option<String>) {
+        let journal = self.gov.inner.journal.clone();
+        let view = self.gov.inner.view.clone();
+        let target = self.plan.target.clone().unwrap_or_default();
+        tokio::task::spawn_blocking(move || {
+            let written = match &doubt {
+                Some(reason) => {
+                    view.block_target(&target, &op);
+                    journal.in_doubt(&op, reason)
+                }
+                None => journal.outcome(&op, outcome),
+            };
+            if let Err(error) = written {
+                tracing::error!(op, %error, "cannot record an operation's outcome; it stays unresolved");
+            }
+        });
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        if let Some(reservation) = self.reservation.take() {
+            reservation.settle_at_bound();
+        }
+        if let Some(op) = self.op.clone() {
+            if self.dispatched {
+                self.record(
+                    op,
+                    "",
+                    Some("the call was dropped after dispatch without an outcome".into()),
+                );
+            } else {
+                self.record(op, "failed", None);
+            }
+        }
+    }
+}
+
+/// Resolves when a caller's streams must be cut (see [`Governor::subscribe_cuts`]).
+#[derive(Debug)]
+pub struct CutWatch {
+    gov: Governor,
+    changes: tokio::sync::watch::Receiver<u64>,
+    caller: Caller,
+}
+
+impl CutWatch {
+    /// The reason to cut now, if any.
+    pub fn check(&self) -> Option<Refusal> {
+        let snapshot = self.gov.snapshot();
+        if let Some(fault) = snapshot.view.faults.first() {
+            return Some(fault.clone());
+        }
+        let now = self.gov.now_ms();
+        if snapshot.view.state.effective(now) != stopline_core::ControlState::Running {
+            return Some(Refusal::new(
+                RefusalCode::BreakGlassContained,
+                "the machine is contained",
+            ));
+        }
+        (snapshot.view.mode_for(self.caller.subject()) == Mode::Emergency).then(|| {
+            Refusal::new(
+                RefusalCode::BreakGlassContained,
+                "an emergency stop covers this agent; the stream was cut",
+            )
+        })
+    }
+
+    /// Wait until the caller must be cut.
+    pub async fn cut(&mut self) -> Refusal {
+        loop {
+            if let Some(refusal) = self.check() {
+                return refusal;
+            }
+            if self.changes.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! The JSON routes of the gateway (SPEC §5 table) and the router that mounts them all.
+//!
+//! Every route but `/healthz`, `/metrics` and `/` needs a bearer token. Engage accepts any
+//! validly signed, unexpired token even when a stop made it stale; recover and drain are refused
+//! here always (`owner_control_required`): nothing on the recovery path is reachable from the
+//! gateway. Verbs are the same functions the CLI calls (`stopline-control`), run off the async
+//! workers because they do synchronous, fsyncing I/O.
+
+use crate::error::GatewayError;
+use crate::server::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use stopline_control::{engage, status};
+use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_core::{AuthorityStatus, Name, Refusal, RefusalCode, Role, TaskClass};
+
+/// The full router: API, model proxy, metrics, page.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(crate::page::page))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/v1/status", get(status_route))
+        .route("/v1/engage", post(engage_route))
+        .route("/v1/disengage", post(disengage_route))
+        .route("/v1/recover", post(owner_only))
+        .route("/v1/drain", post(owner_only))
+        .route("/v1/check", post(check_route))
+        .route("/v1/delegate", post(delegate_route))
+        .route("/v1/anomaly", post(anomaly_route))
+        .route("/v1/chat/completions", post(crate::model::chat_completions))
+        .route("/v1/completions", post(crate::model::completions))
+        .route("/v1/responses", post(crate::model::responses))
+        .route("/v1/embeddings", post(crate::model::embeddings))
+        .with_state(state)
+}
+
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
+pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, GatewayError> {
+    serde_json::from_slice(body).map_err(|e| {
+        GatewayError::Refused(Refusal::new(
+            RefusalCode::BadRequest,
+            format!("the request body is not the expected JSON: {e}"),
+        ))
+    })
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
+) -> Result<T, GatewayError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| GatewayError::Refused(Refusal::new(RefusalCode::ControlIo, e.to_string())))?
+        .map_err(GatewayError::Refused)
+}
+
+async fn healthz(State(state): State<AppState>) -> Response {
+    let snapshot = state.gov.snapshot();
+    let ready = snapshot.loaded_ms > 0 && state.registry.is_registered();
+    let body = json!({
+        "ok": ready,
+        "server": state.gov.server_id(),
+        "view_generation": snapshot.generation,
+        "view_faults": snapshot.view.faults,
+    });
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(body)).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let text = crate::metrics::scrape(&state.gov);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn status_route(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, GatewayError> {
+    state.gov.authenticate(bearer(&headers))?;
+    let ctx = state.gov.context().clone();
+    let mut receipt = blocking(move || Ok(status::status(&ctx))).await?;
+    let snapshot = state.gov.snapshot();
+    receipt["gateway"] = json!({
+        "id": state.gov.server_id(),
+        "view_generation": snapshot.generation,
+        "view_age_ms": state.gov.now_ms() - snapshot.loaded_ms,
+        "view_degraded": state.registry.record().degraded,
+        "notes": state.registry.record().notes,
+    });
+    Ok(Json(receipt))
+}
+
+#[derive(Deserialize)]
+struct EngageBody {
+    scope: String,
+    #[serde(default)]
+    level: Option<String>,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn engage_route(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, GatewayError> {
+    // Any validly signed, unexpired token may stop, stale or not: refusing to stop is the more
+    // dangerous default.
+    let caller = state.gov.authenticate(bearer(&headers))?;
+    let request: EngageBody = parse_body(&body)?;
+    let ctx = state.gov.context().clone();
+    let claims = caller.claims().clone();
+    let receipt = blocking(move || {
+        let who = engage::Caller {
+            token: Some(claims),
+            by: None,
+            local: false,
+        };
+        engage::engage(
+            &ctx,
+            &who,
+            &request.scope,
+            request.level.as_deref(),
+            &request.reason,
+        )
+    })
+    .await?;
+    Ok(Json(receipt))
+}
+
+#[derive(Deserialize)]
+struct DisengageBody {
+    scope: String,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn disengage_route(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, GatewayError> {
+    let caller = state.gov.authenticate(bearer(&headers))?;
+    let request: DisengageBody = parse_body(&body)?;
+    if matches!(caller.role(), Role::Agent | Role::Critical) {
+        state.gov.note_unauthorized(&caller, "disengage attempt");
+    }
+    let ctx = state.gov.context().clone();
+    let token = caller.token().to_string();
+    let receipt = blocking(move || {
+        engage::disengage(&ctx, &request.scope, &request.reason, None, Some(&token))
+    })
+    .await?;
+    state.gov.inner.view.refresh_fast();
+    Ok(Json(receipt))
+}
+
+async fn owner_only(State(state): State<AppState>, headers: HeaderMap) -> GatewayError {
+    if let Ok(caller) = state.gov.authenticate(bearer(&headers)) {
+        if matches!(caller.role(), Role::Agent | Role::Critical) {
+            state
+                .gov
+                .note_unauthorized(&caller, "recovery or drain attempted through the gateway");
+        }
+    }
+    GatewayError::Refused(Refusal::new(
+        RefusalCode::OwnerControlRequired,
+        "recovery and drain are only available at the owner console (no_agent_session, operator_identity, interactive_terminal); never through the gateway",
+    ))
+}
+
+#[derive(Deserialize)]
+struct CheckBody {
+    #[serde(default)]
+    class: Option<String>,
+    #[serde(default)]
+    action: Option<String>,
+    #[serde(default)]
+    target: Option<String>,
+}
+
+async fn check_route(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Json<Value> {
+    let request: CheckBody = serde_json::from_slice(&body).unwrap_or(CheckBody {
+        class: None,
+        action: None,
+        target: None,
+    });
+    let class = match request.class.as_deref() {
+        Some("critical") => TaskClass::Critical,
+        _ => TaskClass::Noncritical,
+    };
+    let receipt = state
+        .gov
+        .check(bearer(&headers), class, request.target.as_deref());
+    let mut value = serde_json::to_value(&receipt).unwrap_or_default();
+    value["action"] = request.action.into();
+    Json(value)
+}
+
+#[derive(Deserialize)]
+struct DelegateBody {
+    agent: String,
+    #[serde(default)]
+    ttl: Option<u64>,
+    #[serde(default)]
+    budgets: BTreeMap<String, f64>,
+}
+
+async fn delegate_route(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, GatewayError> {
+    let gov = &state.gov;
+    let caller = gov.authenticate(bearer(&headers))?;
+    let request: DelegateBody = parse_body(&body)?;
+    let snapshot = gov.snapshot();
+    if let Some(fault) = snapshot.view.faults.first() {
+        return Err(fault.clone().into());
+    }
+    let standing = caller.claims().standing(&snapshot.view.epoch);
+    if standing != AuthorityStatus::Current {
+        let refusal = standing
+            .refusal(caller.claims().epoch)
+            .unwrap_or_else(|| Refusal::new(RefusalCode::StaleControlEpoch, "revoked"));
+        return Err(refusal.into());
+    }
+    let mut budgets = Budgets::new();
+    for (kind, limit) in &request.budgets {
+        let kind = BudgetKind::parse(kind).ok_or_else(|| {
+            Refusal::new(
+                RefusalCode::BadRequest,
+                format!("unknown budget kind {kind:?}"),
+            )
+        })?;
+        if let Some(remaining) = gov.inner.ledger.remaining(&caller.claims().jti, kind) {
+            if *limit > remaining {
+                return Err(Refusal::new(
+                    RefusalCode::BudgetExhausted,
+                    format!("child {kind} {limit} exceeds what the parent has left ({remaining})"),
+                )
+                .into());
+            }
+        }
+        budgets.insert(kind, *limit);
+    }
+    gov.inner.ledger.register(caller.claims());
+    let child = Name::parse(&request.agent)?;
+    let minted = stopline_token::delegate(
+        gov.signing_key(),
+        caller.claims(),
+        child,
+        request.ttl,
+        &budgets,
+        gov.now_s(),
+    )?;
+    gov.inner.ledger.register_child(&minted.claims);
+    Ok(Json(stopline_control::tokens::minted_receipt(&minted)))
+}
+
+#[derive(Deserialize)]
+struct AnomalyBody {
+    agent: String,
+    score: f64,
+}
+
+async fn anomaly_route(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, GatewayError> {
+    let gov = &state.gov;
+    let caller = gov.authenticate(bearer(&headers))?;
+    let request: AnomalyBody = parse_body(&body)?;
+    if !matches!(caller.role(), Role::Monitor | Role::Operator) {
+        gov.note_unauthorized(&caller, "anomaly report from a non-monitor token");
+        return Err(Refusal::new(
+            RefusalCode::DisengageNotPermitted,
+            "only a monitor or operator token may report anomalies",
+        )
+        .into());
+    }
+    if caller.claims().standing(&gov.snapshot().view.epoch) != AuthorityStatus::Current {
+        return Err(Refusal::new(
+            RefusalCode::StaleControlEpoch,
+            "the monitor's token was revoked by a stop",
+        )
+        .into());
+    }
+    let agent = Name::parse(&request.agent)?;
+    if !request.score.is_finite() {
+        return Err(Refusal::new(RefusalCode::BadRequest, "score must be a finite number").into());
+    }
+    let threshold = gov.config().breakers.anomaly_score;
+    gov.note_anomaly(agent.as_str(), request.score);
+    Ok(Json(json!({
+        "agent": agent.as_str(),
+        "score": request.score,
+        "threshold": threshold,
+        "tripped": request.score >= threshold,
+    })))
+}

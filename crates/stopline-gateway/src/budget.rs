@@ -1,0 +1,300 @@
+//! The budget ledger: reservation before dispatch, settlement after, along the token chain.
+//!
+//! Every token is an account keyed by its `jti`, with the limits signed into it and a link to its
+//! parent's account. A call reserves an upper bound of what it may consume in *every* account of
+//! its chain (so a delegated child's spending also counts against its parent); a reservation that
+//! does not fit while others are outstanding waits for their settlements, and one that cannot fit
+//! even then is refused (`budget_exhausted`). Settlement replaces the reservation with what was
+//! actually used. Concurrent calls therefore never overrun a limit. The ledger is in memory: a
+//! gateway restart forgets past spending (see ARCHITECTURE notes).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_token::Claims;
+use tokio::sync::Notify;
+
+/// One account: a token's limits, its use and outstanding reservations.
+#[derive(Debug, Clone, Default)]
+struct Account {
+    limits: Budgets,
+    known_limits: bool,
+    used: BTreeMap<BudgetKind, f64>,
+    reserved: BTreeMap<BudgetKind, f64>,
+    parent: Option<String>,
+    iat: i64,
+}
+
+/// Why a reservation was not granted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shortfall {
+    /// It does not fit now, but outstanding reservations may settle lower.
+    Wait,
+    /// It cannot fit: the limit is spent.
+    Exhausted {
+        /// The kind.
+        kind: BudgetKind,
+        /// The limit.
+        limit: f64,
+        /// Used plus the attempted amount.
+        observed: f64,
+        /// The account (`jti`) whose limit it is.
+        account: String,
+    },
+}
+
+/// The ledger of every account this gateway has seen.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    accounts: Mutex<HashMap<String, Account>>,
+    settled: Notify,
+}
+
+/// A granted reservation; release or settle it exactly once (drop releases).
+#[derive(Debug)]
+pub struct Reservation {
+    ledger: Arc<Ledger>,
+    chain: Vec<String>,
+    amounts: Budgets,
+    done: bool,
+}
+
+impl Ledger {
+    /// Make sure the caller's account exists and carries its limits.
+    pub fn register(&self, claims: &Claims) {
+        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        let account = accounts.entry(claims.jti.clone()).or_default();
+        if !account.known_limits {
+            account.limits = claims.budgets.clone();
+            account.known_limits = true;
+            account.parent = claims.parent.clone();
+            account.iat = claims.iat;
+        }
+        if let Some(parent) = &claims.parent {
+            accounts.entry(parent.clone()).or_default();
+        }
+    }
+
+    /// Record that `child` was delegated from `parent` (both known) by this gateway.
+    pub fn register_child(&self, child: &Claims) {
+        self.register(child);
+    }
+
+    fn chain_of(accounts: &HashMap<String, Account>, jti: &str) -> Vec<String> {
+        let mut chain = vec![jti.to_string()];
+        let mut next = accounts.get(jti).and_then(|a| a.parent.clone());
+        while let Some(parent) = next {
+            if chain.contains(&parent) || chain.len() > 64 {
+                break;
+            }
+            next = accounts.get(&parent).and_then(|a| a.parent.clone());
+            chain.push(parent);
+        }
+        chain
+    }
+
+    /// Try to reserve `amounts` along the caller's chain at `now_s`.
+    pub fn try_reserve(
+        self: &Arc<Self>,
+        claims: &Claims,
+        amounts: &Budgets,
+        now_s: i64,
+    ) -> Result<Reservation, Shortfall> {
+        self.register(claims);
+        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        let chain = Ledger::chain_of(&accounts, &claims.jti);
+        for jti in &chain {
+            let Some(account) = accounts.get(jti) else {
+                continue;
+            };
+            if let Some(&limit) = account.limits.get(&BudgetKind::WallClockS) {
+                let elapsed = (now_s - account.iat).max(0) as f64;
+                if account.known_limits && elapsed >= limit {
+                    return Err(Shortfall::Exhausted {
+                        kind: BudgetKind::WallClockS,
+                        limit,
+                        observed: elapsed,
+                        account: jti.clone(),
+                    });
+                }
+            }
+            for (&kind, &amount) in amounts {
+                let Some(&limit) = account.limits.get(&kind) else {
+                    continue;
+                };
+                let used = account.used.get(&kind).copied().unwrap_or(0.0);
+                let reserved = account.reserved.get(&kind).copied().unwrap_or(0.0);
+                if used + reserved + amount > limit + 1e-12 {
+                    if reserved > 0.0 && used + amount <= limit + 1e-12 {
+                        return Err(Shortfall::Wait);
+                    }
+                    return Err(Shortfall::Exhausted {
+                        kind,
+                        limit,
+                        observed: used + amount,
+                        account: jti.clone(),
+                    });
+                }
+            }
+        }
+        for jti in &chain {
+            if let Some(account) = accounts.get_mut(jti) {
+                for (&kind, &amount) in amounts {
+                    *account.reserved.entry(kind).or_default() += amount;
+                }
+            }
+        }
+        Ok(Reservation {
+            ledger: self.clone(),
+            chain,
+            amounts: amounts.clone(),
+            done: false,
+        })
+    }
+
+    /// Reserve, waiting up to `wait` for outstanding reservations to settle.
+    pub async fn reserve(
+        self: &Arc<Self>,
+        claims: &Claims,
+        amounts: &Budgets,
+        now_s: impl Fn() -> i64,
+        wait: Duration,
+    ) -> Result<Reservation, Shortfall> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            match self.try_reserve(claims, amounts, now_s()) {
+                Err(Shortfall::Wait) => {
+                    if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                        return Err(Shortfall::Wait);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The remaining amount of `kind` for `jti` (limit − used − reserved), if limited.
+    pub fn remaining(&self, jti: &str, kind: BudgetKind) -> Option<f64> {
+        let accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        let account = accounts.get(jti)?;
+        let limit = *account.limits.get(&kind)?;
+        let used = account.used.get(&kind).copied().unwrap_or(0.0);
+        let reserved = account.reserved.get(&kind).copied().unwrap_or(0.0);
+        Some((limit - used - reserved).max(0.0))
+    }
+
+    /// (kind, used, limit) of every limited kind of every account, for metrics.
+    pub fn usage(&self) -> Vec<(String, BudgetKind, f64, f64)> {
+        let accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rows = Vec::new();
+        for (jti, account) in accounts.iter() {
+            for (&kind, &limit) in &account.limits {
+                let used = account.used.get(&kind).copied().unwrap_or(0.0);
+                rows.push((jti.clone(), kind, used, limit));
+            }
+        }
+        rows
+    }
+
+    fn finish(&self, chain: &[String], amounts: &Budgets, actual: Option<&Budgets>) {
+        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        for jti in chain {
+            if let Some(account) = accounts.get_mut(jti) {
+                for (&kind, &amount) in amounts {
+                    let reserved = account.reserved.entry(kind).or_default();
+                    *reserved = (*reserved - amount).max(0.0);
+                }
+                for (&kind, &amount) in actual.into_iter().flatten() {
+                    *account.used.entry(kind).or_default() += amount;
+                }
+            }
+        }
+        drop(accounts);
+        self.settled.notify_waiters();
+    }
+}
+
+impl Reservation {
+    /// What was reserved.
+    pub fn amounts(&self) -> &Budgets {
+        &self.amounts
+    }
+
+    /// Replace the reservation with what was actually used (capped at nothing; actual use is
+    /// recorded even when it exceeds the bound, so a lying upstream shows up as overrun).
+    pub fn settle(mut self, actual: &Budgets) {
+        self.done = true;
+        self.ledger.finish(&self.chain, &self.amounts, Some(actual));
+    }
+
+    /// Settle at the reserved upper bound (the outcome is unknown).
+    pub fn settle_at_bound(mut self) {
+        self.done = true;
+        let amounts = self.amounts.clone();
+        self.ledger
+            .finish(&self.chain, &self.amounts, Some(&amounts));
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.done {
+            self.ledger.finish(&self.chain, &self.amounts, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stopline_core::{Name, Role};
+
+    fn claims(jti: char, parent: Option<char>, limit: f64) -> Claims {
+        Claims {
+            v: 1,
+            jti: jti.to_string().repeat(32),
+            chain: vec![Name::parse("a").unwrap()],
+            project: None,
+            run: None,
+            role: Role::Agent,
+            epoch: 0,
+            iat: 0,
+            exp: 10,
+            budgets: [(BudgetKind::ToolCalls, limit)].into(),
+            parent: parent.map(|p| p.to_string().repeat(32)),
+        }
+    }
+
+    #[test]
+    fn a_child_spends_from_its_parent_and_reservations_never_overrun() {
+        let ledger = Arc::new(Ledger::default());
+        let parent = claims('a', None, 3.0);
+        let child = claims('b', Some('a'), 3.0);
+        ledger.register(&parent);
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        let r1 = ledger.try_reserve(&child, &one, 0).unwrap();
+        let r2 = ledger.try_reserve(&parent, &one, 0).unwrap();
+        let r3 = ledger.try_reserve(&child, &one, 0).unwrap();
+        assert_eq!(
+            ledger.try_reserve(&child, &one, 0).unwrap_err(),
+            Shortfall::Wait
+        );
+        r1.settle(&one);
+        r2.settle(&one);
+        drop(r3);
+        let r4 = ledger.try_reserve(&parent, &one, 0).unwrap();
+        r4.settle(&one);
+        assert!(matches!(
+            ledger.try_reserve(&child, &one, 0),
+            Err(Shortfall::Exhausted { .. })
+        ));
+        assert_eq!(
+            ledger.remaining(&parent.jti, BudgetKind::ToolCalls),
+            Some(0.0)
+        );
+    }
+}

@@ -1,0 +1,128 @@
+//! How a refusal leaves the gateway: one HTTP status per refusal code, a JSON body
+//! `{"error":{"code","message"}}`, and `Retry-After` where waiting can help.
+//!
+//! The mapping is part of the contract (SPEC §5): 401 for a token that is absent, malformed,
+//! forged or expired; 403 for a call a latch blocks or a token a stop made stale; 503 with
+//! `Retry-After` for a queue timeout (and an open upstream breaker or a view that cannot be
+//! refreshed); 429 for a budget. This module must never turn a refusal into a success status.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use stopline_core::{Refusal, RefusalCode};
+
+/// The HTTP status a refusal is reported with.
+pub fn refusal_status(refusal: &Refusal) -> StatusCode {
+    match refusal.code {
+        RefusalCode::TokenInvalid | RefusalCode::TokenExpired => StatusCode::UNAUTHORIZED,
+        RefusalCode::BudgetExhausted => StatusCode::TOO_MANY_REQUESTS,
+        RefusalCode::QueuedTimeout | RefusalCode::ControlIo | RefusalCode::GatewayUnreachable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        RefusalCode::BreakerOpen if refusal.message.starts_with(ADAPTER_PREFIX) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        RefusalCode::BadRequest
+        | RefusalCode::ScopeInvalid
+        | RefusalCode::LevelInvalid
+        | RefusalCode::ReasonRequired
+        | RefusalCode::ProjectRootUnresolvable => StatusCode::BAD_REQUEST,
+        _ => StatusCode::FORBIDDEN,
+    }
+}
+
+/// Seconds a client should wait before retrying, for the refusals where waiting can help.
+pub fn retry_after_s(refusal: &Refusal) -> Option<u64> {
+    match refusal_status(refusal) {
+        StatusCode::SERVICE_UNAVAILABLE => Some(1),
+        _ => None,
+    }
+}
+
+/// Messages of adapter (upstream) breaker refusals start with this, so they map to 503 while an
+/// agent breaker's `breaker_open` stays a 403.
+pub const ADAPTER_PREFIX: &str = "upstream ";
+
+/// An error the gateway answers with: a refusal, or an upstream failure that is not one.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// A refusal with its stable code.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The upstream could not be reached or answered garbage; nothing is known to have happened.
+    #[error("upstream_error: {0}")]
+    Upstream(String),
+}
+
+impl GatewayError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            GatewayError::Refused(refusal) => refusal_status(refusal),
+            GatewayError::Upstream(_) => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// The stable code string of the body.
+    pub fn code(&self) -> &str {
+        match self {
+            GatewayError::Refused(refusal) => refusal.code.as_str(),
+            GatewayError::Upstream(_) => "upstream_error",
+        }
+    }
+
+    /// The JSON body `{"error":{"code","message"}}`.
+    pub fn body(&self) -> serde_json::Value {
+        let message = match self {
+            GatewayError::Refused(refusal) => refusal.message.clone(),
+            GatewayError::Upstream(message) => message.clone(),
+        };
+        serde_json::json!({"error": {"code": self.code(), "message": message}})
+    }
+}
+
+/// A refusal as an HTTP response.
+pub fn refusal_response(refusal: &Refusal) -> Response {
+    GatewayError::Refused(refusal.clone()).into_response()
+}
+
+impl IntoResponse for GatewayError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status(), axum::Json(self.body())).into_response();
+        if let GatewayError::Refused(refusal) = &self {
+            if let Some(seconds) = retry_after_s(refusal) {
+                response
+                    .headers_mut()
+                    .insert("retry-after", HeaderValue::from(seconds));
+            }
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: RefusalCode, message: &str) -> u16 {
+        refusal_status(&Refusal::new(code, message)).as_u16()
+    }
+
+    #[test]
+    fn each_refusal_family_has_its_fixed_status() {
+        assert_eq!(status(RefusalCode::TokenInvalid, ""), 401);
+        assert_eq!(status(RefusalCode::TokenExpired, ""), 401);
+        assert_eq!(status(RefusalCode::BreakGlassContained, ""), 403);
+        assert_eq!(status(RefusalCode::StaleControlEpoch, ""), 403);
+        assert_eq!(status(RefusalCode::OwnerControlRequired, ""), 403);
+        assert_eq!(status(RefusalCode::QueuedTimeout, ""), 503);
+        assert_eq!(status(RefusalCode::BudgetExhausted, ""), 429);
+        assert_eq!(status(RefusalCode::BreakerOpen, "agent w"), 403);
+        assert_eq!(
+            status(RefusalCode::BreakerOpen, "upstream model is open"),
+            503
+        );
+        let queued = Refusal::new(RefusalCode::QueuedTimeout, "");
+        assert_eq!(retry_after_s(&queued), Some(1));
+    }
+}

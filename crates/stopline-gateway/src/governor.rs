@@ -1,0 +1,260 @@
+//! The [`Governor`]: the one admission path every proxied call takes (model proxy, MCP proxy,
+//! `/v1/check`), shared with the MCP proxy crate as a cloneable handle.
+//!
+//! It authenticates the bearer token, derives the task class from configuration and the token's
+//! role (never from the agent's claim), decides from the in-memory view through
+//! `ControlView::decide`, holds noncritical work under HALT_NONCRITICAL, reserves budgets along
+//! the token chain, consults the agent and adapter breakers, records a prepared operation (fsync)
+//! before dispatch, and re-checks admission at dispatch. Calls are admitted in `admit.rs`; this
+//! file holds the shared state and the decision itself.
+
+use crate::breaker::{AdapterBreakers, AgentBreakers, BreakerKind};
+use crate::budget::Ledger;
+use crate::caller::{Authenticator, Caller};
+use crate::config::{GatewayConfig, McpServerConfig};
+use crate::inflight::DispatchTracker;
+use crate::metrics::Metrics;
+use crate::view::{Snapshot, ViewHolder};
+use std::sync::Arc;
+use stopline_control::Context;
+use stopline_core::view::Authority;
+use stopline_core::{
+    CheckReceipt, ControlState, Decision, Mode, Refusal, RefusalCode, Role, TaskClass,
+};
+use stopline_store::ops::OpsJournal;
+use stopline_token::SigningKey;
+
+/// The cloneable handle on the gateway's admission machinery.
+#[derive(Clone, Debug)]
+pub struct Governor {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) ctx: Context,
+    pub(crate) config: GatewayConfig,
+    pub(crate) auth: Authenticator,
+    pub(crate) signing: SigningKey,
+    pub(crate) view: Arc<ViewHolder>,
+    pub(crate) tracker: Arc<DispatchTracker>,
+    pub(crate) ledger: Arc<Ledger>,
+    pub(crate) agents: AgentBreakers,
+    pub(crate) adapters: AdapterBreakers,
+    pub(crate) journal: OpsJournal,
+    pub(crate) metrics: Metrics,
+    pub(crate) server_id: String,
+    pub(crate) http: reqwest::Client,
+}
+
+impl Governor {
+    pub(crate) fn new(
+        ctx: Context,
+        config: GatewayConfig,
+        view: Arc<ViewHolder>,
+        server_id: String,
+    ) -> Result<Governor, Refusal> {
+        let signing = ctx.signing_key()?;
+        let journal = ctx
+            .store
+            .ops_journal("gateway")
+            .map_err(|e| e.to_refusal())?;
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+        Ok(Governor {
+            inner: Arc::new(Inner {
+                auth: Authenticator::new(signing.verifying_key()),
+                signing,
+                ctx,
+                config,
+                view,
+                tracker: Arc::new(DispatchTracker::default()),
+                ledger: Arc::new(Ledger::default()),
+                agents: AgentBreakers::default(),
+                adapters: AdapterBreakers::default(),
+                journal,
+                metrics: Metrics::new(),
+                server_id,
+                http,
+            }),
+        })
+    }
+
+    /// Authenticate an `Authorization` header value (`Bearer <token>`, or a bare token).
+    /// Refuses `token_invalid` / `token_expired` (HTTP 401). Does not judge the epoch.
+    pub fn authenticate(&self, bearer: Option<&str>) -> Result<Caller, Refusal> {
+        let result = self.inner.auth.authenticate(bearer, self.now_s());
+        if let Err(refusal) = &result {
+            self.inner.metrics.decision("block", Some(refusal.code));
+        }
+        result
+    }
+
+    /// The gateway configuration (`[mcp.*]`, `[model]`, `[breakers]`, prices, timeouts).
+    pub fn config(&self) -> &GatewayConfig {
+        &self.inner.config
+    }
+
+    /// The `[mcp.<server>]` section, if configured.
+    pub fn mcp_server(&self, server: &str) -> Option<&McpServerConfig> {
+        self.inner.config.mcp.get(server)
+    }
+
+    /// The control-plane context (store and shared config).
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// This gateway's registration id in `servers/`.
+    pub fn server_id(&self) -> &str {
+        &self.inner.server_id
+    }
+
+    /// The current view snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.inner.view.load()
+    }
+
+    /// The shared HTTP client for upstream calls.
+    pub fn http_client(&self) -> &reqwest::Client {
+        &self.inner.http
+    }
+
+    pub(crate) fn now_s(&self) -> i64 {
+        self.inner.ctx.now_s()
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.inner.ctx.store.now_ms()
+    }
+
+    pub(crate) fn signing_key(&self) -> &SigningKey {
+        &self.inner.signing
+    }
+
+    /// The class a call is admitted as: critical only for a token of role `critical` doing
+    /// something the configuration admits as critical (a tool in `critical_tools`; any model
+    /// request or non-tool request); never from the agent's own claim.
+    pub fn class_for(&self, caller: &Caller, critical_by_config: bool) -> TaskClass {
+        if caller.role() == Role::Critical && critical_by_config {
+            TaskClass::Critical
+        } else {
+            TaskClass::Noncritical
+        }
+    }
+
+    /// Decide one call from `snapshot` (no side effects): staleness of the view, faults, the
+    /// token's epoch standing, the machine state, the subject's mode, and unresolved targets.
+    pub(crate) fn judge(
+        &self,
+        snapshot: &Snapshot,
+        caller: &Caller,
+        class: TaskClass,
+        target: Option<&str>,
+    ) -> CheckReceipt {
+        let now = self.now_ms();
+        if let Some(refusal) = self.inner.view.staleness(snapshot, now) {
+            return CheckReceipt::block(Mode::Emergency, refusal.code, refusal.message, Vec::new());
+        }
+        let authority = Authority {
+            issue_epoch: caller.claims().epoch,
+        };
+        let fresh;
+        let snapshot = if authority.issue_epoch > snapshot.view.epoch.seq {
+            // A token minted a moment ago is not refused as future: re-read before judging.
+            fresh = self.inner.view.refresh_fast();
+            &fresh
+        } else {
+            snapshot
+        };
+        let receipt = snapshot
+            .view
+            .decide(caller.subject(), class, Some(authority), target, now);
+        if receipt.decision == Decision::Allow && target.is_some() {
+            if let Some(why) = snapshot.view.blocked_targets.get("*") {
+                return CheckReceipt::block(
+                    receipt.mode,
+                    RefusalCode::UnresolvedOperation,
+                    format!("the operation registry cannot be read: {why}"),
+                    receipt.latches,
+                );
+            }
+        }
+        receipt
+    }
+
+    /// True when a draining machine still lets an operation prepared at `prepared_ms` dispatch.
+    pub(crate) fn drain_allows(&self, snapshot: &Snapshot, prepared_ms: Option<i64>) -> bool {
+        let state = &snapshot.view.state;
+        let now = self.now_ms();
+        matches!(state.effective(now), ControlState::Draining)
+            && snapshot.view.faults.is_empty()
+            && matches!((prepared_ms, state.prepared_before_unix_ms), (Some(p), Some(b)) if p < b)
+    }
+
+    /// A check receipt for `/v1/check`: never an error, a bad token is a `block`.
+    pub fn check(
+        &self,
+        bearer: Option<&str>,
+        class: TaskClass,
+        target: Option<&str>,
+    ) -> CheckReceipt {
+        let caller = match self.authenticate(bearer) {
+            Ok(caller) => caller,
+            Err(refusal) => {
+                return CheckReceipt::block(
+                    Mode::Emergency,
+                    refusal.code,
+                    refusal.message,
+                    Vec::new(),
+                )
+            }
+        };
+        let class = if class == TaskClass::Critical {
+            self.class_for(&caller, true)
+        } else {
+            TaskClass::Noncritical
+        };
+        let receipt = self.judge(&self.snapshot(), &caller, class, target);
+        self.inner
+            .metrics
+            .decision(receipt.decision.as_str(), receipt.code);
+        receipt
+    }
+
+    /// Count an unauthorized call by `caller` (feeds the `unauthorized_calls` breaker).
+    pub fn note_unauthorized(&self, caller: &Caller, what: &str) {
+        self.note_breaker(caller.agent(), BreakerKind::UnauthorizedCalls, what, 1.0);
+    }
+
+    /// Count a refused egress attempt by `caller` (feeds the `refused_egress` breaker).
+    pub fn note_refused_egress(&self, caller: &Caller, what: &str) {
+        self.note_breaker(caller.agent(), BreakerKind::RefusedEgress, what, 1.0);
+    }
+
+    /// Feed a monitor's anomaly score for `agent`.
+    pub fn note_anomaly(&self, agent: &str, score: f64) {
+        self.note_breaker(
+            agent,
+            BreakerKind::AnomalyScore,
+            &format!("anomaly score {score}"),
+            score,
+        );
+    }
+
+    pub(crate) fn note_breaker(&self, agent: &str, kind: BreakerKind, trigger: &str, value: f64) {
+        if agent.is_empty() {
+            return;
+        }
+        let order =
+            self.inner
+                .agents
+                .note(&self.inner.config.breakers, agent, kind, trigger, value);
+        if let Some(order) = order {
+            crate::trip::spawn_trip(self.clone(), order);
+        }
+    }
+}

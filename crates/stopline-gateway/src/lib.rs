@@ -1,0 +1,37 @@
+//! The enforcement point agents must pass (`stopline serve`, SPEC §5).
+//!
+//! An HTTP API on tokio/axum decides every call from an in-memory view of latches and epochs
+//! ([`view`]), refreshed by inotify and a periodic full reload, closed when it cannot be
+//! refreshed. The [`Governor`] is the one admission path: authentication, class, view decision,
+//! queueing, budgets, breakers, the prepared operation, the re-check at dispatch. The gateway
+//! registers itself in `servers/` and acknowledges every new latch on its own thread ([`acks`]).
+//! It never reaches the recovery path: recover and drain are refused here unconditionally.
+#![deny(missing_docs)]
+
+pub mod acks;
+mod admit;
+pub mod api;
+pub mod bench;
+pub mod breaker;
+pub mod budget;
+mod caller;
+pub mod config;
+pub mod error;
+mod governor;
+pub mod inflight;
+pub mod metrics;
+pub mod model;
+mod page;
+pub mod registry;
+pub mod server;
+mod trip;
+pub mod usage;
+pub mod view;
+mod watch;
+
+pub use admit::{Admission, CutWatch, Outcome};
+pub use caller::{bearer_token, Caller};
+pub use config::{GatewayConfig, McpServerConfig};
+pub use error::{refusal_status, retry_after_s, GatewayError};
+pub use governor::Governor;
+pub use server::{serve, start, MountFn, RunningGateway, ServeError, ServeOptions};

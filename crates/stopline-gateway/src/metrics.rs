@@ -1,0 +1,272 @@
+//! Prometheus metrics (`GET /metrics`): decisions by outcome and code, admission and call
+//! latency histograms, budget use, breaker states, the latch count and the view's age.
+//!
+//! Counters and histograms are updated on the request path (lock-free atomics inside
+//! prometheus-client); gauges that describe state are filled in at scrape time from the view,
+//! the ledger and the breakers, so they can never drift from what admission actually uses.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+use stopline_core::RefusalCode;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    outcome: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SurfaceLabels {
+    surface: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BudgetLabels {
+    token: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    upstream: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentLabels {
+    agent: String,
+}
+
+/// The gateway's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    decisions: Family<DecisionLabels, Counter>,
+    admission: Family<SurfaceLabels, Histogram>,
+    calls: Family<SurfaceLabels, Histogram>,
+    budget_used: Family<BudgetLabels, Gauge<f64, AtomicU64>>,
+    budget_limit: Family<BudgetLabels, Gauge<f64, AtomicU64>>,
+    adapter_state: Family<UpstreamLabels, Gauge>,
+    agent_tripped: Family<AgentLabels, Gauge>,
+    latches: Gauge,
+    view_age_ms: Gauge,
+    view_generation: Gauge,
+    view_degraded: Gauge,
+}
+
+fn histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.00001, 2.0, 22))
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("stopline");
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        let admission = Family::<SurfaceLabels, Histogram>::new_with_constructor(
+            histogram as fn() -> Histogram,
+        );
+        let calls = Family::<SurfaceLabels, Histogram>::new_with_constructor(
+            histogram as fn() -> Histogram,
+        );
+        let budget_used = Family::default();
+        let budget_limit = Family::default();
+        let adapter_state = Family::default();
+        let agent_tripped = Family::default();
+        let latches = Gauge::default();
+        let view_age_ms = Gauge::default();
+        let view_generation = Gauge::default();
+        let view_degraded = Gauge::default();
+        registry.register(
+            "decisions",
+            "Admission decisions by outcome and refusal code",
+            decisions.clone(),
+        );
+        registry.register(
+            "admission_seconds",
+            "Time to admit a call (queueing included)",
+            admission.clone(),
+        );
+        registry.register(
+            "call_seconds",
+            "Time from admission to outcome",
+            calls.clone(),
+        );
+        registry.register(
+            "budget_used",
+            "Budget used per token and kind",
+            budget_used.clone(),
+        );
+        registry.register(
+            "budget_limit",
+            "Budget limit per token and kind",
+            budget_limit.clone(),
+        );
+        registry.register(
+            "adapter_breaker_state",
+            "0 closed, 1 half-open, 2 open, 3 forced open",
+            adapter_state.clone(),
+        );
+        registry.register(
+            "agent_breaker_tripped",
+            "1 when the agent's breaker is tripped",
+            agent_tripped.clone(),
+        );
+        registry.register(
+            "latches",
+            "Active latches in the gateway's view",
+            latches.clone(),
+        );
+        registry.register(
+            "view_age_ms",
+            "Milliseconds since the view was last read",
+            view_age_ms.clone(),
+        );
+        registry.register(
+            "view_generation",
+            "Generation of the gateway's view",
+            view_generation.clone(),
+        );
+        registry.register(
+            "view_degraded",
+            "1 when change notification is lost",
+            view_degraded.clone(),
+        );
+        Metrics {
+            registry,
+            decisions,
+            admission,
+            calls,
+            budget_used,
+            budget_limit,
+            adapter_state,
+            agent_tripped,
+            latches,
+            view_age_ms,
+            view_generation,
+            view_degraded,
+        }
+    }
+
+    /// Count one decision.
+    pub fn decision(&self, outcome: &str, code: Option<RefusalCode>) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                outcome: outcome.to_string(),
+                code: code.map(|c| c.as_str().to_string()).unwrap_or_default(),
+            })
+            .inc();
+    }
+
+    /// Observe the time one admission took.
+    pub fn admission_latency(&self, surface: &str, elapsed: Duration) {
+        self.admission
+            .get_or_create(&SurfaceLabels {
+                surface: surface.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Observe the time one call took from admission to outcome.
+    pub fn call_latency(&self, surface: &str, elapsed: Duration) {
+        self.calls
+            .get_or_create(&SurfaceLabels {
+                surface: surface.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Render the text exposition after filling the state gauges.
+    pub fn render(&self, state: &ScrapeState) -> String {
+        self.latches.set(state.latches as i64);
+        self.view_age_ms.set(state.view_age_ms);
+        self.view_generation.set(state.view_generation as i64);
+        self.view_degraded.set(i64::from(state.view_degraded));
+        for (token, kind, used, limit) in &state.budgets {
+            let labels = BudgetLabels {
+                token: token.chars().take(8).collect(),
+                kind: kind.clone(),
+            };
+            self.budget_used.get_or_create(&labels).set(*used);
+            self.budget_limit.get_or_create(&labels).set(*limit);
+        }
+        for (upstream, gauge) in &state.adapters {
+            self.adapter_state
+                .get_or_create(&UpstreamLabels {
+                    upstream: upstream.clone(),
+                })
+                .set(*gauge);
+        }
+        for agent in &state.tripped_agents {
+            self.agent_tripped
+                .get_or_create(&AgentLabels {
+                    agent: agent.clone(),
+                })
+                .set(1);
+        }
+        let mut text = String::new();
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// The state gauges, gathered at scrape time.
+#[derive(Debug, Default)]
+pub struct ScrapeState {
+    /// Active latches.
+    pub latches: usize,
+    /// Age of the view.
+    pub view_age_ms: i64,
+    /// Its generation.
+    pub view_generation: u64,
+    /// Whether change notification is degraded.
+    pub view_degraded: bool,
+    /// (token, kind, used, limit).
+    pub budgets: Vec<(String, String, f64, f64)>,
+    /// (upstream, state gauge).
+    pub adapters: Vec<(String, i64)>,
+    /// Tripped agents.
+    pub tripped_agents: Vec<String>,
+}
+
+/// Gather the state gauges from `gov` and render the exposition.
+pub(crate) fn scrape(gov: &crate::Governor) -> String {
+    let inner = &gov.inner;
+    let snapshot = inner.view.load();
+    let emergency = snapshot.is_faulted()
+        || snapshot.view.latches.iter().any(|l| {
+            l.scope == stopline_core::Scope::Machine && l.level == stopline_core::Level::Emergency
+        });
+    let state = ScrapeState {
+        latches: snapshot.view.latches.len(),
+        view_age_ms: gov.now_ms() - snapshot.loaded_ms,
+        view_generation: snapshot.generation,
+        view_degraded: inner.view.is_degraded(),
+        budgets: inner
+            .ledger
+            .usage()
+            .into_iter()
+            .map(|(jti, kind, used, limit)| (jti, kind.as_str().to_string(), used, limit))
+            .collect(),
+        adapters: inner
+            .adapters
+            .states(&inner.config.breakers, emergency)
+            .into_iter()
+            .map(|(name, state)| (name, state.gauge()))
+            .collect(),
+        tripped_agents: inner.agents.tripped_agents(),
+    };
+    inner.metrics.render(&state)
+}

@@ -1,0 +1,175 @@
+//! This gateway's registration in `servers/` and its heartbeat.
+//!
+//! The record ([`ServerRecord`], shared with the engaging side in `stopline-control`) names the
+//! pid and start time, the acknowledgement protocol, both addresses, and the latches this
+//! gateway acknowledges: those its view holds with no call admitted under an older view still
+//! waiting to be handed upstream. It is rewritten atomically through the store every heartbeat
+//! and after every acknowledgement, and removed on a graceful stop. The heartbeat runs on its own
+//! thread so that request load cannot make a live gateway look dead.
+
+use crate::inflight::DispatchTracker;
+use crate::view::ViewHolder;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use stopline_control::acks::{ServerRecord, GATEWAY_PROTOCOL};
+use stopline_store::{Store, StoreError};
+
+/// The heartbeat interval.
+pub const HEARTBEAT: Duration = Duration::from_millis(1000);
+
+/// Keeps `servers/<id>.json` current.
+#[derive(Debug)]
+pub struct Registry {
+    store: Store,
+    view: Arc<ViewHolder>,
+    tracker: Arc<DispatchTracker>,
+    record: Mutex<ServerRecord>,
+    registered: AtomicBool,
+    /// Set by [`Registry::remove`]: a stopping gateway never writes its registration again.
+    closed: Mutex<bool>,
+}
+
+impl Registry {
+    /// A registry for this process; nothing is written until [`Registry::write`].
+    pub fn new(
+        store: Store,
+        view: Arc<ViewHolder>,
+        tracker: Arc<DispatchTracker>,
+        id: String,
+        listen: String,
+        ack_addr: String,
+        config_hash: String,
+    ) -> Registry {
+        let pid = std::process::id();
+        let record = ServerRecord {
+            id,
+            pid,
+            start_time: stopline_store::ops::process_start_time(pid).unwrap_or(0),
+            protocol: GATEWAY_PROTOCOL,
+            listen,
+            ack_addr,
+            heartbeat_ms: 0,
+            acknowledged: Vec::new(),
+            degraded: false,
+            notes: Vec::new(),
+            config_hash,
+        };
+        Registry {
+            store,
+            view,
+            tracker,
+            record: Mutex::new(record),
+            registered: AtomicBool::new(false),
+            closed: Mutex::new(false),
+        }
+    }
+
+    /// The registration id for a process: `gateway-<pid>-<start time>`.
+    pub fn id_for_this_process() -> String {
+        let pid = std::process::id();
+        let start = stopline_store::ops::process_start_time(pid).unwrap_or(0);
+        format!("gateway-{pid}-{start}")
+    }
+
+    /// True once the registration has been written.
+    pub fn is_registered(&self) -> bool {
+        self.registered.load(Ordering::SeqCst)
+    }
+
+    /// Acknowledge `latch_files` (the view holds them and nothing older is waiting) and write.
+    pub fn acknowledge(&self, latch_files: Vec<String>) -> Result<(), StoreError> {
+        self.record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .acknowledged = latch_files;
+        self.write()
+    }
+
+    /// Refresh the acknowledged set from the current view (when nothing older is waiting),
+    /// stamp the heartbeat and write the record.
+    pub fn heartbeat(&self) -> Result<(), StoreError> {
+        let snapshot = self.view.load();
+        if self
+            .tracker
+            .wait_older_than(snapshot.generation, Instant::now())
+        {
+            self.record
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .acknowledged = snapshot.latch_files.iter().cloned().collect();
+        }
+        self.write()
+    }
+
+    /// Write the record now.
+    pub fn write(&self) -> Result<(), StoreError> {
+        let bytes = {
+            let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
+            record.heartbeat_ms = self.store.now_ms();
+            record.degraded = self.view.is_degraded();
+            record.notes = self.view.notes();
+            serde_json::to_vec_pretty(&*record).unwrap_or_default()
+        };
+        let closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+        if *closed {
+            return Ok(());
+        }
+        let dir = self.store.layout().servers();
+        self.store.ensure_dirs(&[&dir])?;
+        let id = self
+            .record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .id
+            .clone();
+        self.store
+            .replace_atomic(&dir.join(format!("{id}.json")), &bytes, "servers.write")?;
+        self.registered.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Remove the registration (graceful stop).
+    pub fn remove(&self) {
+        // Held while removing, so a heartbeat in progress finishes first and none follows.
+        let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+        *closed = true;
+        let id = self
+            .record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .id
+            .clone();
+        let path = self.store.layout().servers().join(format!("{id}.json"));
+        let _ = self.store.fs().remove_file(&path, "servers.remove");
+        self.registered.store(false, Ordering::SeqCst);
+    }
+
+    /// The current record.
+    pub fn record(&self) -> ServerRecord {
+        self.record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Start the heartbeat thread.
+pub fn spawn_heartbeat(registry: Arc<Registry>, stop: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new()
+        .name("stopline-heartbeat".into())
+        .spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(HEARTBEAT);
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Err(error) = registry.heartbeat() {
+                    tracing::error!(%error, "gateway heartbeat failed");
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start the heartbeat thread");
+    }
+}

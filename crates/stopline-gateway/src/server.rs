@@ -1,0 +1,198 @@
+//! Starting and stopping the gateway: configuration, the first view, registration, the threads
+//! (view watch, periodic reload, heartbeat, acknowledgements), the HTTP listener and the router.
+//!
+//! `/healthz` answers 200 only after the first view was loaded and the registration written, so
+//! a supervisor that waits for health never hands an agent a gateway that cannot yet enforce. A
+//! graceful stop removes the registration first (engage stops waiting for a gateway that is
+//! going away) and gives in-flight calls a bounded time to finish.
+
+use crate::acks::AckServer;
+use crate::config::{GatewayConfig, GatewayConfigError};
+use crate::governor::Governor;
+use crate::registry::Registry;
+use crate::view::ViewHolder;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use stopline_control::Context;
+use stopline_core::Refusal;
+use stopline_store::Store;
+use tokio::sync::oneshot;
+
+/// Builds extra routes (the MCP proxy) from the governor; merged into the gateway's router.
+pub type MountFn = Box<dyn FnOnce(Governor) -> axum::Router + Send>;
+
+/// How to start a gateway.
+pub struct ServeOptions {
+    /// The control directory.
+    pub home: PathBuf,
+    /// The configuration file (default `<home>/config.toml`).
+    pub config: Option<PathBuf>,
+    /// The listen address (default: the config's `listen`).
+    pub listen: Option<String>,
+    /// Extra routes, e.g. the MCP proxy at `/mcp/{server}`.
+    pub mount: Option<MountFn>,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("home", &self.home)
+            .field("config", &self.config)
+            .field("listen", &self.listen)
+            .field("mount", &self.mount.is_some())
+            .finish()
+    }
+}
+
+/// Why the gateway could not start or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The configuration file cannot be used.
+    #[error(transparent)]
+    Config(#[from] GatewayConfigError),
+    /// The control directory refused (keys, journal, registration).
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// A socket or runtime could not be set up.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The shared state of the HTTP handlers.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// The admission path.
+    pub gov: Governor,
+    /// This gateway's registration.
+    pub registry: Arc<Registry>,
+}
+
+/// A started gateway.
+#[derive(Debug)]
+pub struct RunningGateway {
+    /// The bound HTTP address.
+    pub addr: SocketAddr,
+    /// The admission handle.
+    pub governor: Governor,
+    registry: Arc<Registry>,
+    stop: Arc<AtomicBool>,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+static INSTANCES: AtomicU32 = AtomicU32::new(0);
+
+/// Start a gateway on the current tokio runtime.
+pub async fn start(options: ServeOptions) -> Result<RunningGateway, ServeError> {
+    let config_path = options
+        .config
+        .clone()
+        .unwrap_or_else(|| options.home.join("config.toml"));
+    let config = GatewayConfig::load(&config_path)?;
+    let store = Store::open(&options.home);
+    let layout = store.layout().clone();
+    store
+        .ensure_dirs(&[&layout.latches(), &layout.servers(), &layout.ops()])
+        .map_err(|e| e.to_refusal())?;
+    let ctx = Context::new(store.clone(), config.base.clone());
+    let view = Arc::new(ViewHolder::new(store.clone(), config.reload_interval()));
+    view.refresh_full();
+    let instance = INSTANCES.fetch_add(1, Ordering::SeqCst);
+    let mut id = Registry::id_for_this_process();
+    if instance > 0 {
+        id = format!("{id}-{instance}");
+    }
+    let listen = options
+        .listen
+        .clone()
+        .unwrap_or_else(|| config.base.listen.clone());
+    let http = tokio::net::TcpListener::bind(&listen).await?;
+    let addr = http.local_addr()?;
+    let ack_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let ack_addr = ack_listener.local_addr()?;
+    let config_hash = config.config_hash.clone();
+    let reload = config.reload_interval();
+    let gov = Governor::new(ctx, config, view.clone(), id.clone())?;
+    let tracker = gov.inner.tracker.clone();
+    let registry = Arc::new(Registry::new(
+        store,
+        view.clone(),
+        tracker.clone(),
+        id,
+        addr.to_string(),
+        ack_addr.to_string(),
+        config_hash,
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::watch::spawn_watcher(view.clone(), stop.clone());
+    crate::watch::spawn_periodic(view.clone(), reload, stop.clone());
+    AckServer {
+        view: view.clone(),
+        tracker,
+        registry: registry.clone(),
+    }
+    .spawn(ack_listener, stop.clone())?;
+    registry.heartbeat().map_err(|e| e.to_refusal())?;
+    crate::registry::spawn_heartbeat(registry.clone(), stop.clone());
+    let state = AppState {
+        gov: gov.clone(),
+        registry: registry.clone(),
+    };
+    let mut router = crate::api::router(state);
+    if let Some(mount) = options.mount {
+        router = router.merge(mount(gov.clone()));
+    }
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        axum::serve(http, router)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await
+    });
+    tracing::info!(%addr, %ack_addr, "stopline gateway listening");
+    Ok(RunningGateway {
+        addr,
+        governor: gov,
+        registry,
+        stop,
+        shutdown: Some(tx),
+        server,
+    })
+}
+
+impl RunningGateway {
+    /// Stop: deregister, stop accepting, give in-flight calls up to 5 s.
+    pub async fn shutdown(mut self) {
+        self.registry.remove();
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.server).await;
+        self.server.abort();
+    }
+}
+
+/// Run a gateway until SIGINT or SIGTERM (what `stopline serve` calls).
+pub fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("stopline-gw")
+        .build()?;
+    runtime.block_on(async move {
+        let gateway = start(options).await?;
+        eprintln!("stopline gateway listening on http://{}", gateway.addr);
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        gateway.shutdown().await;
+        Ok(())
+    })
+}

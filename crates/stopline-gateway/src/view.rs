@@ -1,0 +1,229 @@
+//! The gateway's in-memory view of latches and epochs, swapped atomically.
+//!
+//! Admission reads the current [`Snapshot`] without a lock (`ArcSwap`); refreshes build a new
+//! snapshot from fresh store reads and swap it in, bumping the generation whenever what gates
+//! decide on changed. A *fast* refresh re-reads latches, WAL, epoch and state (what inotify
+//! reports); a *full* refresh also re-takes the census of unresolved operations (periodic).
+//! Refreshes are serialized. A snapshot older than [`ViewHolder::max_age`] closes the gate: a
+//! view that cannot be refreshed must never keep admitting on old news.
+
+use arc_swap::ArcSwap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use stopline_core::{ControlView, Refusal, RefusalCode};
+use stopline_store::Store;
+use tokio::sync::watch;
+
+/// One immutable view with its generation and load time.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The control view gates decide from.
+    pub view: ControlView,
+    /// Bumped every time the view's content changes.
+    pub generation: u64,
+    /// Unix ms of the read this snapshot came from.
+    pub loaded_ms: i64,
+    /// File names of the latches it holds.
+    pub latch_files: BTreeSet<String>,
+}
+
+impl Snapshot {
+    fn new(view: ControlView, generation: u64, loaded_ms: i64) -> Snapshot {
+        let latch_files = view.latches.iter().map(|l| l.file.clone()).collect();
+        Snapshot {
+            view,
+            generation,
+            loaded_ms,
+            latch_files,
+        }
+    }
+
+    /// True when this view closes every gate because the control state cannot be trusted.
+    pub fn is_faulted(&self) -> bool {
+        !self.view.faults.is_empty()
+    }
+}
+
+/// Holds the current snapshot and refreshes it.
+#[derive(Debug)]
+pub struct ViewHolder {
+    store: Store,
+    current: ArcSwap<Snapshot>,
+    refresh: Mutex<()>,
+    changed: watch::Sender<u64>,
+    loaded: AtomicBool,
+    degraded: AtomicBool,
+    notes: Mutex<Vec<String>>,
+    max_age_ms: i64,
+}
+
+/// How many times a latch entry read as empty is re-read before it is believed: an engage
+/// creates the file, then writes it, and inotify reports the creation first.
+const EMPTY_RETRIES: usize = 3;
+
+impl ViewHolder {
+    /// A holder that starts closed until the first refresh.
+    pub fn new(store: Store, reload_interval: Duration) -> ViewHolder {
+        let closed = ControlView::closed(Refusal::new(
+            RefusalCode::ControlIo,
+            "the gateway has not loaded its view yet",
+        ));
+        let (changed, _) = watch::channel(0);
+        ViewHolder {
+            store,
+            current: ArcSwap::from_pointee(Snapshot::new(closed, 0, 0)),
+            refresh: Mutex::new(()),
+            changed,
+            loaded: AtomicBool::new(false),
+            degraded: AtomicBool::new(false),
+            notes: Mutex::new(Vec::new()),
+            max_age_ms: (reload_interval.as_millis() as i64 * 5).max(5000),
+        }
+    }
+
+    /// The current snapshot.
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// A receiver woken with the generation whenever the view changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// True once a refresh has succeeded.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::SeqCst)
+    }
+
+    /// The oldest a snapshot may be before it closes the gate.
+    pub fn max_age_ms(&self) -> i64 {
+        self.max_age_ms
+    }
+
+    /// The refusal a stale snapshot means at `now_ms`, if it is stale.
+    pub fn staleness(&self, snapshot: &Snapshot, now_ms: i64) -> Option<Refusal> {
+        let age = now_ms - snapshot.loaded_ms;
+        (age > self.max_age_ms).then(|| {
+            Refusal::new(
+                RefusalCode::ControlIo,
+                format!(
+                    "the gateway's view could not be refreshed for {age} ms; the gate is closed"
+                ),
+            )
+        })
+    }
+
+    /// Record that the watch degraded (lost, overflowed or never made); shown in status.
+    pub fn note(&self, note: impl Into<String>, degraded: bool) {
+        let note = note.into();
+        tracing::warn!(%note, "gateway view");
+        if degraded {
+            self.degraded.store(true, Ordering::SeqCst);
+        }
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+        notes.push(format!(
+            "{}: {note}",
+            stopline_store::env::rfc3339(self.store.now_ms())
+        ));
+        let excess = notes.len().saturating_sub(20);
+        notes.drain(..excess);
+    }
+
+    /// True when change notification is not (fully) working and only periodic reloads refresh.
+    pub fn is_degraded(&self) -> bool {
+        self.degraded.load(Ordering::SeqCst)
+    }
+
+    /// The notes recorded so far (newest last).
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Re-read latches, WAL, epoch and state; keep the last census of blocked targets.
+    pub fn refresh_fast(&self) -> Arc<Snapshot> {
+        let _serial = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
+        let blocked = self.load().view.blocked_targets.clone();
+        let view = self.read(blocked);
+        self.install(view, true)
+    }
+
+    /// Re-read everything, the census of unresolved operations included.
+    pub fn refresh_full(&self) -> Arc<Snapshot> {
+        let _serial = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
+        let blocked = self.store.blocked_targets();
+        let view = self.read(blocked);
+        self.install(view, true)
+    }
+
+    fn read(&self, blocked_targets: BTreeMap<String, String>) -> ControlView {
+        let mut attempt = 0;
+        loop {
+            let records = self.store.read_control_records();
+            let (latches, mut faults) = self.store.active_latches(records.wal.as_ref().ok());
+            let empty_entry = latches
+                .iter()
+                .any(|l| l.problem.as_deref() == Some("empty"));
+            if empty_entry && attempt < EMPTY_RETRIES {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            faults.extend(records.wal.as_ref().err().cloned());
+            let epoch = records.epoch.unwrap_or_else(|refusal| {
+                faults.push(refusal);
+                Default::default()
+            });
+            let state = records.state.unwrap_or_else(|refusal| {
+                faults.push(refusal);
+                stopline_core::StateRecord::running()
+            });
+            return ControlView {
+                latches,
+                epoch,
+                state,
+                faults,
+                blocked_targets,
+            };
+        }
+    }
+
+    fn install(&self, view: ControlView, fresh: bool) -> Arc<Snapshot> {
+        let previous = self.load();
+        let now = if fresh {
+            self.store.now_ms()
+        } else {
+            previous.loaded_ms
+        };
+        let same = self.loaded.load(Ordering::SeqCst) && previous.view == view;
+        let generation = if same {
+            previous.generation
+        } else {
+            previous.generation + 1
+        };
+        let snapshot = Arc::new(Snapshot::new(view, generation, now));
+        self.current.store(snapshot.clone());
+        self.loaded.store(true, Ordering::SeqCst);
+        if !same {
+            self.changed.send_replace(generation);
+        }
+        snapshot
+    }
+
+    /// Add an operation this gateway itself marked in doubt to the blocked targets at once,
+    /// without waiting for the next census.
+    pub fn block_target(&self, target: &str, op: &str) {
+        let _serial = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
+        let mut view = self.load().view.clone();
+        view.blocked_targets
+            .insert(target.to_string(), op.to_string());
+        self.install(view, false);
+    }
+
+    /// The store this view reads.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}

@@ -1,0 +1,143 @@
+//! What keeps the view fresh: an inotify thread and a periodic full reload thread.
+//!
+//! inotify watches directories, not files: the control directory (for `epoch.json`,
+//! `state.json`, the WAL and the `latches/` entry itself) and `latches/`. Any relevant event
+//! triggers a fast refresh. A queue overflow, a lost watch or any read error triggers a full
+//! refresh and a note in status; if the watch cannot be kept at all, the thread ends and the
+//! gateway degrades to the periodic reload, saying so. The periodic thread does a full refresh
+//! every `reload_interval_ms`. Both are OS threads so request load cannot starve them.
+
+use crate::view::ViewHolder;
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Names in the control directory whose change can change the view.
+fn relevant(name: Option<&OsStr>) -> bool {
+    match name.and_then(OsStr::to_str) {
+        None => true,
+        Some(name) => matches!(
+            name,
+            "latches" | "epoch.json" | "state.json" | "breakglass.wal.jsonl" | "breakglass.cleared"
+        ),
+    }
+}
+
+fn mask() -> WatchMask {
+    WatchMask::CREATE
+        | WatchMask::DELETE
+        | WatchMask::MODIFY
+        | WatchMask::CLOSE_WRITE
+        | WatchMask::MOVED_TO
+        | WatchMask::MOVED_FROM
+        | WatchMask::ATTRIB
+        | WatchMask::DELETE_SELF
+        | WatchMask::MOVE_SELF
+}
+
+/// Start the inotify thread. It ends when `stop` is set (checked after each batch of events).
+pub fn spawn_watcher(view: Arc<ViewHolder>, stop: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new()
+        .name("stopline-view-watch".into())
+        .spawn(move || {
+            if let Err(error) = watch_loop(&view, &stop) {
+                view.note(
+                    format!(
+                        "inotify watch lost ({error}); reloading every reload_interval_ms only"
+                    ),
+                    true,
+                );
+                view.refresh_full();
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start the view watcher thread");
+    }
+}
+
+fn watch_loop(view: &ViewHolder, stop: &AtomicBool) -> std::io::Result<()> {
+    let layout = view.store().layout().clone();
+    let mut inotify = Inotify::init()?;
+    let home_wd = inotify.watches().add(layout.home(), mask())?;
+    let add_latches = |inotify: &mut Inotify, view: &ViewHolder| -> Option<WatchDescriptor> {
+        match inotify.watches().add(layout.latches(), mask()) {
+            Ok(wd) => Some(wd),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(error) => {
+                view.note(format!("cannot watch latches/: {error}"), true);
+                None
+            }
+        }
+    };
+    let mut latches_wd: Option<WatchDescriptor> = add_latches(&mut inotify, view);
+    // Anything that happened before the watches existed is caught by this read.
+    view.refresh_full();
+    let mut buffer = vec![0u8; 64 * 1024];
+    while !stop.load(Ordering::SeqCst) {
+        let events = inotify.read_events_blocking(&mut buffer)?;
+        let mut refresh = false;
+        let mut full = false;
+        let mut rewatch = false;
+        for event in events {
+            if event.mask.contains(EventMask::Q_OVERFLOW) {
+                view.note("inotify queue overflowed; full reload", false);
+                full = true;
+                continue;
+            }
+            if event.wd == home_wd {
+                if event
+                    .mask
+                    .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)
+                {
+                    return Err(std::io::Error::other(
+                        "the control directory itself went away",
+                    ));
+                }
+                if event.name == Some(OsStr::new("latches")) {
+                    rewatch = true;
+                }
+                refresh |= relevant(event.name);
+            } else if Some(&event.wd) == latches_wd.as_ref() {
+                if event
+                    .mask
+                    .intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF)
+                {
+                    latches_wd = None;
+                    rewatch = true;
+                    full = true;
+                    view.note(
+                        "the watch on latches/ was lost; re-watching and reloading",
+                        false,
+                    );
+                }
+                refresh = true;
+            }
+        }
+        if rewatch && latches_wd.is_none() {
+            latches_wd = add_latches(&mut inotify, view);
+        }
+        if full {
+            view.refresh_full();
+        } else if refresh {
+            view.refresh_fast();
+        }
+    }
+    Ok(())
+}
+
+/// Start the periodic full reload thread.
+pub fn spawn_periodic(view: Arc<ViewHolder>, interval: Duration, stop: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new()
+        .name("stopline-view-reload".into())
+        .spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(interval);
+                view.refresh_full();
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start the periodic reload thread");
+    }
+}

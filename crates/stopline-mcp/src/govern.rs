@@ -1,0 +1,189 @@
+//! Governing MCP traffic message by message, shared by the HTTP and stdio proxies.
+//!
+//! [`govern_frame`] judges every member of a frame from the agent through the [`Governor`]:
+//! requests, notifications and the agent's responses alike. A `tools/call` carries whether the
+//! tool is known to be read-only ([`ToolCatalog`], learned from the upstream's `tools/list`); the governor records every other one as a
+//! destination operation before it is admitted. Refused requests are answered locally with a
+//! JSON-RPC error carrying the stopline code in `error.data`; refused notifications and
+//! responses are dropped. [`Governed::dispatch`] re-checks each admitted member right before the
+//! frame is handed over and rebuilds the frame from the survivors: only that re-serialized frame
+//! is ever forwarded.
+//! What comes back is followed by [`crate::track::Tracker`].
+
+use crate::governor::{refusal_error_data, Admission, Call, Caller, Governor, Outcome};
+use crate::jsonrpc::{Id, Incoming, Message, STOPLINE_REFUSED};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use stopline_core::{Refusal, RefusalCode};
+
+pub use crate::track::{ToolCatalog, Tracker};
+
+/// A forwarded request whose answer is awaited.
+pub struct Pending {
+    /// Its id, as the agent sent it.
+    pub id: Id,
+    /// Its method.
+    pub method: String,
+    /// Its admission, finished when the answer arrives.
+    pub admission: Box<dyn Admission>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("id", &self.id)
+            .field("method", &self.method)
+            .finish()
+    }
+}
+
+/// The result of governing one frame.
+#[derive(Default)]
+pub struct Governed {
+    /// Admitted members with their admissions, in order.
+    admitted: Vec<(Message, Box<dyn Admission>)>,
+    /// True when the frame was a batch.
+    batch: bool,
+    /// Error responses answered locally, never forwarded.
+    pub local: Vec<Message>,
+    /// Every refusal, requests' and notifications' alike (the first sets an HTTP status).
+    pub refusals: Vec<Refusal>,
+}
+
+/// What survives dispatch: the frame to hand over and the requests it carries.
+#[derive(Debug, Default)]
+pub struct Dispatch {
+    /// The re-serialized frame to forward, when anything survived.
+    pub forward: Option<Incoming>,
+    /// The forwarded requests, by id key.
+    pub pending: BTreeMap<String, Pending>,
+}
+
+/// A stable key for a request id (ids are strings or integers).
+pub fn id_key(id: &Id) -> String {
+    id.to_string()
+}
+
+/// The JSON-RPC error response for a refused request.
+pub fn refusal_response(id: Id, refusal: &Refusal) -> Message {
+    let text = format!("{}: {}", refusal.code, refusal.message);
+    Message::error(
+        id,
+        STOPLINE_REFUSED,
+        &text,
+        Some(refusal_error_data(refusal)),
+    )
+}
+
+/// The [`Call`] a message is judged as.
+pub fn call_for(server: &str, catalog: &ToolCatalog, message: &Message) -> Result<Call, Refusal> {
+    let (method, tool, request_id) = match message {
+        Message::Request { id, method, params } if method == "tools/call" => {
+            let tool = params
+                .as_ref()
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str);
+            let tool = tool.ok_or_else(|| {
+                Refusal::new(RefusalCode::BadRequest, "tools/call needs params.name")
+            })?;
+            (method.clone(), Some(tool.to_string()), Some(id_key(id)))
+        }
+        Message::Request { id, method, .. } => (method.clone(), None, Some(id_key(id))),
+        Message::Notification { method, .. } => (method.clone(), None, None),
+        Message::Response { .. } => ("response".to_string(), None, None),
+    };
+    let read_only = tool
+        .as_deref()
+        .is_some_and(|t| catalog.is_read_only(server, t));
+    Ok(Call {
+        server: server.to_string(),
+        method,
+        tool,
+        read_only,
+        request_id,
+    })
+}
+
+/// Govern one frame from `caller` towards `server`.
+pub async fn govern_frame(
+    governor: &dyn Governor,
+    catalog: &ToolCatalog,
+    server: &str,
+    caller: &Caller,
+    frame: Incoming,
+) -> Governed {
+    let mut governed = Governed {
+        batch: matches!(frame, Incoming::Batch(_)),
+        ..Governed::default()
+    };
+    let messages = match frame {
+        Incoming::Single(message) => vec![message],
+        Incoming::Batch(messages) => messages,
+    };
+    for message in messages {
+        let judged = match call_for(server, catalog, &message) {
+            Ok(call) => governor.admit(caller, &call).await,
+            Err(refusal) => Err(refusal),
+        };
+        match judged {
+            Ok(admission) => governed.admitted.push((message, admission)),
+            Err(refusal) => governed.refuse(caller, message, refusal),
+        }
+    }
+    governed
+}
+
+impl Governed {
+    fn refuse(&mut self, caller: &Caller, message: Message, refusal: Refusal) {
+        tracing::info!(agent = %caller.agent, method = ?message.method(), code = %refusal.code, "mcp message refused");
+        if let Message::Request { id, .. } = message {
+            self.local.push(refusal_response(id, &refusal));
+        }
+        self.refusals.push(refusal);
+    }
+
+    /// True when any member was admitted.
+    pub fn has_admitted(&self) -> bool {
+        !self.admitted.is_empty()
+    }
+
+    /// Refuse every admitted member after all (its upstream is gone); nothing was dispatched.
+    pub fn refuse_admitted(&mut self, caller: &Caller, refusal: Refusal) {
+        for (message, admission) in std::mem::take(&mut self.admitted) {
+            admission.finish(Outcome::UpstreamUnreachable);
+            self.refuse(caller, message, refusal.clone());
+        }
+    }
+
+    /// True when the frame was a batch.
+    pub fn is_batch(&self) -> bool {
+        self.batch
+    }
+
+    /// Re-check every admitted member right before handing the frame over; refused ones are
+    /// answered locally. Notifications and responses are finished here (nothing comes back).
+    pub fn dispatch(&mut self, caller: &Caller) -> Dispatch {
+        let mut forward = Vec::new();
+        let mut dispatch = Dispatch::default();
+        for (message, mut admission) in std::mem::take(&mut self.admitted) {
+            if let Err(refusal) = admission.dispatch() {
+                self.refuse(caller, message, refusal);
+                continue;
+            }
+            match &message {
+                Message::Request { id, method, .. } => {
+                    let pending = Pending {
+                        id: id.clone(),
+                        method: method.clone(),
+                        admission,
+                    };
+                    dispatch.pending.insert(id_key(id), pending);
+                }
+                _ => admission.finish(Outcome::Committed),
+            }
+            forward.push(message);
+        }
+        dispatch.forward = Incoming::from_messages(forward, self.batch);
+        dispatch
+    }
+}

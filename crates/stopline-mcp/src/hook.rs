@@ -1,0 +1,208 @@
+//! `stopline hook claude-code`: a Claude Code `PreToolUse` hook that fails closed.
+//!
+//! Claude Code runs the hook before every tool call, with the event as JSON on stdin
+//! (`tool_name`, `tool_input`, `session_id`, `cwd`, …). Exit 0 lets the call run; exit 2 blocks
+//! it and shows stderr to the model as the reason. Any other exit fails *open* there, so this
+//! hook turns every error, panic and timeout into exit 2: a watchdog thread exits 2 when the
+//! decision takes too long, a panic hook exits 2 before unwinding can reach anything else, and
+//! the decision itself runs under `catch_unwind`. It decides through the gateway (`POST
+//! /v1/check` at `STOPLINE_URL` with `STOPLINE_TOKEN`) or, without one, the local control
+//! directory (`stopline_control::check`), judging the event's `cwd` as the project.
+
+use serde_json::Value;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use stopline_control::check::{check, CheckRequest};
+use stopline_control::config::Config;
+use stopline_control::Context;
+use stopline_core::{Decision, Mode, TaskClass};
+use stopline_store::Store;
+
+/// The exit code that blocks the call.
+pub const BLOCK: i32 = 2;
+/// The largest event read from stdin.
+const MAX_EVENT_BYTES: u64 = 8 * 1024 * 1024;
+/// Default bound on the whole hook (Claude Code's own default timeout is 60 s).
+const DEFAULT_TIMEOUT_MS: u64 = 20_000;
+/// Default time a call held under HALT_NONCRITICAL waits for the halt to lift.
+const DEFAULT_QUEUE_WAIT_MS: u64 = 10_000;
+
+/// Where decisions come from.
+#[derive(Debug, Clone)]
+pub struct HookOptions {
+    /// The local control directory (used when `gateway` is `None`).
+    pub home: PathBuf,
+    /// `STOPLINE_URL`.
+    pub gateway: Option<String>,
+    /// `STOPLINE_TOKEN`.
+    pub token: Option<String>,
+}
+
+fn env_ms(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Run the hook; the return value is the process exit code (0 allow, 2 block).
+pub fn run(options: HookOptions) -> i32 {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("stopline hook: internal error ({info}); blocking the call");
+        std::process::exit(BLOCK);
+    }));
+    let timeout = Duration::from_millis(env_ms("STOPLINE_HOOK_TIMEOUT_MS", DEFAULT_TIMEOUT_MS));
+    std::thread::spawn(move || {
+        std::thread::sleep(timeout);
+        eprintln!(
+            "stopline hook: no decision within {} ms; blocking the call",
+            timeout.as_millis()
+        );
+        std::process::exit(BLOCK);
+    });
+    match std::panic::catch_unwind(|| decide(&options)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(reason)) => {
+            eprintln!("stopline: {reason}");
+            BLOCK
+        }
+        Err(_) => {
+            eprintln!("stopline hook: internal error; blocking the call");
+            BLOCK
+        }
+    }
+}
+
+/// The operation target a tool call touches: `mcp:<server>:<tool>` for MCP tools
+/// (`mcp__<server>__<tool>`), `file:<path>` for Claude Code's file-writing tools.
+pub fn target(tool_name: &str, tool_input: &Value, cwd: Option<&Path>) -> Option<String> {
+    if let Some(rest) = tool_name.strip_prefix("mcp__") {
+        let (server, tool) = rest.split_once("__")?;
+        let server = stopline_core::Name::parse(server).ok()?;
+        return Some(format!("mcp:{server}:{tool}"));
+    }
+    if !matches!(tool_name, "Write" | "Edit" | "MultiEdit" | "NotebookEdit") {
+        return None;
+    }
+    let path = tool_input
+        .get("file_path")
+        .or_else(|| tool_input.get("notebook_path"))?
+        .as_str()?;
+    let path = match (Path::new(path).is_absolute(), cwd) {
+        (true, _) => PathBuf::from(path),
+        (false, Some(cwd)) => cwd.join(path),
+        (false, None) => return None,
+    };
+    // The file may not exist yet: canonicalize its directory and keep its name.
+    let canonical = std::fs::canonicalize(&path).ok().or_else(|| {
+        Some(
+            std::fs::canonicalize(path.parent()?)
+                .ok()?
+                .join(path.file_name()?),
+        )
+    })?;
+    Some(format!("file:{}", canonical.display()))
+}
+
+/// Judge the event on stdin: `Ok` allows, `Err(reason)` blocks.
+fn decide(options: &HookOptions) -> Result<(), String> {
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .take(MAX_EVENT_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read the hook event: {e}"))?;
+    let event: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("the hook event is not JSON ({e}); blocking the call"))?;
+    let tool_name = event
+        .get("tool_name")
+        .and_then(Value::as_str)
+        .ok_or("the hook event has no tool_name; blocking the call")?;
+    if let Some(name) = event.get("hook_event_name").and_then(Value::as_str) {
+        if name != "PreToolUse" {
+            return Err(format!(
+                "this hook judges PreToolUse events, not {name}; blocking"
+            ));
+        }
+    }
+    let cwd = event.get("cwd").and_then(Value::as_str).map(PathBuf::from);
+    let target = target(
+        tool_name,
+        event.get("tool_input").unwrap_or(&Value::Null),
+        cwd.as_deref(),
+    );
+    let action = if target.as_deref().is_some_and(|t| t.starts_with("file:")) {
+        "write"
+    } else {
+        "tool_call"
+    };
+    let deadline = Instant::now()
+        + Duration::from_millis(env_ms("STOPLINE_HOOK_QUEUE_WAIT_MS", DEFAULT_QUEUE_WAIT_MS));
+    loop {
+        let (decision, mode, reason) = match &options.gateway {
+            Some(url) => ask_gateway(url, options.token.as_deref(), action, target.as_deref()),
+            None => ask_local(options, cwd.as_deref(), target.as_deref())?,
+        };
+        match decision {
+            Decision::Allow => return Ok(()),
+            Decision::Queue if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(250))
+            }
+            _ => return Err(format!("{tool_name} was not run ({mode}): {reason}")),
+        }
+    }
+}
+
+fn ask_local(
+    options: &HookOptions,
+    cwd: Option<&Path>,
+    target: Option<&str>,
+) -> Result<(Decision, Mode, String), String> {
+    let config = Config::load(&options.home.join("config.toml"))
+        .map_err(|e| format!("control_state_corrupt: {e}"))?;
+    let ctx = Context::new(Store::open(&options.home), config);
+    let request = CheckRequest {
+        class: TaskClass::Noncritical,
+        token: options.token.clone(),
+        agent: None,
+        project: cwd.map(|c| c.display().to_string()),
+        run: None,
+        target: target.map(String::from),
+    };
+    let receipt = check(&ctx, &request);
+    let reason = format!(
+        "{}: {}",
+        receipt.code.map(|c| c.as_str()).unwrap_or("allowed"),
+        receipt.message
+    );
+    Ok((receipt.decision, receipt.mode, reason))
+}
+
+fn ask_gateway(
+    url: &str,
+    token: Option<&str>,
+    action: &str,
+    target: Option<&str>,
+) -> (Decision, Mode, String) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return (
+                Decision::Block,
+                Mode::Emergency,
+                format!("internal error: {e}"),
+            )
+        }
+    };
+    let governor = crate::remote::RemoteGovernor::new(url);
+    let receipt =
+        runtime.block_on(governor.check(token.unwrap_or_default(), false, action, target));
+    let reason = match receipt.refusal {
+        Some(refusal) => format!("{}: {}", refusal.code, refusal.message),
+        None => "allowed".into(),
+    };
+    (receipt.decision, receipt.mode, reason)
+}

@@ -1,0 +1,247 @@
+//! The Streamable HTTP proxy at `/mcp/<server>`: `POST` for messages, `GET` for the server's
+//! stream, `DELETE` to end a session. The gateway mounts [`router`].
+//!
+//! Each `POST` is authenticated (bearer token), parsed, and governed member by member; what is
+//! forwarded is the re-serialized frame, with the agent's token stripped. The upstream answer is
+//! passed back as it comes: JSON whole, SSE event by event through [`crate::pump`], which cuts
+//! the stream when an emergency covers the agent. Sessions (`Mcp-Session-Id`) are passed through
+//! and bound to the agent that opened them, so one agent cannot ride another's session.
+//! Nothing here decides admission; the [`Governor`] does.
+
+use crate::govern::{govern_frame, ToolCatalog};
+use crate::governor::{Call, Caller, Governor, Outcome};
+use crate::jsonrpc::{parse, Incoming};
+use crate::reply::{json_reply, local_reply, refusal_reply};
+use crate::sessions::SessionBindings;
+use crate::upstream::{self, Exchange};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use axum::Router;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use stopline_core::{Refusal, RefusalCode};
+use stopline_gateway::McpServerConfig;
+
+/// Headers the agent sends that the upstream needs (never `Authorization`).
+pub const FORWARDED_REQUEST_HEADERS: [&str; 4] = [
+    "accept",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+/// The proxy's shared state.
+pub struct McpState {
+    pub(crate) governor: Arc<dyn Governor>,
+    pub(crate) servers: BTreeMap<String, McpServerConfig>,
+    pub(crate) catalog: Arc<ToolCatalog>,
+    pub(crate) client: reqwest::Client,
+    /// Which agent opened which session.
+    pub(crate) sessions: SessionBindings,
+    pub(crate) stdio: Arc<upstream::StdioSessions>,
+}
+
+/// Where a server's messages go.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Upstream {
+    /// A Streamable HTTP endpoint.
+    Http(String),
+    /// A stdio server the proxy starts per session: program and arguments.
+    Stdio(Vec<String>),
+}
+
+/// The upstream a `[mcp.<server>]` table names: exactly one of `url` and `command`.
+pub fn upstream_of(config: &McpServerConfig) -> Option<Upstream> {
+    match (&config.url, &config.command) {
+        (Some(url), None) => Some(Upstream::Http(url.clone())),
+        (None, Some(command)) if !command.is_empty() => Some(Upstream::Stdio(command.clone())),
+        _ => None,
+    }
+}
+
+/// The MCP proxy routes over the gateway's governor and its `[mcp.*]` configuration, ready to
+/// be merged into the gateway's router (`ServeOptions::mount`).
+pub fn router(governor: stopline_gateway::Governor) -> Router {
+    let servers = governor.config().mcp.clone();
+    router_with(Arc::new(governor), servers)
+}
+
+/// The MCP proxy routes over any governor and server table.
+pub fn router_with(
+    governor: Arc<dyn Governor>,
+    servers: BTreeMap<String, McpServerConfig>,
+) -> Router {
+    for (name, server) in &servers {
+        if upstream_of(server).is_none() {
+            tracing::error!(server = %name, "[mcp.{name}] names neither or both of url and command; its calls are refused");
+        }
+    }
+    let state = Arc::new(McpState {
+        governor,
+        servers,
+        catalog: Arc::new(ToolCatalog::default()),
+        client: reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .build()
+            .unwrap_or_default(),
+        sessions: SessionBindings::default(),
+        stdio: Arc::default(),
+    });
+    Router::new()
+        .route(
+            "/mcp/{server}",
+            post(handle_post).get(handle_get).delete(handle_delete),
+        )
+        .with_state(state)
+}
+
+impl McpState {
+    fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, Refusal> {
+        let value = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        self.governor.authenticate(value)
+    }
+
+    /// The upstream of `server`, or a 404 reply.
+    fn upstream(&self, server: &str) -> Result<Upstream, Box<Response>> {
+        self.servers
+            .get(server)
+            .and_then(upstream_of)
+            .ok_or_else(|| {
+                let refusal = Refusal::new(
+                    RefusalCode::BadRequest,
+                    format!("no MCP server named {server:?} is configured"),
+                );
+                let mut reply = refusal_reply(None, &refusal);
+                *reply.status_mut() = StatusCode::NOT_FOUND;
+                Box::new(reply)
+            })
+    }
+
+    /// Authenticate and check the session: the caller, or the reply that refuses it.
+    fn admit_caller(&self, server: &str, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
+        let caller = self
+            .authenticate(headers)
+            .map_err(|r| Box::new(refusal_reply(None, &r)))?;
+        self.sessions
+            .check(server, headers, &caller)
+            .map_err(|r| Box::new(refusal_reply(None, &r)))?;
+        Ok(caller)
+    }
+}
+
+async fn handle_post(
+    State(state): State<Arc<McpState>>,
+    Path(server): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let upstream = match state.upstream(&server) {
+        Ok(upstream) => upstream,
+        Err(reply) => return *reply,
+    };
+    let caller = match state.admit_caller(&server, &headers) {
+        Ok(caller) => caller,
+        Err(reply) => return *reply,
+    };
+    let frame = match parse(&body) {
+        Ok(frame) => frame,
+        Err(error) => return json_reply(400, Incoming::Single(error.to_response()).to_bytes()),
+    };
+    let initialize = frame
+        .messages()
+        .iter()
+        .any(|m| m.method() == Some("initialize"));
+    let mut governed = govern_frame(
+        state.governor.as_ref(),
+        &state.catalog,
+        &server,
+        &caller,
+        frame,
+    )
+    .await;
+    let dispatch = governed.dispatch(&caller);
+    let Some(forward) = dispatch.forward else {
+        return local_reply(governed);
+    };
+    let batch = governed.is_batch();
+    let exchange = Exchange {
+        state: state.clone(),
+        server,
+        caller,
+        headers,
+        initialize,
+        batch,
+        local: governed.local,
+        pending: dispatch.pending,
+    };
+    match upstream {
+        Upstream::Http(url) => upstream::post_http(exchange, &url, forward).await,
+        Upstream::Stdio(command) => upstream::post_stdio(exchange, &command, forward).await,
+    }
+}
+
+async fn handle_get(
+    State(state): State<Arc<McpState>>,
+    Path(server): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let upstream = match state.upstream(&server) {
+        Ok(upstream) => upstream,
+        Err(reply) => return *reply,
+    };
+    let caller = match state.admit_caller(&server, &headers) {
+        Ok(caller) => caller,
+        Err(reply) => return *reply,
+    };
+    let call = Call {
+        server: server.clone(),
+        method: "GET".into(),
+        tool: None,
+        read_only: true,
+        request_id: None,
+    };
+    let mut admission = match state.governor.admit(&caller, &call).await {
+        Ok(admission) => admission,
+        Err(refusal) => return refusal_reply(None, &refusal),
+    };
+    if let Err(refusal) = admission.dispatch() {
+        return refusal_reply(None, &refusal);
+    }
+    let reply = match upstream {
+        Upstream::Http(url) => upstream::get_http(&state, &caller, &url, &headers).await,
+        Upstream::Stdio(_) => upstream::get_stdio(&state, &server, &caller, &headers).await,
+    };
+    let reached = reply.status() != StatusCode::BAD_GATEWAY;
+    admission.finish(if reached {
+        Outcome::Committed
+    } else {
+        Outcome::UpstreamUnreachable
+    });
+    reply
+}
+
+async fn handle_delete(
+    State(state): State<Arc<McpState>>,
+    Path(server): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let upstream = match state.upstream(&server) {
+        Ok(upstream) => upstream,
+        Err(reply) => return *reply,
+    };
+    if let Err(reply) = state.admit_caller(&server, &headers) {
+        return *reply;
+    }
+    // Ending a session is always allowed: it can only reduce what the agent can do.
+    state.sessions.forget(&server, &headers);
+    match upstream {
+        Upstream::Http(url) => upstream::delete_http(&state, &url, &headers).await,
+        Upstream::Stdio(_) => upstream::delete_stdio(&state, &server, &headers).await,
+    }
+}

@@ -1,0 +1,268 @@
+//! A [`Governor`] over the local control directory, for MCP traffic that passes no gateway
+//! (`stopline mcp proxy` without `STOPLINE_URL`).
+//!
+//! Every decision reads a fresh [`ControlView`] (there is no acknowledgement protocol here, so
+//! nothing may be judged against an older read), at admission and again at dispatch. Tokens are
+//! verified with the store's key. `allowed_tools` and `critical_tools` come from the
+//! `[mcp.<name>]` table when one exists. The `tool_calls` and `wall_clock_s` budgets signed into
+//! a token are counted in this process; exhausting one, or crossing `unauthorized_calls`, trips
+//! the agent's breaker ([`crate::breaker`]). Operations go to this process's own journal.
+
+use crate::breaker::Breakers;
+use crate::governor::{Admission, Call, Caller, Governor, Proof};
+use crate::local_admission::{refused, LocalAdmission};
+use futures::future::BoxFuture;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use stopline_control::engage::verify_token;
+use stopline_control::Context;
+use stopline_core::view::Authority;
+use stopline_core::{
+    AuthorityStatus, CheckReceipt, ControlView, Decision, Mode, Refusal, RefusalCode, Role,
+    TaskClass,
+};
+use stopline_gateway::GatewayConfig;
+use stopline_store::ops::OpsJournal;
+use stopline_token::Claims;
+use tokio::sync::watch;
+
+/// How often held calls and the stream-cut watcher re-read the control directory.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Governs against the local control directory.
+#[derive(Clone)]
+pub struct LocalGovernor {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    ctx: Context,
+    config: GatewayConfig,
+    breakers: Breakers,
+    journal: OnceLock<Result<OpsJournal, Refusal>>,
+    view: OnceLock<watch::Receiver<Arc<ControlView>>>,
+}
+
+impl LocalGovernor {
+    /// A governor over `ctx`'s control directory; its `[mcp.*]` and `[breakers]` tables must parse.
+    pub fn new(ctx: Context) -> Result<LocalGovernor, Refusal> {
+        let config = GatewayConfig::from_base(ctx.config.clone())
+            .map_err(|why| Refusal::new(RefusalCode::ControlStateCorrupt, why))?;
+        let breakers = Breakers::new(
+            ctx.clone(),
+            config.breakers.unauthorized_calls.into(),
+            config.trip_level,
+        );
+        Ok(LocalGovernor {
+            inner: Arc::new(Inner {
+                ctx,
+                config,
+                breakers,
+                journal: OnceLock::new(),
+                view: OnceLock::new(),
+            }),
+        })
+    }
+}
+
+impl Inner {
+    pub(crate) fn journal(&self) -> Result<&OpsJournal, Refusal> {
+        let journal = self.journal.get_or_init(|| {
+            self.ctx
+                .store
+                .ops_journal("mcp")
+                .map_err(|e| e.to_refusal())
+        });
+        journal.as_ref().map_err(Clone::clone)
+    }
+
+    /// One decision from a fresh read.
+    pub(crate) fn decide(
+        &self,
+        claims: &Claims,
+        class: TaskClass,
+        target: Option<&str>,
+    ) -> CheckReceipt {
+        let mut view = self.ctx.store.load_view();
+        if claims.epoch > view.epoch.seq {
+            view = self.ctx.store.load_view(); // minted a moment ago: re-read before refusing as future
+        }
+        view.decide(
+            &claims.subject(),
+            class,
+            Some(Authority {
+                issue_epoch: claims.epoch,
+            }),
+            target,
+            self.ctx.store.now_ms(),
+        )
+    }
+
+    fn watch(&self) -> watch::Receiver<Arc<ControlView>> {
+        let receiver = self.view.get_or_init(|| {
+            let (tx, rx) = watch::channel(Arc::new(self.ctx.store.load_view()));
+            let store = self.ctx.store.clone();
+            std::thread::spawn(move || loop {
+                std::thread::sleep(POLL);
+                if tx.send(Arc::new(store.load_view())).is_err() {
+                    return; // every receiver, the governor's own included, is gone
+                }
+            });
+            rx
+        });
+        receiver.clone()
+    }
+}
+
+/// Why streams to `claims`' subject must be cut now, if they must.
+fn must_cut(view: &ControlView, claims: &Claims) -> Option<Refusal> {
+    if let Some(fault) = view.faults.first() {
+        return Some(fault.clone());
+    }
+    if matches!(claims.standing(&view.epoch), AuthorityStatus::Stale { .. }) {
+        return Some(Refusal::new(
+            RefusalCode::StaleControlEpoch,
+            "the token was revoked by a stop",
+        ));
+    }
+    let emergency = view.mode_for(&claims.subject()) == Mode::Emergency;
+    emergency.then(|| {
+        Refusal::new(
+            RefusalCode::BreakGlassContained,
+            "an emergency stop covers this agent",
+        )
+    })
+}
+
+fn claims(caller: &Caller) -> Result<&Claims, Refusal> {
+    match &caller.proof {
+        Proof::Local(claims) => Ok(claims),
+        _ => Err(Refusal::new(
+            RefusalCode::TokenInvalid,
+            "the token was not verified with this store's key",
+        )),
+    }
+}
+
+impl Governor for LocalGovernor {
+    fn authenticate(&self, bearer: Option<&str>) -> Result<Caller, Refusal> {
+        let token = stopline_gateway::bearer_token(bearer.unwrap_or_default());
+        if token.is_empty() {
+            return Err(Refusal::new(
+                RefusalCode::TokenInvalid,
+                "no token was presented",
+            ));
+        }
+        let claims = verify_token(&self.inner.ctx, token)?;
+        Ok(Caller {
+            agent: claims.agent().map(|a| a.to_string()).unwrap_or_default(),
+            role: claims.role,
+            token: token.to_string(),
+            proof: Proof::Local(Box::new(claims)),
+        })
+    }
+
+    fn admit<'a>(
+        &'a self,
+        caller: &'a Caller,
+        call: &'a Call,
+    ) -> BoxFuture<'a, Result<Box<dyn Admission>, Refusal>> {
+        Box::pin(async move {
+            let claims = claims(caller)?.clone();
+            let server = self
+                .inner
+                .config
+                .mcp
+                .get(&call.server)
+                .cloned()
+                .unwrap_or_default();
+            let tool = call.tool.as_deref().filter(|_| call.method == "tools/call");
+            if let (Some(tool), Some(allowed)) = (tool, &server.allowed_tools) {
+                if !allowed.iter().any(|t| t == tool) {
+                    self.inner.breakers.unauthorized(&caller.agent);
+                    return Err(Refusal::new(
+                        RefusalCode::ToolNotAllowed,
+                        format!("{tool:?} is not in {}'s allowed_tools", call.server),
+                    ));
+                }
+            }
+            let critical = tool.is_some_and(|t| server.critical_tools.iter().any(|c| c == t));
+            let class = if claims.role == Role::Critical || critical {
+                TaskClass::Critical
+            } else {
+                TaskClass::Noncritical
+            };
+            let target = tool.map(|t| format!("mcp:{}:{t}", call.server));
+            let deadline = Instant::now() + self.inner.config.queue_timeout();
+            loop {
+                let (inner, held, target) = (self.inner.clone(), claims.clone(), target.clone());
+                let receipt = tokio::task::spawn_blocking(move || {
+                    inner.decide(&held, class, target.as_deref())
+                })
+                .await
+                .map_err(|e| {
+                    Refusal::new(RefusalCode::ControlIo, format!("admission failed: {e}"))
+                })?;
+                match receipt.decision {
+                    Decision::Allow => break,
+                    Decision::Block => return Err(refused(receipt)),
+                    Decision::Queue if Instant::now() >= deadline => {
+                        return Err(Refusal::new(
+                            RefusalCode::QueuedTimeout,
+                            format!("held past the queue timeout: {}", receipt.message),
+                        ));
+                    }
+                    Decision::Queue => tokio::time::sleep(POLL).await,
+                }
+            }
+            if tool.is_some() {
+                self.inner
+                    .breakers
+                    .reserve_tool_call(&claims, self.inner.ctx.now_s())?;
+            }
+            let op = match (&target, call.read_only) {
+                (Some(target), false) => {
+                    let journal = self.inner.journal()?;
+                    Some(
+                        journal
+                            .prepare(target, Some(&caller.agent), call.request_id.as_deref())
+                            .map_err(|e| e.to_refusal())?,
+                    )
+                }
+                _ => None,
+            };
+            let admission = LocalAdmission {
+                inner: self.inner.clone(),
+                claims,
+                class,
+                target,
+                op,
+                dispatched: false,
+                finished: false,
+            };
+            Ok(Box::new(admission) as Box<dyn Admission>)
+        })
+    }
+
+    fn cut(&self, caller: &Caller) -> BoxFuture<'static, Refusal> {
+        let mut rx = self.inner.watch();
+        let claims = claims(caller).cloned();
+        Box::pin(async move {
+            let claims = match claims {
+                Ok(claims) => claims,
+                Err(refusal) => return refusal,
+            };
+            loop {
+                if let Some(refusal) = must_cut(&rx.borrow_and_update(), &claims) {
+                    return refusal;
+                }
+                if rx.changed().await.is_err() {
+                    return Refusal::new(
+                        RefusalCode::ControlIo,
+                        "the control directory is no longer watched",
+                    );
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,220 @@
+//! A [`Governor`] that asks a gateway (`STOPLINE_URL`) through its public API, for surfaces
+//! running inside a confined agent that cannot read the control directory.
+//!
+//! Every admission is a `POST /v1/check` with the agent's own token: the gateway verifies it,
+//! judges latches, epochs and unresolved targets, and answers with a receipt (a bad token is a
+//! `block`). A `queue` is re-asked until it turns or the queue timeout passes. Stream cuts poll
+//! the same route. An unreachable gateway is a refusal (`gateway_unreachable`), never an allow.
+//! What this cannot do, because the API offers no route for it: count budgets, feed breakers or
+//! journal operations — the gateway owns those for the calls that pass through it.
+
+use crate::governor::{Admission, Call, Caller, Governor, Outcome, Proof};
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use stopline_core::{Decision, Mode, Refusal, RefusalCode, Role};
+
+/// How often held calls and the cut watcher ask again.
+const POLL: Duration = Duration::from_millis(250);
+/// How long a call is held under HALT_NONCRITICAL before `queued_timeout`.
+const QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the gateway may stay unreachable before open streams are cut.
+const UNREACHABLE_CUT: Duration = Duration::from_secs(2);
+
+/// Governs through a gateway's HTTP API.
+#[derive(Clone, Debug)]
+pub struct RemoteGovernor {
+    base: String,
+    client: reqwest::Client,
+}
+
+/// A receipt of `POST /v1/check`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Receipt {
+    /// allow, queue or block.
+    pub decision: Decision,
+    /// The subject's mode.
+    pub mode: Mode,
+    /// Why it was not allowed.
+    pub refusal: Option<Refusal>,
+}
+
+impl RemoteGovernor {
+    /// A governor asking the gateway at `base` (e.g. `http://127.0.0.1:7077`).
+    pub fn new(base: &str) -> RemoteGovernor {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap_or_default();
+        RemoteGovernor {
+            base: base.trim_end_matches('/').to_string(),
+            client,
+        }
+    }
+
+    /// One `POST /v1/check`. Any failure to get a receipt is a `block`.
+    pub async fn check(
+        &self,
+        token: &str,
+        critical: bool,
+        action: &str,
+        target: Option<&str>,
+    ) -> Receipt {
+        let body = json!({"class": if critical { "critical" } else { "noncritical" }, "action": action, "target": target});
+        let mut request = self
+            .client
+            .post(format!("{}/v1/check", self.base))
+            .json(&body);
+        if !token.is_empty() {
+            request = request.bearer_auth(token);
+        }
+        let blocked = |code, message: String| Receipt {
+            decision: Decision::Block,
+            mode: Mode::Emergency,
+            refusal: Some(Refusal::new(code, message)),
+        };
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(error) => {
+                return blocked(
+                    RefusalCode::GatewayUnreachable,
+                    format!("the gateway at {} is unreachable: {error}", self.base),
+                )
+            }
+        };
+        let value: Value = match response.json().await {
+            Ok(value) => value,
+            Err(error) => {
+                return blocked(
+                    RefusalCode::GatewayUnreachable,
+                    format!("the gateway's answer is not a receipt: {error}"),
+                )
+            }
+        };
+        let decision = serde_json::from_value(value["decision"].clone()).unwrap_or(Decision::Block);
+        let mode = serde_json::from_value(value["mode"].clone()).unwrap_or(Mode::Emergency);
+        let code = serde_json::from_value(value["code"].clone()).ok();
+        let message = value["message"].as_str().unwrap_or_default().to_string();
+        let refusal = match (decision, code) {
+            (Decision::Allow, _) => None,
+            (_, Some(code)) => Some(Refusal::new(code, message)),
+            (_, None) => Some(Refusal::new(
+                RefusalCode::BreakGlassContained,
+                format!("the gateway refused without a code: {value}"),
+            )),
+        };
+        Receipt {
+            decision,
+            mode,
+            refusal,
+        }
+    }
+}
+
+/// A call admitted by the gateway's check: nothing to record on this side.
+struct RemoteAdmission;
+
+impl Admission for RemoteAdmission {
+    fn dispatch(&mut self) -> Result<(), Refusal> {
+        Ok(())
+    }
+    fn finish(self: Box<Self>, _outcome: Outcome) {}
+    fn cut(self: Box<Self>, _reason: &str) {}
+}
+
+impl Governor for RemoteGovernor {
+    fn authenticate(&self, bearer: Option<&str>) -> Result<Caller, Refusal> {
+        let token = stopline_gateway::bearer_token(bearer.unwrap_or_default());
+        if token.is_empty() {
+            return Err(Refusal::new(
+                RefusalCode::TokenInvalid,
+                "no token was presented",
+            ));
+        }
+        // Decoded for labels only: the gateway verifies the signature on every check.
+        let claims = stopline_token::decode_unverified(token)
+            .map_err(|e| Refusal::new(RefusalCode::TokenInvalid, e.to_string()))?;
+        Ok(Caller {
+            agent: claims.agent().map(|a| a.to_string()).unwrap_or_default(),
+            role: claims.role,
+            token: token.to_string(),
+            proof: Proof::Opaque,
+        })
+    }
+
+    fn admit<'a>(
+        &'a self,
+        caller: &'a Caller,
+        call: &'a Call,
+    ) -> BoxFuture<'a, Result<Box<dyn Admission>, Refusal>> {
+        Box::pin(async move {
+            let target = call
+                .tool
+                .as_ref()
+                .filter(|_| call.method == "tools/call")
+                .map(|t| format!("mcp:{}:{t}", call.server));
+            let deadline = Instant::now() + QUEUE_TIMEOUT;
+            loop {
+                let receipt = self
+                    .check(
+                        &caller.token,
+                        caller.role == Role::Critical,
+                        "tool_call",
+                        target.as_deref(),
+                    )
+                    .await;
+                match (receipt.decision, receipt.refusal) {
+                    (Decision::Allow, _) => {
+                        return Ok(Box::new(RemoteAdmission) as Box<dyn Admission>)
+                    }
+                    (Decision::Queue, _) if Instant::now() < deadline => {
+                        tokio::time::sleep(POLL).await
+                    }
+                    (Decision::Queue, _) => {
+                        return Err(Refusal::new(
+                            RefusalCode::QueuedTimeout,
+                            "held past the queue timeout",
+                        ))
+                    }
+                    (Decision::Block, refusal) => {
+                        return Err(refusal.unwrap_or_else(|| {
+                            Refusal::new(RefusalCode::BreakGlassContained, "blocked")
+                        }))
+                    }
+                }
+            }
+        })
+    }
+
+    fn cut(&self, caller: &Caller) -> BoxFuture<'static, Refusal> {
+        let (governor, token, critical) = (
+            self.clone(),
+            caller.token.clone(),
+            caller.role == Role::Critical,
+        );
+        Box::pin(async move {
+            let mut unreachable_since: Option<Instant> = None;
+            loop {
+                let receipt = governor.check(&token, critical, "tool_call", None).await;
+                let code = receipt.refusal.as_ref().map(|r| r.code);
+                match code {
+                    Some(RefusalCode::GatewayUnreachable) => {
+                        let since = *unreachable_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= UNREACHABLE_CUT {
+                            return receipt.refusal.expect("a code means a refusal");
+                        }
+                    }
+                    Some(RefusalCode::HaltedNoncritical | RefusalCode::BreakGlassContained)
+                        if receipt.mode != Mode::Emergency =>
+                    {
+                        unreachable_since = None
+                    }
+                    Some(_) => return receipt.refusal.expect("a code means a refusal"),
+                    None => unreachable_since = None,
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        })
+    }
+}

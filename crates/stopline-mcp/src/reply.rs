@@ -1,0 +1,85 @@
+//! How the MCP proxy answers an agent itself: refusals as JSON-RPC errors with the HTTP status
+//! the gateway gives the same refusal, a frame's locally answered errors, and the merge of an
+//! upstream's JSON answer with them. Nothing here decides anything; it only shapes replies.
+
+use crate::govern::Governed;
+use crate::jsonrpc::{Incoming, Message};
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use stopline_core::Refusal;
+use stopline_gateway::{refusal_status, retry_after_s};
+
+/// A JSON body with `status`.
+pub fn json_reply(status: u16, body: Vec<u8>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// A refusal as a JSON-RPC error (id `id`, `null` when unknown) with its HTTP status.
+pub fn refusal_reply(id: Option<serde_json::Value>, refusal: &Refusal) -> Response {
+    let message = crate::govern::refusal_response(id.unwrap_or_default(), refusal);
+    with_retry_after(
+        json_reply(
+            refusal_status(refusal).as_u16(),
+            Incoming::Single(message).to_bytes(),
+        ),
+        refusal,
+    )
+}
+
+/// Add `Retry-After` where waiting can help (a queue timeout, an open upstream breaker).
+fn with_retry_after(mut reply: Response, refusal: &Refusal) -> Response {
+    if let Some(seconds) = retry_after_s(refusal) {
+        reply
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    reply
+}
+
+/// The reply when nothing of a frame was forwarded: its local errors, or the first refusal.
+pub fn local_reply(governed: Governed) -> Response {
+    match (governed.is_batch(), governed.local.len()) {
+        (false, 1) => {
+            let status = governed
+                .refusals
+                .first()
+                .map_or(403, |r| refusal_status(r).as_u16());
+            let reply = json_reply(
+                status,
+                Incoming::Single(governed.local.into_iter().next().expect("one")).to_bytes(),
+            );
+            match governed.refusals.first() {
+                Some(refusal) => with_retry_after(reply, refusal),
+                None => reply,
+            }
+        }
+        (_, 0) => match governed.refusals.first() {
+            Some(refusal) => refusal_reply(None, refusal),
+            None => StatusCode::ACCEPTED.into_response(),
+        },
+        _ => json_reply(200, Incoming::Batch(governed.local).to_bytes()),
+    }
+}
+
+/// Build a body from a pumped stream.
+pub fn stream_body(stream: crate::pump::BodyStream) -> Body {
+    Body::from_stream(stream)
+}
+
+/// Merge an upstream JSON answer with locally answered errors; a batch stays a batch.
+pub fn merge(upstream: Option<Incoming>, local: Vec<Message>, batch: bool) -> Option<Incoming> {
+    let upstream_batch = matches!(upstream, Some(Incoming::Batch(_)));
+    let mut messages: Vec<Message> = upstream.map(|f| f.messages().to_vec()).unwrap_or_default();
+    messages.extend(local);
+    Incoming::from_messages(messages, batch || upstream_batch)
+}

@@ -1,0 +1,199 @@
+//! `stopline mcp proxy --token T -- CMD [ARGS…]`: a governed wrapper around a stdio MCP server.
+//!
+//! The agent talks to us on stdin/stdout exactly as it would talk to the server. Each line is
+//! parsed and governed ([`crate::govern`]); admitted members are re-serialized and written to
+//! the child's stdin, refusals are answered here as JSON-RPC errors. The child's stdout passes
+//! back line by line, watched for answers (outcomes, tool annotations). The child is started on
+//! the first admitted message, in its own process group; when an emergency covers the token the
+//! group is killed by pid, open calls are answered with an error and left in doubt, and every
+//! later call is refused here. Nothing the agent sends reaches the child unparsed.
+
+use crate::govern::{govern_frame, refusal_response, ToolCatalog, Tracker};
+use crate::governor::{Caller, Governor};
+use crate::jsonrpc::{parse, Incoming, Message};
+use crate::stdio_child::{spawn, start, termination, watch_for_cut, Proxy, Upstream};
+use crate::stdio_session::kill_group;
+use std::sync::{Arc, Mutex};
+use stopline_core::{Refusal, RefusalCode};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+/// What `mcp proxy` was asked to run.
+#[derive(Debug, Clone)]
+pub struct ProxyOptions {
+    /// The agent's token.
+    pub token: String,
+    /// The server's name in targets (`mcp:<name>:<tool>`) and in `[mcp.<name>]`.
+    pub name: String,
+    /// The server's program and arguments.
+    pub command: Vec<String>,
+}
+
+/// Why the proxy could not run at all.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// No command was given.
+    #[error("mcp proxy needs a server command after --")]
+    NoCommand,
+    /// The runtime or our own stdio failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Run the proxy until the agent closes stdin; returns the exit code.
+pub fn run(governor: Arc<dyn Governor>, options: ProxyOptions) -> Result<i32, ProxyError> {
+    if options.command.is_empty() {
+        return Err(ProxyError::NoCommand);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(proxy(governor, options));
+    // Do not wait for the blocking stdin reader: it may sit in a read that never returns.
+    runtime.shutdown_background();
+    result
+}
+
+async fn proxy(governor: Arc<dyn Governor>, options: ProxyOptions) -> Result<i32, ProxyError> {
+    let (out, mut lines_out) = mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(mut line) = lines_out.recv().await {
+            line.push(b'\n');
+            if stdout
+                .write_all(&line)
+                .await
+                .and(stdout.flush().await)
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let catalog = Arc::new(ToolCatalog::default());
+    let tracker = Mutex::new(Tracker::new(catalog.clone(), &options.name));
+    let proxy = Arc::new(Proxy {
+        governor,
+        catalog,
+        options,
+        tracker,
+        out,
+    });
+    let caller = proxy.governor.authenticate(Some(&proxy.options.token));
+    let upstream = Arc::new(tokio::sync::Mutex::new(Upstream::NotStarted));
+    if let Ok(caller) = &caller {
+        tokio::spawn(watch_for_cut(
+            proxy.clone(),
+            caller.clone(),
+            upstream.clone(),
+        ));
+    }
+    // A signal ends the proxy too; the child lives in its own process group, so it must be
+    // stopped here or it would outlive us.
+    let signalled = tokio::select! {
+        read = read_stdin(&proxy, &caller, &upstream) => { read?; false }
+        _ = termination() => true,
+    };
+    let mut upstream = upstream.lock().await;
+    if let Upstream::Running { pgid, .. } = std::mem::replace(&mut *upstream, Upstream::NotStarted)
+    {
+        // Its stdin is closed (dropped): give it up to two seconds to exit on its own (its
+        // reader task reaps it) unless we were told to stop, then stop what is left of its group.
+        for _ in 0..if signalled { 0 } else { 20 } {
+            if !std::path::Path::new(&format!("/proc/{pgid}")).exists() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        kill_group(pgid);
+    }
+    drop(proxy);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
+    Ok(if signalled { 143 } else { 0 })
+}
+
+/// Govern and forward every line the agent sends until it closes stdin.
+async fn read_stdin(
+    proxy: &Arc<Proxy>,
+    caller: &Result<Caller, Refusal>,
+    upstream: &Arc<tokio::sync::Mutex<Upstream>>,
+) -> std::io::Result<()> {
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = stdin.next_line().await? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let frame = match parse(line.as_bytes()) {
+            Ok(frame) => frame,
+            Err(error) => {
+                proxy.reply(error.to_response());
+                continue;
+            }
+        };
+        match caller {
+            Ok(caller) => handle(proxy, caller, upstream, frame).await,
+            Err(refusal) => refuse_all(proxy, frame, refusal),
+        }
+    }
+    Ok(())
+}
+
+fn refuse_all(proxy: &Proxy, frame: Incoming, refusal: &Refusal) {
+    for message in frame.messages() {
+        if let Message::Request { id, .. } = message {
+            proxy.reply(refusal_response(id.clone(), refusal));
+        }
+    }
+}
+
+async fn handle(
+    proxy: &Arc<Proxy>,
+    caller: &Caller,
+    upstream: &Arc<tokio::sync::Mutex<Upstream>>,
+    frame: Incoming,
+) {
+    let mut governed = govern_frame(
+        proxy.governor.as_ref(),
+        &proxy.catalog,
+        &proxy.options.name,
+        caller,
+        frame,
+    )
+    .await;
+    let mut upstream = upstream.lock().await;
+    if let Upstream::NotStarted = &*upstream {
+        if governed.has_admitted() {
+            *upstream = match spawn(&proxy.options.command) {
+                Ok(child) => start(proxy.clone(), child),
+                Err(error) => Upstream::Gone(Refusal::new(
+                    RefusalCode::GatewayUnreachable,
+                    format!("the MCP server could not be started: {error}"),
+                )),
+            };
+        }
+    }
+    if let Upstream::Gone(refusal) = &*upstream {
+        governed.refuse_admitted(caller, refusal.clone());
+    }
+    let dispatch = governed.dispatch(caller);
+    for message in governed.local.drain(..) {
+        proxy.reply(message);
+    }
+    let (Some(forward), Upstream::Running { stdin, .. }) = (dispatch.forward, &mut *upstream)
+    else {
+        return;
+    };
+    let mut line = forward.to_bytes();
+    line.push(b'\n');
+    proxy.tracker().track(dispatch.pending);
+    if let Err(error) = stdin.write_all(&line).await.and(stdin.flush().await) {
+        let refusal = Refusal::new(
+            RefusalCode::GatewayUnreachable,
+            format!("the MCP server stopped reading: {error}"),
+        );
+        proxy.close_upstream(&refusal, false);
+        *upstream = Upstream::Gone(refusal);
+    }
+}

@@ -1,0 +1,161 @@
+//! The child processes behind a stdio upstream: one per MCP session, each in its own process
+//! group, stopped by pid (the whole group) when its session ends or the proxy goes away. A
+//! reader task routes what the child prints: a response to the stream that carries its
+//! request, anything the server initiates to the session's `GET` stream (else to an open
+//! `POST` stream). When the child dies every stream of its session ends.
+
+use crate::govern::id_key;
+use crate::jsonrpc::{parse, Message};
+use futures::channel::mpsc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{ChildStdin, Command};
+
+pub(crate) type Route = mpsc::Sender<Message>;
+
+/// One child serving one MCP session.
+pub(crate) struct Session {
+    pub(crate) stdin: tokio::sync::Mutex<ChildStdin>,
+    pub(crate) routes: Mutex<HashMap<String, Route>>,
+    pub(crate) server_stream: Mutex<Option<Route>>,
+    pub(crate) pgid: u32,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        kill_group(self.pgid);
+    }
+}
+
+/// Stop a child's whole process group by its pid (it leads the group).
+pub(crate) fn kill_group(pgid: u32) {
+    if let Some(pid) = i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// The live stdio sessions, by `<server>\0<session id>`.
+#[derive(Default)]
+pub struct StdioSessions {
+    pub(crate) sessions: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+pub(crate) fn new_session_id() -> String {
+    let mut bytes = [0u8; 16];
+    if let Ok(mut random) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut random, &mut bytes);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn deliver(route: &Route, message: Message) {
+    let _ = route.clone().try_send(message);
+}
+
+pub(crate) async fn start(
+    command: &[String],
+    sessions: &Arc<StdioSessions>,
+    key: String,
+) -> std::io::Result<Arc<Session>> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("empty command"))?;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()?;
+    let pgid = child.id().unwrap_or_default();
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("no stdin"))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| std::io::Error::other("no stdout"))?;
+    let session = Arc::new(Session {
+        stdin: tokio::sync::Mutex::new(stdin),
+        routes: Mutex::default(),
+        server_stream: Mutex::default(),
+        pgid,
+    });
+    let weak = Arc::downgrade(&session);
+    let registry = Arc::downgrade(sessions);
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Some(session) = weak.upgrade() else { break };
+            let Ok(frame) = parse(line.as_bytes()) else {
+                continue;
+            };
+            for message in frame.messages().iter().cloned() {
+                let route = match &message {
+                    Message::Response { id, .. } => session
+                        .routes
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&id_key(id)),
+                    _ => {
+                        let stream = session
+                            .server_stream
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone();
+                        stream.or_else(|| {
+                            session
+                                .routes
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .values()
+                                .next()
+                                .cloned()
+                        })
+                    }
+                };
+                if let Some(route) = route {
+                    deliver(&route, message);
+                }
+            }
+        }
+        // The child is gone: end every stream of the session and forget it.
+        if let Some(session) = weak.upgrade() {
+            session
+                .routes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
+            session
+                .server_stream
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+        }
+        if let Some(registry) = registry.upgrade() {
+            registry
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&key);
+        }
+        let _ = child.wait().await;
+    });
+    Ok(session)
+}
+
+impl StdioSessions {
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<Session>> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+}

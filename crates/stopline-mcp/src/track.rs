@@ -1,0 +1,158 @@
+//! Following what an upstream answers, and what it declares about its tools.
+//!
+//! [`Tracker`] holds the admissions of forwarded requests until their answers arrive: an answer
+//! finishes its admission (committed, or failed for an error or `isError`), an outright refusal
+//! by the upstream fails them, a stop cuts them, and whatever is still open when the exchange
+//! ends is left in doubt — never silently committed. [`ToolCatalog`] learns `readOnlyHint` from
+//! `tools/list` results passing through. Nothing here forwards or decides anything.
+
+use crate::govern::{id_key, Pending};
+use crate::governor::Outcome;
+use crate::jsonrpc::{Id, Incoming, Message};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// Tool annotations learned from `tools/list` results passing through, per server. A tool
+/// never seen, or seen without `readOnlyHint: true`, is not read-only.
+#[derive(Debug, Default)]
+pub struct ToolCatalog {
+    read_only: Mutex<HashMap<String, HashMap<String, bool>>>,
+}
+
+impl ToolCatalog {
+    /// True only when the server's `tools/list` declared `readOnlyHint: true` for `tool`.
+    pub fn is_read_only(&self, server: &str, tool: &str) -> bool {
+        let map = self.read_only.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(server)
+            .and_then(|t| t.get(tool))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Learn from one `tools/list` result.
+    pub fn learn(&self, server: &str, result: &Value) {
+        let Some(tools) = result.get("tools").and_then(Value::as_array) else {
+            return;
+        };
+        let mut map = self.read_only.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = map.entry(server.to_string()).or_default();
+        for tool in tools {
+            if let Some(name) = tool.get("name").and_then(Value::as_str) {
+                let read_only =
+                    tool.pointer("/annotations/readOnlyHint") == Some(&Value::Bool(true));
+                entry.insert(name.to_string(), read_only);
+            }
+        }
+    }
+}
+
+/// Follows answers for the forwarded requests of one exchange (or one stdio session).
+pub struct Tracker {
+    catalog: Arc<ToolCatalog>,
+    server: String,
+    pending: BTreeMap<String, Pending>,
+}
+
+impl std::fmt::Debug for Tracker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracker")
+            .field("server", &self.server)
+            .field("pending", &self.pending)
+            .finish()
+    }
+}
+
+impl Tracker {
+    /// A tracker for `server`'s answers.
+    pub fn new(catalog: Arc<ToolCatalog>, server: &str) -> Tracker {
+        Tracker {
+            catalog,
+            server: server.to_string(),
+            pending: BTreeMap::new(),
+        }
+    }
+
+    /// Track requests that were handed over.
+    pub fn track(&mut self, pending: BTreeMap<String, Pending>) {
+        self.pending.extend(pending);
+    }
+
+    /// Observe one message from the upstream. Returns true when it answered a tracked request.
+    pub fn observe(&mut self, message: &Message) -> bool {
+        let Message::Response { id, outcome } = message else {
+            return false;
+        };
+        let Some(pending) = self.pending.remove(&id_key(id)) else {
+            return false;
+        };
+        if let (Ok(result), "tools/list") = (outcome, pending.method.as_str()) {
+            self.catalog.learn(&self.server, result);
+        }
+        let failed = match outcome {
+            Ok(result) => result.get("isError") == Some(&Value::Bool(true)),
+            Err(_) => true,
+        };
+        pending.admission.finish(if failed {
+            Outcome::Failed
+        } else {
+            Outcome::Committed
+        });
+        true
+    }
+
+    /// Observe every message of a frame from the upstream.
+    pub fn observe_frame(&mut self, frame: &Incoming) {
+        for message in frame.messages() {
+            self.observe(message);
+        }
+    }
+
+    /// True when every tracked request has been answered.
+    pub fn is_done(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Ids still awaiting an answer.
+    pub fn open_ids(&self) -> Vec<Id> {
+        self.pending.values().map(|p| p.id.clone()).collect()
+    }
+
+    /// Stop waiting for `id`: its operation is left in doubt (its upstream went away).
+    pub fn abandon(&mut self, id: &str, reason: &str) -> Option<Id> {
+        let pending = self.pending.remove(id)?;
+        pending
+            .admission
+            .finish(Outcome::InDoubt(reason.to_string()));
+        Some(pending.id)
+    }
+
+    /// The upstream refused the messages outright (an HTTP 4xx): nothing open was executed.
+    pub fn refused_by_upstream(&mut self) {
+        for pending in std::mem::take(&mut self.pending).into_values() {
+            pending.admission.finish(Outcome::Failed);
+        }
+    }
+
+    /// A stop cut the exchange: every open operation is left in doubt.
+    pub fn cut(&mut self, reason: &str) {
+        for pending in std::mem::take(&mut self.pending).into_values() {
+            pending.admission.cut(reason);
+        }
+    }
+
+    /// The exchange ended without answers: every open operation is left in doubt.
+    pub fn finish(&mut self, reason: &str) {
+        for pending in std::mem::take(&mut self.pending).into_values() {
+            pending
+                .admission
+                .finish(Outcome::InDoubt(reason.to_string()));
+        }
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.finish("the exchange ended before the upstream answered");
+    }
+}

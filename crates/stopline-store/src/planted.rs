@@ -1,0 +1,20 @@
+//! Known bugs that can be planted in the recovery protocol, so the model checker can show that
+//! it finds them. Compiled only with the `planted-bugs` feature, and even then off unless a
+//! store is built with [`crate::Store::with_planted_bug`]. Nothing in the binary enables it.
+//!
+//! Each bug breaks exactly one rule of SPEC §4 (Recovery) and must be caught by one property of
+//! `stopline model-check`; `stopline-assurance/tests/` asserts that it is.
+
+/// A bug to plant in [`crate::Store::recover_apply`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PlantedBug {
+    /// No bug: the protocol as written.
+    #[default]
+    None,
+    /// Clear every latch of the plan's scope found at apply time, instead of exactly the planned
+    /// names: a stop engaged after the plan is swept away ("stop wins every race" fails).
+    ClearByScope,
+    /// Skip the rescan after moving the planned latches and report `recovered: true`
+    /// ("no false all-clear" fails when a stop raced the recovery).
+    SkipRescan,
+}

@@ -1,0 +1,351 @@
+//! The gateway's HTTP API: fixed refusal statuses and bodies, engage with a stale token,
+//! queueing under HALT_NONCRITICAL, a corrupt latch closing the gate within one refresh,
+//! acknowledgements and uncovered gateways, and the breakers fed through the API.
+
+mod gw;
+mod util;
+
+use gw::{model_config, Gateway, Upstream};
+use serde_json::json;
+use std::time::{Duration, Instant};
+use util::Home;
+
+#[test]
+fn refusals_have_their_fixed_status_and_json_body() {
+    let home = Home::new();
+    let gateway = Gateway::start(&home, "");
+    let token = home.token(&["--agent", "w"]);
+    let body = json!({"model": "m", "messages": []});
+    for bad in [None, Some("garbage"), Some("stl1.e30.AAAA")] {
+        let r = gateway.post("/v1/chat/completions", bad, &body);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (401, "token_invalid"),
+            "{bad:?}: {}",
+            r.body
+        );
+        assert!(r.json()["error"]["message"].is_string());
+    }
+    let forged = format!("{}x", &token[..token.len() - 1]);
+    assert_eq!(
+        gateway.post("/v1/status", Some(&forged), &json!({})).status,
+        405
+    );
+    assert_eq!(gateway.get("/v1/status", Some(&forged)).status, 401);
+    assert_eq!(gateway.get("/v1/status", Some(&token)).status, 200);
+    for route in ["/v1/recover", "/v1/drain"] {
+        for t in [None, Some(token.as_str())] {
+            let r = gateway.post(route, t, &json!({"scope": "machine", "reason": "x"}));
+            assert_eq!(
+                (r.status, r.code().as_str()),
+                (403, "owner_control_required"),
+                "{route}"
+            );
+        }
+    }
+    let check = gateway.post(
+        "/v1/check",
+        Some("garbage"),
+        &json!({"class": "noncritical", "action": "tool_call"}),
+    );
+    assert_eq!(check.status, 200);
+    assert_eq!(
+        (
+            check.json()["decision"].clone(),
+            check.json()["code"].clone()
+        ),
+        (json!("block"), json!("token_invalid"))
+    );
+    let check = gateway.post(
+        "/v1/check",
+        Some(&token),
+        &json!({"class": "critical", "action": "model", "target": "model:m"}),
+    );
+    assert_eq!(check.json()["decision"], "allow", "{}", check.body);
+    assert_eq!(gateway.get("/healthz", None).status, 200);
+    let metrics = gateway.get("/metrics", None);
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics.body.contains("stopline_decisions_total"),
+        "{}",
+        metrics.body
+    );
+    assert!(metrics.body.contains("stopline_view_age_ms"));
+    let page = gateway.get("/", None);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("/v1/engage") && !page.body.contains("/v1/recover"));
+}
+
+#[test]
+fn engage_through_the_api_accepts_a_stale_token_and_waits_for_the_acknowledgement() {
+    let home = Home::new();
+    let gateway = Gateway::start(&home, "");
+    let token = home.token(&["--agent", "w"]);
+    home.engage("agent:w", "emergency");
+    let stale = gateway.post("/v1/check", Some(&token), &json!({"class": "noncritical"}));
+    assert_eq!(stale.json()["code"], "stale_control_epoch");
+    let r = gateway.post(
+        "/v1/engage",
+        Some(&token),
+        &json!({"scope": "machine", "level": "halt-all", "reason": "stale but signed"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let receipt = r.json();
+    assert_eq!(receipt["engaged"], true);
+    assert_eq!(
+        receipt["acknowledged_by"].as_array().unwrap().len(),
+        1,
+        "{receipt}"
+    );
+    assert_eq!(receipt["latch"]["session"]["bound"], "w");
+    let blank = gateway.post(
+        "/v1/engage",
+        Some(&token),
+        &json!({"scope": "machine", "reason": " "}),
+    );
+    assert_eq!(
+        (blank.status, blank.code().as_str()),
+        (400, "reason_required")
+    );
+    let status = home.status();
+    assert_eq!(status["uncovered_servers"], json!([]), "{status}");
+    // A stopped agent never lifts its own stop; a monitor token may lift a halt.
+    let lift = gateway.post(
+        "/v1/disengage",
+        Some(&token),
+        &json!({"scope": "machine", "reason": "mine"}),
+    );
+    assert_eq!(lift.status, 403, "{}", lift.body);
+    let monitor = home.token(&["--agent", "safety-monitor", "--role", "monitor"]);
+    let lift = gateway.post(
+        "/v1/disengage",
+        Some(&monitor),
+        &json!({"scope": "machine", "reason": "checked"}),
+    );
+    assert_eq!(lift.status, 200, "{}", lift.body);
+}
+
+#[test]
+fn noncritical_work_is_held_under_halt_noncritical_then_readmitted_or_timed_out() {
+    let home = Home::new();
+    let upstream = Upstream::start(&home);
+    let gateway = Gateway::start(
+        &home,
+        &format!("queue_timeout_s = 1\n{}", model_config(&upstream)),
+    );
+    let token = home.token(&["--agent", "q"]);
+    let call = || {
+        gateway.post(
+            "/v1/chat/completions",
+            Some(&token),
+            &Gateway::chat_body("gpt-test"),
+        )
+    };
+    home.engage("agent:q", "halt-noncritical");
+    let started = Instant::now();
+    let r = call();
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (503, "queued_timeout"),
+        "{}",
+        r.body
+    );
+    assert!(r.header("retry-after").is_some());
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert!(upstream.executed().is_empty());
+
+    // Held, then re-admitted when the halt is lifted.
+    let r = std::thread::scope(|scope| {
+        let held = scope.spawn(call);
+        std::thread::sleep(Duration::from_millis(300));
+        let lift = home.run(&[
+            "disengage",
+            "--scope",
+            "agent:q",
+            "--reason",
+            "resume",
+            "--by",
+            "operator",
+        ]);
+        lift.assert_ok();
+        held.join().unwrap()
+    });
+    assert_eq!(
+        r.status, 200,
+        "re-admitted after the halt lifted: {}",
+        r.body
+    );
+    assert_eq!(upstream.executed().len(), 1);
+
+    // Held, then failed at once by an escalation.
+    home.engage("agent:q", "halt-noncritical");
+    let r = std::thread::scope(|scope| {
+        let held = scope.spawn(|| {
+            let started = Instant::now();
+            (call(), started.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        home.engage("agent:q", "halt-all");
+        held.join().unwrap()
+    });
+    assert_eq!(
+        (r.0.status, r.0.code().as_str()),
+        (403, "break_glass_contained"),
+        "{}",
+        r.0.body
+    );
+    assert!(
+        r.1 < Duration::from_millis(900),
+        "failed before the queue timeout: {:?}",
+        r.1
+    );
+    let ops = home.run(&["ops", "list"]).json();
+    let refused = ops["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["outcome"] == "refused")
+        .count();
+    assert_eq!(
+        refused, 2,
+        "held calls were persisted as prepared operations, then refused: {ops}"
+    );
+}
+
+#[test]
+fn a_corrupt_latch_dropped_into_latches_closes_the_gate_within_one_refresh() {
+    let home = Home::new();
+    let gateway = Gateway::start(&home, "reload_interval_ms = 500");
+    let token = home.token(&["--agent", "w"]);
+    let check = || {
+        gateway
+            .post(
+                "/v1/check",
+                Some(&token),
+                &json!({"class": "noncritical", "action": "tool_call"}),
+            )
+            .json()
+    };
+    assert_eq!(check()["decision"], "allow");
+    let dropped = Instant::now();
+    util::write(&home.file("latches/latch_corrupt.json"), b"{not a latch");
+    let closed = gw::within(Duration::from_millis(500), || {
+        let r = check();
+        (r["decision"] == "block").then_some((r, dropped.elapsed()))
+    });
+    let (receipt, after) = closed.expect("closed within one refresh interval");
+    assert_eq!(receipt["code"], "break_glass_contained", "{receipt}");
+    assert_eq!(receipt["mode"], "EMERGENCY");
+    assert!(after <= Duration::from_millis(500), "{after:?}");
+}
+
+#[test]
+fn engage_names_gateways_that_do_not_acknowledge_and_status_counts_them_uncovered() {
+    let home = Home::new();
+    let gateway = Gateway::start(&home, "ack_timeout_ms = 150");
+    let me = std::process::id();
+    let stat = std::fs::read_to_string(format!("/proc/{me}/stat")).unwrap();
+    let start: u64 = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let closed_port = gw::free_port();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let fake = |id: &str, protocol: u32| {
+        json!({"id": id, "pid": me, "start_time": start, "protocol": protocol, "listen": "127.0.0.1:1",
+               "ack_addr": format!("127.0.0.1:{closed_port}"), "heartbeat_ms": now_ms + 60_000})
+    };
+    util::write(
+        &home.file("servers/deaf.json"),
+        fake("deaf", 1).to_string().as_bytes(),
+    );
+    util::write(
+        &home.file("servers/old.json"),
+        fake("old", 0).to_string().as_bytes(),
+    );
+    let receipt = home.engage("agent:x", "halt-all");
+    let acked: Vec<String> = serde_json::from_value(receipt["acknowledged_by"].clone()).unwrap();
+    let unacked: Vec<String> = serde_json::from_value(receipt["unacknowledged"].clone()).unwrap();
+    assert_eq!(acked.len(), 1, "the real gateway acknowledged: {receipt}");
+    assert!(acked[0].starts_with("gateway-"));
+    assert_eq!(unacked.len(), 2, "{receipt}");
+    assert!(unacked.contains(&"deaf".to_string()) && unacked.contains(&"old".to_string()));
+    let status = home.status();
+    assert_eq!(status["phase"], "KILLING", "{status}");
+    let uncovered = status["uncovered_servers"].as_array().unwrap();
+    assert_eq!(uncovered.len(), 2, "{status}");
+    assert!(uncovered
+        .iter()
+        .any(|s| s["id"] == "old" && s["older_protocol"] == true));
+    assert!(!uncovered
+        .iter()
+        .any(|s| s["id"].as_str().unwrap().starts_with("gateway-")));
+    drop(gateway);
+}
+
+#[test]
+fn breakers_trip_on_unauthorized_calls_and_anomaly_scores() {
+    let home = Home::new();
+    let gateway = Gateway::start(
+        &home,
+        "[breakers]\nunauthorized_calls = 2\nanomaly_score = 0.8\n",
+    );
+    let agent = home.token(&["--agent", "sneaky"]);
+    for _ in 0..2 {
+        let r = gateway.post("/v1/recover", Some(&agent), &json!({}));
+        assert_eq!(r.status, 403);
+    }
+    let latches = |by: &str| {
+        gw::within(Duration::from_secs(30), || {
+            let status = home.status();
+            status["latches"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["by"] == by)
+                .cloned()
+        })
+    };
+    let latch = latches("breaker:unauthorized_calls").expect("tripped");
+    assert_eq!(
+        (latch["scope"].as_str(), latch["level"].as_str()),
+        (Some("agent:sneaky"), Some("halt-all"))
+    );
+
+    let monitor = home.token(&["--agent", "safety-monitor", "--role", "monitor"]);
+    let other = home.token(&["--agent", "bystander"]);
+    let r = gateway.post(
+        "/v1/anomaly",
+        Some(&other),
+        &json!({"agent": "drifter", "score": 0.99}),
+    );
+    assert_eq!(
+        r.status, 403,
+        "only a monitor reports anomalies: {}",
+        r.body
+    );
+    let r = gateway.post(
+        "/v1/anomaly",
+        Some(&monitor),
+        &json!({"agent": "drifter", "score": 0.5}),
+    );
+    assert_eq!((r.status, r.json()["tripped"].clone()), (200, json!(false)));
+    let r = gateway.post(
+        "/v1/anomaly",
+        Some(&monitor),
+        &json!({"agent": "drifter", "score": 0.85}),
+    );
+    assert_eq!(r.json()["tripped"], true, "{}", r.body);
+    let latch = latches("breaker:anomaly_score").expect("tripped");
+    assert_eq!(latch["scope"], "agent:drifter");
+    let evidence = gw::within(Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(home.file("evidence/log.jsonl")).ok()?;
+        text.contains("anomaly_score").then_some(text)
+    });
+    assert!(evidence.is_some());
+}

@@ -1,0 +1,119 @@
+//! Tool calls through the gateway's MCP route (`/mcp/<server>`): 32 concurrent calls against a
+//! `tool_calls` budget execute at most the budget at the destination, the breaker trips into an
+//! agent latch, and the evidence record says why.
+
+mod gw;
+mod util;
+
+use gw::{http_with, rpc_messages, Gateway, McpUpstream};
+use serde_json::{json, Value};
+use std::time::Duration;
+use util::Home;
+
+fn mcp(gateway: &Gateway, token: &str, session: Option<&str>, body: &Value) -> gw::Reply {
+    let mut headers = vec![("Accept", "application/json, text/event-stream")];
+    if let Some(session) = session {
+        headers.push(("Mcp-Session-Id", session));
+    }
+    http_with(
+        &gateway.addr,
+        "POST",
+        "/mcp/dest",
+        Some(token),
+        Some(body),
+        &headers,
+    )
+}
+
+#[test]
+fn concurrent_tool_calls_never_overrun_a_tool_call_budget() {
+    let home = Home::new();
+    let upstream = McpUpstream::start(&home);
+    let gateway = Gateway::start(
+        &home,
+        &format!(
+            "[mcp.dest]\nurl = \"http://127.0.0.1:{}/mcp\"\n",
+            upstream.port
+        ),
+    );
+    let token = home.token(&["--agent", "toolish", "--budget", "tool_calls=10"]);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let reply = mcp(&gateway, &token, None, &init);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let session = reply.header("mcp-session-id").map(String::from);
+    let listed = mcp(
+        &gateway,
+        &token,
+        session.as_deref(),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    );
+    assert_eq!(listed.status, 200, "{}", listed.body);
+
+    let outcomes: Vec<(u16, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..32)
+            .map(|i| {
+                let (token, session, gateway) = (&token, session.clone(), &gateway);
+                scope.spawn(move || {
+                    let call = json!({"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call",
+                        "params": {"name": "write", "arguments": {"n": i}}});
+                    let reply = mcp(gateway, token, session.as_deref(), &call);
+                    let messages = rpc_messages(&reply);
+                    let code = messages
+                        .iter()
+                        .find_map(|m| m["error"]["data"]["code"].as_str().map(String::from))
+                        .or_else(|| {
+                            reply
+                                .json()
+                                .get("error")
+                                .and_then(|e| e["code"].as_str().map(String::from))
+                        })
+                        .unwrap_or_default();
+                    (reply.status, code)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let executed = upstream.executed().len();
+    assert!(
+        (1..=10).contains(&executed),
+        "at most the budget executed at the destination: {executed} {outcomes:?}"
+    );
+    let refused: Vec<_> = outcomes
+        .iter()
+        .filter(|(_, code)| !code.is_empty())
+        .collect();
+    assert_eq!(
+        refused.len() + executed,
+        32,
+        "every call either executed or was refused: {outcomes:?}"
+    );
+    assert!(
+        refused.iter().all(|(_, code)| matches!(
+            code.as_str(),
+            "budget_exhausted" | "break_glass_contained" | "breaker_open"
+        )),
+        "{outcomes:?}"
+    );
+    let latch = gw::within(Duration::from_secs(30), || {
+        home.status()["latches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["by"] == "breaker:budget_exhausted")
+            .cloned()
+    })
+    .expect("the budget breaker engaged an agent latch");
+    assert_eq!(latch["scope"], "agent:toolish");
+    let record = gw::within(Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(home.file("evidence/log.jsonl")).ok()?;
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|r| r["schema"] == "evidence-record.v1" && r["trigger"] == "tool_calls")
+    })
+    .expect("an evidence record for the tool_calls budget");
+    assert_eq!(record["agent"], "toolish");
+    assert_eq!(record["threshold"], 10.0);
+    assert_eq!(record["latch"], latch["id"]);
+}

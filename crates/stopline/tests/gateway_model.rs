@@ -1,0 +1,306 @@
+//! The model proxy with the real `openai` Python client against a loopback upstream that
+//! reports usage: calls succeed streamed and not, a stop refuses the very next call with the
+//! right code, a pre-stop token stays dead after recovery, delegated tokens die with their
+//! parent only, and concurrent calls never overrun a spend budget.
+
+mod gw;
+mod util;
+
+use gw::{model_config, Gateway, Upstream, UPSTREAM_KEY};
+use serde_json::json;
+use std::time::Duration;
+use util::Home;
+
+#[test]
+fn openai_client_works_until_a_stop_and_pre_stop_tokens_stay_dead_after_recovery() {
+    let home = Home::new();
+    let upstream = Upstream::start(&home);
+    let gateway = Gateway::start(&home, &model_config(&upstream));
+    let token = home.token(&["--agent", "w"]);
+
+    let chat = gateway.openai(&token, "chat", "gpt-test");
+    assert_eq!(chat["ok"], true, "{chat}");
+    assert_eq!(chat["content"], "hello from upstream");
+    let stream = gateway.openai(&token, "stream", "gpt-test");
+    assert_eq!(stream["ok"], true, "{stream}");
+    assert_eq!(stream["content"], "hello from upstream");
+    assert_eq!(
+        stream["usage"]["total_tokens"], 110,
+        "usage was asked for upstream: {stream}"
+    );
+    for mode in ["responses", "embeddings"] {
+        let reply = gateway.openai(&token, mode, "gpt-test");
+        assert_eq!(reply["ok"], true, "{mode}: {reply}");
+    }
+    let executed = upstream.executed();
+    assert_eq!(executed.len(), 4, "{executed:?}");
+    for call in &executed {
+        assert_eq!(
+            call["authorization"],
+            format!("Bearer {UPSTREAM_KEY}"),
+            "the agent's token never goes upstream"
+        );
+    }
+    let streamed = executed.iter().find(|c| c["stream"] == true).unwrap();
+    assert_eq!(streamed["stream_options"]["include_usage"], true);
+
+    // Every model request is an operation with an outcome.
+    let ops = home.run(&["ops", "list"]).json();
+    let model_ops: Vec<_> = ops["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["target"] == "model:gpt-test")
+        .collect();
+    assert_eq!(model_ops.len(), 4, "{ops}");
+    assert!(
+        model_ops
+            .iter()
+            .all(|o| o["outcome"] == "committed" || o["outcome"].is_null()),
+        "{ops}"
+    );
+
+    let receipt = home.engage("agent:w", "emergency");
+    assert_eq!(
+        receipt["acknowledged_by"].as_array().unwrap().len(),
+        1,
+        "{receipt}"
+    );
+    assert_eq!(receipt["unacknowledged"], json!([]));
+    let refused = gateway.openai(&token, "chat", "gpt-test");
+    assert_eq!(
+        (refused["ok"].clone(), refused["status"].clone()),
+        (json!(false), json!(403)),
+        "{refused}"
+    );
+    assert_eq!(refused["code"], "stale_control_epoch", "{refused}");
+    let refused = gateway.openai(&token, "stream", "gpt-test");
+    assert_eq!(refused["status"], 403, "{refused}");
+    assert_eq!(
+        upstream.executed().len(),
+        4,
+        "nothing reached the upstream after the stop"
+    );
+
+    // Recovery at the owner console (a pseudo-terminal).
+    let plan = home.run_on_pty(
+        &[
+            "recover",
+            "plan",
+            "--scope",
+            "agent:w",
+            "--reason",
+            "investigated",
+            "--by",
+            "operator",
+        ],
+        &[],
+    );
+    assert_eq!(plan.code, 0, "{} {}", plan.stdout, plan.stderr);
+    let plan_id = plan.json()["plan"].as_str().unwrap().to_string();
+    let apply = home.run_on_pty(
+        &["recover", "apply", "--plan", &plan_id, "--by", "operator"],
+        &[],
+    );
+    assert_eq!(apply.code, 0, "{} {}", apply.stdout, apply.stderr);
+    assert_eq!(apply.json()["recovered"], true, "{}", apply.stdout);
+
+    let dead = gw::within(Duration::from_secs(30), || {
+        let r = gateway.openai(&token, "chat", "gpt-test");
+        (r["code"] == "stale_control_epoch").then_some(r)
+    });
+    assert!(
+        dead.is_some(),
+        "a token minted before the stop stays dead after recovery"
+    );
+    let fresh = home.token(&["--agent", "w"]);
+    let ok = gw::within(Duration::from_secs(30), || {
+        let r = gateway.openai(&fresh, "chat", "gpt-test");
+        (r["ok"] == true).then_some(r)
+    });
+    assert!(ok.is_some(), "a token minted after recovery works");
+}
+
+#[test]
+fn a_delegated_token_dies_with_its_parent_and_survives_an_unrelated_stop() {
+    let home = Home::new();
+    let upstream = Upstream::start(&home);
+    let gateway = Gateway::start(&home, &model_config(&upstream));
+    let parent = home.token(&["--agent", "lead", "--budget", "steps=10"]);
+    let delegated = gateway.post(
+        "/v1/delegate",
+        Some(&parent),
+        &json!({"agent": "helper", "budgets": {"steps": 4}}),
+    );
+    assert_eq!(delegated.status, 200, "{}", delegated.body);
+    let child = delegated.json()["token"].as_str().unwrap().to_string();
+    assert_eq!(
+        delegated.json()["subject"]["chain"],
+        json!(["lead", "helper"])
+    );
+    let too_big = gateway.post(
+        "/v1/delegate",
+        Some(&parent),
+        &json!({"agent": "greedy", "budgets": {"steps": 11}}),
+    );
+    assert_eq!(
+        (too_big.status, too_big.code().as_str()),
+        (429, "budget_exhausted"),
+        "{}",
+        too_big.body
+    );
+
+    assert_eq!(gateway.openai(&child, "chat", "gpt-test")["ok"], true);
+    home.engage("agent:bystander", "emergency");
+    let after_unrelated = gateway.openai(&child, "chat", "gpt-test");
+    assert_eq!(
+        after_unrelated["ok"], true,
+        "an unrelated stop leaves the child working: {after_unrelated}"
+    );
+
+    home.engage("agent:lead", "emergency");
+    let refused = gateway.openai(&child, "chat", "gpt-test");
+    assert_eq!(refused["status"], 403, "{refused}");
+    assert_eq!(refused["code"], "stale_control_epoch", "{refused}");
+    let cli_child = home.delegate(&home.token(&["--agent", "other"]), "kid");
+    assert_eq!(gateway.openai(&cli_child, "chat", "gpt-test")["ok"], true);
+}
+
+#[test]
+fn concurrent_calls_never_overrun_a_spend_budget_and_the_breaker_trips_with_evidence() {
+    let home = Home::new();
+    let upstream = Upstream::start(&home);
+    let gateway = Gateway::start(&home, &model_config(&upstream));
+    // Each call reports 100 prompt + 10 completion tokens: 120e-6 USD, so 0.002 USD pays for 16.
+    // The reservation bound is larger (input ≤ body bytes, here ~500; output ≤ max_tokens 10).
+    let token = home.token(&["--agent", "spender", "--budget", "spend_usd=0.002"]);
+    let body = json!({"model": "gpt-test", "max_tokens": 10, "messages": [{"role": "user", "content": "x".repeat(400)}]});
+    let statuses: Vec<(u16, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..32)
+            .map(|_| {
+                scope.spawn(|| {
+                    let r = gateway.post("/v1/chat/completions", Some(&token), &body);
+                    let code = if r.status == 200 {
+                        String::new()
+                    } else {
+                        r.code()
+                    };
+                    (r.status, code)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let executed = upstream.executed().len();
+    let ok = statuses.iter().filter(|(s, _)| *s == 200).count();
+    assert_eq!(
+        ok, executed,
+        "every success reached the destination once: {statuses:?}"
+    );
+    assert!(
+        (1..=16).contains(&executed),
+        "at most the budget executed at the destination: {executed} {statuses:?}"
+    );
+    for (status, code) in &statuses {
+        assert!(
+            matches!(
+                (*status, code.as_str()),
+                (200, _)
+                    | (429, "budget_exhausted")
+                    | (403, "break_glass_contained")
+                    | (403, "breaker_open")
+            ),
+            "{status} {code}"
+        );
+    }
+    assert!(statuses.iter().any(|(s, _)| *s == 429), "{statuses:?}");
+
+    let latch = gw::within(Duration::from_secs(30), || {
+        let status = home.status();
+        status["latches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["by"] == "breaker:budget_exhausted")
+            .cloned()
+    })
+    .expect("the budget breaker engaged an agent latch");
+    assert_eq!(latch["scope"], "agent:spender");
+    assert_eq!(latch["level"], "halt-all");
+    let record = gw::within(Duration::from_secs(30), || {
+        let evidence = std::fs::read_to_string(home.file("evidence/log.jsonl")).ok()?;
+        evidence
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|r| r["schema"] == "evidence-record.v1")
+    })
+    .expect("an evidence record");
+    assert_eq!(record["agent"], "spender");
+    assert_eq!(record["kind"], "budget_exhausted");
+    assert_eq!(record["trigger"], "spend_usd");
+    assert_eq!(record["threshold"], 0.002);
+    assert_eq!(record["latch"], latch["id"]);
+    let next = gateway.post(
+        "/v1/chat/completions",
+        Some(&token),
+        &Gateway::chat_body("gpt-test"),
+    );
+    assert_eq!(
+        next.status, 403,
+        "the tripped agent is stopped: {}",
+        next.body
+    );
+}
+
+#[test]
+fn a_model_without_a_price_is_refused_for_a_spend_budget() {
+    let home = Home::new();
+    let upstream = Upstream::start(&home);
+    let gateway = Gateway::start(&home, &model_config(&upstream));
+    let token = home.token(&["--agent", "w", "--budget", "spend_usd=1"]);
+    let r = gateway.post(
+        "/v1/chat/completions",
+        Some(&token),
+        &Gateway::chat_body("unpriced"),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (429, "budget_exhausted"),
+        "{}",
+        r.body
+    );
+    assert!(upstream.executed().is_empty());
+}
+
+#[test]
+fn an_emergency_cuts_a_running_stream_and_leaves_its_operation_in_doubt() {
+    let home = Home::new();
+    let upstream = Upstream::start(&home);
+    let gateway = Gateway::start(&home, &model_config(&upstream));
+    let token = home.token(&["--agent", "streamer"]);
+    let reply = std::thread::scope(|scope| {
+        let stream = scope.spawn(|| gateway.openai(&token, "stream", "slow-stream"));
+        let started = gw::within(Duration::from_secs(20), || {
+            (!upstream.executed().is_empty()).then_some(())
+        });
+        assert!(started.is_some(), "the stream reached the upstream");
+        std::thread::sleep(Duration::from_millis(300));
+        home.engage("agent:streamer", "emergency");
+        stream.join().unwrap()
+    });
+    assert_eq!(reply["ok"], false, "the stream was cut: {reply}");
+    let ops = gw::within(Duration::from_secs(30), || {
+        let ops = home.run(&["ops", "list", "--unresolved"]).json();
+        let cut = ops["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["target"] == "model:slow-stream" && o["in_doubt"] == true);
+        cut.then_some(ops)
+    });
+    assert!(
+        ops.is_some(),
+        "the cut operation is in doubt: {reply} {}",
+        home.run(&["ops", "list"]).stdout
+    );
+}

@@ -1,0 +1,365 @@
+//! Harness for the gateway tests: `stopline serve` as a child on a free loopback port, a
+//! loopback OpenAI-compatible upstream (Python, real sockets), the real `openai` client, and a
+//! small blocking HTTP/1.1 client. Children are killed by pid when dropped.
+#![allow(dead_code)]
+
+use crate::util::{bin, Home};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The Python with `openai` and `mcp` installed: `STOPLINE_TEST_PYTHON`, else `<repo>/.venv`.
+/// A missing interpreter fails the test (never skips it).
+pub fn python() -> PathBuf {
+    let path = std::env::var_os("STOPLINE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python"));
+    assert!(
+        path.exists(),
+        "{} is missing: create it with `python3 -m venv .venv && .venv/bin/pip install openai mcp` \
+         or set STOPLINE_TEST_PYTHON",
+        path.display()
+    );
+    path
+}
+
+pub fn py_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/py")
+        .join(name)
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP response.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+    pub fn code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A blocking HTTP/1.1 request with `Connection: close`.
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> Reply {
+    http_with(addr, method, path, token, body, &[])
+}
+
+/// [`http`] with extra request headers.
+pub fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+    extra: &[(&str, &str)],
+) -> Reply {
+    let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    for (name, value) in extra {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || tail.len() < n {
+            out.push_str(&tail[..n.min(tail.len())]);
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A child process killed (by pid) when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The loopback OpenAI-compatible upstream.
+pub struct Upstream {
+    pub proc: Proc,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Upstream {
+    pub fn start(home: &Home) -> Upstream {
+        let port_file = home.dir.path().join("upstream.port");
+        let log = home.dir.path().join("upstream.log");
+        let child = Command::new(python())
+            .arg(py_script("fake_openai_upstream.py"))
+            .arg(&port_file)
+            .arg(&log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start the fake upstream");
+        let proc = Proc(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&port_file) {
+                if let Ok(port) = text.trim().parse() {
+                    return Upstream { proc, port, log };
+                }
+            }
+            assert!(Instant::now() < deadline, "the fake upstream did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Every request the upstream executed.
+    pub fn executed(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v.get("cut").is_none())
+            .collect()
+    }
+}
+
+/// `stopline serve` on a free loopback port.
+pub struct Gateway {
+    pub proc: Proc,
+    pub addr: String,
+}
+
+pub const UPSTREAM_KEY: &str = "upstream-secret-key";
+
+impl Gateway {
+    /// Write `<home>/config.toml` (`extra` appended to a listen line) and start the gateway.
+    pub fn start(home: &Home, extra: &str) -> Gateway {
+        let addr = format!("127.0.0.1:{}", free_port());
+        std::fs::create_dir_all(home.path()).unwrap();
+        std::fs::write(
+            home.file("config.toml"),
+            format!("listen = \"{addr}\"\n{extra}\n"),
+        )
+        .unwrap();
+        let child = home
+            .command(&["serve"])
+            .env("UPSTREAM_API_KEY", UPSTREAM_KEY)
+            .env("STOPLINE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(home.dir.path().join("gateway.log")).unwrap(),
+            ))
+            .spawn()
+            .expect("start stopline serve");
+        let gateway = Gateway {
+            proc: Proc(child),
+            addr,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if TcpStream::connect(&gateway.addr).is_ok()
+                && http(&gateway.addr, "GET", "/healthz", None, None).status == 200
+            {
+                return gateway;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the gateway did not become healthy"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn get(&self, path: &str, token: Option<&str>) -> Reply {
+        http(&self.addr, "GET", path, token, None)
+    }
+
+    pub fn post(&self, path: &str, token: Option<&str>, body: &Value) -> Reply {
+        http(&self.addr, "POST", path, token, Some(body))
+    }
+
+    /// The openai client's answer for `mode` with `token` as its API key.
+    pub fn openai(&self, token: &str, mode: &str, model: &str) -> Value {
+        let out = Command::new(python())
+            .arg(py_script("openai_client.py"))
+            .arg(format!("{}/v1", self.url()))
+            .arg(mode)
+            .arg(model)
+            .env_clear()
+            .env("OPENAI_API_KEY", token)
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .output()
+            .expect("run the openai client");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "openai client output is not JSON ({e}): {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    pub fn chat_body(model: &str) -> Value {
+        serde_json::json!({"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
+    }
+}
+
+/// The model config every model test uses (a priced `gpt-test`).
+pub fn model_config(upstream: &Upstream) -> String {
+    format!(
+        "[model]\nbase_url = \"http://127.0.0.1:{}/v1\"\napi_key_env = \"UPSTREAM_API_KEY\"\n\n[prices.\"gpt-test\"]\ninput = 1.0\noutput = 2.0\nmax_output_tokens = 64\n",
+        upstream.port
+    )
+}
+
+/// Poll `f` until it returns Some or `within` passes.
+pub fn within<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = f() {
+            return Some(value);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn bin_path() -> &'static str {
+    bin()
+}
+
+/// The JSON-RPC messages of an MCP reply (a JSON body or server-sent events).
+pub fn rpc_messages(reply: &Reply) -> Vec<Value> {
+    let body = reply.body.trim();
+    if body.starts_with('{') || body.starts_with('[') {
+        return match serde_json::from_str::<Value>(body) {
+            Ok(Value::Array(items)) => items,
+            Ok(value) => vec![value],
+            Err(_) => Vec::new(),
+        };
+    }
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .collect()
+}
+
+/// A loopback MCP upstream (Python) that records every tool call it executes.
+pub struct McpUpstream {
+    pub proc: Proc,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl McpUpstream {
+    pub fn start(home: &Home) -> McpUpstream {
+        let port_file = home.dir.path().join("mcp.port");
+        let log = home.dir.path().join("mcp.log");
+        let child = Command::new(python())
+            .arg(py_script("fake_mcp_upstream.py"))
+            .arg(&port_file)
+            .arg(&log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start the fake MCP upstream");
+        let proc = Proc(child);
+        let port = within(Duration::from_secs(20), || {
+            std::fs::read_to_string(&port_file)
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .expect("the fake MCP upstream did not start");
+        McpUpstream { proc, port, log }
+    }
+
+    pub fn executed(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect()
+    }
+}

@@ -1,0 +1,264 @@
+//! The MCP proxy of the gateway, with real parts: the Python `mcp` Streamable HTTP client,
+//! `stopline serve`, and the Node reference server `server-everything` (or a counting server).
+//! A stop reaches the very next call with its code in the JSON-RPC error data; a token minted
+//! before an emergency stays dead after the owner recovers; a budget holds under concurrency.
+
+mod mcp_support;
+mod util;
+
+use mcp_support::*;
+use serde_json::{json, Value};
+use util::Home;
+
+fn ops(home: &Home) -> Vec<Value> {
+    let r = home.run(&["ops", "list"]);
+    r.assert_ok();
+    r.json()["operations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn python_client_through_the_gateway_is_stopped_and_stays_stopped_after_recovery() {
+    let home = Home::new();
+    let (_everything, port) = everything_http();
+    let (_gateway, url) = gateway(
+        &home,
+        &format!("[mcp.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
+    );
+    let endpoint = format!("{url}/mcp/everything");
+    let before = home.token(&["--agent", "worker"]);
+    let bystander = home.token(&["--agent", "bystander"]);
+    let mut client = Driver::start(&["http", &endpoint, &before], &[]);
+    let mut other = Driver::start(&["http", &endpoint, &bystander], &[]);
+
+    let tools = client.list();
+    assert!(
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "echo"),
+        "{tools}"
+    );
+    let echo = client.call("echo", json!({"message": "hello"}));
+    assert_eq!(echo["text"][0], "Echo: hello", "{echo}");
+    // A tool without readOnlyHint is a destination operation, prepared before and committed after.
+    let effect = client.call("toggle-simulated-logging", json!({}));
+    assert_eq!(effect["ok"], true, "{effect}");
+    let recorded: Vec<Value> = ops(&home)
+        .into_iter()
+        .filter(|op| op["target"] == "mcp:everything:toggle-simulated-logging")
+        .collect();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0]["outcome"], "committed");
+    assert!(
+        ops(&home)
+            .iter()
+            .all(|op| op["target"] != "mcp:everything:echo"),
+        "echo is read-only: no operation"
+    );
+
+    // A halt: the very next call is refused with the stop's code; the bystander is not.
+    home.engage("agent:worker", "halt-all");
+    assert_eq!(
+        refusal_code(&client.call("echo", json!({"message": "x"}))),
+        "break_glass_contained"
+    );
+    assert_eq!(
+        other.call("echo", json!({"message": "still here"}))["ok"],
+        true
+    );
+
+    // An emergency revokes the token itself.
+    home.engage("agent:worker", "emergency");
+    assert_eq!(
+        refusal_code(&client.call("echo", json!({"message": "x"}))),
+        "stale_control_epoch"
+    );
+    assert_eq!(refusal_code(&client.list()), "stale_control_epoch");
+
+    recover(&home, "agent:worker");
+    // The session and the token from before the stop stay dead after the recovery ...
+    assert_eq!(
+        refusal_code(&client.call("echo", json!({"message": "x"}))),
+        "stale_control_epoch"
+    );
+    // ... while a token minted after the recovery works.
+    let after = home.token(&["--agent", "worker"]);
+    let mut fresh = Driver::start(&["http", &endpoint, &after], &[]);
+    assert_eq!(
+        fresh.call("echo", json!({"message": "back"}))["text"][0],
+        "Echo: back"
+    );
+}
+
+#[test]
+fn a_stale_token_cannot_even_open_a_session() {
+    let home = Home::new();
+    let (_everything, port) = everything_http();
+    let (_gateway, url) = gateway(
+        &home,
+        &format!("[mcp.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
+    );
+    let before = home.token(&["--agent", "worker"]);
+    home.engage("agent:worker", "emergency");
+    recover(&home, "agent:worker");
+    let mut python = std::process::Command::new(python());
+    python
+        .arg(script("mcp_driver.py"))
+        .args(["http", &format!("{url}/mcp/everything"), &before]);
+    let output = python
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("python");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "initialize must be refused");
+    assert!(stderr.contains("stale_control_epoch"), "{stderr}");
+}
+
+#[test]
+fn thirty_two_concurrent_calls_against_a_budget_of_ten_reach_the_destination_at_most_ten_times() {
+    let home = Home::new();
+    let (_counter, port, count_file) = counting_server(home.dir.path());
+    let (_gateway, url) = gateway(
+        &home,
+        &format!("[mcp.counter]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
+    );
+    let token = home.token(&["--agent", "spender", "--budget", "tool_calls=10"]);
+    let mut client = Driver::start(&["http", &format!("{url}/mcp/counter"), &token], &[]);
+    // The client validates results against the tool list: fetch it before the budget runs out.
+    assert_eq!(client.list()["tools"], json!(["count"]));
+    let burst = client.send(json!({"op": "burst", "tool": "count", "n": 32}));
+    let results = burst["results"].as_array().unwrap();
+    let succeeded = results.iter().filter(|r| r["ok"] == true).count();
+    let executed = std::fs::read_to_string(&count_file)
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        executed <= 10,
+        "the destination executed {executed} calls: {burst}"
+    );
+    assert_eq!(
+        succeeded, executed,
+        "every success is an execution and nothing else ran: {burst}"
+    );
+    let codes: Vec<String> = results
+        .iter()
+        .filter(|r| r["ok"] == false)
+        .map(refusal_code)
+        .collect();
+    assert!(codes.iter().any(|c| c == "budget_exhausted"), "{codes:?}");
+    let stop_codes = ["budget_exhausted", "breaker_open", "break_glass_contained"];
+    assert!(
+        codes.iter().all(|c| stop_codes.contains(&c.as_str())),
+        "{codes:?}"
+    );
+
+    // The breaker tripped: an agent latch by the breaker, and the evidence says why.
+    let latches = home.status()["latches"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let trip = latches
+        .iter()
+        .find(|l| l["scope"] == "agent:spender")
+        .unwrap_or_else(|| panic!("no breaker latch: {latches:?}"));
+    assert!(
+        trip["by"].as_str().unwrap().starts_with("breaker:"),
+        "{trip}"
+    );
+    // The trip writes its evidence right after the latch.
+    let has_record = || {
+        std::fs::read_to_string(home.file("evidence/log.jsonl"))
+            .is_ok_and(|e| e.contains("\"spender\""))
+    };
+    assert!(
+        eventually(std::time::Duration::from_secs(5), has_record),
+        "no evidence record"
+    );
+    let evidence = std::fs::read_to_string(home.file("evidence/log.jsonl")).expect("evidence log");
+    let record: Value = evidence
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["agent"] == "spender")
+        .unwrap_or_else(|| panic!("no evidence record: {evidence}"));
+    assert_eq!(
+        (record["kind"].as_str(), record["trigger"].as_str()),
+        (Some("budget_exhausted"), Some("tool_calls")),
+        "{record}"
+    );
+    assert_eq!(record["schema"], "evidence-record.v1");
+    assert_eq!(record["threshold"], 10.0);
+    assert_eq!(
+        record["latch"].as_str().map(|l| format!("{l}.json")),
+        trip["file"].as_str().map(String::from),
+        "{record}"
+    );
+    // Every executed call was a committed destination operation.
+    let committed = ops(&home)
+        .iter()
+        .filter(|op| op["target"] == "mcp:counter:count" && op["outcome"] == "committed")
+        .count();
+    assert_eq!(committed, executed);
+}
+
+#[test]
+fn tools_outside_allowed_tools_are_refused_and_never_forwarded() {
+    let home = Home::new();
+    let (_counter, port, count_file) = counting_server(home.dir.path());
+    let (_gateway, url) = gateway(
+        &home,
+        &format!(
+            "[mcp.counter]\nurl = \"http://127.0.0.1:{port}/mcp\"\nallowed_tools = [\"echo\"]\n"
+        ),
+    );
+    let token = home.token(&["--agent", "curious"]);
+    let mut client = Driver::start(&["http", &format!("{url}/mcp/counter"), &token], &[]);
+    assert_eq!(
+        refusal_code(&client.call("count", json!({}))),
+        "tool_not_allowed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&count_file).unwrap(),
+        "",
+        "nothing reached the destination"
+    );
+}
+
+#[test]
+fn a_stdio_upstream_started_by_the_gateway_is_governed_per_session() {
+    let home = Home::new();
+    let everything = everything();
+    let config = format!(
+        "[mcp.local]\ncommand = [\"node\", \"{}\", \"stdio\"]\n",
+        everything.display()
+    );
+    let (gateway_proc, url) = gateway(&home, &config);
+    let token = home.token(&["--agent", "worker"]);
+    let mut client = Driver::start(&["http", &format!("{url}/mcp/local"), &token], &[]);
+    assert!(client.list()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t == "echo"));
+    assert_eq!(
+        client.call("echo", json!({"message": "via stdio"}))["text"][0],
+        "Echo: via stdio"
+    );
+    let servers: Vec<u32> = children_of(gateway_proc.pid());
+    assert_eq!(servers.len(), 1, "one child for the session: {servers:?}");
+    home.engage("agent:worker", "halt-all");
+    assert_eq!(
+        refusal_code(&client.call("echo", json!({"message": "x"}))),
+        "break_glass_contained"
+    );
+    // Ending the session (the client's DELETE on close) stops its server by pid.
+    assert_eq!(client.send(json!({"op": "quit"}))["ok"], true);
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || !alive(servers[0])),
+        "the session's server still runs"
+    );
+}

@@ -1,0 +1,329 @@
+//! `stopline mcp proxy`: the Python `mcp` stdio client starts the proxy, which wraps the Node
+//! reference server in stdio mode, against the local control directory (no gateway). A halt
+//! refuses calls and lifts; an emergency kills the server by pid and the token stays dead after
+//! the owner recovers.
+
+mod mcp_support;
+mod util;
+
+use mcp_support::*;
+use serde_json::json;
+use std::time::Duration;
+use util::Home;
+
+/// Start the Python client on `stopline mcp proxy` around server-everything (stdio).
+fn proxied_client(home: &Home, token: &str) -> Driver {
+    let token_file = home
+        .dir
+        .path()
+        .join(format!("token-{}", util::rand_suffix()));
+    std::fs::write(&token_file, token).unwrap();
+    let everything = everything();
+    let home_path = home.path();
+    let args = [
+        "stdio",
+        util::bin(),
+        "--home",
+        home_path.to_str().unwrap(),
+        "mcp",
+        "proxy",
+        "--name",
+        "everything",
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--",
+        "node",
+        everything.to_str().unwrap(),
+        "stdio",
+    ];
+    Driver::start(&args, &[])
+}
+
+/// The wrapped server's pid: the client's child is the proxy, whose child is the server.
+fn server_pid(client: &Driver) -> u32 {
+    let mut pid = None;
+    assert!(eventually(Duration::from_secs(5), || {
+        pid = children_of(client.pid())
+            .into_iter()
+            .flat_map(children_of)
+            .next();
+        pid.is_some()
+    }));
+    pid.unwrap()
+}
+
+#[test]
+fn python_stdio_client_through_the_proxy_is_stopped_and_stays_stopped_after_recovery() {
+    let home = Home::new();
+    std::fs::create_dir_all(home.path()).unwrap();
+    let before = home.token(&["--agent", "worker"]);
+    let mut client = proxied_client(&home, &before);
+    assert!(client.list()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t == "echo"));
+    assert_eq!(
+        client.call("echo", json!({"message": "hi"}))["text"][0],
+        "Echo: hi"
+    );
+    assert_eq!(
+        client.call("toggle-simulated-logging", json!({}))["ok"],
+        true
+    );
+    let ops = home.run(&["ops", "list"]).json()["operations"].clone();
+    let recorded: Vec<_> = ops
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["target"] == "mcp:everything:toggle-simulated-logging")
+        .collect();
+    assert_eq!(recorded.len(), 1, "{ops}");
+    assert_eq!(recorded[0]["outcome"], "committed");
+    let server = server_pid(&client);
+
+    // A halt refuses the next call without stopping the server; lifting it lets calls through.
+    home.engage("agent:worker", "halt-all");
+    assert_eq!(
+        refusal_code(&client.call("echo", json!({"message": "x"}))),
+        "break_glass_contained"
+    );
+    assert!(alive(server), "a halt keeps the server");
+    let lift = home.run(&[
+        "disengage",
+        "--scope",
+        "agent:worker",
+        "--reason",
+        "resume",
+        "--by",
+        "operator",
+    ]);
+    lift.assert_ok();
+    assert_eq!(
+        client.call("echo", json!({"message": "again"}))["text"][0],
+        "Echo: again"
+    );
+
+    // An emergency: the next call is refused and the server is stopped by pid.
+    home.engage("agent:worker", "emergency");
+    assert_eq!(
+        refusal_code(&client.call("echo", json!({"message": "x"}))),
+        "stale_control_epoch"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(server)),
+        "the server {server} still runs"
+    );
+
+    recover(&home, "agent:worker");
+    assert_eq!(
+        refusal_code(&client.call("echo", json!({"message": "x"}))),
+        "stale_control_epoch"
+    );
+    assert_eq!(refusal_code(&client.list()), "stale_control_epoch");
+    // A token minted after the recovery gets a working proxy.
+    let after = home.token(&["--agent", "worker"]);
+    let mut fresh = proxied_client(&home, &after);
+    assert_eq!(
+        fresh.call("echo", json!({"message": "back"}))["text"][0],
+        "Echo: back"
+    );
+}
+
+#[test]
+fn a_forged_token_never_starts_the_server() {
+    let home = Home::new();
+    std::fs::create_dir_all(home.path()).unwrap();
+    let token = home.token(&["--agent", "worker"]);
+    let forged = format!("{}x", &token[..token.len() - 1]);
+    let token_file = home.dir.path().join("forged");
+    std::fs::write(&token_file, forged).unwrap();
+    let python = python();
+    let everything = everything();
+    let output = std::process::Command::new(python)
+        .arg(script("mcp_driver.py"))
+        .args([
+            "stdio",
+            util::bin(),
+            "--home",
+            home.path().to_str().unwrap(),
+            "mcp",
+            "proxy",
+            "--token-file",
+        ])
+        .arg(&token_file)
+        .args(["--", "node", everything.to_str().unwrap(), "stdio"])
+        .env_remove("STOPLINE_URL")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("token_invalid"), "{stderr}");
+}
+
+#[test]
+fn the_proxy_forwards_only_what_it_parsed_and_admitted_re_serialized() {
+    use std::io::{BufRead, BufReader, Write};
+    let home = Home::new();
+    std::fs::create_dir_all(home.path()).unwrap();
+    std::fs::write(
+        home.file("config.toml"),
+        "[mcp.rec]\ncommand = [\"unused\"]\nallowed_tools = [\"allowed\"]\n",
+    )
+    .unwrap();
+    let token = home.token(&["--agent", "worker"]);
+    let log = home.dir.path().join("received.log");
+    let python = python();
+    let proxy = home
+        .command(&[
+            "mcp",
+            "proxy",
+            "--name",
+            "rec",
+            "--token",
+            &token,
+            "--",
+            python.to_str().unwrap(),
+            script("recording_server.py").to_str().unwrap(),
+            log.to_str().unwrap(),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut proxy = Proc {
+        child: proxy,
+        name: "mcp proxy",
+    };
+    let mut stdin = proxy.child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(proxy.child.stdout.take().unwrap());
+    let mut exchange = |line: &str| -> serde_json::Value {
+        writeln!(stdin, "{line}").unwrap();
+        let mut reply = String::new();
+        stdout.read_line(&mut reply).unwrap();
+        serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{e}: {reply}"))
+    };
+    let init = exchange(
+        r#"{ "jsonrpc" : "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}, "smuggled": "x" }"#,
+    );
+    assert_eq!(init["result"]["serverInfo"]["name"], "recording", "{init}");
+    let garbage = exchange("{not json");
+    assert_eq!(
+        (garbage["error"]["code"].as_i64(), garbage["id"].is_null()),
+        (Some(-32700), true),
+        "{garbage}"
+    );
+    let batch = exchange(
+        r#"[{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"allowed"}},{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"forbidden"}}]"#,
+    );
+    // The refusal is answered at once; the admitted member's answer follows from the server.
+    assert_eq!(batch["id"], 3, "{batch}");
+    assert_eq!(
+        batch["error"]["data"]["code"], "tool_not_allowed",
+        "{batch}"
+    );
+    let mut reply = String::new();
+    stdout.read_line(&mut reply).unwrap();
+    let answered: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(answered[0]["id"], 2, "{answered}");
+    drop(stdin);
+    let _ = proxy.child.wait();
+    let received = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = received.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#"{"id":1,"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":"2025-06-18"}}"#,
+            r#"[{"id":2,"jsonrpc":"2.0","method":"tools/call","params":{"name":"allowed"}}]"#,
+        ],
+        "the server saw exactly the re-serialized, admitted messages"
+    );
+}
+
+#[test]
+fn with_stopline_url_the_proxy_asks_the_gateway_and_stops_the_server_on_an_emergency() {
+    let home = Home::new();
+    let (_gateway, url) = gateway(&home, "");
+    let token = home.token(&["--agent", "remote-worker"]);
+    let token_file = home.dir.path().join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    let everything = everything();
+    let home_path = home.path();
+    let args = [
+        "stdio",
+        util::bin(),
+        "--home",
+        home_path.to_str().unwrap(),
+        "mcp",
+        "proxy",
+        "--name",
+        "everything",
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--",
+        "node",
+        everything.to_str().unwrap(),
+        "stdio",
+    ];
+    let mut client = Driver::start(&args, &[("STOPLINE_URL", url.as_str())]);
+    assert_eq!(
+        client.call("echo", json!({"message": "remote"}))["text"][0],
+        "Echo: remote"
+    );
+    let server = server_pid(&client);
+    home.engage("agent:remote-worker", "emergency");
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(server)),
+        "the server {server} still runs"
+    );
+    assert_eq!(
+        refusal_code(&client.call("echo", json!({"message": "x"}))),
+        "stale_control_epoch"
+    );
+}
+
+#[test]
+fn a_signalled_proxy_stops_its_server_first() {
+    use std::io::{BufRead, BufReader, Write};
+    let home = Home::new();
+    std::fs::create_dir_all(home.path()).unwrap();
+    let token = home.token(&["--agent", "worker"]);
+    let log = home.dir.path().join("received.log");
+    let python = python();
+    let child = home
+        .command(&[
+            "mcp",
+            "proxy",
+            "--token",
+            &token,
+            "--",
+            python.to_str().unwrap(),
+        ])
+        .arg(script("recording_server.py"))
+        .arg(&log)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut proxy = Proc {
+        child,
+        name: "mcp proxy",
+    };
+    let mut stdin = proxy.child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(proxy.child.stdout.take().unwrap());
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18"}}}}"#).unwrap();
+    let mut reply = String::new();
+    stdout.read_line(&mut reply).unwrap();
+    assert!(reply.contains("recording"), "{reply}");
+    let server = children_of(proxy.pid())[0];
+    assert!(alive(server));
+    let pid = rustix::process::Pid::from_raw(proxy.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = proxy.child.wait().unwrap();
+    assert!(!status.success());
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(server)),
+        "the server {server} outlived its proxy"
+    );
+}

@@ -1,0 +1,102 @@
+"""A loopback OpenAI-compatible upstream for the gateway tests (real sockets, real HTTP).
+
+Usage: fake_openai_upstream.py PORT_FILE LOG_FILE
+
+Binds 127.0.0.1:0, writes the port to PORT_FILE, and appends one JSON line per request it
+*executes* to LOG_FILE (path, model, stream, stream_options, authorization header). It reports
+usage in every response: prompt_tokens = PROMPT (default 100), completion_tokens = COMPLETION
+(default 10), or as `input_tokens`/`output_tokens` for /v1/responses. Model "slow-stream" streams
+one chunk every 100 ms for 10 s (for cut tests).
+"""
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PORT_FILE, LOG_FILE = sys.argv[1], sys.argv[2]
+PROMPT, COMPLETION = 100, 10
+LOCK = threading.Lock()
+
+
+def log(entry):
+    with LOCK, open(LOG_FILE, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def send_json(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        model = body.get("model", "")
+        stream = bool(body.get("stream"))
+        log({"path": self.path, "model": model, "stream": stream,
+             "stream_options": body.get("stream_options"),
+             "authorization": self.headers.get("Authorization"), "t": time.time()})
+        usage = {"prompt_tokens": PROMPT, "completion_tokens": COMPLETION,
+                 "total_tokens": PROMPT + COMPLETION}
+        if self.path.endswith("/embeddings"):
+            return self.send_json(200, {"object": "list", "model": model, "data": [
+                {"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
+                "usage": {"prompt_tokens": PROMPT, "total_tokens": PROMPT}})
+        if self.path.endswith("/responses"):
+            return self.send_json(200, {"id": "resp_1", "object": "response", "created_at": 0,
+                "model": model, "status": "completed", "output": [{"type": "message", "id": "m1",
+                "role": "assistant", "status": "completed", "content": [{"type": "output_text",
+                "text": "hello from upstream", "annotations": []}]}],
+                "usage": {"input_tokens": PROMPT, "output_tokens": COMPLETION,
+                          "total_tokens": PROMPT + COMPLETION}})
+        if not stream:
+            return self.send_json(200, {"id": "chatcmpl-1", "object": "chat.completion",
+                "created": 0, "model": model, "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "hello from upstream"}}],
+                "usage": usage})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def chunk(obj):
+            data = ("data: " + (obj if isinstance(obj, str) else json.dumps(obj)) + "\n\n").encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        words = ["hello", " from", " upstream"]
+        delay = 0.0
+        if model == "slow-stream":
+            words, delay = ["tick "] * 100, 0.1
+        try:
+            for word in words:
+                chunk({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0,
+                       "model": model, "choices": [{"index": 0, "delta": {"content": word},
+                       "finish_reason": None}]})
+                time.sleep(delay)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                chunk({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0,
+                       "model": model, "choices": [], "usage": usage})
+            chunk("[DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            log({"path": self.path, "model": model, "cut": True, "t": time.time()})
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+with open(PORT_FILE + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+import os
+os.rename(PORT_FILE + ".tmp", PORT_FILE)
+server.serve_forever()

@@ -1,0 +1,51 @@
+//! `stopline bench kill` reports, for N = 10, 100 and 500 processes, the time from a latch's
+//! publication to the observed quiescence of the group through the `run` reaction loop, beside
+//! the bare `cgroup.kill` time. Figures are printed, never asserted.
+
+mod util;
+
+use util::Home;
+
+#[test]
+fn bench_kill_reports_percentiles_for_every_size() {
+    let home = Home::new();
+    let r = home.run(&["bench", "kill", "--iterations", "2"]);
+    r.assert_ok();
+    let report = r.json();
+    eprintln!("{}", serde_json::to_string_pretty(&report).unwrap());
+    let runs = report["runs"].as_array().unwrap();
+    let sizes: Vec<u64> = runs.iter().map(|r| r["n"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, vec![10, 100, 500]);
+    for run in runs {
+        for field in [
+            "latch_to_quiescent_p50_us",
+            "latch_to_quiescent_p99_us",
+            "kill_issued_to_quiescent_p50_us",
+            "engage_call_to_quiescent_p50_us",
+            "bare_cgroup_kill_p50_us",
+            "bare_cgroup_kill_p99_us",
+        ] {
+            assert!(
+                run[field].as_u64().is_some_and(|v| v > 0),
+                "{field} in {run}"
+            );
+        }
+        // The supervisor may issue the kill before the latch's directory fsync returns.
+        assert!(
+            run["latch_to_kill_issued_p50_us"].as_u64().is_some(),
+            "{run}"
+        );
+    }
+    // The throwaway homes are gone and the real home was never touched.
+    assert!(!home.path().exists());
+    let leftovers: Vec<_> = std::fs::read_dir(home.dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".stopline-bench-kill")
+        })
+        .collect();
+    assert!(leftovers.is_empty());
+}

@@ -1,0 +1,282 @@
+//! What `stopline run` refuses before anything starts: an incomplete policy card (every missing
+//! field named), a harness version whose last drill failed (or, with `require_drill`, that never
+//! passed), a latch covering the run, an unreachable gateway, the caller's own uid without
+//! `--unconfined`, an ambiguous agent. A refusal starts no process and, before the card is
+//! accepted, writes nothing under `runs/`.
+
+mod run_support;
+mod util;
+
+use run_support::*;
+use serde_json::json;
+use std::time::Duration;
+use util::Home;
+
+/// Run `sh -c 'touch MARKER'` under `card` with `flags`; return (exit code, stderr).
+fn attempt(home: &Home, card: &serde_json::Value, flags: &[&str]) -> (i32, String, bool) {
+    let path = write_card(home, card);
+    let marker = home
+        .dir
+        .path()
+        .join(format!("started-{}", util::rand_suffix()));
+    let script = format!("touch '{}'", marker.display());
+    let running = start_run(home, &path, flags, home.dir.path(), &script);
+    let (code, _, stderr) = running.finish(Duration::from_secs(30));
+    (code, stderr, marker.exists())
+}
+
+fn check_refused(home: &Home, card: &serde_json::Value, flags: &[&str], code: &str) -> String {
+    let (exit, stderr, started) = attempt(home, card, flags);
+    assert_eq!(exit, 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("error: {code}:")),
+        "expected {code}: {stderr}"
+    );
+    assert!(
+        !started,
+        "the command ran although the run was refused ({code})"
+    );
+    stderr
+}
+
+#[test]
+fn an_incomplete_card_starts_nothing_and_records_nothing() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let incomplete = json!({"schema": "policy-card.v1", "run_id": run_id("incomplete")});
+    let stderr = check_refused(
+        &home,
+        &incomplete,
+        &["--unconfined", "--gateway", &gateway.url()],
+        "policy_card_incomplete",
+    );
+    for field in [
+        "harness_version",
+        "stop_conditions",
+        "budgets",
+        "breakers",
+        "stop_handle.name",
+        "stop_handle.levels",
+        "who_may_pull",
+        "who_may_approve_restart",
+        "time_to_stop_target_ms",
+        "require_drill",
+    ] {
+        assert!(stderr.contains(field), "{field} not named: {stderr}");
+    }
+    assert!(!home.file("runs").exists(), "a refused card left a record");
+    let mut free_text = card(&run_id("free"), "a");
+    free_text["stop_conditions"] = json!([{"kind": "when it feels wrong"}]);
+    check_refused(
+        &home,
+        &free_text,
+        &["--unconfined", "--gateway", &gateway.url()],
+        "policy_card_incomplete",
+    );
+    assert!(!home.file("runs").exists());
+}
+
+#[test]
+fn a_failed_last_drill_refuses_and_a_passing_one_admits() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let store = stopline_store::Store::open(home.path());
+    let drill = |version: &str, pass: bool| {
+        let record = json!({"schema": "control-observation.v1", "harness_version": version, "pass": pass, "agents": 1});
+        store
+            .append_evidence(
+                "control-observation.v1",
+                record.as_object().unwrap().clone(),
+            )
+            .unwrap();
+    };
+    let flags = ["--unconfined", "--gateway", &gateway.url()];
+    let run = run_id("drill");
+    let mut c = card(&run, "agent-d");
+    c["harness_version"] = json!("harness-9");
+    drill("harness-9", true);
+    drill("harness-9", false);
+    drill("other-harness", true);
+    let stderr = check_refused(&home, &c, &flags, "drill_required");
+    assert!(
+        stderr.contains("harness-9") && stderr.contains("failed"),
+        "{stderr}"
+    );
+    assert!(!home.file(&format!("runs/{run}")).exists());
+
+    drill("harness-9", true);
+    let (code, stderr, started) = attempt(&home, &c, &flags);
+    assert_eq!((code, started), (0, true), "{stderr}");
+
+    let mut required = card(&run_id("required"), "agent-d");
+    required["harness_version"] = json!("never-drilled");
+    required["require_drill"] = json!(true);
+    check_refused(&home, &required, &flags, "drill_required");
+    required["require_drill"] = json!(false);
+    let (code, stderr, _) = attempt(&home, &required, &flags);
+    assert_eq!(
+        code, 0,
+        "without require_drill no drill is needed: {stderr}"
+    );
+}
+
+#[test]
+fn a_covering_latch_refuses_the_run() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let flags = ["--unconfined", "--gateway", &gateway.url()];
+    let run = run_id("latched");
+    home.engage(&format!("run:{run}"), "halt-noncritical");
+    check_refused(&home, &card(&run, "agent-l"), &flags, "run_contained");
+    home.engage("agent:agent-m", "halt-all");
+    check_refused(
+        &home,
+        &card(&run_id("other"), "agent-m"),
+        &flags,
+        "run_contained",
+    );
+    let project = std::fs::canonicalize(home.dir.path()).unwrap();
+    home.engage(&format!("project:{}", project.display()), "halt-all");
+    check_refused(
+        &home,
+        &card(&run_id("proj"), "agent-z"),
+        &flags,
+        "run_contained",
+    );
+    assert!(!home.file("runs").exists());
+}
+
+#[test]
+fn an_unreachable_gateway_refuses_the_run() {
+    let home = Home::new();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let c = card(&run_id("nogw"), "agent-g");
+    check_refused(
+        &home,
+        &c,
+        &["--unconfined", "--gateway", &format!("http://{closed}")],
+        "gateway_unreachable",
+    );
+    let sick = TestGateway::answering(503);
+    check_refused(
+        &home,
+        &c,
+        &["--unconfined", "--gateway", &sick.url()],
+        "gateway_unreachable",
+    );
+    // STOPLINE_URL is the default when --gateway is absent.
+    let path = write_card(&home, &c);
+    let running = start_run_env(
+        &home,
+        &path,
+        &["--unconfined"],
+        home.dir.path(),
+        "exit 0",
+        &[("STOPLINE_URL", &format!("http://{closed}"))],
+    );
+    let (code, _, stderr) = running.finish(Duration::from_secs(30));
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("gateway_unreachable") && stderr.contains(&closed.to_string()),
+        "{stderr}"
+    );
+    assert!(!home.file("runs").exists());
+}
+
+#[test]
+fn the_callers_own_uid_needs_unconfined_and_the_agent_must_be_unambiguous() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let me = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "root".into());
+    let c = card(&run_id("own"), "agent-o");
+    let stderr = check_refused(
+        &home,
+        &c,
+        &["--user", &me, "--gateway", &gateway.url()],
+        "bad_request",
+    );
+    assert!(stderr.contains("--unconfined"), "{stderr}");
+
+    let mut two = card(&run_id("two"), "agent-1");
+    two["budgets"]["agent-2"] = json!({"steps": 1});
+    let stderr = check_refused(
+        &home,
+        &two,
+        &["--unconfined", "--gateway", &gateway.url()],
+        "bad_request",
+    );
+    assert!(stderr.contains("--agent"), "{stderr}");
+    let (code, stderr, started) = attempt(
+        &home,
+        &two,
+        &[
+            "--unconfined",
+            "--agent",
+            "agent-2",
+            "--gateway",
+            &gateway.url(),
+        ],
+    );
+    assert_eq!((code, started), (0, true), "{stderr}");
+
+    // Neither --user nor --unconfined is a usage error.
+    let path = write_card(&home, &c);
+    let r = home.run(&["run", "--policy", path.to_str().unwrap(), "--", "true"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}
+
+#[test]
+fn a_toml_card_is_recorded_as_json_before_the_run_starts() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let run = run_id("toml");
+    let text = format!(
+        r#"schema = "policy-card.v1"
+run_id = "{run}"
+harness_version = "h-toml"
+time_to_stop_target_ms = 500
+require_drill = false
+stop_conditions = [{{ kind = "manual" }}, {{ kind = "anomaly", threshold = 0.8 }}]
+[budgets.agent-t]
+tool_calls = 3
+[breakers]
+unauthorized_calls = 1
+refused_egress = 1
+anomaly_score = 0.8
+[stop_handle]
+name = "h"
+levels = ["pause", "revoke_identity"]
+who_may_pull = ["anyone-admitted"]
+who_may_approve_restart = ["operator"]
+"#
+    );
+    let path = home.dir.path().join("card.toml");
+    std::fs::write(&path, text).unwrap();
+    // The agent checks that the card and run record exist before its first instruction runs.
+    let script = format!(
+        "test -s '{}' && test -s '{}'",
+        home.file(&format!("runs/{run}/policy-card.json")).display(),
+        home.file(&format!("runs/{run}/run.json")).display()
+    );
+    let running = start_run(
+        &home,
+        &path,
+        &["--unconfined", "--gateway", &gateway.url()],
+        home.dir.path(),
+        &script,
+    );
+    let (code, _, stderr) = running.finish(Duration::from_secs(30));
+    assert_eq!(code, 0, "{stderr}");
+    let recorded: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(home.file(&format!("runs/{run}/policy-card.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(recorded["schema"], "policy-card.v1");
+    assert_eq!(recorded["budgets"]["agent-t"]["tool_calls"], 3);
+}

@@ -1,0 +1,253 @@
+//! Shared harness of the `run_*` tests: a policy card, a tiny loopback gateway that answers
+//! `/healthz` 200 (so these tests do not depend on `stopline serve`), `stopline run` started as a
+//! real child process, and readers of what it registered and recorded.
+#![allow(dead_code)]
+
+use crate::util::{rand_suffix, Home};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A complete policy card for `run_id` with one agent.
+pub fn card(run_id: &str, agent: &str) -> Value {
+    json!({"schema":"policy-card.v1","run_id":run_id,"harness_version":"harness-test",
+        "stop_conditions":[{"kind":"manual"},{"kind":"wall_clock"},{"kind":"breaker"}],
+        "budgets":{agent:{"tool_calls":50,"steps":20,"wall_clock_s":600}},
+        "breakers":{"unauthorized_calls":5,"refused_egress":3,"anomaly_score":0.9,"trip_level":"halt-all"},
+        "stop_handle":{"name":"test-stop","levels":["pause","trip_breaker","revoke_identity"],
+                       "who_may_pull":["anyone-admitted"],"who_may_approve_restart":["operator"]},
+        "time_to_stop_target_ms":1000,"require_drill":false})
+}
+
+/// A run id no other test uses.
+pub fn run_id(test: &str) -> String {
+    format!("t-{test}-{}-{}", std::process::id(), rand_suffix())
+}
+
+/// Write `card` into the test's directory and return its path.
+pub fn write_card(home: &Home, card: &Value) -> PathBuf {
+    let path = home.dir.path().join(format!("card-{}.json", rand_suffix()));
+    std::fs::write(&path, serde_json::to_vec_pretty(card).unwrap()).unwrap();
+    path
+}
+
+/// A directory every user may write (for confined agents' outputs), removed on drop.
+pub fn open_dir(prefix: &str) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+/// A loopback HTTP server answering every request 200 with a small JSON body.
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicU64>,
+}
+
+impl TestGateway {
+    pub fn start() -> TestGateway {
+        TestGateway::answering(200)
+    }
+
+    pub fn answering(status: u16) -> TestGateway {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&hits);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                counter.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let body = r#"{"ok":true,"served_by":"test-gateway"}"#;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        TestGateway { addr, hits }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// `stopline run` as a child process of the test.
+pub struct RunningRun {
+    pub child: Child,
+}
+
+impl RunningRun {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait (at most `timeout`) for the run to end: exit code, stdout, stderr.
+    pub fn finish(mut self, timeout: Duration) -> (i32, String, String) {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let mut out = String::new();
+                let mut err = String::new();
+                if let Some(mut s) = self.child.stdout.take() {
+                    s.read_to_string(&mut out).unwrap();
+                }
+                if let Some(mut s) = self.child.stderr.take() {
+                    s.read_to_string(&mut err).unwrap();
+                }
+                return (status.code().unwrap_or(-1), out, err);
+            }
+            if started.elapsed() > timeout {
+                let _ = self.child.kill();
+                panic!("stopline run did not end within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Start `stopline --json run --policy CARD <flags> -- /bin/sh -c SCRIPT` in `project`.
+pub fn start_run(
+    home: &Home,
+    card: &Path,
+    flags: &[&str],
+    project: &Path,
+    script: &str,
+) -> RunningRun {
+    start_run_env(home, card, flags, project, script, &[])
+}
+
+pub fn start_run_env(
+    home: &Home,
+    card: &Path,
+    flags: &[&str],
+    project: &Path,
+    script: &str,
+    env: &[(&str, &str)],
+) -> RunningRun {
+    let card = card.to_string_lossy().into_owned();
+    let mut args = vec!["--json", "run", "--policy", card.as_str()];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--", "/bin/sh", "-c", script]);
+    let mut command = home.command(&args);
+    command
+        .current_dir(project)
+        .env("STOPLINE_BIN", crate::util::bin())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    RunningRun {
+        child: command.spawn().expect("start stopline run"),
+    }
+}
+
+/// Poll `probe` every 10 ms until it returns `Some`, or panic after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The worker registration `runs/<run>/workers/<agent>.json`.
+pub fn registration(home: &Home, run: &str, agent: &str) -> Option<Value> {
+    let bytes = std::fs::read(home.file(&format!("runs/{run}/workers/{agent}.json"))).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Wait until the registration's `state` is `state`.
+pub fn wait_for_state(home: &Home, run: &str, agent: &str, state: &str) -> Value {
+    wait_for(
+        &format!("worker state {state}"),
+        Duration::from_secs(20),
+        || registration(home, run, agent).filter(|r| r["state"] == state),
+    )
+}
+
+/// Every line of the evidence log.
+pub fn evidence(home: &Home) -> Vec<Value> {
+    std::fs::read_to_string(home.file("evidence/log.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The pids written one per line into `file` (empty when missing).
+pub fn pids_in(file: &Path) -> Vec<u32> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+/// True when `pid` is a live process (not gone, not a zombie).
+pub fn is_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(text) => {
+            let state = text[text.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .next()
+                .unwrap();
+            !matches!(state, "Z" | "X" | "x")
+        }
+        Err(_) => false,
+    }
+}
+
+/// Live processes whose cgroup v2 path ends with `group` (a fresh walk of `/proc`).
+pub fn processes_in_group(group: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let in_group = cgroup
+            .lines()
+            .filter_map(|l| l.strip_prefix("0::"))
+            .any(|path| path.trim_end_matches(" (deleted)").ends_with(group));
+        if in_group && is_alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Read a small output file an agent wrote (trimmed), `None` when absent.
+pub fn read(dir: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join(name))
+        .ok()
+        .map(|s| s.trim().to_string())
+}

@@ -9,6 +9,8 @@ echo "== rustfmt"
 cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --workspace --all-targets --features stopline/failpoints -- -D warnings
+echo "== rustdoc"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "== tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --features stopline/failpoints --no-fail-fast

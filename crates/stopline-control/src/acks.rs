@@ -30,7 +30,7 @@ pub struct ServerRecord {
     pub id: String,
     /// The gateway's pid.
     pub pid: u32,
-    /// Its start time (field 22 of /proc/<pid>/stat), to tell a reused pid.
+    /// Its start time (field 22 of `/proc/<pid>/stat`), to tell a reused pid.
     pub start_time: u64,
     /// Its acknowledgement protocol version.
     pub protocol: u32,

@@ -124,7 +124,7 @@ impl Scope {
         }
     }
 
-    /// Parse the stored form written by [`Scope::to_string`], by syntax only. Used when reading
+    /// Parse the stored form written by `Display`, by syntax only. Used when reading
     /// latch records and epoch maps; the caller fails closed on error.
     pub fn parse_stored(stored: &str) -> Result<Scope, Refusal> {
         if stored == "machine" {

@@ -4,7 +4,7 @@
 //! snapshot from fresh store reads and swap it in, bumping the generation whenever what gates
 //! decide on changed. A *fast* refresh re-reads latches, WAL, epoch and state (what inotify
 //! reports); a *full* refresh also re-takes the census of unresolved operations (periodic).
-//! Refreshes are serialized. A snapshot older than [`ViewHolder::max_age`] closes the gate: a
+//! Refreshes are serialized. A snapshot older than [`ViewHolder::max_age_ms`] closes the gate: a
 //! view that cannot be refreshed must never keep admitting on old news.
 
 use arc_swap::ArcSwap;

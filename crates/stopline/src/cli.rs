@@ -13,7 +13,7 @@ pub struct Cli {
     /// Machine-readable output on stdout.
     #[arg(long, global = true)]
     pub json: bool,
-    /// The distributed backend (etcd://HOST:PORT[,…][?prefix=/stopline]).
+    /// The distributed backend (`etcd://HOST:PORT[,…][?prefix=/stopline]`).
     #[arg(long, global = true)]
     pub control: Option<String>,
     /// The command.
@@ -70,7 +70,7 @@ pub enum OutcomeArg {
 pub enum Command {
     /// Engage a stop (any admitted caller).
     Engage {
-        /// machine | agent:<name> | project:<root> | run:<id>
+        /// `machine` | `agent:<name>` | `project:<root>` | `run:<id>`
         #[arg(long)]
         scope: String,
         /// Why (required).
@@ -117,7 +117,7 @@ pub enum Command {
         /// A run id.
         #[arg(long)]
         run: Option<String>,
-        /// A target (mcp:<server>:<tool>, file:<path>, model:<model>).
+        /// A target (`mcp:<server>:<tool>`, `file:<path>`, `model:<model>`).
         #[arg(long)]
         target: Option<String>,
     },
@@ -153,7 +153,7 @@ pub enum Command {
         /// The listen address (default: the config's `listen`, else 127.0.0.1:7077).
         #[arg(long)]
         listen: Option<String>,
-        /// The configuration file (default <home>/config.toml).
+        /// The configuration file (default `<home>/config.toml`).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -228,7 +228,7 @@ pub enum McpCommand {
     Proxy {
         #[command(flatten)]
         token: TokenArgs,
-        /// The server's name in operation targets (mcp:<name>:<tool>) and in [mcp.<name>].
+        /// The server's name in operation targets (`mcp:<name>:<tool>`) and in `[mcp.<name>]`.
         #[arg(long, default_value = "stdio")]
         name: String,
         /// The server command and its arguments (after --).

@@ -267,8 +267,11 @@ fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> 
                 return Ok(0);
             }
             if matches!(which, Some(BenchArg::Gateway)) {
-                let receipt = stopline_gateway::bench::gateway(iterations, Some(Box::new(stopline_mcp::http::router)))
-                    .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+                let receipt = stopline_gateway::bench::gateway(
+                    iterations,
+                    Some(Box::new(stopline_mcp::http::router)),
+                )
+                .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
                 output::receipt(json, &receipt, |r| {
                     serde_json::to_string_pretty(r).unwrap_or_default()
                 });
@@ -304,7 +307,10 @@ fn model_check(json: bool) -> i32 {
     };
     let report = stopline_assurance::model_check::run(&options);
     if json {
-        println!("{}", serde_json::to_string_pretty(&report.json()).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report.json()).unwrap_or_default()
+        );
     } else {
         print!("{}", report.text());
     }

@@ -1,0 +1,79 @@
+//! The real protocol, explored exhaustively over the real store code (SPEC §9, part 2).
+//!
+//! `fs_state` is the crash-simulating filesystem, `model_fs` the store's seams over it,
+//! `oracle` the processes (real store calls replayed on threads), `visibility` the reduction,
+//! `search` the exploration, `restart` the crash images and restart phase, `properties` and
+//! `judge` the properties, `scenario` the races. See the crate docs for the argument.
+
+pub mod crash_check;
+pub mod fs_apply;
+pub mod fs_image;
+pub mod fs_state;
+pub mod hash;
+pub mod judge;
+pub mod model_fs;
+pub mod op;
+pub mod oracle;
+pub mod process;
+pub mod properties;
+pub mod report;
+pub mod restart;
+pub mod scenario;
+pub mod search;
+pub mod solo;
+pub mod state;
+pub mod step;
+pub mod visibility;
+
+pub use properties::Property;
+pub use report::{Counterexample, ScenarioReport};
+pub use scenario::Scenario;
+
+/// How to run the protocol check.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Print progress to stderr while a scenario runs long.
+    pub progress: bool,
+    /// Also run the scenarios that exhibit known issues of the store.
+    pub known_issues: bool,
+    /// Only scenarios whose name contains this.
+    pub only: Option<String>,
+    /// A bug to plant in every process's store.
+    #[cfg(feature = "planted-bugs")]
+    pub planted: stopline_store::planted::PlantedBug,
+}
+
+/// The scenarios `options` selects.
+pub fn scenarios(options: &Options) -> Vec<Scenario> {
+    let mut all = scenario::standard();
+    if options.known_issues {
+        all.push(scenario::coalesce_into_plan());
+    }
+    all.retain(|s| {
+        options
+            .only
+            .as_deref()
+            .is_none_or(|only| s.name.contains(only))
+    });
+    all
+}
+
+/// Explore every selected scenario.
+pub fn check(options: &Options) -> Vec<ScenarioReport> {
+    scenarios(options)
+        .iter()
+        .map(|scenario| {
+            let report = search::Search::new(scenario, options).run();
+            if options.progress && report.elapsed.as_secs() >= 2 {
+                eprintln!(
+                    "model-check: {}: {} states, {} crash images, {:.1}s",
+                    report.name,
+                    report.states,
+                    report.restarts,
+                    report.elapsed.as_secs_f64()
+                );
+            }
+            report
+        })
+        .collect()
+}

@@ -1,0 +1,197 @@
+//! The processes of a scenario: each one real store call, as the binary makes it.
+//!
+//! A process is a [`ProcSpec`] run against a `Store` built over the model seams. Its result is
+//! reduced to an [`Outcome`]: the facts the properties need (which latch an engage published,
+//! which epoch an advance returned, what a gate decided) and nothing that differs between
+//! equivalent runs.
+
+use stopline_core::latch::LatchSession;
+use stopline_core::{Decision, Level, Mode, RefusalCode, Scope, TaskClass};
+use stopline_store::{EngageRequest, Store};
+use stopline_token::VerifyingKey;
+
+/// What one process does.
+#[derive(Debug, Clone)]
+pub enum ProcSpec {
+    /// `Store::engage`.
+    Engage(EngageRequest),
+    /// `Store::recover_apply` of a plan recorded in the setup.
+    RecoverApply {
+        /// The plan id.
+        plan: String,
+    },
+    /// `Store::disengage`.
+    Disengage {
+        /// The scope whose halts are lifted.
+        scope: Scope,
+    },
+    /// `Store::drain`.
+    Drain {
+        /// Seconds.
+        deadline_s: u64,
+    },
+    /// A gateway admission: verify the token, `Store::load_view`, `ControlView::decide`.
+    Admission {
+        /// The token minted at e0.
+        token: String,
+        /// The control plane's public key.
+        key: VerifyingKey,
+    },
+}
+
+/// The engage request a scenario uses.
+pub fn engage(scope: Scope, level: Level, by: &str) -> EngageRequest {
+    EngageRequest {
+        scope,
+        level,
+        by: by.into(),
+        reason: "model check".into(),
+        session: LatchSession {
+            bound: None,
+            tier: "monitor".into(),
+        },
+    }
+}
+
+/// What a process returned, reduced to what the properties judge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Engage returned Ok.
+    Engaged {
+        /// `latches/<file>` of the latch that stands.
+        file: String,
+        /// Its scope (stored form).
+        scope: String,
+        /// Its level.
+        level: Level,
+        /// The epoch the engage reported, if any.
+        epoch_seq: Option<u64>,
+    },
+    /// Recover apply returned Ok.
+    Recovered {
+        /// The receipt's `recovered`.
+        recovered: bool,
+        /// The epoch it minted.
+        new_epoch: u64,
+        /// Latch files it moved.
+        cleared: Vec<String>,
+    },
+    /// Disengage returned Ok.
+    Disengaged {
+        /// Latch files it removed.
+        cleared: Vec<String>,
+    },
+    /// Drain returned Ok.
+    Drained,
+    /// A gate decided.
+    Admitted {
+        /// allow / queue / block.
+        decision: Decision,
+        /// The refusal code, if any.
+        code: Option<RefusalCode>,
+        /// The subject's mode in the view.
+        mode: Mode,
+        /// The view's epoch, when the view trusted it.
+        epoch_seq: Option<u64>,
+        /// True when a fault closed the gate.
+        faulted: bool,
+    },
+    /// The call returned an error.
+    Failed {
+        /// Its code.
+        code: String,
+    },
+}
+
+impl ProcSpec {
+    /// A short label for reports.
+    pub fn label(&self) -> String {
+        match self {
+            ProcSpec::Engage(r) => format!("engage({}, {})", r.scope, r.level),
+            ProcSpec::RecoverApply { .. } => "recover apply".into(),
+            ProcSpec::Disengage { scope } => format!("disengage({scope})"),
+            ProcSpec::Drain { deadline_s } => format!("drain({deadline_s}s)"),
+            ProcSpec::Admission { .. } => "gateway admission".into(),
+        }
+    }
+
+    /// Run the real store call.
+    pub fn run(&self, store: &Store) -> Outcome {
+        let failed = |e: stopline_store::StoreError| Outcome::Failed {
+            code: e.code().to_string(),
+        };
+        match self {
+            ProcSpec::Engage(request) => match store.engage(request) {
+                Ok(out) => Outcome::Engaged {
+                    file: out.latch.file_name(),
+                    scope: out.latch.scope.to_string(),
+                    level: out.latch.level,
+                    epoch_seq: out.epoch_seq,
+                },
+                Err(e) => failed(e),
+            },
+            ProcSpec::RecoverApply { plan } => match store.recover_apply(plan, "operator") {
+                Ok(r) => Outcome::Recovered {
+                    recovered: r.recovered,
+                    new_epoch: r.new_epoch,
+                    cleared: r.cleared,
+                },
+                Err(e) => failed(e),
+            },
+            ProcSpec::Disengage { scope } => {
+                match store.disengage(scope, "model check", "operator") {
+                    Ok(r) => Outcome::Disengaged { cleared: r.cleared },
+                    Err(e) => failed(e),
+                }
+            }
+            ProcSpec::Drain { deadline_s } => {
+                match store.drain(*deadline_s, "model check", "operator") {
+                    Ok(_) => Outcome::Drained,
+                    Err(e) => failed(e),
+                }
+            }
+            ProcSpec::Admission { token, key } => admit(store, token, key),
+        }
+    }
+}
+
+/// The gateway's admission of one noncritical call with `token` (SPEC §4 check, §5).
+fn admit(store: &Store, token: &str, key: &VerifyingKey) -> Outcome {
+    let now_ms = store.now_ms();
+    let mut view = store.load_view();
+    let claims = match stopline_token::verify(key, token, now_ms / 1000) {
+        Ok(claims) => claims,
+        Err(error) => {
+            return Outcome::Failed {
+                code: error.code().to_string(),
+            }
+        }
+    };
+    if claims.epoch > view.epoch.seq {
+        // As the gateway does: a token minted a moment ago is not refused as future.
+        view = store.load_view();
+    }
+    let subject = claims.subject();
+    let receipt = view.decide(
+        &subject,
+        TaskClass::Noncritical,
+        Some(claims.authority()),
+        None,
+        now_ms,
+    );
+    let epoch_fault = view.faults.iter().any(|f| {
+        matches!(
+            f.code,
+            RefusalCode::ControlEpochUnconfirmed
+                | RefusalCode::ControlWalCorrupt
+                | RefusalCode::ControlIo
+        )
+    });
+    Outcome::Admitted {
+        decision: receipt.decision,
+        code: receipt.code,
+        mode: view.mode_for(&subject),
+        epoch_seq: (!epoch_fault).then_some(view.epoch.seq),
+        faulted: !view.faults.is_empty(),
+    }
+}

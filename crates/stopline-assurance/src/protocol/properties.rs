@@ -1,0 +1,279 @@
+//! The protocol properties and the obligations each observation must meet.
+//!
+//! An *observation* is what a gate sees: a racing admission (at its return), the control
+//! directory when every process has returned, or the directory after a crash and restart.
+//! Every process that returned before the observation began leaves obligations on it:
+//! an engage that returned Ok must still have its latch in `latches/` and keep the subject at
+//! or above its level (unless a disengage lifted that halt afterwards); an emergency engage or a
+//! recovery of a covering scope must make the token minted at e0 stale; an epoch that was
+//! returned or seen must not be undercut.
+
+use crate::protocol::process::Outcome;
+use crate::protocol::scenario::Scenario;
+use std::collections::BTreeSet;
+use stopline_core::{Decision, Level, RefusalCode, Scope};
+
+/// The properties of SPEC §9 (and the absence of deadlock the search needs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Property {
+    /// An engage that returned Ok keeps its latch in `latches/`, crash or not.
+    StopWins,
+    /// No `recovered: true` over a covering latch; no allow after a covering engage returned.
+    NoFalseAllClear,
+    /// After an emergency engage or a covering recovery returned, the e0 token is refused.
+    NoPreStopAuthority,
+    /// No observation (after restart and repair) holds an epoch below one already returned.
+    EpochsNeverGoBack,
+    /// An engage never lowers a subject's mode (and never removes a latch).
+    EngageNeverLowers,
+    /// Every schedule runs to completion.
+    NoDeadlock,
+    /// Stronger than SPEC §9 (a finding, not a gate): an epoch a gate has already judged by
+    /// is still there after a crash and restart.
+    GateEpochsSurvive,
+    /// Stronger than SPEC §9 (a finding): a latch a recovery reported cleared is still kept,
+    /// as evidence, under `breakglass.cleared/epoch-<N>/` after a crash.
+    ClearedEvidenceSurvives,
+}
+
+/// Number of properties and findings.
+pub const COUNT: usize = 8;
+
+impl Property {
+    /// All of them, in report order.
+    pub const ALL: [Property; 6] = [
+        Property::StopWins,
+        Property::NoFalseAllClear,
+        Property::NoPreStopAuthority,
+        Property::EpochsNeverGoBack,
+        Property::EngageNeverLowers,
+        Property::NoDeadlock,
+    ];
+
+    /// Findings: checked and reported, but not part of SPEC §9's verdict.
+    pub const FINDINGS: [Property; 2] = [
+        Property::GateEpochsSurvive,
+        Property::ClearedEvidenceSurvives,
+    ];
+
+    /// The name in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Property::StopWins => "stop wins every race",
+            Property::NoFalseAllClear => "no false all-clear",
+            Property::NoPreStopAuthority => "no pre-stop authority valid after the stop",
+            Property::EpochsNeverGoBack => "epochs never go back across crashes",
+            Property::EngageNeverLowers => "engage never lowers a subject's mode",
+            Property::NoDeadlock => "every schedule completes (no deadlock)",
+            Property::GateEpochsSurvive => "an epoch a gate has judged by survives a crash",
+            Property::ClearedEvidenceSurvives => {
+                "a latch a recovery cleared is kept under breakglass.cleared/ across a crash"
+            }
+        }
+    }
+}
+
+/// One broken obligation.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// Which property.
+    pub property: Property,
+    /// What happened.
+    pub detail: String,
+}
+
+/// What one gate saw.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Observation {
+    /// The decision for the e0 token's subject, noncritical.
+    pub decision: Decision,
+    /// Its code.
+    pub code: Option<RefusalCode>,
+    /// The subject's mode from the latches.
+    pub mode: stopline_core::Mode,
+    /// The epoch, when the view trusted it.
+    pub epoch_seq: Option<u64>,
+    /// True when a fault closed the gate.
+    pub faulted: bool,
+    /// The entries of `latches/`, when the observation lists them (not for racing gates).
+    pub latch_files: Option<Vec<String>>,
+    /// `epoch-<N>/<file>` under `breakglass.cleared/`, when the observation lists them.
+    pub cleared_files: Option<Vec<String>>,
+}
+
+/// Facts the obligations need besides the outcomes.
+pub struct Context<'a> {
+    /// The scenario.
+    pub scenario: &'a Scenario,
+    /// Halt latches a disengage recorded as lifted.
+    pub disengaged: &'a BTreeSet<String>,
+}
+
+/// Count of obligations checked, per property, and what broke.
+#[derive(Default)]
+pub struct Verdicts {
+    /// Obligations checked, indexed by `Property as usize`.
+    pub checked: [u64; COUNT],
+    /// Broken ones.
+    pub violations: Vec<Violation>,
+}
+
+impl Verdicts {
+    fn judge(&mut self, property: Property, holds: bool, detail: impl FnOnce() -> String) {
+        self.checked[property as usize] += 1;
+        if !holds {
+            self.violations.push(Violation {
+                property,
+                detail: detail(),
+            });
+        }
+    }
+}
+
+/// Judge `seen` against every outcome in `earlier` (processes that returned before it began).
+pub fn obligations(
+    ctx: &Context<'_>,
+    earlier: &[(String, &Outcome)],
+    seen: &Observation,
+    out: &mut Verdicts,
+) {
+    let subject = &ctx.scenario.subject;
+    let refused = seen.decision == Decision::Block
+        && (seen.faulted || seen.code == Some(RefusalCode::StaleControlEpoch));
+    let epoch_at_least = |e: u64| seen.epoch_seq.is_none_or(|seq| seq >= e);
+    out.judge(
+        Property::EpochsNeverGoBack,
+        epoch_at_least(ctx.scenario.e0),
+        || {
+            format!(
+                "the gate saw epoch {:?}, below the token's e0 {}",
+                seen.epoch_seq, ctx.scenario.e0
+            )
+        },
+    );
+    for (who, outcome) in earlier {
+        match outcome {
+            Outcome::Engaged {
+                file,
+                scope,
+                level,
+                epoch_seq,
+            } => {
+                let lifted = *level != Level::Emergency && ctx.disengaged.contains(file);
+                let covers = Scope::parse_stored(scope).map_or(true, |s| subject.is_covered_by(&s));
+                if let Some(files) = &seen.latch_files {
+                    out.judge(Property::StopWins, lifted || files.contains(file), || {
+                        format!("{who} returned Ok with {file}, which is not in latches/ {files:?}")
+                    });
+                }
+                if covers && !lifted {
+                    out.judge(
+                        Property::NoFalseAllClear,
+                        seen.decision != Decision::Allow,
+                        || {
+                            format!(
+                                "the gate allowed worker after {who} returned ({file}, {level})"
+                            )
+                        },
+                    );
+                    out.judge(
+                        Property::EngageNeverLowers,
+                        seen.faulted || seen.mode >= level.mode(),
+                        || {
+                            format!(
+                                "worker is {} after {who} returned a {level} latch",
+                                seen.mode
+                            )
+                        },
+                    );
+                }
+                if covers && *level == Level::Emergency {
+                    out.judge(Property::NoPreStopAuthority, refused, || {
+                        format!(
+                            "the e0 token got {:?} ({:?}) after {who} returned",
+                            seen.decision, seen.code
+                        )
+                    });
+                }
+                if let Some(e) = epoch_seq {
+                    out.judge(Property::EpochsNeverGoBack, epoch_at_least(*e), || {
+                        format!(
+                            "the gate saw epoch {:?} after {who} returned epoch {e}",
+                            seen.epoch_seq
+                        )
+                    });
+                }
+            }
+            Outcome::Recovered {
+                new_epoch, cleared, ..
+            } => {
+                if let Some(kept) = &seen.cleared_files {
+                    let lost: Vec<&String> = cleared
+                        .iter()
+                        .filter(|f| !kept.contains(&format!("epoch-{new_epoch}/{f}")))
+                        .collect();
+                    out.judge(Property::ClearedEvidenceSurvives, lost.is_empty(), || {
+                        format!("{who} reported {lost:?} cleared; they are not under breakglass.cleared/epoch-{new_epoch}/")
+                    });
+                }
+                let covers = ctx
+                    .scenario
+                    .plan
+                    .as_ref()
+                    .is_some_and(|(_, s)| subject.is_covered_by(s));
+                if covers {
+                    out.judge(Property::NoPreStopAuthority, refused, || {
+                        format!(
+                            "the e0 token got {:?} ({:?}) after {who} minted epoch {new_epoch}",
+                            seen.decision, seen.code
+                        )
+                    });
+                }
+                out.judge(
+                    Property::EpochsNeverGoBack,
+                    epoch_at_least(*new_epoch),
+                    || {
+                        format!(
+                            "the gate saw epoch {:?} after {who} minted epoch {new_epoch}",
+                            seen.epoch_seq
+                        )
+                    },
+                );
+            }
+            Outcome::Admitted {
+                epoch_seq: Some(e), ..
+            } => {
+                out.judge(Property::GateEpochsSurvive, epoch_at_least(*e), || {
+                    format!(
+                        "the gate saw epoch {:?} after {who} had seen epoch {e}",
+                        seen.epoch_seq
+                    )
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// No false all-clear at a recovery's return: `rescan` is its last listing of `latches/`
+/// (or the directory at its return, if it never listed it after its plan was fixed).
+pub fn rescan_obligation(
+    ctx: &Context<'_>,
+    who: &str,
+    cleared: &[String],
+    rescan: &[String],
+    scope_of: &dyn Fn(&str) -> Option<Scope>,
+    out: &mut Verdicts,
+) {
+    let Some((planned, plan_scope)) = &ctx.scenario.plan else {
+        return;
+    };
+    let covering: Vec<&String> = rescan
+        .iter()
+        .filter(|name| !planned.contains(name) && !cleared.contains(name))
+        .filter(|name| scope_of(name).is_none_or(|s| s.covers_scope(plan_scope)))
+        .collect();
+    out.judge(Property::NoFalseAllClear, covering.is_empty(), || {
+        format!("{who} reported recovered: true while its rescan saw covering latches {covering:?}")
+    });
+}

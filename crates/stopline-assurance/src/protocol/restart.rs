@@ -1,0 +1,186 @@
+//! Crashes and the restart that follows: what a gate sees once the machine is back.
+//!
+//! A crash stops every process at once; whatever it had not done, it never does (in the
+//! threaded replay its further calls fail with an I/O error and are discarded). Four images of
+//! the disk are taken at every step of every explored schedule: a power cut (durable state
+//! only), a process kill (everything written survives; locks and handles vanish), and two torn
+//! writes (a power cut after which a file's unsynced tail was half written back, or written
+//! back up to its first newline). The restart then runs the real store code alone: `load_view`;
+//! where it reports `control_epoch_unconfirmed` or `control_wal_corrupt`, the owner's
+//! `Store::repair`; `load_view` again; and the gate's decision for the e0 token.
+
+use crate::protocol::fs_image::{Private, View};
+use crate::protocol::fs_state::FsState;
+use crate::protocol::model_fs::ModelFs;
+use crate::protocol::op::Blob;
+use crate::protocol::properties::Observation;
+use crate::protocol::scenario::{Scenario, HOME, SOLO};
+use crate::protocol::solo::{ModelEnv, Solo};
+use std::sync::Arc;
+use stopline_core::view::Authority;
+use stopline_core::{RefusalCode, TaskClass};
+use stopline_store::Store;
+
+/// How the machine went down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crash {
+    /// Power cut: only what was fsynced (and whose directory entry was fsynced) survives.
+    PowerCut,
+    /// Every process killed: all writes survive in the page cache.
+    Kill,
+    /// Power cut after half of each unsynced appended tail reached the disk.
+    TornHalf,
+    /// Power cut after each unsynced tail reached the disk up to its first newline.
+    TornLine,
+}
+
+impl Crash {
+    /// All four.
+    pub const ALL: [Crash; 4] = [
+        Crash::PowerCut,
+        Crash::Kill,
+        Crash::TornHalf,
+        Crash::TornLine,
+    ];
+
+    /// For traces.
+    pub fn name(self) -> &'static str {
+        match self {
+            Crash::PowerCut => "power cut",
+            Crash::Kill => "all processes killed",
+            Crash::TornHalf => "power cut, unsynced tails half written",
+            Crash::TornLine => "power cut, unsynced tails written to their first newline",
+        }
+    }
+
+    /// How many bytes of an unsynced tail this crash writes back (`None`: none).
+    fn cut(self) -> fn(&Blob, &Blob) -> Option<usize> {
+        fn tail<'a>(live: &'a Blob, durable: &Blob) -> Option<&'a [u8]> {
+            let (l, d) = (live.bytes(), durable.bytes());
+            (l.len() > d.len() && l.starts_with(d)).then(|| &l[d.len()..])
+        }
+        match self {
+            Crash::PowerCut | Crash::Kill => |_, _| None,
+            Crash::TornHalf => |l, d| tail(l, d).map(|t| t.len() / 2).filter(|&k| k > 0),
+            Crash::TornLine => |l, d| tail(l, d)?.iter().position(|&b| b == b'\n').map(|i| i + 1),
+        }
+    }
+
+    /// The digest of the disk this crash leaves of `fs`, private names left out.
+    pub fn digest(self, fs: &FsState, private: &Private) -> u128 {
+        let cut = self.cut();
+        let view = match self {
+            Crash::Kill => View::Live,
+            _ => View::Cut(&cut),
+        };
+        fs.digest(view, Some(private))
+    }
+
+    /// The disk image this crash leaves of `fs`.
+    pub fn image(self, fs: &FsState) -> FsState {
+        if self == Crash::Kill {
+            let mut image = fs.clone();
+            image.drop_processes();
+            return image;
+        }
+        let cut = self.cut();
+        fs.power_cut(&|live, durable| match cut(live, durable) {
+            Some(keep) => Blob::new(live.bytes()[..durable.bytes().len() + keep].to_vec()),
+            None => durable.clone(),
+        })
+    }
+}
+
+/// What the restart saw, and what it did.
+#[derive(Debug, Clone)]
+pub struct Restarted {
+    /// The gate's view after the restart (and repair).
+    pub seen: Observation,
+    /// A line for traces.
+    pub summary: String,
+    /// True when a fault still closed every gate after the restart.
+    pub closed: bool,
+}
+
+/// Run the restart phase (with `repair`) or just look (without) at `image`.
+pub fn observe(scenario: &Scenario, image: FsState, repair: bool) -> Restarted {
+    let solo = Solo::new(SOLO, image);
+    let now_ms = scenario.now_ms + 1000;
+    let env = Arc::new(ModelEnv::new(0xf, now_ms));
+    let store = Store::with_io(HOME, Arc::new(ModelFs::new(solo.clone())), env);
+    let mut view = store.load_view();
+    let codes = |v: &stopline_core::ControlView| -> Vec<String> {
+        v.faults.iter().map(|f| f.code.to_string()).collect()
+    };
+    let mut summary = format!("load_view faults {:?}", codes(&view));
+    let needs_repair = view.faults.iter().any(|f| {
+        matches!(
+            f.code,
+            RefusalCode::ControlEpochUnconfirmed | RefusalCode::ControlWalCorrupt
+        )
+    });
+    if repair && needs_repair {
+        let issued = store.highest_issued_epoch().unwrap_or(0);
+        match store.repair("model check restart", "operator", issued) {
+            Ok(r) => summary.push_str(&format!(
+                "; repair: truncated {} bytes, epoch rebuilt {} (seq {})",
+                r.wal_truncated_bytes, r.epoch_rebuilt, r.epoch_seq
+            )),
+            Err(e) => summary.push_str(&format!("; repair refused: {e}")),
+        }
+        view = store.load_view();
+        summary.push_str(&format!("; load_view faults {:?}", codes(&view)));
+    }
+    let authority = Some(Authority {
+        issue_epoch: scenario.e0,
+    });
+    let receipt = view.decide(
+        &scenario.subject,
+        TaskClass::Noncritical,
+        authority,
+        None,
+        now_ms,
+    );
+    let epoch_fault = view.faults.iter().any(|f| {
+        matches!(
+            f.code,
+            RefusalCode::ControlEpochUnconfirmed
+                | RefusalCode::ControlWalCorrupt
+                | RefusalCode::ControlIo
+        )
+    });
+    let disk = solo.state();
+    let files = disk.live_names(&store.layout().latches());
+    let cleared_root = store.layout().cleared();
+    let cleared: Vec<String> = disk
+        .live_names(&cleared_root)
+        .into_iter()
+        .flat_map(|dir| {
+            let names = disk.live_names(&cleared_root.join(&dir));
+            names.into_iter().map(move |n| format!("{dir}/{n}"))
+        })
+        .collect();
+    summary.push_str(&format!(
+        "; latches/ {files:?}; epoch {}; gate {:?} ({:?})",
+        if epoch_fault {
+            "untrusted".to_string()
+        } else {
+            view.epoch.seq.to_string()
+        },
+        receipt.decision,
+        receipt.code
+    ));
+    Restarted {
+        closed: !view.faults.is_empty(),
+        seen: Observation {
+            decision: receipt.decision,
+            code: receipt.code,
+            mode: view.mode_for(&scenario.subject),
+            epoch_seq: (!epoch_fault).then_some(view.epoch.seq),
+            faulted: !view.faults.is_empty(),
+            latch_files: Some(files),
+            cleared_files: Some(cleared),
+        },
+        summary,
+    }
+}

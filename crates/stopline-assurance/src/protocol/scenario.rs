@@ -1,0 +1,246 @@
+//! The scenarios: an initial control directory, prepared by the real store code running alone,
+//! and the processes that then race over it.
+//!
+//! Every scenario also runs a gateway admission with a token minted for agent `worker` at epoch
+//! e0 (after the setup), so every race is also raced by a gate. The setup's clock stands a
+//! minute before the scenario's, so no racing engage is coalesced into a setup latch (the
+//! `coalesce-into-plan` scenario puts them within the one-second window on purpose).
+
+use crate::protocol::fs_state::FsState;
+use crate::protocol::model_fs::ModelFs;
+use crate::protocol::process::{engage, ProcSpec};
+use crate::protocol::solo::{ModelEnv, Solo};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use stopline_core::{Level, Name, Scope, Subject};
+use stopline_store::ops::Census;
+use stopline_store::Store;
+use stopline_token::IssueRequest;
+
+/// The model's control directory.
+pub const HOME: &str = "/stopline-home";
+/// The setup's clock: 2026-10-31T20:10:00Z.
+pub const SETUP_MS: i64 = 1_793_477_400_000;
+/// The process number of the setup and restart phases.
+pub const SOLO: u8 = 200;
+
+/// One race to explore.
+#[derive(Clone)]
+pub struct Scenario {
+    /// Short name.
+    pub name: &'static str,
+    /// What it races.
+    pub title: &'static str,
+    /// The control directory after the setup, all of it durable.
+    pub initial: FsState,
+    /// The racing processes, in order.
+    pub procs: Vec<ProcSpec>,
+    /// The scenario's clock.
+    pub now_ms: i64,
+    /// The epoch the gate's token was minted at.
+    pub e0: u64,
+    /// The subject of that token.
+    pub subject: Subject,
+    /// Latch files the setup left, with scope and level.
+    pub initial_latches: BTreeMap<String, (Scope, Level)>,
+    /// Latch names fixed by the setup's recovery plan, and its scope.
+    pub plan: Option<(Vec<String>, Scope)>,
+}
+
+struct Setup {
+    solo: Arc<Solo>,
+    store: Store,
+    latches: BTreeMap<String, (Scope, Level)>,
+}
+
+fn worker() -> Name {
+    Name::parse("worker").expect("a valid name")
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let solo = Solo::new(SOLO, FsState::new());
+        let fs = Arc::new(ModelFs::new(solo.clone()));
+        let store = Store::with_io(HOME, fs, Arc::new(ModelEnv::new(0xe, SETUP_MS)));
+        let layout = store.layout().clone();
+        store
+            .ensure_dirs(&[&layout.latches(), &layout.staging()])
+            .expect("setup: directories");
+        assert!(store.ensure_reserve(), "setup: reserve");
+        Setup {
+            solo,
+            store,
+            latches: BTreeMap::new(),
+        }
+    }
+
+    fn engage(&mut self, scope: Scope, level: Level, by: &str) -> String {
+        let out = self
+            .store
+            .engage(&engage(scope.clone(), level, by))
+            .expect("setup: engage");
+        self.latches.insert(out.latch.file_name(), (scope, level));
+        out.latch.file_name()
+    }
+
+    fn plan(&self, scope: &Scope) -> (String, Vec<String>) {
+        let receipt = self
+            .store
+            .recover_plan(scope, "model check", "operator", &Census::default())
+            .expect("setup: plan");
+        (receipt.plan, receipt.latches)
+    }
+
+    /// Mint the gate's token at the current epoch, record the issuance, persist everything.
+    fn finish(
+        self,
+        name: &'static str,
+        title: &'static str,
+        racers: Vec<ProcSpec>,
+        now_ms: i64,
+        plan: Option<(Vec<String>, Scope)>,
+    ) -> Scenario {
+        let e0 = self
+            .store
+            .read_control_records()
+            .epoch
+            .expect("setup: epoch")
+            .seq;
+        let seed = self.store.signing_seed().expect("setup: key");
+        let key = stopline_token::keys::signing_key_from_seed(&seed).expect("setup: key seed");
+        let minted = IssueRequest::new(worker(), e0, SETUP_MS / 1000)
+            .mint(&key)
+            .expect("setup: token");
+        self.store
+            .note_issued_epoch(e0)
+            .expect("setup: issued epoch");
+        let mut initial = self.solo.state();
+        initial.persist_all();
+        let mut procs = racers;
+        procs.push(ProcSpec::Admission {
+            token: minted.token,
+            key: key.verifying_key(),
+        });
+        Scenario {
+            name,
+            title,
+            initial,
+            procs,
+            now_ms,
+            e0,
+            subject: minted.claims.subject(),
+            initial_latches: self.latches,
+            plan,
+        }
+    }
+}
+
+/// The scenarios of `stopline model-check`.
+pub fn standard() -> Vec<Scenario> {
+    let later = SETUP_MS + 60_000;
+    let agent = Scope::Agent(worker());
+    let mut out = Vec::new();
+
+    let mut s = Setup::new();
+    s.engage(Scope::Machine, Level::Emergency, "safety-monitor");
+    let (plan, names) = s.plan(&Scope::Machine);
+    let racers = vec![
+        ProcSpec::Engage(engage(Scope::Machine, Level::Emergency, "monitor-b")),
+        ProcSpec::RecoverApply { plan },
+    ];
+    let plan = Some((names, Scope::Machine));
+    out.push(s.finish(
+        "engage-vs-recover",
+        "machine emergency engage vs machine recover apply",
+        racers,
+        later,
+        plan,
+    ));
+
+    let s = Setup::new();
+    let racers = vec![
+        ProcSpec::Engage(engage(Scope::Machine, Level::HaltAll, "monitor-a")),
+        ProcSpec::Engage(engage(agent.clone(), Level::Emergency, "monitor-b")),
+    ];
+    out.push(s.finish(
+        "two-engages",
+        "machine halt-all engage vs agent emergency engage",
+        racers,
+        later,
+        None,
+    ));
+
+    let mut s = Setup::new();
+    s.engage(agent.clone(), Level::HaltAll, "monitor-a");
+    let racers = vec![
+        ProcSpec::Disengage {
+            scope: agent.clone(),
+        },
+        ProcSpec::Engage(engage(agent.clone(), Level::Emergency, "monitor-b")),
+    ];
+    out.push(s.finish(
+        "disengage-vs-engage",
+        "disengage vs emergency engage of the same agent",
+        racers,
+        later,
+        None,
+    ));
+
+    let mut s = Setup::new();
+    s.engage(Scope::Machine, Level::Emergency, "safety-monitor");
+    let racers = vec![
+        ProcSpec::Drain { deadline_s: 60 },
+        ProcSpec::Engage(engage(agent.clone(), Level::Emergency, "monitor-b")),
+    ];
+    out.push(s.finish(
+        "drain-vs-engage",
+        "drain vs agent emergency engage",
+        racers,
+        later,
+        None,
+    ));
+
+    let mut s = Setup::new();
+    s.engage(agent.clone(), Level::Emergency, "safety-monitor");
+    let (plan, names) = s.plan(&agent);
+    let racers = vec![
+        ProcSpec::Engage(engage(agent.clone(), Level::Emergency, "monitor-b")),
+        ProcSpec::RecoverApply { plan },
+    ];
+    let plan = Some((names, agent));
+    out.push(s.finish(
+        "engage-vs-scoped-recover",
+        "agent emergency engage vs agent recover apply",
+        racers,
+        later,
+        plan,
+    ));
+    out
+}
+
+/// A scenario outside the standard set: the racing engage repeats the planned latch's scope,
+/// level and caller within the one-second coalescing window, so it is coalesced into the very
+/// latch the recovery plan is about to clear.
+pub fn coalesce_into_plan() -> Scenario {
+    let mut s = Setup::new();
+    s.engage(Scope::Machine, Level::Emergency, "safety-monitor");
+    let (plan, names) = s.plan(&Scope::Machine);
+    let racers = vec![
+        ProcSpec::Engage(engage(Scope::Machine, Level::Emergency, "safety-monitor")),
+        ProcSpec::RecoverApply { plan },
+    ];
+    let plan = Some((names, Scope::Machine));
+    s.finish(
+        "coalesce-into-plan",
+        "engage coalesced into a planned latch vs recover apply",
+        racers,
+        SETUP_MS + 500,
+        plan,
+    )
+}
+
+/// The home as a path.
+pub fn home() -> PathBuf {
+    PathBuf::from(HOME)
+}

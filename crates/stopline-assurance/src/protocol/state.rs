@@ -1,0 +1,99 @@
+//! A state of the search: the filesystem, each process's history and result, and the ghost
+//! facts the properties need (who returned before whom, which latches a process published,
+//! what a recovery's last rescan listed, which halts a disengage recorded as lifted).
+
+use crate::protocol::fs_image::View;
+use crate::protocol::fs_state::FsState;
+use crate::protocol::hash::digest;
+use crate::protocol::oracle::History;
+use crate::protocol::process::Outcome;
+use std::collections::{BTreeMap, BTreeSet};
+use stopline_core::Level;
+
+/// One process in a state.
+#[derive(Clone, Default)]
+pub struct ProcState {
+    /// Its steps so far.
+    pub history: History,
+    /// Its result, once it returned.
+    pub outcome: Option<Outcome>,
+}
+
+/// Facts about the run so far that no file records.
+#[derive(Clone, Default, Hash)]
+pub struct Ghost {
+    /// Latch files the racing engages published: file → (scope, level).
+    pub published: BTreeMap<String, (String, Level)>,
+    /// Processes in the order they returned.
+    pub returned: Vec<usize>,
+    /// For each process that began: how many processes had returned by then.
+    pub began_after: BTreeMap<usize, usize>,
+    /// Each recovery's last listing of `latches/`.
+    pub rescans: BTreeMap<usize, Vec<String>>,
+    /// Latch files named by a `disengaged` record some disengage appended to the WAL.
+    pub disengaged: BTreeSet<String>,
+}
+
+/// A state of the search.
+#[derive(Clone)]
+pub struct State {
+    /// The filesystem.
+    pub fs: FsState,
+    /// The processes.
+    pub procs: Vec<ProcState>,
+    /// The ghost facts.
+    pub ghost: Ghost,
+}
+
+impl State {
+    /// The start of a scenario.
+    pub fn initial(fs: FsState, procs: usize) -> State {
+        State {
+            fs,
+            procs: vec![ProcState::default(); procs],
+            ghost: Ghost::default(),
+        }
+    }
+
+    /// Identity for the visited set: two states with equal keys have equal futures.
+    pub fn key(&self) -> u128 {
+        let procs: Vec<(u128, &Option<Outcome>)> = self
+            .procs
+            .iter()
+            .map(|p| (p.history.sum, &p.outcome))
+            .collect();
+        digest(&(self.fs.digest(View::Exact, None), procs, &self.ghost))
+    }
+
+    /// The returned processes, in order, with their outcomes.
+    pub fn returned(&self, upto: usize) -> Vec<(usize, &Outcome)> {
+        self.ghost.returned[..upto]
+            .iter()
+            .filter_map(|&p| self.procs[p].outcome.as_ref().map(|o| (p, o)))
+            .collect()
+    }
+
+    /// True when every process has returned.
+    pub fn finished(&self) -> bool {
+        self.procs.iter().all(|p| p.outcome.is_some())
+    }
+}
+
+/// Latch files named by `disengaged` records in appended WAL bytes.
+pub fn disengaged_names(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
+        .filter(|v| v.get("kind").and_then(|k| k.as_str()) == Some("disengaged"))
+        .flat_map(|v| {
+            v.get("latches")
+                .and_then(|l| l.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|n| n.as_str().map(String::from))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}

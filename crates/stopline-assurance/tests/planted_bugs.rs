@@ -1,0 +1,63 @@
+//! The checker can fail: each bug planted in the store's recovery is found, with a trace.
+
+use stopline_assurance::model_check::run;
+use stopline_assurance::protocol::{Options, Property};
+use stopline_store::planted::PlantedBug;
+
+fn check(bug: PlantedBug, only: &str) -> stopline_assurance::model_check::Report {
+    let options = Options {
+        planted: bug,
+        only: Some(only.into()),
+        ..Options::default()
+    };
+    run(&options)
+}
+
+fn found(bug: PlantedBug, only: &str, property: Property) {
+    let report = check(bug, only);
+    let scenario = &report.protocol[0];
+    let example = scenario.violations.get(&property).unwrap_or_else(|| {
+        panic!(
+            "{bug:?} was not found as a violation of {property:?}:\n{}",
+            report.text()
+        )
+    });
+    assert!(!report.ok());
+    assert!(!example.trace.is_empty());
+    assert!(report.text().contains("[FAIL]"));
+    let json = report.json();
+    assert_eq!(json["ok"], false);
+    let listed = json["protocol"]["properties"].as_array().unwrap();
+    let entry = listed
+        .iter()
+        .find(|p| p["name"] == property.name())
+        .unwrap();
+    assert_eq!(entry["pass"], false);
+    assert!(entry["counterexample"]["trace"]
+        .as_array()
+        .is_some_and(|t| !t.is_empty()));
+}
+
+#[test]
+fn recovery_that_clears_by_scope_loses_a_racing_stop() {
+    found(
+        PlantedBug::ClearByScope,
+        "engage-vs-recover",
+        Property::StopWins,
+    );
+}
+
+#[test]
+fn recovery_that_skips_its_rescan_gives_a_false_all_clear() {
+    found(
+        PlantedBug::SkipRescan,
+        "engage-vs-recover",
+        Property::NoFalseAllClear,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_same_scenario_passes() {
+    let report = check(PlantedBug::None, "engage-vs-recover");
+    assert!(report.ok(), "{}", report.text());
+}

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the tests need and nothing else: system packages through apt, the Python
-# third-party clients in .venv, the Node MCP reference server in node_modules.
+# third-party clients in .venv, the Node MCP reference server and playwright-core (which drives
+# the system's chromium) in node_modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-APT_PACKAGES=(python3-venv)
+# protobuf-compiler: needed at build time (etcd-client runs protoc). etcd-server: the distributed
+# backend tests. chromium: the status-page browser test. curl, jq: the documented commands.
+APT_PACKAGES=(python3-venv protobuf-compiler etcd-server chromium curl jq)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,4 +1,8 @@
 //! `cargo xtask lint`: check the architecture invariants of ARCHITECTURE.md.
+//! `cargo xtask dist [--out DIR]`: generate shell completions and man pages from the CLI
+//! definition into `dist/` (see `dist.rs`).
+//! `cargo xtask release-gate`: build the release binary, qualify it by its own conformance
+//! battery, and write `target/release-manifest.json` (see `release_gate.rs`).
 
 fn main() {
     let task = std::env::args().nth(1).unwrap_or_default();
@@ -13,8 +17,42 @@ fn main() {
             }
             println!("architecture invariants hold");
         }
+        "dist" => {
+            let mut args = std::env::args().skip(2);
+            let out = match (args.next().as_deref(), args.next()) {
+                (None, _) => xtask::root()
+                    .canonicalize()
+                    .unwrap_or_else(|_| xtask::root())
+                    .join("dist"),
+                (Some("--out"), Some(dir)) => std::path::PathBuf::from(dir),
+                _ => {
+                    eprintln!("usage: cargo xtask dist [--out DIR]");
+                    std::process::exit(2);
+                }
+            };
+            match xtask::dist::generate(&out) {
+                Ok(files) => {
+                    for file in files {
+                        println!("{}", file.display());
+                    }
+                }
+                Err(error) => {
+                    eprintln!("dist: {error}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        "release-gate" => match xtask::release_gate::run(&xtask::root()) {
+            Ok(manifest) => println!("release-gate: qualified; manifest {}", manifest.display()),
+            Err(error) => {
+                eprintln!("{error}");
+                std::process::exit(1);
+            }
+        },
         _ => {
-            eprintln!("usage: cargo xtask lint");
+            eprintln!(
+                "usage: cargo xtask lint | cargo xtask dist [--out DIR] | cargo xtask release-gate"
+            );
             std::process::exit(2);
         }
     }

@@ -122,7 +122,14 @@ pub fn check_machine() -> FourModeReport {
     checks.push(check(
         "P1 Safe Degradation",
         !degraded.is_empty(),
-        format!("{degraded:?} allow critical tasks and hold or block non-critical tasks"),
+        format!(
+            "{} allow critical tasks and hold or block non-critical tasks",
+            degraded
+                .iter()
+                .map(|m| m.as_str())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
     ));
     let override_all = Mode::ALL
         .iter()

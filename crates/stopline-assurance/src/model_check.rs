@@ -79,7 +79,7 @@ impl Report {
                     "name": s.name, "title": s.title, "processes": s.processes,
                     "states": s.states, "transitions": s.transitions, "terminal_states": s.terminals,
                     "schedules": u64::try_from(s.schedules).unwrap_or(u64::MAX),
-                    "crash_points": s.crash_points, "restarts": s.restarts,
+                    "crash_points": s.crash_points, "crash_judgments": s.crash_judgments, "kills": s.kills, "restarts": s.restarts,
                     "closed_after_restart": s.closed_after_restart, "process_replays": s.replays,
                     "max_depth": s.max_depth, "violations": s.violation_count,
                     "broken": s.broken, "elapsed_ms": s.elapsed.as_millis() as u64,
@@ -141,13 +141,15 @@ impl Report {
         for s in &self.protocol {
             let _ = writeln!(
                 out,
-                "  {}: {} [{}]\n    {} states, {} schedules, {} crash points, {} restarts ({} left closed), {:.1}s",
+                "  {}: {} [{}]\n    {} states, {} schedules, {} crash points ({} judged), {} single-process kills, {} restarts ({} left closed), {:.1}s",
                 s.name,
                 s.title,
                 s.processes.join(" | "),
                 s.states,
                 s.schedules,
                 s.crash_points,
+                s.crash_judgments,
+                s.kills,
                 s.restarts,
                 s.closed_after_restart,
                 s.elapsed.as_secs_f64()

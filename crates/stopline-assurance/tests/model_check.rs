@@ -1,16 +1,32 @@
-//! The real check passes: the four-mode machine and every protocol scenario, no violation.
+//! The real check passes: the four-mode machine and every protocol scenario, no violation,
+//! and the report has the shape SPEC §4 fixes.
 
 use stopline_assurance::model_check::run;
 use stopline_assurance::protocol::Options;
 
 #[test]
 fn the_real_protocol_passes_every_property() {
-    let only = std::env::var("MC_ONLY").ok();
-    let report = run(&Options {
-        progress: true,
-        only,
-        ..Options::default()
-    });
-    println!("{}", report.text());
+    let report = run(&Options::default());
     assert!(report.ok(), "{}", report.text());
+    let json = report.json();
+    assert_eq!(json["ok"], true);
+    let four = &json["four_mode"];
+    let figures = ["pairs", "accepted", "rejected", "reachable", "max_depth"];
+    let got: Vec<u64> = figures.iter().map(|f| four[f].as_u64().unwrap()).collect();
+    assert_eq!(got, [20, 13, 7, 4, 1]);
+    assert!(four["properties"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["pass"] == true));
+    let protocol = &json["protocol"];
+    assert!(protocol["states"].as_u64().unwrap() > 10_000);
+    let properties = protocol["properties"].as_array().unwrap();
+    assert_eq!(properties.len(), 6);
+    assert!(properties
+        .iter()
+        .all(|p| p["pass"] == true && p["checks"].as_u64() > Some(0)));
+    let text = report.text();
+    assert!(text.contains("RESULT: ALL PROPERTIES VERIFIED"), "{text}");
+    assert!(!text.contains("[FAIL]"), "{text}");
 }

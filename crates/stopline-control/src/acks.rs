@@ -63,10 +63,49 @@ pub struct AckOutcome {
     pub unacknowledged: Vec<String>,
     /// Registrations that could not be read, and similar notes.
     pub warnings: Vec<String>,
+    /// Microseconds from the start of the collection to the last acknowledgement received
+    /// (`None` when no gateway acknowledged).
+    pub last_ack_us: Option<u64>,
 }
 
-/// Every registration in `servers/` that is live, and notes about those that could not be read.
+/// Every live gateway registration, and notes about those that could not be read: the ones a
+/// distributed plane keeps (on every host), else those in the local `servers/`.
 pub fn live_servers(ctx: &Context) -> (Vec<ServerRecord>, Vec<String>) {
+    match ctx.plane.gateways() {
+        Some(registered) => plane_servers(registered),
+        None => local_servers(ctx),
+    }
+}
+
+/// Gateways registered with a distributed plane. Their lease is their liveness (their pids
+/// belong to other hosts), and what they acknowledged is what the plane holds for them.
+fn plane_servers(
+    registered: Result<Vec<stopline_store::PlaneGateway>, stopline_store::StoreError>,
+) -> (Vec<ServerRecord>, Vec<String>) {
+    let gateways = match registered {
+        Ok(gateways) => gateways,
+        Err(e) => {
+            return (
+                Vec::new(),
+                vec![format!("gateway registrations cannot be read: {e}")],
+            )
+        }
+    };
+    let (mut live, mut notes) = (Vec::new(), Vec::new());
+    for gateway in gateways {
+        match serde_json::from_value::<ServerRecord>(gateway.record) {
+            Ok(mut record) => {
+                record.acknowledged = gateway.acknowledged;
+                live.push(record);
+            }
+            Err(e) => notes.push(format!("a gateway registration is unreadable: {e}")),
+        }
+    }
+    (live, notes)
+}
+
+/// Every registration in the local `servers/` that is live.
+fn local_servers(ctx: &Context) -> (Vec<ServerRecord>, Vec<String>) {
     let dir = ctx.store.layout().servers();
     let names = match ctx.store.fs().read_dir(&dir) {
         Ok(names) => names,
@@ -100,17 +139,32 @@ fn is_live(record: &ServerRecord, now_ms: i64) -> bool {
         && stopline_store::ops::process_start_time(record.pid) == Some(record.start_time)
 }
 
-/// Ask every live gateway to acknowledge `latch_file`, waiting at most `timeout` in all.
+/// Ask every live gateway to acknowledge `latch_file`, waiting at most `timeout` in all: through
+/// a distributed plane when it can (gateways on every host), else over the loopback sockets of
+/// the gateways registered in the local `servers/` (a stop that could only be written locally).
 pub fn collect(ctx: &Context, latch_file: &str, timeout: Duration) -> AckOutcome {
-    let (servers, warnings) = live_servers(ctx);
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    if let Some(acks) = ctx.plane.collect_acks(latch_file, timeout) {
+        let mut outcome = AckOutcome {
+            warnings: acks.warnings,
+            ..AckOutcome::default()
+        };
+        if !acks.acknowledged_by.is_empty() {
+            outcome.last_ack_us = Some(started.elapsed().as_micros() as u64);
+        }
+        outcome.acknowledged_by = acks.acknowledged_by;
+        outcome.unacknowledged = acks.unacknowledged;
+        return outcome;
+    }
+    let (servers, warnings) = local_servers(ctx);
+    let deadline = started + timeout;
     let askers: Vec<_> = servers
         .into_iter()
         .map(|server| {
             let latch = latch_file.to_string();
             std::thread::spawn(move || {
                 let acked = ask(&server, &latch, deadline).unwrap_or(false);
-                (server.id, acked)
+                (server.id, acked, started.elapsed())
             })
         })
         .collect();
@@ -120,8 +174,12 @@ pub fn collect(ctx: &Context, latch_file: &str, timeout: Duration) -> AckOutcome
     };
     for asker in askers {
         match asker.join() {
-            Ok((id, true)) => outcome.acknowledged_by.push(id),
-            Ok((id, false)) => outcome.unacknowledged.push(id),
+            Ok((id, true, after)) => {
+                outcome.acknowledged_by.push(id);
+                let after = after.as_micros() as u64;
+                outcome.last_ack_us = Some(outcome.last_ack_us.map_or(after, |l| l.max(after)));
+            }
+            Ok((id, false, _)) => outcome.unacknowledged.push(id),
             Err(_) => outcome
                 .warnings
                 .push("an acknowledgement thread panicked".into()),

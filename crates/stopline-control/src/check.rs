@@ -56,7 +56,7 @@ fn decide(ctx: &Context, request: &CheckRequest) -> Result<CheckReceipt, Refusal
         .transpose()?
         .into_iter()
         .collect();
-    let mut view = ctx.store.load_view();
+    let mut view = ctx.plane.load_view();
     let now_ms = ctx.store.now_ms();
     let Some(token) = &request.token else {
         let claimed = request.agent.as_deref().map(Name::parse).transpose()?;
@@ -92,7 +92,7 @@ fn decide(ctx: &Context, request: &CheckRequest) -> Result<CheckReceipt, Refusal
     };
     if claims.epoch > view.epoch.seq {
         // A token minted a moment ago is not refused as future: re-read before judging.
-        view = ctx.store.load_view();
+        view = ctx.plane.load_view();
     }
     Ok(view.decide(
         &subject,

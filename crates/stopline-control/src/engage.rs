@@ -44,6 +44,7 @@ pub fn engage(
     level: Option<&str>,
     reason: &str,
 ) -> Result<Value, Refusal> {
+    let started = std::time::Instant::now();
     let scope = parse_scope(scope)?;
     let level = level
         .map(Level::parse)
@@ -88,11 +89,12 @@ pub fn engage(
             tier: tier.into(),
         },
     };
-    let outcome = ctx.store.engage(&request).map_err(|e| e.to_refusal())?;
+    let outcome = ctx.plane.engage(&request).map_err(|e| e.to_refusal())?;
     let mut latch = serde_json::to_value(&outcome.latch).unwrap_or_default();
     latch["file"] = outcome.latch.file_name().into();
     // Only after the latch is durable: bounded wait for every live gateway's acknowledgement.
     let timeout = std::time::Duration::from_millis(ctx.config.ack_timeout_ms);
+    let collecting = started.elapsed();
     let acks = crate::acks::collect(ctx, &outcome.latch.file_name(), timeout);
     let mut warnings = outcome.warnings;
     warnings.extend(acks.warnings);
@@ -112,6 +114,10 @@ pub fn engage(
         "unacknowledged": acks.unacknowledged,
         "warnings": warnings,
         "time_to_contained_us": outcome.time_to_contained.as_micros() as u64,
+        // From the start of this call to the last gateway acknowledgement, and the part of it
+        // spent collecting acknowledgements (null when no gateway acknowledged).
+        "last_ack_us": acks.last_ack_us.map(|us| collecting.as_micros() as u64 + us),
+        "ack_collect_us": acks.last_ack_us,
     }))
 }
 
@@ -131,7 +137,7 @@ pub fn disengage(
     let scope = parse_scope(scope)?;
     stopline_core::refusal::require_reason(reason)?;
     let not_permitted = |why: String| Refusal::new(RefusalCode::DisengageNotPermitted, why);
-    let view = ctx.store.load_view();
+    let view = ctx.plane.load_view();
     let mut admitted_as: Option<String> = None;
     if let Some(token) = presented {
         let claims = verify_token(ctx, token)?;
@@ -169,7 +175,7 @@ pub fn disengage(
     }
     let by = admitted_as.unwrap_or_default();
     let receipt = ctx
-        .store
+        .plane
         .disengage(&scope, reason, &by)
         .map_err(|e| e.to_refusal())?;
     Ok(serde_json::to_value(receipt).unwrap_or_default())

@@ -16,6 +16,7 @@ pub mod config;
 pub mod console;
 pub mod context;
 pub mod engage;
+pub mod evidence;
 pub mod owner;
 pub mod run;
 pub mod status;

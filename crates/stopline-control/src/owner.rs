@@ -42,7 +42,7 @@ pub fn recover_plan(
 ) -> Result<Value, Refusal> {
     let census = ctx.store.census();
     let receipt = ctx
-        .store
+        .plane
         .recover_plan(scope, reason, console.by(), &census)
         .map_err(|e| e.to_refusal())?;
     Ok(serde_json::to_value(receipt).unwrap_or_default())
@@ -51,7 +51,7 @@ pub fn recover_plan(
 /// `recover apply`.
 pub fn recover_apply(ctx: &Context, console: &OwnerConsole, plan: &str) -> Result<Value, Refusal> {
     let receipt = ctx
-        .store
+        .plane
         .recover_apply(plan, console.by())
         .map_err(|e| e.to_refusal())?;
     Ok(serde_json::to_value(receipt).unwrap_or_default())
@@ -64,7 +64,7 @@ pub fn repair(ctx: &Context, console: &OwnerConsole, reason: &str) -> Result<Val
         .highest_issued_epoch()
         .map_err(|e| e.to_refusal())?;
     let receipt = ctx
-        .store
+        .plane
         .repair(reason, console.by(), issued)
         .map_err(|e| e.to_refusal())?;
     Ok(serde_json::to_value(receipt).unwrap_or_default())
@@ -78,7 +78,7 @@ pub fn drain(
     reason: &str,
 ) -> Result<Value, Refusal> {
     let record = ctx
-        .store
+        .plane
         .drain(deadline_s, reason, console.by())
         .map_err(|e| e.to_refusal())?;
     Ok(serde_json::json!({"draining": true, "state": record}))

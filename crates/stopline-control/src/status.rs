@@ -57,7 +57,7 @@ fn worker_subject(worker: &Value) -> Subject {
 
 /// Build the status receipt.
 pub fn status(ctx: &Context) -> Value {
-    let view: ControlView = ctx.store.load_view();
+    let view: ControlView = ctx.plane.load_view();
     let census = ctx.store.census();
     let (mut workers, worker_census_ok) = registered_workers(ctx);
     let mut covered_quiescent = true;

@@ -29,7 +29,7 @@ pub struct IssueArgs {
 }
 
 fn current_epoch(ctx: &Context) -> Result<u64, Refusal> {
-    let view = ctx.store.load_view();
+    let view = ctx.plane.load_view();
     match view.faults.into_iter().next() {
         Some(fault) => Err(fault),
         None => Ok(view.epoch.seq),
@@ -53,7 +53,7 @@ pub fn issue(ctx: &Context, args: &IssueArgs) -> Result<Minted, Refusal> {
     request.run = run;
     request.ttl_s = args.ttl_s;
     request.budgets = args.budgets.clone();
-    let minted = request.mint(&ctx.signing_key()?)?;
+    let minted = request.mint(&ctx.issuing_key()?)?;
     ctx.store
         .note_issued_epoch(epoch)
         .map_err(|e| e.to_refusal())?;
@@ -69,7 +69,7 @@ pub fn delegate(
     budgets: &Budgets,
 ) -> Result<Minted, Refusal> {
     let claims = crate::engage::verify_token(ctx, parent)?;
-    let view = ctx.store.load_view();
+    let view = ctx.plane.load_view();
     if let Some(fault) = view.faults.into_iter().next() {
         return Err(fault);
     }
@@ -77,7 +77,7 @@ pub fn delegate(
         return Err(refusal);
     }
     stopline_token::delegate(
-        &ctx.signing_key()?,
+        &ctx.issuing_key()?,
         &claims,
         Name::parse(child)?,
         ttl_s,
@@ -111,9 +111,9 @@ pub fn verify(ctx: &Context, token: &str) -> Value {
         Ok(key) => match stopline_token::verify(&key, token.trim(), ctx.now_s()) {
             Err(error) => Some(error.verify_code().to_string()),
             Ok(claims) => {
-                let mut view = ctx.store.load_view();
+                let mut view = ctx.plane.load_view();
                 if claims.epoch > view.epoch.seq {
-                    view = ctx.store.load_view();
+                    view = ctx.plane.load_view();
                 }
                 match view.faults.first() {
                     Some(fault) => Some(fault.code.to_string()),

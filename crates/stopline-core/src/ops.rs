@@ -102,6 +102,9 @@ pub struct Operation {
     pub prepared_ms: i64,
     /// Whether it was handed upstream.
     pub dispatched: bool,
+    /// Unix ms it was handed upstream (its final admission), if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispatched_ms: Option<i64>,
     /// Whether its writer marked it in doubt.
     pub in_doubt: bool,
     /// Its outcome, if any.
@@ -140,6 +143,7 @@ pub fn fold<'a>(lines: impl IntoIterator<Item = (&'a str, OpLine)>) -> BTreeMap<
                     request_id: line.request_id.clone(),
                     prepared_ms: line.ts_ms,
                     dispatched: false,
+                    dispatched_ms: None,
                     in_doubt: false,
                     outcome: None,
                     writer: writer.to_string(),
@@ -151,7 +155,10 @@ pub fn fold<'a>(lines: impl IntoIterator<Item = (&'a str, OpLine)>) -> BTreeMap<
     for line in late {
         if let Some(op) = ops.get_mut(&line.op) {
             match line.phase {
-                Phase::Dispatched => op.dispatched = true,
+                Phase::Dispatched => {
+                    op.dispatched = true;
+                    op.dispatched_ms = Some(line.ts_ms);
+                }
                 Phase::InDoubt => op.in_doubt = true,
                 Phase::Outcome => op.outcome = line.outcome.clone().or(Some("unknown".into())),
                 Phase::Prepared => {}

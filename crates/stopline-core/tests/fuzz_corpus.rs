@@ -1,5 +1,6 @@
-//! Replays the fuzz seed corpora of the latch reader and the WAL verifier on stable, with the
-//! same assertions as the fuzz targets, so CI exercises them without libFuzzer.
+//! Replays the fuzz seed corpora of the latch reader, the WAL verifier and the policy-card
+//! validator on stable, with the same assertions as the fuzz targets, so CI exercises them
+//! without libFuzzer.
 
 use std::path::PathBuf;
 use stopline_core::{ActiveLatch, Level, Scope};
@@ -50,6 +51,51 @@ fn wal_corpus_never_panics_and_prefixes_verify() {
                 .rposition(|&b| b == b'\n')
             {
                 assert!(stopline_core::wal::verify(&bytes[..=end]).is_ok());
+            }
+        }
+    }
+}
+
+#[test]
+fn policy_card_corpus_refuses_or_accepts_a_usable_card() {
+    use stopline_core::policy::{validate, HANDLE_LEVELS, STOP_CONDITION_KINDS};
+    use stopline_core::{Name, RefusalCode};
+    for (name, bytes) in corpus("policy_card") {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            continue;
+        };
+        match validate(&value) {
+            Err(refusal) => {
+                assert_eq!(refusal.code, RefusalCode::PolicyCardIncomplete, "{name}");
+                assert!(!name.starts_with("valid-"), "{name}: {}", refusal.message);
+            }
+            Ok(card) => {
+                assert!(!name.starts_with("incomplete-"), "{name} was accepted");
+                assert!(Name::parse(&card.run_id).is_ok(), "{name}");
+                assert!(!card.stop_conditions.is_empty(), "{name}");
+                assert!(
+                    card.stop_conditions.iter().all(|c| c["kind"]
+                        .as_str()
+                        .is_some_and(|k| STOP_CONDITION_KINDS.contains(&k))),
+                    "{name}"
+                );
+                assert!(
+                    card.budgets
+                        .values()
+                        .flat_map(|b| b.values())
+                        .all(|l| l.is_finite() && *l >= 0.0),
+                    "{name}"
+                );
+                assert!(
+                    card.stop_handle
+                        .levels
+                        .iter()
+                        .all(|l| HANDLE_LEVELS.contains(&l.as_str())),
+                    "{name}"
+                );
+                assert!(card.time_to_stop_target_ms > 0, "{name}");
+                let again = serde_json::to_value(&card).unwrap();
+                assert_eq!(validate(&again).ok(), Some(card), "{name}: not stable");
             }
         }
     }

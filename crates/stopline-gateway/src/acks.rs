@@ -6,6 +6,10 @@
 //! call admitted under an older view is still waiting to be handed upstream, records the
 //! acknowledgement in the registration, and answers `{"ack":true,…}` — or `{"ack":false,"why"}`
 //! when it could not within the deadline. It never acknowledges what its view does not hold.
+//!
+//! With a distributed view source, engaging hosts cannot reach this socket; they watch the
+//! backend for acknowledgements instead, so [`spawn_push`] acknowledges every view change by
+//! itself, under the same rule (the view holds the latch, nothing older is still dispatching).
 
 use crate::inflight::DispatchTracker;
 use crate::registry::Registry;
@@ -92,5 +96,42 @@ impl AckServer {
             tracing::warn!(%error, "cannot record the acknowledgement in servers/");
         }
         json!({"ack": true, "server": id, "generation": snapshot.generation})
+    }
+}
+
+/// Acknowledge every view change by itself (distributed sources): on each new generation, wait
+/// (bounded) until no call admitted under an older view is still being handed upstream, then
+/// record the latches the view holds, which the source carries to its backend.
+pub fn spawn_push(
+    view: Arc<ViewHolder>,
+    tracker: Arc<DispatchTracker>,
+    registry: Arc<Registry>,
+    stop: Arc<AtomicBool>,
+) {
+    let spawned = std::thread::Builder::new()
+        .name("stopline-ack-push".into())
+        .spawn(move || {
+            let mut changes = view.subscribe();
+            let mut acknowledged: Option<u64> = None;
+            while !stop.load(Ordering::SeqCst) {
+                let snapshot = view.load();
+                if acknowledged != Some(snapshot.generation)
+                    && tracker.wait_older_than(snapshot.generation, Instant::now() + MAX_WAIT)
+                {
+                    let held: Vec<String> = snapshot.latch_files.iter().cloned().collect();
+                    if let Err(error) = registry.acknowledge(held) {
+                        tracing::warn!(%error, "cannot record the acknowledgement");
+                    }
+                    acknowledged = Some(snapshot.generation);
+                }
+                if acknowledged == Some(view.load().generation)
+                    && futures::executor::block_on(changes.changed()).is_err()
+                {
+                    break;
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start the acknowledgement push thread");
     }
 }

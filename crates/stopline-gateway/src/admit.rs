@@ -282,12 +282,40 @@ impl Admission {
         let journal = self.gov.inner.journal.clone();
         let agent = self.caller.agent().to_string();
         let request_id = self.plan.request_id.clone();
-        let prepared = tokio::task::spawn_blocking(move || {
+        let mut writing = tokio::task::spawn_blocking(move || {
             journal.prepare(&target, Some(&agent), request_id.as_deref())
-        })
-        .await
-        .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?
-        .map_err(|e| e.to_refusal());
+        });
+        // The fsync may queue behind many others. A stop that lands meanwhile refuses the call
+        // at once rather than after the queue drains; the prepared line, when it lands, is
+        // closed as refused (the call is never dispatched).
+        let mut changes = self.gov.inner.view.subscribe();
+        let joined = loop {
+            tokio::select! {
+                biased;
+                joined = &mut writing => break joined,
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        break (&mut writing).await;
+                    }
+                    if let Some(refusal) = self.blocked_now() {
+                        let journal = self.gov.inner.journal.clone();
+                        tokio::spawn(async move {
+                            if let Ok(Ok(op)) = writing.await {
+                                let _ = tokio::task::spawn_blocking(move || {
+                                    journal.outcome(&op, "refused")
+                                })
+                                .await;
+                            }
+                        });
+                        self.refuse(&refusal);
+                        return Err(self.gov.refused(refusal));
+                    }
+                }
+            }
+        };
+        let prepared = joined
+            .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?
+            .map_err(|e| e.to_refusal());
         match prepared {
             Ok(op) => {
                 self.op = Some(op);
@@ -299,6 +327,23 @@ impl Admission {
                 Err(self.gov.refused(refusal))
             }
         }
+    }
+
+    /// The refusal the current view gives this call, if it now blocks it.
+    fn blocked_now(&self) -> Option<Refusal> {
+        let snapshot = self.gov.snapshot();
+        let receipt = self.gov.judge(
+            &snapshot,
+            &self.caller,
+            self.plan.class,
+            self.plan.target.as_deref(),
+        );
+        (receipt.decision == Decision::Block).then(|| {
+            Refusal::new(
+                receipt.code.unwrap_or(RefusalCode::BreakGlassContained),
+                format!("refused while being prepared: {}", receipt.message),
+            )
+        })
     }
 
     async fn reserve(&mut self) -> Result<(), Refusal> {

@@ -1,4 +1,5 @@
-//! The JSON routes of the gateway (SPEC §5 table) and the router that mounts them all.
+//! The JSON routes of the gateway (SPEC §5 table) and the router that mounts them all (the status
+//! page and its two data routes, `/v1/budgets` and `/v1/drills`, live in `page.rs`).
 //!
 //! Every route but `/healthz`, `/metrics` and `/` needs a bearer token. Engage accepts any
 //! validly signed, unexpired token even when a stop made it stale; recover and drain are refused
@@ -28,6 +29,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/v1/status", get(status_route))
+        .route("/v1/budgets", get(crate::page::budgets_route))
+        .route("/v1/drills", get(crate::page::drills_route))
         .route("/v1/engage", post(engage_route))
         .route("/v1/disengage", post(disengage_route))
         .route("/v1/recover", post(owner_only))
@@ -57,7 +60,7 @@ pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result
     })
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
 ) -> Result<T, GatewayError> {
     tokio::task::spawn_blocking(work)
@@ -103,6 +106,17 @@ async fn status_route(
     let ctx = state.gov.context().clone();
     let mut receipt = blocking(move || Ok(status::status(&ctx))).await?;
     let snapshot = state.gov.snapshot();
+    if let Some(lapsed) = state.gov.inner.view.source().permit_lapsed() {
+        // No word from the distributed backend: this gateway cannot vouch for stops engaged
+        // elsewhere since, so it reports itself uncovered.
+        if let Some(list) = receipt["uncovered_servers"].as_array_mut() {
+            list.push(json!({
+                "id": state.gov.server_id(),
+                "permit_lapsed": true,
+                "why": lapsed.message,
+            }));
+        }
+    }
     receipt["gateway"] = json!({
         "id": state.gov.server_id(),
         "view_generation": snapshot.generation,
@@ -274,7 +288,7 @@ async fn delegate_route(
     gov.inner.ledger.register(caller.claims());
     let child = Name::parse(&request.agent)?;
     let minted = stopline_token::delegate(
-        gov.signing_key(),
+        gov.signing_key()?,
         caller.claims(),
         child,
         request.ttl,

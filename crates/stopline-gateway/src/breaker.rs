@@ -56,7 +56,25 @@ pub struct TripOrder {
 struct AgentCounters {
     unauthorized: u32,
     refused_egress: u32,
+    last_anomaly: Option<f64>,
     tripped: Option<String>,
+}
+
+/// One agent's breaker as the status page shows it (`GET /v1/budgets`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AgentBreakerSummary {
+    /// The agent.
+    pub agent: String,
+    /// Unauthorized calls counted since the breaker was last reset.
+    pub unauthorized_calls: u32,
+    /// Refused egress attempts counted since the breaker was last reset.
+    pub refused_egress: u32,
+    /// The last anomaly score a monitor reported.
+    pub last_anomaly_score: Option<f64>,
+    /// Whether the breaker is tripped.
+    pub tripped: bool,
+    /// The latch file the trip engaged (absent while the trip is still being engaged).
+    pub latch: Option<String>,
 }
 
 /// Per-agent counters.
@@ -78,6 +96,9 @@ impl AgentBreakers {
     ) -> Option<TripOrder> {
         let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
         let counters = agents.entry(agent.to_string()).or_default();
+        if kind == BreakerKind::AnomalyScore {
+            counters.last_anomaly = Some(value);
+        }
         if counters.tripped.is_some() {
             return None;
         }
@@ -131,6 +152,24 @@ impl AgentBreakers {
         None
     }
 
+    /// Every agent this gateway counted anything for, sorted by name.
+    pub fn summaries(&self) -> Vec<AgentBreakerSummary> {
+        let agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rows: Vec<AgentBreakerSummary> = agents
+            .iter()
+            .map(|(agent, c)| AgentBreakerSummary {
+                agent: agent.clone(),
+                unauthorized_calls: c.unauthorized,
+                refused_egress: c.refused_egress,
+                last_anomaly_score: c.last_anomaly,
+                tripped: c.tripped.is_some(),
+                latch: c.tripped.clone().filter(|l| !l.is_empty()),
+            })
+            .collect();
+        rows.sort_by(|a, b| a.agent.cmp(&b.agent));
+        rows
+    }
+
     /// Agents whose breaker is tripped.
     pub fn tripped_agents(&self) -> Vec<String> {
         let agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
@@ -156,6 +195,16 @@ pub enum AdapterState {
 }
 
 impl AdapterState {
+    /// The state's name (`closed`, `half-open`, `open`, `forced-open`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdapterState::Closed => "closed",
+            AdapterState::HalfOpen => "half-open",
+            AdapterState::Open => "open",
+            AdapterState::ForcedOpen => "forced-open",
+        }
+    }
+
     /// Gauge value for metrics: 0 closed, 1 half-open, 2 open, 3 forced open.
     pub fn gauge(self) -> i64 {
         match self {
@@ -278,6 +327,9 @@ mod tests {
         assert_eq!((order.observed, order.threshold), (2.0, 2.0));
         assert!(breakers.note(&config, "w", kind, "t", 0.0).is_none());
         breakers.tripped("w", "latch_1.json");
+        let summary = &breakers.summaries()[0];
+        assert_eq!((summary.unauthorized_calls, summary.tripped), (2, true));
+        assert_eq!(summary.latch.as_deref(), Some("latch_1.json"));
         assert!(breakers.check("w", |_| true).is_some());
         assert!(breakers.check("w", |_| false).is_none());
         assert!(breakers.check("w", |_| true).is_none());

@@ -24,6 +24,40 @@ struct Account {
     reserved: BTreeMap<BudgetKind, f64>,
     parent: Option<String>,
     iat: i64,
+    /// The token's delegation chain (its acting agent last), for the status page.
+    chain: Vec<String>,
+}
+
+/// One account as the status page shows it (`GET /v1/budgets`): whose it is, and for every
+/// limited kind its limit, what was used and what is reserved by calls still in flight.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AccountSummary {
+    /// The acting agent of the token (last link of its chain); empty when not yet seen.
+    pub agent: String,
+    /// The delegation chain, root first.
+    pub chain: Vec<String>,
+    /// The first 12 characters of the token's `jti` (enough to tell tokens apart; never the
+    /// token itself).
+    pub token: String,
+    /// The parent token's `jti` prefix, for delegated tokens.
+    pub parent: Option<String>,
+    /// Limited kinds: `{kind: {"limit", "used", "reserved"}}`.
+    pub budgets: BTreeMap<String, KindUse>,
+}
+
+/// Use of one budget kind.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct KindUse {
+    /// The limit signed into the token.
+    pub limit: f64,
+    /// Settled use (for `wall_clock_s`, seconds since the token was issued).
+    pub used: f64,
+    /// Reserved by calls not yet settled.
+    pub reserved: f64,
+}
+
+fn short_jti(jti: &str) -> String {
+    jti.chars().take(12).collect()
 }
 
 /// Why a reservation was not granted.
@@ -70,6 +104,11 @@ impl Ledger {
             account.known_limits = true;
             account.parent = claims.parent.clone();
             account.iat = claims.iat;
+            account.chain = claims
+                .chain
+                .iter()
+                .map(|n| n.as_str().to_string())
+                .collect();
         }
         if let Some(parent) = &claims.parent {
             accounts.entry(parent.clone()).or_default();
@@ -200,6 +239,44 @@ impl Ledger {
         rows
     }
 
+    /// Every account with limits, for the status page, sorted by agent then token. Spending is
+    /// what *this* gateway has seen since it started (the ledger is in memory).
+    pub fn summaries(&self, now_s: i64) -> Vec<AccountSummary> {
+        let accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rows: Vec<AccountSummary> = accounts
+            .iter()
+            .filter(|(_, account)| account.known_limits && !account.limits.is_empty())
+            .map(|(jti, account)| AccountSummary {
+                agent: account.chain.last().cloned().unwrap_or_default(),
+                chain: account.chain.clone(),
+                token: short_jti(jti),
+                parent: account.parent.as_deref().map(short_jti),
+                budgets: account
+                    .limits
+                    .iter()
+                    .map(|(&kind, &limit)| {
+                        let used = if kind == BudgetKind::WallClockS {
+                            (now_s - account.iat).max(0) as f64
+                        } else {
+                            account.used.get(&kind).copied().unwrap_or(0.0)
+                        };
+                        let reserved = account.reserved.get(&kind).copied().unwrap_or(0.0);
+                        (
+                            kind.as_str().to_string(),
+                            KindUse {
+                                limit,
+                                used,
+                                reserved,
+                            },
+                        )
+                    })
+                    .collect(),
+            })
+            .collect();
+        rows.sort_by(|a, b| (&a.agent, &a.token).cmp(&(&b.agent, &b.token)));
+        rows
+    }
+
     fn finish(&self, chain: &[String], amounts: &Budgets, actual: Option<&Budgets>) {
         let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
         for jti in chain {
@@ -296,5 +373,21 @@ mod tests {
             ledger.remaining(&parent.jti, BudgetKind::ToolCalls),
             Some(0.0)
         );
+    }
+
+    #[test]
+    fn summaries_show_use_and_reservations_per_token_without_the_token() {
+        let ledger = Arc::new(Ledger::default());
+        let parent = claims('a', None, 3.0);
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        ledger.try_reserve(&parent, &one, 0).unwrap().settle(&one);
+        let held = ledger.try_reserve(&parent, &one, 0).unwrap();
+        let rows = ledger.summaries(5);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].agent, "a");
+        assert_eq!(rows[0].token, "a".repeat(12));
+        let use_ = rows[0].budgets["tool_calls"];
+        assert_eq!((use_.limit, use_.used, use_.reserved), (3.0, 1.0, 1.0));
+        drop(held);
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! The mapping is part of the contract (SPEC §5): 401 for a token that is absent, malformed,
 //! forged or expired; 403 for a call a latch blocks or a token a stop made stale; 503 with
-//! `Retry-After` for a queue timeout (and an open upstream breaker or a view that cannot be
-//! refreshed); 429 for a budget. This module must never turn a refusal into a success status.
+//! `Retry-After` for a queue timeout (and an open upstream breaker, a view that cannot be
+//! refreshed, or a lapsed distributed permit); 429 for a budget. This module must never turn a
+//! refusal into a success status.
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,9 +16,10 @@ pub fn refusal_status(refusal: &Refusal) -> StatusCode {
     match refusal.code {
         RefusalCode::TokenInvalid | RefusalCode::TokenExpired => StatusCode::UNAUTHORIZED,
         RefusalCode::BudgetExhausted => StatusCode::TOO_MANY_REQUESTS,
-        RefusalCode::QueuedTimeout | RefusalCode::ControlIo | RefusalCode::GatewayUnreachable => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        RefusalCode::QueuedTimeout
+        | RefusalCode::ControlIo
+        | RefusalCode::GatewayUnreachable
+        | RefusalCode::DistributedUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         RefusalCode::BreakerOpen if refusal.message.starts_with(ADAPTER_PREFIX) => {
             StatusCode::SERVICE_UNAVAILABLE
         }

@@ -35,7 +35,9 @@ pub(crate) struct Inner {
     pub(crate) ctx: Context,
     pub(crate) config: GatewayConfig,
     pub(crate) auth: Authenticator,
-    pub(crate) signing: SigningKey,
+    /// This host's signing key, when it is the key every host verifies with (`None` on a host
+    /// of a distributed plane whose published key is another host's: it cannot delegate).
+    pub(crate) signing: Option<SigningKey>,
     pub(crate) view: Arc<ViewHolder>,
     pub(crate) tracker: Arc<DispatchTracker>,
     pub(crate) ledger: Arc<Ledger>,
@@ -55,6 +57,8 @@ impl Governor {
         server_id: String,
     ) -> Result<Governor, Refusal> {
         let signing = ctx.signing_key()?;
+        let verifying = ctx.verifying_key()?;
+        let issuer = signing.verifying_key() == verifying;
         let journal = ctx
             .store
             .ops_journal("gateway")
@@ -66,8 +70,8 @@ impl Governor {
             .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
         Ok(Governor {
             inner: Arc::new(Inner {
-                auth: Authenticator::new(signing.verifying_key()),
-                signing,
+                auth: Authenticator::new(verifying),
+                signing: issuer.then_some(signing),
                 ctx,
                 config,
                 view,
@@ -131,8 +135,15 @@ impl Governor {
         self.inner.ctx.store.now_ms()
     }
 
-    pub(crate) fn signing_key(&self) -> &SigningKey {
-        &self.inner.signing
+    /// The key delegated tokens are signed with; refused on a host that does not hold the
+    /// control plane's published key (no other host would accept what it signed).
+    pub(crate) fn signing_key(&self) -> Result<&SigningKey, Refusal> {
+        self.inner.signing.as_ref().ok_or_else(|| {
+            Refusal::new(
+                RefusalCode::TokenInvalid,
+                "this gateway's host does not hold the control plane's signing key; delegate at the issuing host's gateway",
+            )
+        })
     }
 
     /// The class a call is admitted as: critical only for a token of role `critical` doing
@@ -158,6 +169,17 @@ impl Governor {
         let now = self.now_ms();
         if let Some(refusal) = self.inner.view.staleness(snapshot, now) {
             return CheckReceipt::block(Mode::Emergency, refusal.code, refusal.message, Vec::new());
+        }
+        if class == TaskClass::Noncritical {
+            // A distributed source that has not heard from its backend within its permit.
+            if let Some(refusal) = self.inner.view.source().permit_lapsed() {
+                return CheckReceipt::block(
+                    Mode::HaltAll,
+                    refusal.code,
+                    refusal.message,
+                    Vec::new(),
+                );
+            }
         }
         let authority = Authority {
             issue_epoch: caller.claims().epoch,

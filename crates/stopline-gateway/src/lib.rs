@@ -1,9 +1,10 @@
 //! The enforcement point agents must pass (`stopline serve`, SPEC §5).
 //!
 //! An HTTP API on tokio/axum decides every call from an in-memory view of latches and epochs
-//! ([`view`]), refreshed by inotify and a periodic full reload, closed when it cannot be
-//! refreshed. The [`Governor`] is the one admission path: authentication, class, view decision,
-//! queueing, budgets, breakers, the prepared operation, the re-check at dispatch. The gateway
+//! ([`view`]), refreshed by inotify and a periodic full reload (or, with a distributed backend,
+//! by that backend's watch: [`source`]), closed when it cannot be refreshed. The [`Governor`]
+//! is the one admission path: authentication, class, view decision, queueing, budgets,
+//! breakers, the prepared operation, the re-check at dispatch. The gateway
 //! registers itself in `servers/` and acknowledges every new latch on its own thread ([`acks`]).
 //! It never reaches the recovery path: recover and drain are refused here unconditionally.
 #![deny(missing_docs)]
@@ -24,6 +25,7 @@ pub mod model;
 mod page;
 pub mod registry;
 pub mod server;
+pub mod source;
 mod trip;
 pub mod usage;
 pub mod view;
@@ -34,4 +36,8 @@ pub use caller::{bearer_token, Caller};
 pub use config::{GatewayConfig, McpServerConfig};
 pub use error::{refusal_status, retry_after_s, GatewayError};
 pub use governor::Governor;
-pub use server::{serve, start, MountFn, RunningGateway, ServeError, ServeOptions};
+pub use server::{
+    serve, serve_with, start, start_with, Distributed, MountFn, RunningGateway, ServeError,
+    ServeOptions,
+};
+pub use source::{LocalSource, ViewSource};

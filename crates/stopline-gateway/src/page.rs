@@ -1,35 +1,197 @@
-//! The status page shell at `/`: static HTML whose data comes from `/v1/status` with a token the
-//! operator types in, and a stop form that posts to `/v1/engage`. It has no recovery control and
-//! must never get one: recovery is the owner console's alone.
+//! The operator's status page at `GET /`, and the two token-authenticated routes only it needs
+//! beside `/v1/status`: `GET /v1/budgets` (each agent's budgets and breakers as this gateway's
+//! ledger and breakers hold them) and `GET /v1/drills` (the last `control-observation.v1`
+//! records of the evidence log).
+//!
+//! The page is a static shell (HTML, CSS and JS from `assets/`, embedded at compile time, no build
+//! step) that needs no token; its data comes from the authenticated routes with a token the
+//! operator types in, and its stop form posts to `/v1/engage`. It has no recovery control and
+//! must never get one: recovery is the owner console's alone (nothing here reaches it). Its
+//! inline script and style are pinned by hash in a Content-Security-Policy, so text an agent
+//! wrote (a latch's reason) can never run as script on the page that holds the operator's token.
 
-use axum::response::Html;
+use crate::api::{bearer, blocking};
+use crate::error::GatewayError;
+use crate::server::AppState;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
-/// `GET /`.
-pub async fn page() -> Html<&'static str> {
-    Html(PAGE)
+const HTML: &str = include_str!("../assets/status.html");
+const STYLE: &str = include_str!("../assets/status.css");
+const SCRIPT: &str = include_str!("../assets/status.js");
+
+/// The schema (and evidence kind) of a drill record (SPEC §7).
+const DRILL_SCHEMA: &str = "control-observation.v1";
+
+/// The page with its style and script inlined, and the policy that admits exactly those two.
+struct Page {
+    html: String,
+    policy: String,
 }
 
-const PAGE: &str = r#"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>stopline gateway</title>
-<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}pre{background:#f4f4f4;padding:1em;overflow:auto}
-fieldset{margin:1em 0}.stop{background:#b00;color:#fff;font-weight:bold;padding:.5em 1.5em;border:0}</style></head>
-<body><h1>stopline gateway</h1>
-<p>Token: <input id="token" type="password" size="60" autocomplete="off"> <button id="load">Load status</button></p>
-<pre id="status">Enter a token to load /v1/status.</pre>
-<form id="stop"><fieldset><legend>Stop</legend>
-Scope <input id="scope" value="machine" size="30">
-Level <select id="level"><option>emergency</option><option>halt-all</option><option>halt-noncritical</option></select>
-Reason <input id="reason" size="30" required>
-<button class="stop" type="submit">STOP</button></fieldset></form>
-<pre id="receipt"></pre>
-<p>Recovery is only possible at the owner console (<code>stopline recover</code>), never here.</p>
-<script>
-const auth=()=>({"Authorization":"Bearer "+document.getElementById("token").value.trim()});
-document.getElementById("load").onclick=async()=>{const r=await fetch("/v1/status",{headers:auth()});
-document.getElementById("status").textContent=JSON.stringify(await r.json(),null,2)};
-document.getElementById("stop").onsubmit=async(e)=>{e.preventDefault();
-const body={scope:document.getElementById("scope").value,level:document.getElementById("level").value,reason:document.getElementById("reason").value};
-const r=await fetch("/v1/engage",{method:"POST",headers:{...auth(),"Content-Type":"application/json"},body:JSON.stringify(body)});
-document.getElementById("receipt").textContent=JSON.stringify(await r.json(),null,2)};
-</script></body></html>
-"#;
+fn csp_hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    format!(
+        "'sha256-{}'",
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    )
+}
+
+fn assembled() -> &'static Page {
+    static PAGE: OnceLock<Page> = OnceLock::new();
+    PAGE.get_or_init(|| Page {
+        html: HTML
+            .replacen("/*STYLE*/", STYLE, 1)
+            .replacen("/*SCRIPT*/", SCRIPT, 1),
+        policy: format!(
+            "default-src 'none'; script-src {}; style-src {}; connect-src 'self'; img-src data:; \
+             form-action 'none'; frame-ancestors 'none'; base-uri 'none'",
+            csp_hash(SCRIPT),
+            csp_hash(STYLE)
+        ),
+    })
+}
+
+/// `GET /`: the shell. No token needed; it holds no data.
+pub async fn page() -> Response {
+    let page = assembled();
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, page.policy.as_str()),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-store"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        page.html.as_str(),
+    )
+        .into_response()
+}
+
+/// `GET /v1/budgets`: every agent this gateway holds an account or a breaker for, with its
+/// accounts' limits, use and reservations, its breaker counters, the breaker thresholds and the
+/// adapter breakers. Any validly signed, unexpired token may read it, like `/v1/status` (a stop
+/// that made the operator's token stale must not blind the page). It shows no token, only the
+/// first characters of each token's id.
+pub async fn budgets_route(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, GatewayError> {
+    let gov = &state.gov;
+    gov.authenticate(bearer(&headers))?;
+    let inner = &gov.inner;
+    let now_ms = gov.now_ms();
+    let mut agents: BTreeMap<String, (Vec<Value>, Value)> = BTreeMap::new();
+    for account in inner.ledger.summaries(now_ms / 1000) {
+        let entry = agents.entry(account.agent.clone()).or_default();
+        entry
+            .0
+            .push(serde_json::to_value(&account).unwrap_or_default());
+    }
+    for breaker in inner.agents.summaries() {
+        agents.entry(breaker.agent.clone()).or_default().1 =
+            serde_json::to_value(&breaker).unwrap_or_default();
+    }
+    let snapshot = gov.snapshot();
+    let emergency = snapshot.is_faulted()
+        || snapshot.view.latches.iter().any(|l| {
+            l.scope == stopline_core::Scope::Machine && l.level == stopline_core::Level::Emergency
+        });
+    let breakers = &inner.config.breakers;
+    let mut adapters: Vec<Value> = inner
+        .adapters
+        .states(breakers, emergency)
+        .into_iter()
+        .map(|(upstream, state)| json!({"upstream": upstream, "state": state.as_str()}))
+        .collect();
+    adapters.sort_by(|a, b| a["upstream"].as_str().cmp(&b["upstream"].as_str()));
+    Ok(Json(json!({
+        "now_ms": now_ms,
+        "agents": agents
+            .into_iter()
+            .map(|(agent, (accounts, breaker))| json!({"agent": agent, "accounts": accounts, "breaker": breaker}))
+            .collect::<Vec<_>>(),
+        "thresholds": {
+            "unauthorized_calls": breakers.unauthorized_calls,
+            "refused_egress": breakers.refused_egress,
+            "anomaly_score": breakers.anomaly_score,
+            "trip_level": breakers.trip_level,
+        },
+        "adapters": adapters,
+    })))
+}
+
+/// `?limit=N` of `/v1/drills` (default 5, at most 100).
+#[derive(Debug, Deserialize)]
+pub struct DrillsQuery {
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// `GET /v1/drills`: the newest drill records first, from a verified evidence log. A log that
+/// cannot be verified is reported as `error` (with no drills), never shown as "no drills".
+pub async fn drills_route(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<DrillsQuery>,
+) -> Result<Json<Value>, GatewayError> {
+    state.gov.authenticate(bearer(&headers))?;
+    let limit = query.limit.unwrap_or(5).clamp(1, 100);
+    let store = state.gov.context().store.clone();
+    let entries = blocking(move || Ok(store.evidence_entries())).await?;
+    let body = match entries {
+        Ok(entries) => {
+            let drills: Vec<&serde_json::Map<String, Value>> = entries
+                .iter()
+                .map(|e| &e.body)
+                .filter(|body| {
+                    body.get("kind").and_then(Value::as_str) == Some(DRILL_SCHEMA)
+                        || body.get("schema").and_then(Value::as_str) == Some(DRILL_SCHEMA)
+                })
+                .collect();
+            let newest: Vec<&serde_json::Map<String, Value>> =
+                drills.iter().rev().take(limit).copied().collect();
+            json!({"drills": newest, "total": drills.len(), "error": null})
+        }
+        Err(fault) => json!({"drills": [], "total": null, "error": fault.to_string()}),
+    };
+    Ok(Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_is_assembled_and_its_policy_pins_exactly_its_script_and_style() {
+        let page = assembled();
+        assert!(!page.html.contains("/*STYLE*/") && !page.html.contains("/*SCRIPT*/"));
+        assert!(page.html.contains(SCRIPT) && page.html.contains(STYLE));
+        assert!(page.policy.contains(&csp_hash(SCRIPT)));
+        assert!(page.policy.contains("connect-src 'self'"));
+        assert!(!page.policy.contains("unsafe-inline"));
+    }
+
+    #[test]
+    fn the_page_has_no_recovery_control() {
+        // The page names the recovery commands (as text for the owner console) but never calls
+        // a recovery route: the only POST it makes is /v1/engage.
+        for forbidden in ["/v1/recover", "/v1/drain", "/v1/disengage", "innerHTML"] {
+            assert!(
+                !SCRIPT.contains(forbidden),
+                "the page script uses {forbidden}"
+            );
+            assert!(!HTML.contains(forbidden), "the page uses {forbidden}");
+        }
+        assert_eq!(SCRIPT.matches("method: \"POST\"").count(), 1);
+    }
+}

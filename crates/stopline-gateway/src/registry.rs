@@ -4,8 +4,9 @@
 //! pid and start time, the acknowledgement protocol, both addresses, and the latches this
 //! gateway acknowledges: those its view holds with no call admitted under an older view still
 //! waiting to be handed upstream. It is rewritten atomically through the store every heartbeat
-//! and after every acknowledgement, and removed on a graceful stop. The heartbeat runs on its own
-//! thread so that request load cannot make a live gateway look dead.
+//! and after every acknowledgement, and removed on a graceful stop. A distributed view source
+//! also carries it to its backend (`servers/` and `acks/` under the etcd prefix). The heartbeat
+//! runs on its own thread so that request load cannot make a live gateway look dead.
 
 use crate::inflight::DispatchTracker;
 use crate::view::ViewHolder;
@@ -115,6 +116,8 @@ impl Registry {
         if *closed {
             return Ok(());
         }
+        // A distributed source carries the registration to its backend (queued, never blocking).
+        self.view.source().publish(&self.record());
         let dir = self.store.layout().servers();
         self.store.ensure_dirs(&[&dir])?;
         let id = self
@@ -134,6 +137,7 @@ impl Registry {
         // Held while removing, so a heartbeat in progress finishes first and none follows.
         let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
         *closed = true;
+        self.view.source().withdraw();
         let id = self
             .record
             .lock()

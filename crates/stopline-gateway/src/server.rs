@@ -10,6 +10,7 @@ use crate::acks::AckServer;
 use crate::config::{GatewayConfig, GatewayConfigError};
 use crate::governor::Governor;
 use crate::registry::Registry;
+use crate::source::ViewSource;
 use crate::view::ViewHolder;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use stopline_control::Context;
 use stopline_core::Refusal;
-use stopline_store::Store;
+use stopline_store::{ControlPlane, Store};
 use tokio::sync::oneshot;
 
 /// Builds extra routes (the MCP proxy) from the governor; merged into the gateway's router.
@@ -86,8 +87,26 @@ pub struct RunningGateway {
 
 static INSTANCES: AtomicU32 = AtomicU32::new(0);
 
+/// A distributed backend for a gateway: the control plane its verbs use, and its view source
+/// (which also carries its registration and acknowledgements to that backend).
+#[derive(Clone, Debug)]
+pub struct Distributed {
+    /// Where latches, epochs, the WAL and state are kept.
+    pub plane: Arc<dyn ControlPlane>,
+    /// Where the view comes from.
+    pub source: Arc<dyn ViewSource>,
+}
+
 /// Start a gateway on the current tokio runtime.
 pub async fn start(options: ServeOptions) -> Result<RunningGateway, ServeError> {
+    start_with(options, None).await
+}
+
+/// Start a gateway on the current tokio runtime, on `distributed` when given.
+pub async fn start_with(
+    options: ServeOptions,
+    distributed: Option<Distributed>,
+) -> Result<RunningGateway, ServeError> {
     let config_path = options
         .config
         .clone()
@@ -98,8 +117,13 @@ pub async fn start(options: ServeOptions) -> Result<RunningGateway, ServeError> 
     store
         .ensure_dirs(&[&layout.latches(), &layout.servers(), &layout.ops()])
         .map_err(|e| e.to_refusal())?;
-    let ctx = Context::new(store.clone(), config.base.clone());
-    let view = Arc::new(ViewHolder::new(store.clone(), config.reload_interval()));
+    let mut ctx = Context::new(store.clone(), config.base.clone());
+    let mut view = ViewHolder::new(store.clone(), config.reload_interval());
+    if let Some(distributed) = distributed {
+        ctx = ctx.with_plane(distributed.plane);
+        view = view.with_source(distributed.source);
+    }
+    let view = Arc::new(view);
     view.refresh_full();
     let instance = INSTANCES.fetch_add(1, Ordering::SeqCst);
     let mut id = Registry::id_for_this_process();
@@ -128,8 +152,17 @@ pub async fn start(options: ServeOptions) -> Result<RunningGateway, ServeError> 
         config_hash,
     ));
     let stop = Arc::new(AtomicBool::new(false));
-    crate::watch::spawn_watcher(view.clone(), stop.clone());
-    crate::watch::spawn_periodic(view.clone(), reload, stop.clone());
+    view.source()
+        .clone()
+        .spawn_watchers(view.clone(), reload, stop.clone());
+    if view.source().pushes_acks() {
+        crate::acks::spawn_push(
+            view.clone(),
+            tracker.clone(),
+            registry.clone(),
+            stop.clone(),
+        );
+    }
     AckServer {
         view: view.clone(),
         tracker,
@@ -166,6 +199,12 @@ pub async fn start(options: ServeOptions) -> Result<RunningGateway, ServeError> 
 }
 
 impl RunningGateway {
+    /// Make this in-process gateway swap in every changed view `delay` late (the drill's
+    /// deliberately slow gateway, which must fail the drill). `stopline serve` never calls it.
+    pub fn delay_view_swaps_for_drill(&self, delay: Duration) {
+        self.governor.inner.view.delay_swaps_for_drill(delay);
+    }
+
     /// Stop: deregister, stop accepting, give in-flight calls up to 5 s.
     pub async fn shutdown(mut self) {
         self.registry.remove();
@@ -180,12 +219,23 @@ impl RunningGateway {
 
 /// Run a gateway until SIGINT or SIGTERM (what `stopline serve` calls).
 pub fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    serve_with(options, None)
+}
+
+/// [`serve`], on `distributed` when given (`stopline --control etcd://… serve`).
+pub fn serve_with(
+    options: ServeOptions,
+    distributed: Option<Distributed>,
+) -> Result<(), ServeError> {
+    if let Some(distributed) = &distributed {
+        distributed.source.prime();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("stopline-gw")
         .build()?;
     runtime.block_on(async move {
-        let gateway = start(options).await?;
+        let gateway = start_with(options, distributed).await?;
         eprintln!("stopline gateway listening on http://{}", gateway.addr);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {

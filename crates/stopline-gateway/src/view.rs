@@ -5,11 +5,13 @@
 //! decide on changed. A *fast* refresh re-reads latches, WAL, epoch and state (what inotify
 //! reports); a *full* refresh also re-takes the census of unresolved operations (periodic).
 //! Refreshes are serialized. A snapshot older than [`ViewHolder::max_age_ms`] closes the gate: a
-//! view that cannot be refreshed must never keep admitting on old news.
+//! view that cannot be refreshed must never keep admitting on old news. What is read comes from
+//! the holder's [`ViewSource`] (the local directory unless a distributed backend is configured).
 
+use crate::source::{LocalSource, ViewSource};
 use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stopline_core::{ControlView, Refusal, RefusalCode};
@@ -50,6 +52,7 @@ impl Snapshot {
 #[derive(Debug)]
 pub struct ViewHolder {
     store: Store,
+    source: Arc<dyn ViewSource>,
     current: ArcSwap<Snapshot>,
     refresh: Mutex<()>,
     changed: watch::Sender<u64>,
@@ -57,11 +60,9 @@ pub struct ViewHolder {
     degraded: AtomicBool,
     notes: Mutex<Vec<String>>,
     max_age_ms: i64,
+    /// A deliberate delay before a changed view is swapped in (drills of a slow gateway only).
+    swap_delay_ms: AtomicU64,
 }
-
-/// How many times a latch entry read as empty is re-read before it is believed: an engage
-/// creates the file, then writes it, and inotify reports the creation first.
-const EMPTY_RETRIES: usize = 3;
 
 impl ViewHolder {
     /// A holder that starts closed until the first refresh.
@@ -72,6 +73,7 @@ impl ViewHolder {
         ));
         let (changed, _) = watch::channel(0);
         ViewHolder {
+            source: Arc::new(LocalSource::new(store.clone())),
             store,
             current: ArcSwap::from_pointee(Snapshot::new(closed, 0, 0)),
             refresh: Mutex::new(()),
@@ -80,6 +82,7 @@ impl ViewHolder {
             degraded: AtomicBool::new(false),
             notes: Mutex::new(Vec::new()),
             max_age_ms: (reload_interval.as_millis() as i64 * 5).max(5000),
+            swap_delay_ms: AtomicU64::new(0),
         }
     }
 
@@ -159,38 +162,35 @@ impl ViewHolder {
     }
 
     fn read(&self, blocked_targets: BTreeMap<String, String>) -> ControlView {
-        let mut attempt = 0;
-        loop {
-            let records = self.store.read_control_records();
-            let (latches, mut faults) = self.store.active_latches(records.wal.as_ref().ok());
-            let empty_entry = latches
-                .iter()
-                .any(|l| l.problem.as_deref() == Some("empty"));
-            if empty_entry && attempt < EMPTY_RETRIES {
-                attempt += 1;
-                std::thread::sleep(Duration::from_millis(2));
-                continue;
-            }
-            faults.extend(records.wal.as_ref().err().cloned());
-            let epoch = records.epoch.unwrap_or_else(|refusal| {
-                faults.push(refusal);
-                Default::default()
-            });
-            let state = records.state.unwrap_or_else(|refusal| {
-                faults.push(refusal);
-                stopline_core::StateRecord::running()
-            });
-            return ControlView {
-                latches,
-                epoch,
-                state,
-                faults,
-                blocked_targets,
-            };
+        ControlView {
+            blocked_targets,
+            ..self.source.read()
         }
     }
 
+    /// This holder reading from `source` instead of the local control directory.
+    pub fn with_source(mut self, source: Arc<dyn ViewSource>) -> ViewHolder {
+        self.source = source;
+        self
+    }
+
+    /// Where this view comes from.
+    pub fn source(&self) -> &Arc<dyn ViewSource> {
+        &self.source
+    }
+
+    /// Delay every swap of a *changed* view by `delay`: a gateway that refreshes its view late,
+    /// for `stopline drill`'s proof that such a gateway fails the drill. Never set by `serve`.
+    pub fn delay_swaps_for_drill(&self, delay: Duration) {
+        self.swap_delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
     fn install(&self, view: ControlView, fresh: bool) -> Arc<Snapshot> {
+        let delay = self.swap_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 && self.loaded.load(Ordering::SeqCst) && self.load().view != view {
+            std::thread::sleep(Duration::from_millis(delay));
+        }
         let previous = self.load();
         let now = if fresh {
             self.store.now_ms()

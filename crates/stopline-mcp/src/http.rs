@@ -143,7 +143,7 @@ async fn handle_post(
 ) -> Response {
     let upstream = match state.upstream(&server) {
         Ok(upstream) => upstream,
-        Err(reply) => return *reply,
+        Err(reply) => return unknown_server(&state, &server, &headers, &body, *reply).await,
     };
     let caller = match state.admit_caller(&server, &headers) {
         Ok(caller) => caller,
@@ -184,6 +184,35 @@ async fn handle_post(
         Upstream::Http(url) => upstream::post_http(exchange, &url, forward).await,
         Upstream::Stdio(command) => upstream::post_stdio(exchange, &command, forward).await,
     }
+}
+
+/// A call to a server that is not configured is egress the gateway refuses. A caller it can
+/// authenticate is governed like any other call, so every request in the frame is refused
+/// `egress_refused` and counts toward the agent's `refused_egress` breaker (SPEC §5); anyone
+/// else, and anything the governor would not refuse, gets the plain 404. Nothing is forwarded.
+async fn unknown_server(
+    state: &Arc<McpState>,
+    server: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    not_found: Response,
+) -> Response {
+    let (Ok(caller), Ok(frame)) = (state.authenticate(headers), parse(body)) else {
+        return not_found;
+    };
+    let mut governed = govern_frame(
+        state.governor.as_ref(),
+        &state.catalog,
+        server,
+        &caller,
+        frame,
+    )
+    .await;
+    let dispatch = governed.dispatch(&caller);
+    if dispatch.forward.is_some() {
+        return not_found;
+    }
+    local_reply(governed)
 }
 
 async fn handle_get(

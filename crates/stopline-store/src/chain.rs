@@ -16,10 +16,26 @@ use stopline_core::RefusalCode;
 
 impl Store {
     /// Take the exclusive append lock of a chained log (creating the file).
+    ///
+    /// When this creates the log, its directory is fsynced before anything is appended, so a
+    /// power cut cannot lose the whole file's entry after records were fsynced into it (found by
+    /// the model checker).
     pub(crate) fn lock_log_exclusive(&self, path: &Path) -> Result<Box<dyn LockGuard>, StoreError> {
-        self.fs
+        let existed = self
+            .fs
+            .exists(path)
+            .context(|| format!("checking {}", path.display()))?;
+        let guard = self
+            .fs
             .lock(path, true, true)
-            .context(|| format!("locking {}", path.display()))
+            .context(|| format!("locking {}", path.display()))?;
+        if !existed {
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            self.fs
+                .sync_dir(dir, "log.create.dirsync")
+                .context(|| format!("syncing {}", dir.display()))?;
+        }
+        Ok(guard)
     }
 
     /// Take a shared lock on a chained log; `None` when the log does not exist.

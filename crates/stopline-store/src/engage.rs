@@ -221,9 +221,16 @@ impl Store {
         let prefix = format!("latch_{}", coalesce_key(request));
         let dir = self.layout.latches();
         let names = self.fs.read_dir(&dir).ok()?;
-        names
-            .iter()
-            .filter(|name| name.starts_with(&prefix))
+        let candidates: Vec<&String> = names.iter().filter(|n| n.starts_with(&prefix)).collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        // Never coalesce into a latch a pending recovery plan will clear: the new stop would be
+        // lost with it. (Found by the model checker.)
+        let planned = self.pending_plan_latches()?;
+        candidates
+            .into_iter()
+            .filter(|name| !planned.contains(name.as_str()))
             .filter_map(|name| {
                 let bytes = self.fs.read(&dir.join(name)).ok()?;
                 stopline_core::ActiveLatch::from_entry(name, Ok(&bytes)).record
@@ -235,6 +242,37 @@ impl Store {
                     && crate::env::parse_rfc3339(&r.ts)
                         .is_some_and(|ts| (now - ts).abs() < COALESCE_WINDOW_MS)
             })
+    }
+}
+
+impl Store {
+    /// Latch files named by a `recovery_intent` that has not been applied. `None` when the WAL
+    /// cannot be read, so the caller does not coalesce at all (a fresh latch is always safe).
+    fn pending_plan_latches(&self) -> Option<std::collections::BTreeSet<String>> {
+        let wal = self.layout.wal();
+        let _guard = self.lock_log_shared(&wal).ok()?;
+        let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt).ok()?;
+        let mut planned = std::collections::BTreeSet::new();
+        for entry in &log.entries {
+            let plan = entry
+                .body
+                .get("plan")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
+            if entry.kind == "recovery_intent" && !log.plan_applied(plan) {
+                let names = entry
+                    .body
+                    .get("latches")
+                    .and_then(serde_json::Value::as_array);
+                planned.extend(
+                    names
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(String::from)),
+                );
+            }
+        }
+        Some(planned)
     }
 }
 

@@ -35,7 +35,7 @@ pub mod view;
 pub use engage::{EngageOutcome, EngageRequest};
 pub use error::StoreError;
 pub use layout::Layout;
-pub use plane::ControlPlane;
+pub use plane::{ControlPlane, PlaneAcks, PlaneGateway};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -4,17 +4,41 @@
 //! too, with the same names and the same fail-closed reads. Callers that must work against
 //! either hold an `Arc<dyn ControlPlane>`. Operation journals, runs and the evidence log are
 //! per-host and stay in the local [`Store`]; this trait covers latches, epochs, the WAL and
-//! state — exactly what must be shared between hosts.
+//! state — exactly what must be shared between hosts. A distributed backend also keeps the
+//! gateway registrations and acknowledgements, and publishes the token verification key; the
+//! local directory does neither (its gateways register in `servers/` and answer over loopback),
+//! so those methods default to "not kept here".
 
 use crate::halts::DisengageReceipt;
 use crate::ops::Census;
 use crate::recovery::{ApplyReceipt, PlanReceipt};
 use crate::repair::RepairReceipt;
 use crate::{EngageOutcome, EngageRequest, Store, StoreError};
+use std::time::Duration;
 use stopline_core::{ControlView, Scope, StateRecord};
 
+/// A gateway registered with a distributed plane, and the latch files it acknowledged there.
+#[derive(Debug, Clone)]
+pub struct PlaneGateway {
+    /// Its registration record (the body of `servers/<id>.json`).
+    pub record: serde_json::Value,
+    /// Latch files it acknowledged through the plane.
+    pub acknowledged: Vec<String>,
+}
+
+/// What a distributed plane collected when waiting for acknowledgements of one latch.
+#[derive(Debug, Clone, Default)]
+pub struct PlaneAcks {
+    /// Gateways that acknowledged in time.
+    pub acknowledged_by: Vec<String>,
+    /// Registered gateways that did not.
+    pub unacknowledged: Vec<String>,
+    /// Registrations that could not be read, and similar notes.
+    pub warnings: Vec<String>,
+}
+
 /// A control plane's protocol verbs.
-pub trait ControlPlane: Send + Sync {
+pub trait ControlPlane: Send + Sync + std::fmt::Debug {
     /// A short name for receipts and status (`local`, `etcd`).
     fn backend(&self) -> &'static str;
     /// Engage, latch-first.
@@ -47,6 +71,28 @@ pub trait ControlPlane: Send + Sync {
         by: &str,
         highest_issued_epoch: u64,
     ) -> Result<RepairReceipt, StoreError>;
+    /// The gateways registered with the plane itself. `None`: this plane keeps no
+    /// registrations, and the local `servers/` directory is the registry.
+    fn gateways(&self) -> Option<Result<Vec<PlaneGateway>, StoreError>> {
+        None
+    }
+    /// Wait at most `timeout` for every gateway registered with the plane to acknowledge
+    /// `latch_file`. `None`: the plane cannot (it keeps no registrations, or it is unreachable),
+    /// so the caller asks the gateways registered in the local `servers/` directory.
+    fn collect_acks(&self, latch_file: &str, timeout: Duration) -> Option<PlaneAcks> {
+        let _ = (latch_file, timeout);
+        None
+    }
+    /// The token verification key the plane publishes to every host (`Ok(None)`: none is
+    /// published, or this plane publishes none; the host's own key stands).
+    fn published_key(&self) -> Result<Option<[u8; 32]>, StoreError> {
+        Ok(None)
+    }
+    /// Publish `key` as the plane's verification key unless one already is; returns the key that
+    /// stands afterwards (another host's, when it published first).
+    fn publish_key(&self, key: [u8; 32]) -> Result<[u8; 32], StoreError> {
+        Ok(key)
+    }
 }
 
 impl ControlPlane for Store {

@@ -167,6 +167,11 @@ impl Store {
         )?;
         let target_dir = self.layout.cleared_epoch(epoch.seq);
         self.ensure_dirs(&[&self.layout.cleared(), &target_dir])?;
+        // The cleared folder's own entry must be durable, or a power cut loses the evidence of
+        // what this recovery cleared (found by the model checker).
+        self.fs
+            .sync_dir(&self.layout.cleared(), "recover.cleared.parent.dirsync")
+            .context(|| "syncing breakglass.cleared/".into())?;
         let mut cleared = Vec::new();
         let mut warnings = Vec::new();
         for name in &planned {

@@ -32,15 +32,28 @@ pub struct ControlRecords {
 impl Store {
     /// Read WAL, epoch and state under a shared WAL lock.
     pub fn read_control_records(&self) -> ControlRecords {
-        let guard = self.lock_log_shared(&self.layout.wal());
-        if let Err(error) = guard {
-            let refusal = error.to_refusal();
-            return ControlRecords {
-                wal: Err(refusal.clone()),
-                epoch: Err(refusal.clone()),
-                state: Err(refusal),
-            };
-        }
+        self.read_control_records_locked().0
+    }
+
+    /// As [`Store::read_control_records`], returning the shared WAL lock still held, so the
+    /// caller can list `latches/` consistently with the WAL: disengage and recovery change both
+    /// under the exclusive lock, and a listing taken after the lock was released could see a
+    /// latch gone that the WAL read still records (a false "deleted stop").
+    fn read_control_records_locked(
+        &self,
+    ) -> (ControlRecords, Option<Box<dyn crate::fs::LockGuard>>) {
+        let guard = match self.lock_log_shared(&self.layout.wal()) {
+            Ok(guard) => guard,
+            Err(error) => {
+                let refusal = error.to_refusal();
+                let records = ControlRecords {
+                    wal: Err(refusal.clone()),
+                    epoch: Err(refusal.clone()),
+                    state: Err(refusal),
+                };
+                return (records, None);
+            }
+        };
         let wal = self
             .read_log(&self.layout.wal(), RefusalCode::ControlWalCorrupt)
             .map_err(|e| e.to_refusal());
@@ -52,7 +65,7 @@ impl Store {
             )),
         };
         let state = self.read_state().map_err(|e| e.to_refusal());
-        ControlRecords { wal, epoch, state }
+        (ControlRecords { wal, epoch, state }, guard)
     }
 
     /// List and read every entry of `latches/`. A missing directory is empty; an unreadable one
@@ -131,35 +144,35 @@ impl Store {
         Ok((guard, log, latches))
     }
 
-    /// A fresh view for gates: every fault closes every gate.
-    pub fn load_view(&self) -> ControlView {
-        let records = self.read_control_records();
-        let mut faults = Vec::new();
-        let (latches, latch_faults) = self.active_latches(records.wal.as_ref().ok());
-        faults.extend(latch_faults);
-        let wal_fault = records.wal.as_ref().err().cloned();
-        faults.extend(wal_fault);
-        let epoch = match records.epoch {
-            Ok(epoch) => epoch,
-            Err(refusal) => {
-                faults.push(refusal);
-                EpochMap::default()
-            }
-        };
-        let state = match records.state {
-            Ok(state) => state,
-            Err(refusal) => {
-                faults.push(refusal);
-                StateRecord::running()
-            }
-        };
-        let blocked_targets = self.blocked_targets();
+    /// A fresh view of latches, WAL, epoch and state (no operation census), read under one
+    /// shared WAL lock; every fault closes every gate.
+    pub fn load_control_view(&self) -> ControlView {
+        let (records, guard) = self.read_control_records_locked();
+        let (latches, mut faults) = self.active_latches(records.wal.as_ref().ok());
+        drop(guard);
+        faults.extend(records.wal.as_ref().err().cloned());
+        let epoch = records.epoch.unwrap_or_else(|refusal| {
+            faults.push(refusal);
+            EpochMap::default()
+        });
+        let state = records.state.unwrap_or_else(|refusal| {
+            faults.push(refusal);
+            StateRecord::running()
+        });
         ControlView {
             latches,
             epoch,
             state,
             faults,
-            blocked_targets,
+            blocked_targets: Default::default(),
         }
+    }
+
+    /// A fresh view for gates, with targets blocked by unresolved operations: every fault
+    /// closes every gate.
+    pub fn load_view(&self) -> ControlView {
+        let mut view = self.load_control_view();
+        view.blocked_targets = self.blocked_targets();
+        view
     }
 }

@@ -82,6 +82,7 @@ pub enum Command {
         /// Who engages.
         #[arg(long)]
         by: Option<String>,
+        /// The caller's token (`--token`, `--token-file`, else `STOPLINE_TOKEN`).
         #[command(flatten)]
         token: TokenArgs,
     },
@@ -96,6 +97,7 @@ pub enum Command {
         /// An operator or monitor name.
         #[arg(long)]
         by: Option<String>,
+        /// The caller's token (`--token`, `--token-file`, else `STOPLINE_TOKEN`).
         #[command(flatten)]
         token: TokenArgs,
     },
@@ -106,6 +108,7 @@ pub enum Command {
         /// The class asked for.
         #[arg(long, value_enum)]
         class: ClassArg,
+        /// The caller's token (`--token`, `--token-file`, else `STOPLINE_TOKEN`).
         #[command(flatten)]
         token: TokenArgs,
         /// An agent name without a token (unprovable identity).
@@ -196,6 +199,17 @@ pub enum Command {
     },
     /// Check the four-mode machine and the real protocol exhaustively (SPEC §9).
     ModelCheck,
+    /// Run the boundary battery against this binary (SPEC §9); exit 1 unless every case passed.
+    Conformance {
+        /// Run only the cases whose id contains this text.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Drill the stop under load and file a control-observation.v1 (SPEC §8); exit 1 if it failed.
+    Drill(DrillArgs),
+    /// The hash-chained evidence log (SPEC §7).
+    #[command(subcommand)]
+    Evidence(EvidenceCommand),
 }
 
 /// `run --net`.
@@ -226,6 +240,7 @@ pub enum BenchArg {
 pub enum McpCommand {
     /// Wrap a stdio MCP server: every message is governed; refusals are answered here.
     Proxy {
+        /// The caller's token (`--token`, `--token-file`, else `STOPLINE_TOKEN`).
         #[command(flatten)]
         token: TokenArgs,
         /// The server's name in operation targets (`mcp:<name>:<tool>`) and in `[mcp.<name>]`.
@@ -359,4 +374,58 @@ pub enum OpsCommand {
         #[arg(long)]
         by: Option<String>,
     },
+}
+
+/// `drill` flags (SPEC §8).
+#[derive(Debug, Args)]
+pub struct DrillArgs {
+    /// Top-level agents.
+    #[arg(long, default_value_t = 10)]
+    pub agents: usize,
+    /// Delegated sub-agents per agent.
+    #[arg(long, default_value_t = 2)]
+    pub subagents: usize,
+    /// The earliest pull; it lands at a random moment up to half as long again later.
+    #[arg(long, default_value_t = 500)]
+    pub pull_after_ms: u64,
+    /// The window watched after the trip (always longer than the longest task; default twice
+    /// the longest task, at least 1000 ms).
+    #[arg(long)]
+    pub window_ms: Option<u64>,
+    /// The scope to stop (default: the drill's own run, `run:drill-<id>`).
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// halt-noncritical | halt-all | emergency (default).
+    #[arg(long, default_value = "emergency")]
+    pub level: String,
+    /// The harness version the drill is recorded against.
+    #[arg(long, default_value = "drill")]
+    pub harness_version: String,
+    /// Drill a live gateway (over this home), stopping only the drill's own run.
+    #[arg(long)]
+    pub against: Option<String>,
+    /// The p99 time to first rejection above which the drill fails.
+    #[arg(long, default_value_t = 1000)]
+    pub target_ms: u64,
+    /// Drills in a row (each recorded); exit 1 if any failed.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Numbers of agents to sweep, e.g. 10,50,100,200 (`--repeat` drills at each).
+    #[arg(long, value_delimiter = ',')]
+    pub sweep: Vec<usize>,
+    /// With --sweep: write the plot of time to first rejection against agents (SVG) here.
+    #[arg(long, requires = "sweep")]
+    pub plot: Option<PathBuf>,
+    /// Test knob: the drill's own gateway swaps in a changed view this many ms late.
+    #[arg(long, hide = true)]
+    pub slow_view_ms: Option<u64>,
+}
+
+/// `evidence …`.
+#[derive(Debug, Subcommand)]
+pub enum EvidenceCommand {
+    /// Check the chain (naming the first break) and report operations admitted after a trip.
+    Verify,
+    /// Every record in the evidence log.
+    List,
 }

@@ -63,16 +63,9 @@ pub fn run(cli: Cli) -> i32 {
         // Needs no control directory: it checks the code, in memory.
         return model_check(json);
     }
-    if let Some(control) = &cli.control {
-        return output::refusal(
-            json,
-            &Refusal::new(
-                RefusalCode::DistributedUnavailable,
-                format!(
-                    "--control {control}: the distributed backend is not available in this build"
-                ),
-            ),
-        );
+    if let Command::Conformance { filter } = &cli.command {
+        // Needs no control directory: every case makes its own throwaway home.
+        return crate::conformance::run(json, filter.clone());
     }
     let home = cli.home.clone().unwrap_or_else(default_home);
     let config = match Config::load(&home.join("config.toml")) {
@@ -85,13 +78,25 @@ pub fn run(cli: Cli) -> i32 {
         }
     };
     let ctx = Context::new(Store::open(home), config);
-    match execute(&ctx, cli.command, json) {
+    let (ctx, distributed) = match cli.control.as_deref() {
+        None => (ctx, None),
+        Some(url) => match stopline_etcd::wiring::attach(ctx, url) {
+            Ok((ctx, distributed)) => (ctx, Some(distributed)),
+            Err(refusal) => return output::refusal(json, &refusal),
+        },
+    };
+    match execute(&ctx, cli.command, json, distributed) {
         Ok(code) => code,
         Err(refusal) => output::refusal(json, &refusal),
     }
 }
 
-fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> {
+fn execute(
+    ctx: &Context,
+    command: Command,
+    json: bool,
+    distributed: Option<stopline_gateway::Distributed>,
+) -> Result<i32, Refusal> {
     match command {
         Command::Engage {
             scope,
@@ -100,6 +105,13 @@ fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> 
             by,
             token,
         } => {
+            // Only in a `conformance-broken` test build with the break named: accept a blank reason.
+            let blank = reason.trim().is_empty();
+            let reason = if blank && crate::conformance::broken("reason_required") {
+                "(blank)".to_string()
+            } else {
+                reason
+            };
             let claims = read_token(&token)?
                 .map(|t| engage::verify_token(ctx, &t))
                 .transpose()?;
@@ -187,6 +199,11 @@ fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> 
                         .unwrap_or_default()
                 )
             });
+            // Only in a `conformance-broken` test build with the break named: allow a stale token.
+            let stale = receipt.code == Some(RefusalCode::StaleControlEpoch);
+            if crate::conformance::broken("stale_token") && stale {
+                return Ok(0);
+            }
             Ok(match receipt.decision {
                 Decision::Allow => 0,
                 Decision::Queue => 3,
@@ -228,7 +245,7 @@ fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> 
                 listen,
                 mount: Some(Box::new(stopline_mcp::http::router)),
             };
-            stopline_gateway::serve(options)
+            stopline_gateway::serve_with(options, distributed)
                 .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
             Ok(0)
         }
@@ -256,6 +273,29 @@ fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> 
             run_command(ctx, &request, json)
         }
         Command::ModelCheck => Ok(model_check(json)),
+        Command::Conformance { filter } => Ok(crate::conformance::run(json, filter)),
+        Command::Drill(args) => drill_command(ctx, args, json),
+        Command::Evidence(crate::cli::EvidenceCommand::List) => {
+            let receipt = stopline_control::evidence::list(ctx)?;
+            output::receipt(json, &receipt, |r| {
+                let records = r["records"].as_array().cloned().unwrap_or_default();
+                records.iter().map(compact).collect::<Vec<_>>().join("\n")
+            });
+            Ok(0)
+        }
+        Command::Evidence(crate::cli::EvidenceCommand::Verify) => {
+            let receipt = stopline_control::evidence::verify(ctx);
+            output::receipt(json, &receipt, |r| match &r["first_break"] {
+                Value::Null => {
+                    format!(
+                    "{} records, chain intact; {} trip(s); operations admitted after a trip: {}",
+                    r["records"], r["trips"], compact(&r["operations_after_trip"])
+                )
+                }
+                fault => format!("BROKEN: {}", fault["message"].as_str().unwrap_or_default()),
+            });
+            Ok(if receipt["ok"] == true { 0 } else { 1 })
+        }
         Command::Bench { which, iterations } => {
             let home = ctx.store.layout().home().to_path_buf();
             let mut runs = serde_json::Map::new();
@@ -288,6 +328,23 @@ fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> 
                 runs.insert(
                     "admission".into(),
                     stopline_control::bench::admission(iterations.max(1) * 1000),
+                );
+            }
+            if which.is_none() {
+                // All four side by side (SPEC §11). A measure this machine cannot take (the
+                // kill needs cgroup v2 and root) is reported as such, never left out silently.
+                let gateway = stopline_gateway::bench::gateway(
+                    iterations,
+                    Some(Box::new(stopline_mcp::http::router)),
+                );
+                runs.insert(
+                    "gateway".into(),
+                    gateway.unwrap_or_else(|e| json!({"error": e.to_string()})),
+                );
+                let kill = stopline_control::run::bench::kill(&home, iterations.min(5));
+                runs.insert(
+                    "kill".into(),
+                    kill.unwrap_or_else(|r| json!({"error": r.to_string()})),
                 );
             }
             let value = Value::Object(runs);
@@ -545,4 +602,49 @@ fn run_command(
         output::receipt(true, &outcome.record, |_| String::new());
     }
     Ok(outcome.exit_code)
+}
+
+/// `drill` (SPEC §8): one drill, `--repeat` drills in a row, or a `--sweep`; exit 1 if any failed.
+fn drill_command(ctx: &Context, args: crate::cli::DrillArgs, json: bool) -> Result<i32, Refusal> {
+    let mut options = stopline_drill::DrillOptions::new(ctx.store.layout().home().to_path_buf());
+    options.agents = args.agents;
+    options.subagents = args.subagents;
+    options.pull_after_ms = args.pull_after_ms;
+    options.window_ms = args.window_ms;
+    options.scope = args.scope;
+    options.level = args.level;
+    options.harness_version = args.harness_version;
+    options.target_ms = args.target_ms;
+    options.progress = !json;
+    options.slow_view = args.slow_view_ms.map(std::time::Duration::from_millis);
+    if let Some(url) = args.against {
+        options.mode = stopline_drill::Mode::Against(url);
+    }
+    let failed = |e: stopline_drill::DrillError| e.to_refusal();
+    let (report, pass) = if !args.sweep.is_empty() {
+        let (_, report) =
+            stopline_drill::sweep(&options, &args.sweep, args.repeat, args.plot.as_deref())
+                .map_err(failed)?;
+        let pass = report["pass"] == true;
+        (report, pass)
+    } else if args.repeat > 1 {
+        let series = stopline_drill::repeat(&options, args.repeat).map_err(failed)?;
+        (series.to_json(), series.pass())
+    } else {
+        let observation = stopline_drill::drill(&options).map_err(failed)?;
+        (observation.to_json(), observation.pass)
+    };
+    output::receipt(json, &report, stopline_drill::report::human);
+    if !pass {
+        let reasons = stopline_drill::report::reasons_in(&report);
+        eprintln!(
+            "error: drill failed: {}",
+            if reasons.is_empty() {
+                "see the report".to_string()
+            } else {
+                reasons.join("; ")
+            }
+        );
+    }
+    Ok(if pass { 0 } else { 1 })
 }

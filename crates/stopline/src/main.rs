@@ -4,11 +4,14 @@
 //! its siblings only turn arguments into calls and receipts into output (JSON with `--json`).
 //! Exit codes: 0 success, 1 refused, 2 usage; `check`: 0 allow, 3 queue, 4 block.
 
-mod cli;
 mod commands;
+mod conformance;
 mod output;
 
 use clap::Parser;
+// The definition lives in the library target so `cargo xtask dist` can generate completions and
+// the man page from it; `crate::cli` stays the path the binary's modules use.
+use stopline::cli;
 
 fn main() {
     let args = cli::Cli::parse();

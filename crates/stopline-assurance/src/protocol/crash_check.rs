@@ -9,18 +9,19 @@ use crate::protocol::judge;
 use crate::protocol::restart::{observe, Crash};
 use crate::protocol::search::{Frame, Search};
 use crate::protocol::state::State;
+use crate::protocol::step::Label;
 
 impl Search<'_> {
     /// Crash `state` every way, restart, judge.
-    pub(crate) fn crash_all(&mut self, state: &State, stack: &[Frame], label: &str) {
+    pub(crate) fn crash_all(&mut self, state: &State, stack: &[Frame], label: &Label) {
         let returned = state.ghost.returned.len();
         let facts = judge::facts_key(state, returned);
-        for crash in Crash::ALL {
-            self.report.crash_points += 1;
-            let image_key = crash.digest(&state.fs, &self.private);
+        let keys = Crash::digests(&state.fs, &self.private);
+        for (crash, image_key) in Crash::ALL.into_iter().zip(keys) {
             if !self.crashes_seen.insert(digest(&(image_key, facts))) {
                 continue;
             }
+            self.report.crash_judgments += 1;
             let restarted = match self.restarts.get(&image_key) {
                 Some(done) => done.clone(),
                 None => {
@@ -35,7 +36,7 @@ impl Search<'_> {
             };
             let verdicts = judge::observation(self, state, &restarted.seen, returned);
             let crash_line = format!("CRASH ({}); restart: {}", crash.name(), restarted.summary);
-            self.record(verdicts, stack, &[label.to_string()], Some(crash_line));
+            self.record(verdicts, stack, &[label], Some(crash_line));
         }
     }
 }

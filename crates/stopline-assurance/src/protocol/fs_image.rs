@@ -124,28 +124,39 @@ impl FsState {
     /// A digest of the state as `view` sees it, independent of inode numbering. With
     /// `private`, entries no reader ever observes are left out.
     pub fn digest(&self, view: View<'_>, private: Option<&Private>) -> u128 {
-        let mut h = Hash128::default();
+        self.digests(&[view], private)[0]
+    }
+
+    /// [`FsState::digest`] for several views in one walk. They must all walk the same
+    /// entries: all `Cut`, or a single `Exact` or `Live`.
+    pub fn digests(&self, views: &[View<'_>], private: Option<&Private>) -> Vec<u128> {
+        let mut hs = vec![Hash128::default(); views.len()];
+        let each = |hs: &mut Vec<Hash128>, value: &dyn Fn(&mut Hash128)| {
+            hs.iter_mut().for_each(value);
+        };
         let mut ids = vec![u32::MAX; self.nodes.len()];
         let mut next_id = 1u32;
         ids[0] = 0;
         let mut stack: Vec<(usize, Kind)> = vec![(0, Kind::Root)];
         while let Some((ino, kind)) = stack.pop() {
-            ids[ino].hash(&mut h);
+            each(&mut hs, &|h| ids[ino].hash(h));
             match &*self.nodes[ino] {
                 Node::File { live, durable } => {
-                    0u8.hash(&mut h);
-                    view.bytes(live, durable).hash(&mut h);
+                    for (h, view) in hs.iter_mut().zip(views) {
+                        0u8.hash(h);
+                        view.bytes(live, durable).hash(h);
+                    }
                 }
                 Node::Dir { live, durable } => {
-                    1u8.hash(&mut h);
-                    let (first, second) = match view {
+                    each(&mut hs, &|h| 1u8.hash(h));
+                    let (first, second) = match views[0] {
                         View::Exact => (Some(live), Some(durable)),
                         View::Live => (Some(live), None),
                         View::Cut(_) => (Some(durable), None),
                     };
                     for (tag, entries) in [(2u8, first), (3u8, second)] {
                         let Some(entries) = entries else { continue };
-                        tag.hash(&mut h);
+                        each(&mut hs, &|h| tag.hash(h));
                         for (name, &child) in entries {
                             let child_kind = kind.child(name, private);
                             if child_kind == Kind::Hidden {
@@ -156,26 +167,27 @@ impl FsState {
                                 next_id += 1;
                                 stack.push((child, child_kind));
                             }
-                            name.hash(&mut h);
-                            ids[child].hash(&mut h);
+                            let id = ids[child];
+                            each(&mut hs, &|h| (name, id).hash(h));
                         }
                     }
                 }
             }
         }
-        if let View::Exact = view {
+        if let View::Exact = views[0] {
+            let h = &mut hs[0];
             for (key, &ino) in &self.handles {
                 if ids[ino] == u32::MAX {
                     ids[ino] = next_id;
                     next_id += 1;
                     if let Node::File { live, durable } = &*self.nodes[ino] {
-                        (live.sum(), durable.sum()).hash(&mut h);
+                        (live.sum(), durable.sum()).hash(h);
                     }
                 }
-                (key, ids[ino]).hash(&mut h);
+                (key, ids[ino]).hash(h);
             }
-            self.locks.hash(&mut h);
+            self.locks.hash(h);
         }
-        h.finish128()
+        hs.iter().map(Hash128::finish128).collect()
     }
 }

@@ -168,6 +168,19 @@ impl FsState {
         self.locks.clear();
     }
 
+    /// Forget the handles and locks of one process: it was killed, the kernel closed its files.
+    pub fn drop_process(&mut self, proc: Proc) {
+        self.handles.retain(|(p, _), _| *p != proc);
+        for state in self.locks.values_mut() {
+            if state.exclusive.is_some_and(|(p, _)| p == proc) {
+                state.exclusive = None;
+            }
+            state.shared.retain(|(p, _)| *p != proc);
+        }
+        self.locks
+            .retain(|_, s| s.exclusive.is_some() || !s.shared.is_empty());
+    }
+
     /// Whether `path` is a directory (along live entries).
     pub fn is_dir(&self, path: &Path) -> bool {
         self.resolve(path)

@@ -12,13 +12,13 @@ use crate::protocol::properties::{
     obligations, rescan_obligation, Observation, Property, Verdicts,
 };
 use crate::protocol::search::Search;
-use crate::protocol::state::{disengaged_names, State};
+use crate::protocol::state::{named_in_wal, State};
 use stopline_core::Scope;
 
 /// What, besides the disk image, a crash check depends on.
 pub fn facts_key(state: &State, returned: usize) -> u128 {
     let outcomes: Vec<(usize, &Outcome)> = state.returned(returned);
-    digest(&(outcomes, &state.ghost.disengaged))
+    digest(&(outcomes, &state.ghost.disengaged, &state.ghost.planned))
 }
 
 fn earlier(search: &Search<'_>, state: &State, upto: usize) -> Vec<(String, Outcome)> {
@@ -49,11 +49,15 @@ pub fn observation(
 }
 
 /// A process returned `outcome` (already recorded in `state`).
+/// `began` is how many processes had returned when it began; `rescan` its last listing of
+/// `latches/` (both taken out of the ghost facts at its return).
 pub fn on_return(
     search: &Search<'_>,
     state: &State,
     proc: usize,
     outcome: &Outcome,
+    began: Option<usize>,
+    rescan: Option<Vec<String>>,
     out: &mut Verdicts,
 ) {
     let who = format!("P{proc} {}", search.scenario.procs[proc].label());
@@ -65,7 +69,7 @@ pub fn on_return(
             epoch_seq,
             faulted,
         } => {
-            let began = state.ghost.began_after.get(&proc).copied().unwrap_or(0);
+            let began = began.unwrap_or(0);
             let seen = Observation {
                 decision: *decision,
                 code: *code,
@@ -80,15 +84,22 @@ pub fn on_return(
                 before.iter().map(|(w, o)| (w.clone(), o)).collect();
             obligations(&search.context(state), &before, &seen, out);
         }
+        Outcome::Engaged {
+            level: stopline_core::Level::Emergency,
+            advanced,
+            file,
+            ..
+        } => {
+            out.judge(Property::EmergencyAdvances, *advanced, || {
+                format!("{who} returned Ok with {file} but did not advance the epoch (a warning)")
+            });
+        }
         Outcome::Recovered {
             recovered: true,
             cleared,
             ..
         } => {
-            let listing = match state.ghost.rescans.get(&proc) {
-                Some(names) => names.clone(),
-                None => state.fs.live_names(&search.layout.latches()),
-            };
+            let listing = rescan.unwrap_or_else(|| state.fs.live_names(&search.layout.latches()));
             let scope_of = |name: &str| -> Option<Scope> {
                 if let Some((scope, _)) = search.scenario.initial_latches.get(name) {
                     return Some(scope.clone());
@@ -141,11 +152,9 @@ pub fn after_step(search: &Search<'_>, state: &mut State, proc: usize, op: &Op, 
     let latches = search.layout.latches();
     let ok = *result == OpResult::Done;
     match (&search.scenario.procs[proc], op) {
-        (_, Op::Begin) => {
-            state
-                .ghost
-                .began_after
-                .insert(proc, state.ghost.returned.len());
+        (ProcSpec::Admission { .. }, Op::Begin) => {
+            let returned = state.ghost.returned.len();
+            state.ghost_mut().began_after.insert(proc, returned);
         }
         (ProcSpec::Engage(request), Op::Create { path, .. } | Op::HardLink { to: path, .. })
             if ok && in_dir(path, &latches) =>
@@ -155,22 +164,29 @@ pub fn after_step(search: &Search<'_>, state: &mut State, proc: usize, op: &Op, 
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             state
-                .ghost
+                .ghost_mut()
                 .published
                 .insert(name, (request.scope.to_string(), request.level));
         }
-        (ProcSpec::RecoverApply { .. }, Op::ReadDir { dir }) if *dir == latches => {
+        (
+            ProcSpec::RecoverApply { .. } | ProcSpec::RecoverPlanApply { .. },
+            Op::ReadDir { dir },
+        ) if *dir == latches => {
             if let OpResult::Names(names) = result {
-                state.ghost.rescans.insert(proc, names.clone());
+                state.ghost_mut().rescans.insert(proc, names.clone());
             }
         }
         (ProcSpec::Disengage { .. }, Op::Append { path, bytes, .. })
             if *path == search.layout.wal() =>
         {
-            state
-                .ghost
-                .disengaged
-                .extend(disengaged_names(bytes.bytes()));
+            let names = named_in_wal(bytes.bytes(), "disengaged");
+            state.ghost_mut().disengaged.extend(names);
+        }
+        (ProcSpec::RecoverPlanApply { .. }, Op::Append { path, bytes, .. })
+            if *path == search.layout.wal() =>
+        {
+            let names = named_in_wal(bytes.bytes(), "recovery_intent");
+            state.ghost_mut().planned.extend(names);
         }
         _ => {}
     }

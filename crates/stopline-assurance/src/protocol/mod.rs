@@ -34,8 +34,8 @@ pub use scenario::Scenario;
 pub struct Options {
     /// Print progress to stderr while a scenario runs long.
     pub progress: bool,
-    /// Also run the scenarios that exhibit known issues of the store.
-    pub known_issues: bool,
+    /// Do not kill single processes (faster; machine crashes are still injected everywhere).
+    pub no_kills: bool,
     /// Only scenarios whose name contains this.
     pub only: Option<String>,
     /// A bug to plant in every process's store.
@@ -46,9 +46,9 @@ pub struct Options {
 /// The scenarios `options` selects.
 pub fn scenarios(options: &Options) -> Vec<Scenario> {
     let mut all = scenario::standard();
-    if options.known_issues {
-        all.push(scenario::coalesce_into_plan());
-    }
+    // Once a known issue of the store (an engage coalesced into a planned latch was cleared with
+    // it); fixed in the store, and kept as a standard scenario so it stays fixed.
+    all.push(scenario::coalesce_into_plan());
     all.retain(|s| {
         options
             .only
@@ -58,22 +58,37 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     all
 }
 
-/// Explore every selected scenario.
+/// Explore every selected scenario, on up to two threads (scenarios are independent; the
+/// reports come back in scenario order).
 pub fn check(options: &Options) -> Vec<ScenarioReport> {
-    scenarios(options)
-        .iter()
-        .map(|scenario| {
-            let report = search::Search::new(scenario, options).run();
-            if options.progress && report.elapsed.as_secs() >= 2 {
-                eprintln!(
-                    "model-check: {}: {} states, {} crash images, {:.1}s",
-                    report.name,
-                    report.states,
-                    report.restarts,
-                    report.elapsed.as_secs_f64()
-                );
-            }
-            report
-        })
-        .collect()
+    let all = scenarios(options);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(scenario) = all.get(i) else { break };
+                let report = search::Search::new(scenario, options).run();
+                if options.progress && report.elapsed.as_secs() >= 2 {
+                    eprintln!(
+                        "model-check: {}: {} states, {} crash images, {:.1}s",
+                        report.name,
+                        report.states,
+                        report.restarts,
+                        report.elapsed.as_secs_f64()
+                    );
+                }
+                done.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((i, report));
+            });
+        }
+    });
+    let mut done = done
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, report)| report).collect()
 }

@@ -2,7 +2,7 @@
 //!
 //! [`ModelFs`] turns each call into the steps of `op.rs` and hands them to a [`Step`]: the
 //! process replayer (`oracle.rs`), which answers from a recorded history, or `solo::Solo`, which
-//! applies them at once to a [`FsState`] (the setup and restart phases, where one process runs
+//! applies them at once to an `FsState` (the setup and restart phases, where one process runs
 //! alone). Handle numbers count per `ModelFs`, so a process numbers its handles the same way
 //! in every interleaving.
 

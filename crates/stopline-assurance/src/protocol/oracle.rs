@@ -40,6 +40,11 @@ impl History {
         }
     }
 
+    /// The last step.
+    pub fn last(&self) -> Option<(&Op, &OpResult)> {
+        self.head.as_deref().map(|(_, op, result)| (op, result))
+    }
+
     /// The steps, oldest first.
     pub fn steps(&self) -> Vec<(Op, OpResult)> {
         let mut out = Vec::with_capacity(self.len);

@@ -5,10 +5,11 @@
 //! which epoch an advance returned, what a gate decided) and nothing that differs between
 //! equivalent runs.
 
+use std::sync::{Arc, OnceLock};
 use stopline_core::latch::LatchSession;
 use stopline_core::{Decision, Level, Mode, RefusalCode, Scope, TaskClass};
 use stopline_store::{EngageRequest, Store};
-use stopline_token::VerifyingKey;
+use stopline_token::{Claims, VerifyingKey};
 
 /// What one process does.
 #[derive(Debug, Clone)]
@@ -20,6 +21,11 @@ pub enum ProcSpec {
         /// The plan id.
         plan: String,
     },
+    /// The owner console's `recover plan` then `recover apply`, both raced.
+    RecoverPlanApply {
+        /// The scope to recover.
+        scope: Scope,
+    },
     /// `Store::disengage`.
     Disengage {
         /// The scope whose halts are lifted.
@@ -30,12 +36,16 @@ pub enum ProcSpec {
         /// Seconds.
         deadline_s: u64,
     },
-    /// A gateway admission: verify the token, `Store::load_view`, `ControlView::decide`.
+    /// A gateway admission: `Store::load_view`, verify the token, `ControlView::decide`.
     Admission {
         /// The token minted at e0.
         token: String,
         /// The control plane's public key.
         key: VerifyingKey,
+        /// `stopline_token::verify`'s answer, kept after the first run: verification is a pure
+        /// function of token, key and clock, and re-running it in every replay of the gate
+        /// would cost more than the rest of the search.
+        verified: Arc<OnceLock<Result<Claims, String>>>,
     },
 }
 
@@ -66,6 +76,9 @@ pub enum Outcome {
         level: Level,
         /// The epoch the engage reported, if any.
         epoch_seq: Option<u64>,
+        /// True when this engage itself advanced the epoch (emergency, not coalesced, no
+        /// `epoch_or_wal_failed` warning).
+        advanced: bool,
     },
     /// Recover apply returned Ok.
     Recovered {
@@ -96,6 +109,8 @@ pub enum Outcome {
         /// True when a fault closed the gate.
         faulted: bool,
     },
+    /// The process was killed before it returned (the machine kept running).
+    Killed,
     /// The call returned an error.
     Failed {
         /// Its code.
@@ -109,6 +124,7 @@ impl ProcSpec {
         match self {
             ProcSpec::Engage(r) => format!("engage({}, {})", r.scope, r.level),
             ProcSpec::RecoverApply { .. } => "recover apply".into(),
+            ProcSpec::RecoverPlanApply { scope } => format!("recover plan+apply({scope})"),
             ProcSpec::Disengage { scope } => format!("disengage({scope})"),
             ProcSpec::Drain { deadline_s } => format!("drain({deadline_s}s)"),
             ProcSpec::Admission { .. } => "gateway admission".into(),
@@ -127,6 +143,12 @@ impl ProcSpec {
                     scope: out.latch.scope.to_string(),
                     level: out.latch.level,
                     epoch_seq: out.epoch_seq,
+                    advanced: out.latch.level == Level::Emergency
+                        && !out.coalesced
+                        && !out
+                            .warnings
+                            .iter()
+                            .any(|w| w.starts_with("epoch_or_wal_failed")),
                 },
                 Err(e) => failed(e),
             },
@@ -138,6 +160,21 @@ impl ProcSpec {
                 },
                 Err(e) => failed(e),
             },
+            ProcSpec::RecoverPlanApply { scope } => {
+                let census = store.census();
+                let plan = match store.recover_plan(scope, "model check", "operator", &census) {
+                    Ok(plan) => plan.plan,
+                    Err(e) => return failed(e),
+                };
+                match store.recover_apply(&plan, "operator") {
+                    Ok(r) => Outcome::Recovered {
+                        recovered: r.recovered,
+                        new_epoch: r.new_epoch,
+                        cleared: r.cleared,
+                    },
+                    Err(e) => failed(e),
+                }
+            }
             ProcSpec::Disengage { scope } => {
                 match store.disengage(scope, "model check", "operator") {
                     Ok(r) => Outcome::Disengaged { cleared: r.cleared },
@@ -150,22 +187,29 @@ impl ProcSpec {
                     Err(e) => failed(e),
                 }
             }
-            ProcSpec::Admission { token, key } => admit(store, token, key),
+            ProcSpec::Admission {
+                token,
+                key,
+                verified,
+            } => admit(store, token, key, verified),
         }
     }
 }
 
 /// The gateway's admission of one noncritical call with `token` (SPEC §4 check, §5).
-fn admit(store: &Store, token: &str, key: &VerifyingKey) -> Outcome {
+fn admit(
+    store: &Store,
+    token: &str,
+    key: &VerifyingKey,
+    verified: &OnceLock<Result<Claims, String>>,
+) -> Outcome {
     let now_ms = store.now_ms();
     let mut view = store.load_view();
-    let claims = match stopline_token::verify(key, token, now_ms / 1000) {
-        Ok(claims) => claims,
-        Err(error) => {
-            return Outcome::Failed {
-                code: error.code().to_string(),
-            }
-        }
+    let verify =
+        || stopline_token::verify(key, token, now_ms / 1000).map_err(|e| e.code().to_string());
+    let claims = match verified.get_or_init(verify) {
+        Ok(claims) => claims.clone(),
+        Err(code) => return Outcome::Failed { code: code.clone() },
     };
     if claims.epoch > view.epoch.seq {
         // As the gateway does: a token minted a moment ago is not refused as future.

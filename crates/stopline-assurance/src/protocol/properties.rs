@@ -28,16 +28,19 @@ pub enum Property {
     EngageNeverLowers,
     /// Every schedule runs to completion.
     NoDeadlock,
-    /// Stronger than SPEC §9 (a finding, not a gate): an epoch a gate has already judged by
-    /// is still there after a crash and restart.
+    /// Stronger than SPEC §9 (a finding, not a gate): an epoch a gate has already judged by,
+    /// or a receipt reported without advancing it, is still there after a crash and restart.
     GateEpochsSurvive,
     /// Stronger than SPEC §9 (a finding): a latch a recovery reported cleared is still kept,
     /// as evidence, under `breakglass.cleared/epoch-<N>/` after a crash.
     ClearedEvidenceSurvives,
+    /// Stronger than SPEC §9 (a finding): an emergency engage that returned Ok (and was not
+    /// coalesced) also advanced its scope's epoch, rather than reporting a warning.
+    EmergencyAdvances,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 8;
+pub const COUNT: usize = 9;
 
 impl Property {
     /// All of them, in report order.
@@ -51,9 +54,10 @@ impl Property {
     ];
 
     /// Findings: checked and reported, but not part of SPEC §9's verdict.
-    pub const FINDINGS: [Property; 2] = [
+    pub const FINDINGS: [Property; 3] = [
         Property::GateEpochsSurvive,
         Property::ClearedEvidenceSurvives,
+        Property::EmergencyAdvances,
     ];
 
     /// The name in reports and JSON.
@@ -65,7 +69,12 @@ impl Property {
             Property::EpochsNeverGoBack => "epochs never go back across crashes",
             Property::EngageNeverLowers => "engage never lowers a subject's mode",
             Property::NoDeadlock => "every schedule completes (no deadlock)",
-            Property::GateEpochsSurvive => "an epoch a gate has judged by survives a crash",
+            Property::GateEpochsSurvive => {
+                "an epoch a gate judged by or a receipt reported survives a crash"
+            }
+            Property::EmergencyAdvances => {
+                "an emergency engage that returned Ok advanced its epoch"
+            }
             Property::ClearedEvidenceSurvives => {
                 "a latch a recovery cleared is kept under breakglass.cleared/ across a crash"
             }
@@ -107,6 +116,8 @@ pub struct Context<'a> {
     pub scenario: &'a Scenario,
     /// Halt latches a disengage recorded as lifted.
     pub disengaged: &'a BTreeSet<String>,
+    /// Latch files a plan made during the race fixed (a plan made after a latch may clear it).
+    pub planned: &'a BTreeSet<String>,
 }
 
 /// Count of obligations checked, per property, and what broke.
@@ -119,7 +130,9 @@ pub struct Verdicts {
 }
 
 impl Verdicts {
-    fn judge(&mut self, property: Property, holds: bool, detail: impl FnOnce() -> String) {
+    /// Count one obligation of `property`, and a violation described by `detail` unless it
+    /// `holds`.
+    pub fn judge(&mut self, property: Property, holds: bool, detail: impl FnOnce() -> String) {
         self.checked[property as usize] += 1;
         if !holds {
             self.violations.push(Violation {
@@ -158,8 +171,10 @@ pub fn obligations(
                 scope,
                 level,
                 epoch_seq,
+                advanced,
             } => {
-                let lifted = *level != Level::Emergency && ctx.disengaged.contains(file);
+                let lifted = (*level != Level::Emergency && ctx.disengaged.contains(file))
+                    || ctx.planned.contains(file);
                 let covers = Scope::parse_stored(scope).map_or(true, |s| subject.is_covered_by(&s));
                 if let Some(files) = &seen.latch_files {
                     out.judge(Property::StopWins, lifted || files.contains(file), || {
@@ -187,7 +202,9 @@ pub fn obligations(
                         },
                     );
                 }
-                if covers && *level == Level::Emergency {
+                // SPEC §2: a failed advance after containment is a warning, not a failed
+                // engage; such an engage (and a coalesced one) revokes nothing itself.
+                if covers && *advanced {
                     out.judge(Property::NoPreStopAuthority, refused, || {
                         format!(
                             "the e0 token got {:?} ({:?}) after {who} returned",
@@ -196,7 +213,12 @@ pub fn obligations(
                     });
                 }
                 if let Some(e) = epoch_seq {
-                    out.judge(Property::EpochsNeverGoBack, epoch_at_least(*e), || {
+                    let property = if *advanced {
+                        Property::EpochsNeverGoBack
+                    } else {
+                        Property::GateEpochsSurvive
+                    };
+                    out.judge(property, epoch_at_least(*e), || {
                         format!(
                             "the gate saw epoch {:?} after {who} returned epoch {e}",
                             seen.epoch_seq
@@ -270,7 +292,8 @@ pub fn rescan_obligation(
     };
     let covering: Vec<&String> = rescan
         .iter()
-        .filter(|name| !planned.contains(name) && !cleared.contains(name))
+        .filter(|name| !planned.contains(name) && !ctx.planned.contains(*name))
+        .filter(|name| !cleared.contains(name))
         .filter(|name| scope_of(name).is_none_or(|s| s.covers_scope(plan_scope)))
         .collect();
     out.judge(Property::NoFalseAllClear, covering.is_empty(), || {

@@ -33,8 +33,13 @@ pub struct ScenarioReport {
     pub terminals: u64,
     /// Complete schedules covered (paths through the state graph).
     pub schedules: u128,
-    /// Crash points: every explored state, crashed four ways.
+    /// Crash points: every explored state, crashed four ways. (After a step that changes no
+    /// file, entry or returned fact, the four images are the previous state's, judged there.)
     pub crash_points: u64,
+    /// Distinct (disk image, returned facts) pairs judged after a restart.
+    pub crash_judgments: u64,
+    /// Branches where one process was killed and the others ran on.
+    pub kills: u64,
     /// Distinct disk images restarted.
     pub restarts: u64,
     /// Restarted images whose gates stayed closed (a fault even after repair).
@@ -67,6 +72,8 @@ impl ScenarioReport {
             terminals: 0,
             schedules: 0,
             crash_points: 0,
+            crash_judgments: 0,
+            kills: 0,
             restarts: 0,
             closed_after_restart: 0,
             replays: 0,

@@ -66,14 +66,18 @@ impl Crash {
         }
     }
 
-    /// The digest of the disk this crash leaves of `fs`, private names left out.
-    pub fn digest(self, fs: &FsState, private: &Private) -> u128 {
-        let cut = self.cut();
-        let view = match self {
-            Crash::Kill => View::Live,
-            _ => View::Cut(&cut),
-        };
-        fs.digest(view, Some(private))
+    /// The digests of the disks every crash leaves of `fs` (in [`Crash::ALL`] order), private
+    /// names left out.
+    pub fn digests(fs: &FsState, private: &Private) -> [u128; 4] {
+        let (power, half, line) = (
+            Crash::PowerCut.cut(),
+            Crash::TornHalf.cut(),
+            Crash::TornLine.cut(),
+        );
+        let cuts = [View::Cut(&power), View::Cut(&half), View::Cut(&line)];
+        let cut = fs.digests(&cuts, Some(private));
+        let kill = fs.digest(View::Live, Some(private));
+        [cut[0], kill, cut[1], cut[2]]
     }
 
     /// The disk image this crash leaves of `fs`.

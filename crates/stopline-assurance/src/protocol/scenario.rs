@@ -44,7 +44,8 @@ pub struct Scenario {
     pub subject: Subject,
     /// Latch files the setup left, with scope and level.
     pub initial_latches: BTreeMap<String, (Scope, Level)>,
-    /// Latch names fixed by the setup's recovery plan, and its scope.
+    /// Latch names fixed by the setup's recovery plan (none when the plan itself races), and
+    /// the scope it recovers.
     pub plan: Option<(Vec<String>, Scope)>,
 }
 
@@ -121,6 +122,7 @@ impl Setup {
         procs.push(ProcSpec::Admission {
             token: minted.token,
             key: key.verifying_key(),
+            verified: Default::default(),
         });
         Scenario {
             name,
@@ -199,6 +201,23 @@ pub fn standard() -> Vec<Scenario> {
         racers,
         later,
         None,
+    ));
+
+    let mut s = Setup::new();
+    s.engage(Scope::Machine, Level::Emergency, "safety-monitor");
+    let racers = vec![
+        ProcSpec::Engage(engage(Scope::Machine, Level::Emergency, "monitor-b")),
+        ProcSpec::RecoverPlanApply {
+            scope: Scope::Machine,
+        },
+    ];
+    let plan = Some((Vec::new(), Scope::Machine));
+    out.push(s.finish(
+        "engage-vs-plan-apply",
+        "machine emergency engage vs machine recover plan then apply",
+        racers,
+        later,
+        plan,
     ));
 
     let mut s = Setup::new();

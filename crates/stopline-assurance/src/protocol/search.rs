@@ -2,21 +2,24 @@
 //!
 //! At each state: if a process is about to return, it returns (no choice: returning touches
 //! nothing); else if a process's next step is invisible (`visibility.rs`), it takes it (no
-//! choice); else every process whose next step is enabled is a branch. Every state — after
-//! *every* step, visible or not — is also crashed four ways and restarted (`restart.rs`), and
-//! the restart's observation is judged against every process that had returned. Observations
-//! are also judged when a racing gate returns, when a recovery returns `recovered: true`, and
-//! when every process has returned. States are identified by the filesystem, each process's
-//! history digest and the ghost facts, so a state reached by two schedules is explored once.
+//! choice); else every process whose next step is enabled is a branch, and so is killing each
+//! started process that is not a gate (the machine keeps running; its locks are released).
+//! Every state whose disk or returned facts changed is crashed four ways and restarted
+//! (`crash_check.rs`), and the restart's observation is judged against every process that had
+//! returned. Observations are also judged when a racing gate returns, when a recovery returns
+//! `recovered: true`, and when every process has finished. States are identified by the
+//! filesystem, the histories of running processes, the outcomes of finished ones and the ghost
+//! facts, so a state reached by two schedules is explored once.
 
 use crate::protocol::fs_image::Private;
 use crate::protocol::hash::KeyBuild;
 use crate::protocol::oracle::{Next, Oracle, ProcessSetup};
 use crate::protocol::properties::{Context, Property, Verdicts, Violation};
 use crate::protocol::report::{Counterexample, ScenarioReport};
-use crate::protocol::restart::{observe, Restarted};
+use crate::protocol::restart::{observe, Crash, Restarted};
 use crate::protocol::scenario::{home, Scenario};
 use crate::protocol::state::State;
+use crate::protocol::step::Label;
 use crate::protocol::visibility::Rules;
 use crate::protocol::{judge, Options};
 use std::collections::{HashMap, HashSet};
@@ -26,7 +29,7 @@ use stopline_store::Layout;
 pub(crate) struct Frame {
     state: State,
     id: usize,
-    label: String,
+    label: Label,
     todo: Vec<usize>,
 }
 
@@ -87,7 +90,7 @@ impl<'a> Search<'a> {
         self.visited.insert(root.key(), 0);
         self.successors.push(Vec::new());
         let mut stack: Vec<Frame> = Vec::new();
-        let first = self.enter(root, 0, "initial state".into(), &stack);
+        let first = self.enter(root, 0, Label::Initial, true, &stack);
         stack.push(first);
         while let Some(top) = stack.last_mut() {
             if self.report.broken.is_some() {
@@ -97,11 +100,10 @@ impl<'a> Search<'a> {
                 stack.pop();
                 continue;
             };
-            let (id_from, state) = (top.id, top.state.clone());
+            let id_from = top.id;
             self.report.transitions += 1;
-            let (next, label, verdicts) = self.advance(&state, proc);
-            let trace_end = [label.clone()];
-            self.record(verdicts, &stack, &trace_end, None);
+            let (next, label, verdicts, changed) = self.advance(&top.state, proc);
+            self.record(verdicts, &stack, &[&label], None);
             let key = next.key();
             if let Some(&id) = self.visited.get(&key) {
                 self.successors[id_from].push(id);
@@ -111,7 +113,7 @@ impl<'a> Search<'a> {
             self.visited.insert(key, id);
             self.successors.push(Vec::new());
             self.successors[id_from].push(id);
-            let frame = self.enter(next, id, label, &stack);
+            let frame = self.enter(next, id, label, changed, &stack);
             stack.push(frame);
             self.report.max_depth = self.report.max_depth.max(stack.len());
             if self.options.progress && last_progress.elapsed().as_secs() >= 2 {
@@ -124,22 +126,21 @@ impl<'a> Search<'a> {
             }
         }
         self.report.states = self.visited.len() as u64;
+        self.report.crash_points = self.report.states * Crash::ALL.len() as u64;
         self.report.schedules = crate::protocol::report::count_paths(&self.successors);
         self.report.replays = self.oracle.replays;
         self.report.elapsed = started.elapsed();
         self.report
     }
 
-    fn labels(stack: &[Frame]) -> Vec<String> {
-        stack.iter().skip(1).map(|f| f.label.clone()).collect()
-    }
-
+    /// Count the obligations of `verdicts`, and keep the first counterexample of each broken
+    /// property: the labels of `stack`, then `tail`, then `extra`.
     pub(crate) fn record(
         &mut self,
         verdicts: Verdicts,
         stack: &[Frame],
-        tail: &[String],
-        crash: Option<String>,
+        tail: &[&Label],
+        extra: Option<String>,
     ) {
         for (i, n) in verdicts.checked.iter().enumerate() {
             self.report.checked[i] += n;
@@ -149,15 +150,15 @@ impl<'a> Search<'a> {
             if self.report.violations.contains_key(&property) {
                 continue;
             }
-            let mut trace = Self::labels(stack);
-            trace.extend(
-                tail.iter()
-                    .filter(|l| l.as_str() != "initial state")
-                    .cloned(),
-            );
-            trace.extend(crash.clone());
+            let labels = stack.iter().map(|f| &f.label).chain(tail.iter().copied());
+            let mut trace: Vec<String> = labels
+                .filter(|l| !matches!(l, Label::Initial))
+                .map(|l| self.render(l))
+                .collect();
+            trace.extend(extra.clone());
+            let scenario = self.scenario.name.into();
             let example = Counterexample {
-                scenario: self.scenario.name.into(),
+                scenario,
                 detail,
                 trace,
             };
@@ -166,8 +167,19 @@ impl<'a> Search<'a> {
     }
 
     /// Crash-check a new state and decide its successors.
-    fn enter(&mut self, state: State, id: usize, label: String, stack: &[Frame]) -> Frame {
-        self.crash_all(&state, stack, &label);
+    fn enter(
+        &mut self,
+        state: State,
+        id: usize,
+        label: Label,
+        changed: bool,
+        stack: &[Frame],
+    ) -> Frame {
+        // After a step that changed no file, entry or fact, every crash image and its judgment
+        // are the ones already made at the state before.
+        if changed {
+            self.crash_all(&state, stack, &label);
+        }
         let mut nexts = Vec::new();
         for (p, proc) in state.procs.iter().enumerate() {
             if proc.outcome.is_some() {
@@ -200,7 +212,8 @@ impl<'a> Search<'a> {
             }
             _ => None,
         });
-        let todo: Vec<usize> = match returning.or(quiet) {
+        let forced = returning.or(quiet);
+        let mut todo: Vec<usize> = match forced {
             Some(p) => vec![p],
             None => nexts
                 .iter()
@@ -209,13 +222,28 @@ impl<'a> Search<'a> {
                 .rev()
                 .collect(),
         };
+        let stuck = todo.is_empty();
+        // Branches also kill each started process (the machine keeps running). Only at states
+        // where nothing is forced: a kill commutes with another process's forced step, and one
+        // of the killed process's own invisible steps is a read or a private write. Gates are
+        // not killed (it would only drop their reads), nor is a process about to return (it
+        // would only drop the obligations of its return).
+        if forced.is_none() && !stuck && !self.options.no_kills {
+            let n = state.procs.len();
+            for (p, next) in nexts.iter().rev() {
+                let started = state.procs[*p].history.len > 0;
+                if started && !self.is_gate(*p) && matches!(next, Next::Op(_)) {
+                    todo.insert(0, n + p);
+                }
+            }
+        }
         if state.finished() {
             self.report.terminals += 1;
             let seen = observe(self.scenario, state.fs.clone(), false);
             let verdicts = judge::observation(self, &state, &seen.seen, state.ghost.returned.len());
-            let tail = [label.clone(), format!("end: {}", seen.summary)];
-            self.record(verdicts, stack, &tail, None);
-        } else if todo.is_empty() {
+            let end = format!("end: {}", seen.summary);
+            self.record(verdicts, stack, &[&label], Some(end));
+        } else if stuck {
             let mut verdicts = Verdicts::default();
             verdicts.checked[Property::NoDeadlock as usize] += 1;
             let waiting: Vec<String> = nexts
@@ -231,7 +259,7 @@ impl<'a> Search<'a> {
                 property: Property::NoDeadlock,
                 detail: waiting.join("; "),
             });
-            self.record(verdicts, stack, std::slice::from_ref(&label), None);
+            self.record(verdicts, stack, &[&label], None);
         } else {
             self.report.checked[Property::NoDeadlock as usize] += 1;
         }
@@ -248,6 +276,7 @@ impl<'a> Search<'a> {
         Context {
             scenario: self.scenario,
             disengaged: &state.ghost.disengaged,
+            planned: &state.ghost.planned,
         }
     }
 }

@@ -32,6 +32,8 @@ pub struct Ghost {
     pub rescans: BTreeMap<usize, Vec<String>>,
     /// Latch files named by a `disengaged` record some disengage appended to the WAL.
     pub disengaged: BTreeSet<String>,
+    /// Latch files named by a `recovery_intent` a racing plan appended to the WAL.
+    pub planned: BTreeSet<String>,
 }
 
 /// A state of the search.
@@ -41,8 +43,8 @@ pub struct State {
     pub fs: FsState,
     /// The processes.
     pub procs: Vec<ProcState>,
-    /// The ghost facts.
-    pub ghost: Ghost,
+    /// The ghost facts (shared until changed).
+    pub ghost: std::sync::Arc<Ghost>,
 }
 
 impl State {
@@ -51,16 +53,25 @@ impl State {
         State {
             fs,
             procs: vec![ProcState::default(); procs],
-            ghost: Ghost::default(),
+            ghost: std::sync::Arc::default(),
         }
+    }
+
+    /// The ghost facts, to change.
+    pub fn ghost_mut(&mut self) -> &mut Ghost {
+        std::sync::Arc::make_mut(&mut self.ghost)
     }
 
     /// Identity for the visited set: two states with equal keys have equal futures.
     pub fn key(&self) -> u128 {
+        // A process that returned (or was killed) has no future: only its outcome matters.
         let procs: Vec<(u128, &Option<Outcome>)> = self
             .procs
             .iter()
-            .map(|p| (p.history.sum, &p.outcome))
+            .map(|p| match &p.outcome {
+                Some(_) => (0, &p.outcome),
+                None => (p.history.sum, &p.outcome),
+            })
             .collect();
         digest(&(self.fs.digest(View::Exact, None), procs, &self.ghost))
     }
@@ -79,12 +90,12 @@ impl State {
     }
 }
 
-/// Latch files named by `disengaged` records in appended WAL bytes.
-pub fn disengaged_names(bytes: &[u8]) -> Vec<String> {
+/// Latch files named (field `latches`) by records of `kind` in appended WAL bytes.
+pub fn named_in_wal(bytes: &[u8], kind: &str) -> Vec<String> {
     bytes
         .split(|&b| b == b'\n')
         .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
-        .filter(|v| v.get("kind").and_then(|k| k.as_str()) == Some("disengaged"))
+        .filter(|v| v.get("kind").and_then(|k| k.as_str()) == Some(kind))
         .flat_map(|v| {
             v.get("latches")
                 .and_then(|l| l.as_array())

@@ -51,9 +51,12 @@ impl Rules {
     /// The disciplines for a scenario racing `procs`.
     pub fn new(layout: &Layout, procs: &[ProcSpec]) -> Rules {
         let owned = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
-        let recovery = procs
-            .iter()
-            .any(|p| matches!(p, ProcSpec::RecoverApply { .. }));
+        let recovery = procs.iter().any(|p| {
+            matches!(
+                p,
+                ProcSpec::RecoverApply { .. } | ProcSpec::RecoverPlanApply { .. }
+            )
+        });
         let drain = procs.iter().any(|p| matches!(p, ProcSpec::Drain { .. }));
         let mut quiet = vec![
             owned(layout.reserve()),

@@ -80,6 +80,11 @@ pub fn drills_allow(
             "the evidence log cannot be verified ({fault}), so the drills of {harness_version:?} are unknown"
         ))
     })?;
+    if let Some(why) = ctx.store.evidence_anchor_fault(&entries) {
+        return Err(refuse(format!(
+            "the evidence log cannot be verified ({why}), so the drills of {harness_version:?} are unknown"
+        )));
+    }
     let history = drill_history(entries.iter().map(|entry| &entry.body), harness_version);
     if history.last_passed == Some(false) {
         return Err(refuse(format!(

@@ -1,0 +1,187 @@
+//! Engage (SPEC §1, §2, §4): what is refused before anything is written, and what a stop
+//! leaves on disk when it is accepted — latch first, private, ledgered, coalesced under a flood.
+
+use super::{case, Case};
+use crate::conformance::sandbox::Sandbox;
+use crate::conformance::steps::refused;
+use crate::conformance::{ensure, harness, Verdict};
+use std::os::unix::fs::PermissionsExt;
+
+pub const CASES: &[Case] = &[
+    case(
+        "reason_required",
+        "engage with a blank or whitespace-only reason is refused reason_required and writes nothing",
+        reason_required,
+    ),
+    case(
+        "scope_invalid",
+        "every malformed scope is refused scope_invalid before the control directory is created",
+        scope_invalid,
+    ),
+    case(
+        "project_root_unresolvable",
+        "a project scope naming a missing directory is refused project_root_unresolvable and writes nothing",
+        project_root_unresolvable,
+    ),
+    case(
+        "level_invalid",
+        "an unknown level is refused level_invalid and no latch appears",
+        level_invalid,
+    ),
+    case(
+        "engage_is_latch_first_and_private",
+        "machine and scoped engages publish a 0600 latch in a 0700 home, record it in the WAL and leave no staging file",
+        engage_is_latch_first_and_private,
+    ),
+    case(
+        "engage_flood_is_coalesced_never_refused",
+        "repeated engages by one caller within a second coalesce into one latch; another caller still gets its own",
+        engage_flood_is_coalesced,
+    ),
+];
+
+fn reason_required(s: &Sandbox) -> Verdict {
+    for reason in ["", "   ", "\t\n"] {
+        let out = s.run(&["engage", "--scope", "machine", "--reason", reason])?;
+        refused(&out, "reason_required", &format!("reason {reason:?}"))?;
+    }
+    ensure(!s.home().exists(), || {
+        "a refused engage created the control directory".into()
+    })?;
+    Ok("blank, empty and whitespace reasons: exit 1 reason_required; no home created".into())
+}
+
+fn scope_invalid(s: &Sandbox) -> Verdict {
+    let long = format!("agent:{}", "a".repeat(65));
+    let scopes = [
+        "",
+        "everything",
+        "host:x",
+        "agent:",
+        "agent:-bad",
+        "agent:a b",
+        "agent:ünï",
+        "run:x/y",
+        "project:relative/path",
+        "project:",
+        long.as_str(),
+    ];
+    for scope in scopes {
+        let out = s.run(&["engage", "--scope", scope, "--reason", "x"])?;
+        refused(&out, "scope_invalid", &format!("scope {scope:?}"))?;
+        ensure(!s.home().exists(), || {
+            format!("scope {scope:?}: the refusal created the control directory")
+        })?;
+    }
+    Ok(format!(
+        "{} malformed scopes: each exit 1 scope_invalid; no home created",
+        scopes.len()
+    ))
+}
+
+fn project_root_unresolvable(s: &Sandbox) -> Verdict {
+    let missing = s.dir().join("no-such-project");
+    let scope = format!("project:{}", missing.display());
+    let out = s.run(&["engage", "--scope", &scope, "--reason", "x"])?;
+    refused(&out, "project_root_unresolvable", &scope)?;
+    ensure(!s.home().exists(), || {
+        "the refusal created the control directory".into()
+    })?;
+    Ok(format!(
+        "{scope}: exit 1 project_root_unresolvable; no home created"
+    ))
+}
+
+fn level_invalid(s: &Sandbox) -> Verdict {
+    for level in ["stop-ish", "EMERGENCY!", ""] {
+        let out = s.run(&[
+            "engage", "--scope", "machine", "--reason", "x", "--level", level,
+        ])?;
+        refused(&out, "level_invalid", &format!("level {level:?}"))?;
+    }
+    ensure(s.entries("latches").is_empty(), || {
+        format!("latches appeared: {:?}", s.entries("latches"))
+    })?;
+    Ok("three unknown levels: exit 1 level_invalid; latches/ empty".into())
+}
+
+fn engage_is_latch_first_and_private(s: &Sandbox) -> Verdict {
+    let machine = s.engage("machine", "emergency")?;
+    let agent = s.engage("agent:Worker-1", "halt-all")?;
+    let mode = |p: std::path::PathBuf| {
+        std::fs::metadata(&p)
+            .map(|m| m.permissions().mode() & 0o777)
+            .map_err(|e| harness(format!("{}: {e}", p.display())))
+    };
+    ensure(mode(s.home())? == 0o700, || "the home is not 0700".into())?;
+    let wal = std::fs::read_to_string(s.file("breakglass.wal.jsonl")).unwrap_or_default();
+    for receipt in [&machine, &agent] {
+        let file = Sandbox::latch_file(receipt);
+        let path = s.file("latches").join(&file);
+        ensure(path.is_file(), || format!("{file} is not in latches/"))?;
+        ensure(mode(path)? == 0o600, || format!("{file} is not 0600"))?;
+        let id = receipt["latch"]["id"].as_str().unwrap_or("?");
+        ensure(
+            wal.lines()
+                .any(|l| l.contains("\"latch_engaged\"") && l.contains(id)),
+            || format!("the WAL has no latch_engaged record of {id}"),
+        )?;
+    }
+    ensure(agent["latch"]["scope"] == "agent:worker-1", || {
+        format!("agent names are lowercased: {}", agent["latch"]["scope"])
+    })?;
+    ensure(s.entries("latches.staging").is_empty(), || {
+        format!("staging left behind: {:?}", s.entries("latches.staging"))
+    })?;
+    ensure(machine["epoch"]["seq"].as_u64() >= Some(1), || {
+        format!("an emergency advances the epoch: {}", machine["epoch"])
+    })?;
+    Ok(format!(
+        "2 latches published 0600 in a 0700 home, both ledgered as latch_engaged; staging empty; epoch {}",
+        machine["epoch"]
+    ))
+}
+
+fn engage_flood_is_coalesced(s: &Sandbox) -> Verdict {
+    let args = [
+        "engage",
+        "--scope",
+        "agent:flood",
+        "--reason",
+        "flood",
+        "--by",
+        "monitor-a",
+    ];
+    let first = s.run(&args)?;
+    let second = s.run(&args)?;
+    let third = s.run(&args)?;
+    for out in [&first, &second, &third] {
+        ensure(out.code == 0 && out.json()["engaged"] == true, || {
+            format!("a flooded engage was refused: {}", out.brief())
+        })?;
+    }
+    ensure(
+        third.json()["coalesced"] == true
+            && third.json()["latch"]["id"] == first.json()["latch"]["id"],
+        || format!("not coalesced: {}", third.stdout),
+    )?;
+    ensure(s.entries("latches").len() == 1, || {
+        format!("{:?}", s.entries("latches"))
+    })?;
+    let other = s.run(&[
+        "engage",
+        "--scope",
+        "agent:flood",
+        "--reason",
+        "flood",
+        "--by",
+        "monitor-b",
+    ])?;
+    ensure(other.code == 0 && s.entries("latches").len() == 2, || {
+        format!("another caller was coalesced away: {}", other.brief())
+    })?;
+    Ok(
+        "3 identical engages → 1 latch (coalesced, same id); a second caller → its own latch"
+            .into(),
+    )
+}

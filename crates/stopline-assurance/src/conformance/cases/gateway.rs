@@ -1,0 +1,210 @@
+//! The gateway (SPEC §5), a real `stopline serve` on loopback: no recovery over the network,
+//! fixed refusal statuses, a stop refusing the very next call with nothing reaching the
+//! upstream, engage open to stale tokens, a corrupt latch closing the gate, and the agent's own
+//! attempts to lift its stop refused.
+
+use super::{slow, Case};
+use crate::conformance::gateway::{model_config, poll, Gateway};
+use crate::conformance::http::Upstream;
+use crate::conformance::sandbox::Sandbox;
+use crate::conformance::steps::altered_signature;
+use crate::conformance::{ensure, harness, Verdict};
+use serde_json::json;
+use std::time::Duration;
+
+pub const CASES: &[Case] = &[
+    slow(
+        "gateway_refuses_recovery",
+        "POST /v1/recover and /v1/drain answer 403 owner_control_required with no token, an agent token and an operator token",
+        gateway_refuses_recovery,
+    ),
+    slow(
+        "gateway_token_refusals",
+        "absent, garbage and forged tokens get 401 token_invalid; /v1/check answers a bad token with 200 and a block receipt",
+        gateway_token_refusals,
+    ),
+    slow(
+        "gateway_stop_refuses_the_next_model_call",
+        "after an engage the gateway acknowledged, the stopped agent's next model call is 403 stale_control_epoch and never reaches the upstream",
+        gateway_stop_refuses_the_next_model_call,
+    ),
+    slow(
+        "gateway_engage_accepts_stale_tokens",
+        "POST /v1/engage with a stale token engages (200); a blank reason is 400 reason_required; the stopped agent cannot disengage (403), a monitor can",
+        gateway_engage_accepts_stale_tokens,
+    ),
+    slow(
+        "gateway_corrupt_latch_closes_the_gate",
+        "a corrupt file dropped into latches/ closes the gateway within one refresh interval (block break_glass_contained, EMERGENCY)",
+        gateway_corrupt_latch_closes_the_gate,
+    ),
+];
+
+fn gateway_refuses_recovery(s: &Sandbox) -> Verdict {
+    let gateway = Gateway::start(s, "")?;
+    let agent = s.token(&["--agent", "w"])?;
+    let operator = s.token(&["--agent", "operator", "--role", "operator"])?;
+    s.engage("machine", "emergency")?;
+    for route in ["/v1/recover", "/v1/drain"] {
+        for token in [None, Some(agent.as_str()), Some(operator.as_str())] {
+            let r = gateway.post(
+                route,
+                token,
+                &json!({"scope": "machine", "reason": "x", "deadline": 30}),
+            );
+            ensure(
+                r.status == 403 && r.code() == "owner_control_required",
+                || {
+                    format!(
+                        "{route} with {}: {}",
+                        if token.is_some() {
+                            "a token"
+                        } else {
+                            "no token"
+                        },
+                        r.brief()
+                    )
+                },
+            )?;
+        }
+    }
+    ensure(s.entries("latches").len() == 1, || "a latch moved".into())?;
+    Ok("/v1/recover and /v1/drain × {none, agent, operator}: 403 owner_control_required; latch kept".into())
+}
+
+fn gateway_token_refusals(s: &Sandbox) -> Verdict {
+    let gateway = Gateway::start(s, "")?;
+    let token = s.token(&["--agent", "w"])?;
+    let forged = altered_signature(&token);
+    let body = json!({"model": "m", "messages": []});
+    for (name, bad) in [
+        ("none", None),
+        ("garbage", Some("garbage")),
+        ("forged", Some(forged.as_str())),
+    ] {
+        let r = gateway.post("/v1/chat/completions", bad, &body);
+        ensure(r.status == 401 && r.code() == "token_invalid", || {
+            format!("{name}: {}", r.brief())
+        })?;
+    }
+    let r = gateway.post(
+        "/v1/check",
+        Some("garbage"),
+        &json!({"class": "noncritical", "action": "tool_call"}),
+    );
+    ensure(
+        r.status == 200 && r.json()["decision"] == "block" && r.json()["code"] == "token_invalid",
+        || format!("/v1/check with garbage: {} {}", r.status, r.body),
+    )?;
+    let ok = gateway.get("/v1/status", Some(&token));
+    ensure(ok.status == 200, || {
+        format!("a valid token on /v1/status: {}", ok.brief())
+    })?;
+    Ok("none/garbage/forged: 401 token_invalid; /v1/check garbage: 200 block token_invalid; valid token: 200".into())
+}
+
+fn gateway_stop_refuses_the_next_model_call(s: &Sandbox) -> Verdict {
+    let upstream = Upstream::start().map_err(harness)?;
+    let gateway = Gateway::start(s, &model_config(&upstream.url()))?;
+    let token = s.token(&["--agent", "w"])?;
+    let first = gateway.chat(&token, "gpt-test");
+    ensure(first.status == 200 && upstream.executed() == 1, || {
+        format!("before the stop: {}", first.brief())
+    })?;
+    let receipt = s.engage("agent:w", "emergency")?;
+    let acked = receipt["acknowledged_by"].as_array().map_or(0, Vec::len);
+    ensure(acked == 1 && receipt["unacknowledged"] == json!([]), || {
+        format!("the gateway did not acknowledge: {receipt}")
+    })?;
+    let next = gateway.chat(&token, "gpt-test");
+    ensure(
+        next.status == 403 && next.code() == "stale_control_epoch",
+        || format!("the next call: {}", next.brief()),
+    )?;
+    ensure(upstream.executed() == 1, || {
+        format!("{} calls reached the upstream", upstream.executed())
+    })?;
+    Ok("call 1: 200; engage acknowledged by 1 gateway; call 2: 403 stale_control_epoch; upstream executed 1".into())
+}
+
+fn gateway_engage_accepts_stale_tokens(s: &Sandbox) -> Verdict {
+    let gateway = Gateway::start(s, "")?;
+    let token = s.token(&["--agent", "w"])?;
+    let monitor = s.token(&["--agent", "safety-monitor", "--role", "monitor"])?;
+    s.engage("agent:w", "emergency")?;
+    let r = gateway.post(
+        "/v1/engage",
+        Some(&token),
+        &json!({"scope": "machine", "level": "halt-all", "reason": "stale but signed"}),
+    );
+    ensure(r.status == 200 && r.json()["engaged"] == true, || {
+        format!("engage with a stale token: {}", r.brief())
+    })?;
+    let blank = gateway.post(
+        "/v1/engage",
+        Some(&token),
+        &json!({"scope": "machine", "reason": "  "}),
+    );
+    ensure(
+        blank.status == 400 && blank.code() == "reason_required",
+        || format!("blank reason: {}", blank.brief()),
+    )?;
+    let lift = gateway.post(
+        "/v1/disengage",
+        Some(&token),
+        &json!({"scope": "machine", "reason": "mine"}),
+    );
+    ensure(lift.status == 403, || {
+        format!(
+            "the stopped agent lifting the machine halt: {}",
+            lift.brief()
+        )
+    })?;
+    let lift = gateway.post(
+        "/v1/disengage",
+        Some(&monitor),
+        &json!({"scope": "machine", "reason": "checked"}),
+    );
+    ensure(lift.status == 200, || {
+        format!("a monitor lifting the halt: {} {}", lift.status, lift.body)
+    })?;
+    Ok("stale engage 200; blank reason 400 reason_required; agent disengage 403; monitor disengage 200".into())
+}
+
+fn gateway_corrupt_latch_closes_the_gate(s: &Sandbox) -> Verdict {
+    let gateway = Gateway::start(s, "reload_interval_ms = 500")?;
+    let token = s.token(&["--agent", "w"])?;
+    let check = || {
+        gateway
+            .post(
+                "/v1/check",
+                Some(&token),
+                &json!({"class": "noncritical", "action": "tool_call"}),
+            )
+            .json()
+    };
+    ensure(check()["decision"] == "allow", || {
+        "the gate was closed before the damage".into()
+    })?;
+    let dropped = std::time::Instant::now();
+    s.write("latches/latch_corrupt.json", b"{not a latch")?;
+    let closed = poll(s, Duration::from_millis(1500), || {
+        let r = check();
+        (r["decision"] == "block").then_some(r)
+    });
+    let after = dropped.elapsed();
+    let receipt = closed.ok_or_else(|| {
+        crate::conformance::CaseError::Unexpected("the gate stayed open for 1.5 s".into())
+    })?;
+    ensure(
+        receipt["code"] == "break_glass_contained" && receipt["mode"] == "EMERGENCY",
+        || format!("{receipt}"),
+    )?;
+    ensure(after <= Duration::from_millis(1000), || {
+        format!("closed only after {after:?}")
+    })?;
+    Ok(format!(
+        "closed {} ms after the drop: block break_glass_contained (EMERGENCY)",
+        after.as_millis()
+    ))
+}

@@ -1,0 +1,156 @@
+//! `stopline evidence list` and `stopline evidence verify` (SPEC §7): the hash-chained evidence
+//! log, read and checked.
+//!
+//! `verify` does two things. It checks the chain (and the head anchor of its newest line) and
+//! names the first broken line. And it checks what the log claims against what happened: for
+//! every breaker trip or budget exhaustion (`evidence-record.v1`) it looks in the operation
+//! registry for an operation of that agent prepared after the trip and before the trip's latch
+//! was cleared (`disengaged` / `recovery_applied` in the WAL), whose outcome is not `refused` —
+//! an operation admitted after the stop. Operations record only the acting agent, so this
+//! matches the tripped agent by name; its delegates' operations are not attributed to it. The
+//! trip's time is the evidence record's, written after the latch was published and the
+//! gateways acknowledged it, so an operation in that short gap is not reported. Nothing here
+//! writes anything.
+
+use crate::context::Context;
+use serde_json::{json, Value};
+use stopline_core::wal::{WalEntry, WalFault};
+use stopline_core::{Refusal, RefusalCode};
+use stopline_store::env::parse_rfc3339;
+
+/// A breaker trip or budget exhaustion read from the log.
+#[derive(Debug, Clone)]
+struct Trip {
+    seq: u64,
+    agent: String,
+    latch_file: String,
+    at_ms: i64,
+}
+
+fn trips(entries: &[WalEntry]) -> Vec<Trip> {
+    entries
+        .iter()
+        .filter(|e| e.body.get("schema").and_then(Value::as_str) == Some("evidence-record.v1"))
+        .filter_map(|e| {
+            let agent = e.body.get("agent")?.as_str()?.to_string();
+            let at_ms = parse_rfc3339(e.body.get("ts")?.as_str()?)?;
+            let latch = e.body.get("latch").and_then(Value::as_str).unwrap_or("");
+            let latch_file = match latch {
+                "" => String::new(),
+                l if l.ends_with(".json") => l.to_string(),
+                l => format!("{l}.json"),
+            };
+            Some(Trip {
+                seq: e.seq,
+                agent,
+                latch_file,
+                at_ms,
+            })
+        })
+        .collect()
+}
+
+/// When the WAL says `latch_file` was cleared after `after_ms`, if it does.
+fn cleared_at(wal: &[WalEntry], latch_file: &str, after_ms: i64) -> Option<i64> {
+    if latch_file.is_empty() {
+        return None;
+    }
+    wal.iter().find_map(|entry| {
+        let field = match entry.kind.as_str() {
+            "disengaged" => "latches",
+            "recovery_applied" => "cleared",
+            _ => return None,
+        };
+        let names = entry.body.get(field)?.as_array()?;
+        let at = parse_rfc3339(entry.body.get("ts")?.as_str()?)?;
+        (at >= after_ms && names.iter().any(|n| n.as_str() == Some(latch_file))).then_some(at)
+    })
+}
+
+fn fault_json(fault: &WalFault) -> Value {
+    let mut value = serde_json::to_value(fault).unwrap_or_default();
+    value["message"] = fault.to_string().into();
+    if let WalFault::BrokenLink { line } = fault {
+        value["altered"] = format!("line {} or line {line}", line - 1).into();
+    }
+    value
+}
+
+/// `evidence list`: every record, or `control_state_corrupt` naming the first break.
+pub fn list(ctx: &Context) -> Result<Value, Refusal> {
+    let entries = ctx.store.evidence_entries().map_err(|fault| {
+        Refusal::new(
+            RefusalCode::ControlStateCorrupt,
+            format!("the evidence log is broken: {fault}; run `stopline evidence verify`"),
+        )
+    })?;
+    let records: Vec<Value> = entries.into_iter().map(|e| Value::Object(e.body)).collect();
+    Ok(json!({"records": records}))
+}
+
+/// `evidence verify`: the chain, its head anchor, and operations admitted after a trip.
+/// `ok` is true only when the chain is whole, anchored (at most the newest line unanchored),
+/// the registries were read, and no operation was admitted after a trip.
+pub fn verify(ctx: &Context) -> Value {
+    let entries = match ctx.store.evidence_entries() {
+        Ok(entries) => entries,
+        Err(fault) => {
+            return json!({"ok": false, "records": null, "first_break": fault_json(&fault),
+                          "operations_after_trip": [], "registry_errors": []});
+        }
+    };
+    let mut first_break = Value::Null;
+    let mut unanchored = 0u64;
+    let last_seq = entries.last().map_or(0, |e| e.seq);
+    match ctx.store.evidence_head() {
+        Ok(Some(head)) => match entries.iter().find(|e| e.seq == head.seq) {
+            Some(entry) if entry.hash == head.hash => unanchored = last_seq - head.seq,
+            Some(entry) => {
+                first_break = json!({"line": entry.seq, "fault": "head_mismatch",
+                    "message": format!("line {} does not hash to the head anchor evidence/head.json: it was altered", entry.seq)});
+            }
+            None => {
+                first_break = json!({"line": head.seq, "fault": "truncated",
+                    "message": format!("the head anchor names line {} but the log has {last_seq} lines", head.seq)});
+            }
+        },
+        Ok(None) => unanchored = last_seq,
+        Err(why) => {
+            first_break = json!({"line": null, "fault": "head_unreadable", "message": why});
+        }
+    }
+    let wal = match ctx.store.read_control_records().wal {
+        Ok(log) => log.entries,
+        Err(_) => Vec::new(),
+    };
+    let (ops, registry_errors) = ctx.store.operations();
+    let trips = trips(&entries);
+    let mut after = Vec::new();
+    for trip in &trips {
+        let until = cleared_at(&wal, &trip.latch_file, trip.at_ms);
+        for op in ops.values() {
+            let same_agent = op.agent.as_deref() == Some(trip.agent.as_str());
+            let in_window = op.prepared_ms > trip.at_ms && until.is_none_or(|u| op.prepared_ms < u);
+            if same_agent && in_window && op.outcome.as_deref() != Some("refused") {
+                after.push(json!({
+                    "op": op.op, "agent": op.agent, "target": op.target,
+                    "prepared_ms": op.prepared_ms, "dispatched": op.dispatched,
+                    "outcome": op.outcome, "trip_line": trip.seq, "trip_latch": trip.latch_file,
+                }));
+            }
+        }
+    }
+    // Each append re-anchors the head, so only a crash between an append and its anchor can
+    // leave one line unanchored; more means the anchor is being lost or was removed.
+    let ok =
+        first_break.is_null() && unanchored <= 1 && after.is_empty() && registry_errors.is_empty();
+    json!({
+        "ok": ok,
+        "records": entries.len(),
+        "first_break": first_break,
+        "unanchored_lines": unanchored,
+        "trips": trips.len(),
+        "operations_after_trip": after,
+        "registry_errors": registry_errors,
+    })
+}

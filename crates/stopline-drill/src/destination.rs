@@ -1,0 +1,163 @@
+//! The drill's destination: a loopback server that stands for everything an agent can reach
+//! through the gateway, and that timestamps every effect it executes with the caller's request
+//! id.
+//!
+//! `POST /mcp` is a small Streamable HTTP MCP server (JSON answers, no sessions) with two tools
+//! that are not read-only, so every call is a governed destination operation: `lookup` (a tool
+//! call) and `write` (a write to its storage). `POST /v1/chat/completions` is an
+//! OpenAI-compatible model. The request id of a tool call is its JSON-RPC id, exactly as the
+//! gateway records it; a model call carries its id in `metadata.stopline_request_id`, since the
+//! gateway forwards the body and not the caller's headers. The destination only records; it
+//! never judges, and it records an effect *before* answering, so nothing it executed is missed.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+/// What an effect was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EffectKind {
+    /// A tool call (`lookup`).
+    ToolCall,
+    /// A write (`write`).
+    Write,
+    /// A model call.
+    Model,
+}
+
+/// One executed effect.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Effect {
+    /// The caller's request id (JSON-RPC id as JSON text, or the model call's metadata id).
+    pub request_id: String,
+    /// What it was.
+    pub kind: EffectKind,
+    /// Unix microseconds at which the destination executed it.
+    pub at_unix_us: i64,
+}
+
+/// Unix microseconds now.
+pub fn unix_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+type Log = Arc<Mutex<Vec<Effect>>>;
+
+/// A running destination.
+#[derive(Debug)]
+pub struct Destination {
+    /// The bound address.
+    pub addr: SocketAddr,
+    log: Log,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Destination {
+    /// Start on `listen` (e.g. `127.0.0.1:0`) on the current runtime.
+    pub async fn start(listen: &str) -> std::io::Result<Destination> {
+        let listener = tokio::net::TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        let log: Log = Arc::default();
+        let router = Router::new()
+            .route("/mcp", post(mcp))
+            .route("/v1/chat/completions", post(model))
+            .with_state(log.clone());
+        let server = tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router).await {
+                tracing::error!(%error, "the drill's destination stopped");
+            }
+        });
+        Ok(Destination { addr, log, server })
+    }
+
+    /// The MCP endpoint, for `[mcp.<server>] url`.
+    pub fn mcp_url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// The model base URL, for `[model] base_url`.
+    pub fn model_base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Every effect executed so far.
+    pub fn effects(&self) -> Vec<Effect> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Stop serving.
+    pub fn shutdown(self) {
+        self.server.abort();
+    }
+}
+
+fn record(log: &Log, request_id: String, kind: EffectKind) {
+    let effect = Effect {
+        request_id,
+        kind,
+        at_unix_us: unix_us(),
+    };
+    log.lock().unwrap_or_else(|p| p.into_inner()).push(effect);
+}
+
+const TOOLS: &str = r#"[
+  {"name": "lookup", "description": "Look something up (a tool call).", "inputSchema": {"type": "object"}},
+  {"name": "write", "description": "Write to the destination's storage.", "inputSchema": {"type": "object"}}
+]"#;
+
+async fn mcp(State(log): State<Log>, body: Bytes) -> Response {
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(value) => value,
+        Err(_) => return StatusCode::BAD_REQUEST.into_response(),
+    };
+    let Some(id) = request.get("id").cloned() else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let result = match request["method"].as_str() {
+        Some("initialize") => json!({"protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}}, "serverInfo": {"name": "stopline-drill", "version": "1"}}),
+        Some("tools/list") => {
+            json!({"tools": serde_json::from_str::<Value>(TOOLS).unwrap_or_default()})
+        }
+        Some("tools/call") => {
+            let kind = match request["params"]["name"].as_str() {
+                Some("write") => EffectKind::Write,
+                _ => EffectKind::ToolCall,
+            };
+            record(&log, id.to_string(), kind);
+            json!({"content": [{"type": "text", "text": "done"}]})
+        }
+        _ => {
+            return Json(json!({"jsonrpc": "2.0", "id": id,
+                "error": {"code": -32601, "message": "method not found"}}))
+            .into_response()
+        }
+    };
+    Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+}
+
+async fn model(State(log): State<Log>, body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let id = request["metadata"]["stopline_request_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    record(&log, id, EffectKind::Model);
+    Json(json!({
+        "id": "chatcmpl-drill", "object": "chat.completion", "created": 0,
+        "model": request["model"].clone(),
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "ok"}}],
+        "usage": {"prompt_tokens": 8, "completion_tokens": 1, "total_tokens": 9},
+    }))
+    .into_response()
+}

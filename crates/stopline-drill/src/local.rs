@@ -1,0 +1,79 @@
+//! The drill's own world: a throwaway control directory, the recording destination, and an
+//! in-process gateway (the same `stopline_gateway::start` that `stopline serve` runs, with the
+//! MCP proxy mounted) on a loopback port, configured to reach only the destination.
+//!
+//! Nothing here touches the real home: the throwaway directory is removed when the drill ends.
+//! The one knob a real gateway never has, a deliberately late view swap, is applied here only
+//! when the options ask for it.
+
+use crate::agents::Endpoints;
+use crate::destination::Destination;
+use crate::pull::Puller;
+use crate::run::{Env, Teardown};
+use crate::{setup, DrillError, DrillOptions};
+use stopline_control::config::Config;
+use stopline_control::Context;
+use stopline_store::Store;
+
+/// The MCP server name the drill's gateway routes to its destination.
+pub(crate) const MCP_SERVER: &str = "drill";
+/// The model name of drill model calls.
+pub(crate) const MODEL: &str = "drill-model";
+
+/// Start the throwaway world on the current runtime.
+pub(crate) async fn start(options: &DrillOptions) -> Result<Env, DrillError> {
+    let dir = tempfile::Builder::new()
+        .prefix("stopline-drill-")
+        .tempdir()
+        .map_err(|e| setup("throwaway home")(e.to_string()))?;
+    let home = dir.path().join("home");
+    let destination = Destination::start("127.0.0.1:0")
+        .await
+        .map_err(|e| setup("destination")(e.to_string()))?;
+    // A held call under halt-noncritical is refused after queue_timeout_s: keep it short, so a
+    // pause drill sees its first rejections within its window.
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\nack_timeout_ms = 250\nqueue_timeout_s = 1\n\
+         reload_interval_ms = 1000\n\n[mcp.{MCP_SERVER}]\nurl = \"{}\"\n\n\
+         [model]\nbase_url = \"{}\"\n",
+        destination.mcp_url(),
+        destination.model_base_url()
+    );
+    std::fs::create_dir_all(&home)?;
+    std::fs::write(home.join("config.toml"), config)?;
+    let gateway = stopline_gateway::start(stopline_gateway::ServeOptions {
+        home: home.clone(),
+        config: None,
+        listen: None,
+        mount: Some(Box::new(stopline_mcp::http::router)),
+    })
+    .await
+    .map_err(|e| setup("gateway")(e.to_string()))?;
+    if let Some(delay) = options.slow_view {
+        tracing::warn!(
+            ?delay,
+            "drill: the gateway's view swaps are deliberately late"
+        );
+        gateway.delay_view_swaps_for_drill(delay);
+    }
+    let config =
+        Config::load(&home.join("config.toml")).map_err(|e| setup("config")(e.to_string()))?;
+    let ctx = Context::new(Store::open(&home), config);
+    let gateway_url = format!("http://{}", gateway.addr);
+    Ok(Env {
+        endpoints: Endpoints {
+            gateway: gateway_url.clone(),
+            mcp_server: MCP_SERVER.into(),
+            model: Some(MODEL.into()),
+        },
+        gateway_url,
+        puller: Puller::Local(ctx.clone()),
+        ctx,
+        destination,
+        label: "local".into(),
+        teardown: Teardown::Local {
+            gateway: Box::new(gateway),
+            dir,
+        },
+    })
+}

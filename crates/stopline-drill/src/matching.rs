@@ -1,0 +1,176 @@
+//! Matching what the destination executed against the operation registry (SPEC §8).
+//!
+//! Each effect is looked up by request id among the operations of the drill's own agents. An
+//! effect with no operation at all went around the gateway (a bypass) and counts as after the
+//! trip. An effect whose operation was admitted — handed upstream, the `dispatched` line written
+//! under the gateway's dispatch re-check — after engage returned counts as after the trip. An
+//! effect admitted before but executed after engage returned counts as in flight at the trip.
+//! The registry keeps Unix milliseconds, so "after" means a later millisecond than the one in
+//! which engage returned: an admission within that same millisecond is given the benefit of the
+//! doubt (the acknowledgement engage waits for is itself taken before it returns).
+
+use crate::destination::{Effect, EffectKind};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use stopline_core::ops::Operation;
+
+/// The counts of one drill.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Matched {
+    /// Tool calls executed after the trip.
+    pub tool_calls_after_trip: u64,
+    /// Writes executed after the trip.
+    pub writes_after_trip: u64,
+    /// Model calls executed after the trip.
+    pub model_calls_after_trip: u64,
+    /// Effects admitted before the trip that executed after it.
+    pub in_flight_at_trip: u64,
+    /// Effects with no operation at all (counted in the after-trip figures too).
+    pub bypass: u64,
+    /// Operations of drill agents admitted after the trip, with or without an effect.
+    pub operations_admitted_after_trip: u64,
+    /// Effects executed in all.
+    pub effects: u64,
+    /// Up to ten after-trip effects, for the report.
+    pub examples: Vec<Value>,
+}
+
+impl Matched {
+    /// Effects after the trip, of every kind.
+    pub fn after_trip(&self) -> u64 {
+        self.tool_calls_after_trip + self.writes_after_trip + self.model_calls_after_trip
+    }
+}
+
+/// Match `effects` against `ops`, considering only operations of agents named `agent_prefix…`;
+/// `trip_unix_us` is the moment engage returned.
+pub fn match_effects(
+    effects: &[Effect],
+    ops: &BTreeMap<String, Operation>,
+    agent_prefix: &str,
+    trip_unix_us: i64,
+) -> Matched {
+    let trip_ms = trip_unix_us.div_euclid(1000);
+    let admitted_ms = |op: &Operation| op.dispatched_ms.unwrap_or(op.prepared_ms);
+    let ours: Vec<&Operation> = ops
+        .values()
+        .filter(|op| {
+            op.agent
+                .as_deref()
+                .is_some_and(|a| a.starts_with(agent_prefix))
+        })
+        .collect();
+    let by_request: HashMap<&str, &Operation> = ours
+        .iter()
+        .filter_map(|op| op.request_id.as_deref().map(|r| (r, *op)))
+        .collect();
+    let mut matched = Matched {
+        effects: effects.len() as u64,
+        operations_admitted_after_trip: ours
+            .iter()
+            .filter(|op| op.dispatched && admitted_ms(op) > trip_ms)
+            .count() as u64,
+        ..Matched::default()
+    };
+    for effect in effects {
+        let op = by_request.get(effect.request_id.as_str());
+        let after = match op {
+            None => {
+                matched.bypass += 1;
+                true
+            }
+            Some(op) => admitted_ms(op) > trip_ms,
+        };
+        if after {
+            match effect.kind {
+                EffectKind::ToolCall => matched.tool_calls_after_trip += 1,
+                EffectKind::Write => matched.writes_after_trip += 1,
+                EffectKind::Model => matched.model_calls_after_trip += 1,
+            }
+            if matched.examples.len() < 10 {
+                matched.examples.push(json!({
+                    "request_id": effect.request_id,
+                    "kind": effect.kind,
+                    "executed_after_trip_us": effect.at_unix_us - trip_unix_us,
+                    "operation": op.map(|o| o.op.clone()),
+                    "admitted_after_trip_ms": op.map(|o| admitted_ms(o) - trip_ms),
+                }));
+            }
+        } else if effect.at_unix_us > trip_unix_us {
+            matched.in_flight_at_trip += 1;
+        }
+    }
+    matched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stopline_core::ops::OpKind;
+
+    fn op(id: &str, request: &str, prepared: i64, dispatched: Option<i64>) -> Operation {
+        Operation {
+            op: id.into(),
+            target: "mcp:drill:write".into(),
+            kind: OpKind::Destination,
+            agent: Some("drill-x-a0".into()),
+            request_id: Some(request.into()),
+            prepared_ms: prepared,
+            dispatched: dispatched.is_some(),
+            dispatched_ms: dispatched,
+            in_doubt: false,
+            outcome: Some("committed".into()),
+            writer: "gateway-1-1".into(),
+        }
+    }
+
+    fn effect(request: &str, kind: EffectKind, at_us: i64) -> Effect {
+        Effect {
+            request_id: request.into(),
+            kind,
+            at_unix_us: at_us,
+        }
+    }
+
+    #[test]
+    fn before_in_flight_after_and_bypass_are_told_apart() {
+        let trip_us = 10_000_500; // engage returned in ms 10_000
+        let ops: BTreeMap<_, _> = [
+            op("op_a", "1", 9_990, Some(9_995)), // admitted and executed before
+            op("op_b", "2", 9_998, Some(10_000)), // admitted in the trip's ms, executed after
+            op("op_c", "3", 9_999, Some(10_001)), // admitted after: a violation
+            op("op_d", "4", 10_002, Some(10_003)), // admitted after, no effect seen
+        ]
+        .into_iter()
+        .map(|o| (o.op.clone(), o))
+        .collect();
+        let effects = [
+            effect("1", EffectKind::Write, 9_996_000),
+            effect("2", EffectKind::Write, 10_000_900),
+            effect("3", EffectKind::ToolCall, 10_001_200),
+            effect("99", EffectKind::Model, 10_002_000), // no operation: a bypass
+        ];
+        let m = match_effects(&effects, &ops, "drill-x-", trip_us);
+        assert_eq!(m.in_flight_at_trip, 1);
+        assert_eq!(m.tool_calls_after_trip, 1);
+        assert_eq!(m.model_calls_after_trip, 1);
+        assert_eq!(m.writes_after_trip, 0);
+        assert_eq!(m.bypass, 1);
+        assert_eq!(m.operations_admitted_after_trip, 2);
+        assert_eq!(m.after_trip(), 2);
+    }
+
+    #[test]
+    fn operations_of_other_agents_never_match() {
+        let mut other = op("op_z", "1", 1, Some(2));
+        other.agent = Some("real-agent".into());
+        let ops = BTreeMap::from([(other.op.clone(), other)]);
+        let m = match_effects(
+            &[effect("1", EffectKind::Write, 3_000)],
+            &ops,
+            "drill-x-",
+            10_000,
+        );
+        assert_eq!((m.bypass, m.writes_after_trip), (1, 1));
+    }
+}

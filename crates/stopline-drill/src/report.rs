@@ -1,0 +1,92 @@
+//! The human rendering of drill reports (one drill, a series, a sweep) and the collection of
+//! their failure reasons, for the binary's output. JSON stays the record; this is only text.
+
+use serde_json::Value;
+
+fn verdict(pass: &Value) -> &'static str {
+    if pass == &Value::Bool(true) {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
+
+fn num(value: &Value) -> String {
+    match value.as_f64() {
+        Some(v) => format!("{v}"),
+        None => "-".into(),
+    }
+}
+
+fn one(o: &Value) -> String {
+    let t = &o["time_to_first_rejection_ms"];
+    let mut text = format!(
+        "drill {} {}: {} agents x {} sub-agents, {} at {}\n  time to first rejection: p50 {} ms, p99 {} ms, max {} ms (target {} ms)\n  engage returned after {} ms; last gateway acknowledgement after {} ms\n  after the trip: {} tool calls, {} writes, {} model calls; in flight at the trip: {}; effects: {}",
+        o["drill_id"].as_str().unwrap_or_default(),
+        verdict(&o["pass"]),
+        o["agents"], o["subagents"],
+        o["scope"].as_str().unwrap_or_default(),
+        o["level"].as_str().unwrap_or_default(),
+        num(&t["p50"]), num(&t["p99"]), num(&t["max"]), o["target_ms"],
+        num(&o["engage_returned_ms"]), num(&o["ack_ms"]),
+        o["tool_calls_after_trip"], o["writes_after_trip"], o["model_calls_after_trip"],
+        o["in_flight_at_trip"], o["effects"],
+    );
+    for reason in o["reasons"].as_array().into_iter().flatten() {
+        text.push_str(&format!(
+            "\n  failed: {}",
+            reason.as_str().unwrap_or_default()
+        ));
+    }
+    text
+}
+
+fn series(s: &Value) -> String {
+    let m = &s["median"];
+    format!(
+        "{} drills at {} agents x {} sub-agents: {} passed ({})\n  medians: time to first rejection p50 {} ms, p99 {} ms; engage returned {} ms; acks {} ms\n  effects after the trip, all drills: {} (of {} effects; {} in flight at the trip)",
+        s["drills"], s["agents"], s["subagents"], s["passed"], verdict(&s["pass"]),
+        num(&m["time_to_first_rejection_p50_ms"]), num(&m["time_to_first_rejection_p99_ms"]),
+        num(&m["engage_returned_ms"]), num(&m["ack_ms"]),
+        s["effects_after_trip"], s["effects"], s["in_flight_at_trip"],
+    )
+}
+
+/// A report as text: a single drill, a series (`--repeat`), or a sweep.
+pub fn human(report: &Value) -> String {
+    if let Some(sweep) = report["sweep"].as_array() {
+        let mut parts: Vec<String> = sweep.iter().map(series).collect();
+        if let Some(plot) = report["plot"].as_str() {
+            parts.push(format!("plot written to {plot}"));
+        }
+        return parts.join("\n");
+    }
+    if report.get("drills").is_some() {
+        return series(report);
+    }
+    one(report)
+}
+
+/// Every failure reason anywhere in a report.
+pub fn reasons_in(report: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    collect(report, &mut out);
+    out
+}
+
+fn collect(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                match (key.as_str(), inner) {
+                    ("reasons", Value::Array(items)) => {
+                        out.extend(items.iter().filter_map(|r| r.as_str().map(String::from)))
+                    }
+                    _ => collect(inner, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| collect(i, out)),
+        _ => {}
+    }
+}

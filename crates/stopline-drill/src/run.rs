@@ -1,0 +1,295 @@
+//! One drill, start to finish: set up (locally or against a live gateway), mint the agents'
+//! tokens and delegate the sub-agents' through the gateway, prove the scope covers every caller,
+//! let them run, pull at a random moment, watch the window, stop the callers, match, judge, tear
+//! down, and file the observation in the home's evidence log.
+//!
+//! The servers (gateway and destination) run on their own runtime and the callers and puller on
+//! another, as they would in separate processes; both share the machine's cores, which is the
+//! point of a drill under load.
+
+use crate::agents::{run_caller, Caller, CallerReport, Endpoints, Shared};
+use crate::destination::Destination;
+use crate::matching::match_effects;
+use crate::observation::{Inputs, Observation};
+use crate::options::resolve_scope;
+use crate::progress::Progress;
+use crate::pull::{pull, Puller};
+use crate::{DrillError, DrillOptions, Mode};
+use rand::Rng;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stopline_control::{engage, tokens, Context};
+use stopline_core::{Refusal, RefusalCode, Role};
+use stopline_store::Store;
+
+/// What a drill runs against.
+pub(crate) struct Env {
+    pub gateway_url: String,
+    /// The control directory tokens are minted from and operations are read from.
+    pub ctx: Context,
+    pub puller: Puller,
+    pub endpoints: Endpoints,
+    pub destination: Destination,
+    pub label: String,
+    pub teardown: Teardown,
+}
+
+/// What to take down afterwards.
+pub(crate) enum Teardown {
+    Local {
+        gateway: Box<stopline_gateway::RunningGateway>,
+        dir: tempfile::TempDir,
+    },
+    Remote,
+}
+
+fn runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(name)
+        .build()
+}
+
+/// Run one drill and, unless `options.record` is false, file its observation.
+pub fn drill(options: &DrillOptions) -> Result<Observation, DrillError> {
+    options.validate()?;
+    let drill_id = hex::encode(rand::thread_rng().gen::<[u8; 4]>());
+    let servers = runtime("stopline-drill-srv")?;
+    let clients = runtime("stopline-drill-cli")?;
+    let env = servers.block_on(async {
+        match &options.mode {
+            Mode::Local => crate::local::start(options).await,
+            Mode::Against(url) => crate::remote::start(&options.home, url, &drill_id).await,
+        }
+    })?;
+    let result = clients.block_on(drive(options, &drill_id, &env));
+    let Env {
+        destination,
+        teardown,
+        ..
+    } = env;
+    servers.block_on(async move {
+        if let Teardown::Local { gateway, dir } = teardown {
+            gateway.shutdown().await;
+            drop(dir);
+        }
+        destination.shutdown();
+    });
+    let observation = result?;
+    if options.record {
+        observation.file(&Store::open(&options.home))?;
+    }
+    Ok(observation)
+}
+
+async fn mint(ctx: &Context, agent: String, run: &str) -> Result<String, DrillError> {
+    let (ctx, run) = (ctx.clone(), run.to_string());
+    let minted = tokio::task::spawn_blocking(move || {
+        tokens::issue(
+            &ctx,
+            &tokens::IssueArgs {
+                agent,
+                role: Role::Agent,
+                project: None,
+                run: Some(run),
+                ttl_s: 3600,
+                budgets: Default::default(),
+            },
+        )
+    })
+    .await
+    .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))??;
+    Ok(minted.token)
+}
+
+/// A sub-agent's token, delegated through the gateway's `/v1/delegate`.
+async fn delegate(
+    client: &reqwest::Client,
+    gateway: &str,
+    parent: &str,
+    child: &str,
+) -> Result<String, DrillError> {
+    let failed = |why: String| DrillError::Setup {
+        what: "delegated tokens",
+        why,
+    };
+    let reply: Value = client
+        .post(format!("{gateway}/v1/delegate"))
+        .bearer_auth(parent)
+        .header("content-type", "application/json")
+        .body(json!({"agent": child, "ttl": 3600}).to_string())
+        .send()
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .json()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    reply["token"]
+        .as_str()
+        .map(String::from)
+        .ok_or_else(|| failed(format!("/v1/delegate answered {reply}")))
+}
+
+/// Every caller must be covered by the scope, or the drill would not stop them all.
+fn check_covered(ctx: &Context, scope: &str, callers: &[Caller]) -> Result<(), Refusal> {
+    let parsed = engage::parse_scope(scope)?;
+    for caller in callers {
+        let claims = engage::verify_token(ctx, &caller.token)?;
+        if !claims.subject().is_covered_by(&parsed) {
+            return Err(Refusal::new(
+                RefusalCode::ScopeInvalid,
+                format!("--scope {scope} does not cover the drill's caller {}: the drill would not stop it", caller.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn callers(
+    options: &DrillOptions,
+    env: &Env,
+    client: &reqwest::Client,
+    drill_id: &str,
+) -> Result<Vec<Caller>, DrillError> {
+    let run = format!("drill-{drill_id}");
+    let mut callers = Vec::with_capacity(options.callers());
+    for a in 0..options.agents {
+        let name = format!("drill-{drill_id}-a{a}");
+        let token = mint(&env.ctx, name.clone(), &run).await?;
+        for s in 0..options.subagents {
+            let child = format!("{name}-s{s}");
+            let token = delegate(client, &env.gateway_url, &token, &child).await?;
+            callers.push(Caller {
+                name: child,
+                token,
+                delegated: true,
+            });
+        }
+        callers.push(Caller {
+            name,
+            token,
+            delegated: false,
+        });
+    }
+    Ok(callers)
+}
+
+async fn drive(
+    options: &DrillOptions,
+    drill_id: &str,
+    env: &Env,
+) -> Result<Observation, DrillError> {
+    let level = options.validate()?;
+    let run_id = format!("drill-{drill_id}");
+    let scope = resolve_scope(options.scope.as_deref(), &run_id);
+    if matches!(options.mode, Mode::Against(_)) && scope != format!("run:{run_id}") {
+        return Err(Refusal::new(
+            RefusalCode::ScopeInvalid,
+            format!("--scope {scope}: against a live gateway a drill stops only its own run, run:{run_id}"),
+        )
+        .into());
+    }
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(options.callers() + 8)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| crate::setup("HTTP client")(e.to_string()))?;
+    let progress = Progress::new(options.progress, options.pull_after_ms + 1000, "drill");
+    progress.message(format!(
+        "{} callers: minting and delegating tokens",
+        options.callers()
+    ));
+    let callers = callers(options, env, &client, drill_id).await?;
+    check_covered(&env.ctx, &scope, &callers)?;
+    let shared = Arc::new(Shared::default());
+    let endpoints = Arc::new(env.endpoints.clone());
+    let started = Instant::now();
+    let tasks: Vec<_> = callers
+        .into_iter()
+        .enumerate()
+        .map(|(i, caller)| {
+            let task = run_caller(client.clone(), endpoints.clone(), caller, i, shared.clone());
+            tokio::spawn(task)
+        })
+        .collect();
+    let jitter = (options.pull_after_ms / 2).max(50);
+    let pull_at = options.pull_after_ms + rand::thread_rng().gen_range(0..=jitter);
+    let tick = |label: &str| {
+        progress.set_position(started.elapsed().as_millis() as u64);
+        progress.message(format!(
+            "{label}: {} calls answered",
+            shared.answered.load(Ordering::Relaxed)
+        ));
+    };
+    while started.elapsed() < Duration::from_millis(pull_at) {
+        tick("agents running");
+        tokio::time::sleep(
+            Duration::from_millis(20)
+                .min(Duration::from_millis(pull_at).saturating_sub(started.elapsed())),
+        )
+        .await;
+    }
+    let pulled = pull(&env.puller, &shared, &scope, level.as_str()).await;
+    let longest_ms = shared.longest_task_us.load(Ordering::Relaxed) as f64 / 1000.0;
+    let floor = if level == stopline_core::Level::HaltNoncritical {
+        2000.0
+    } else {
+        1000.0
+    };
+    let window_ms = match options.window_ms {
+        Some(given) => (given as f64).max(longest_ms.ceil() + 1.0) as u64,
+        None => (2.0 * longest_ms + 100.0).max(floor).ceil() as u64,
+    };
+    // The window is watched after the trip (engage returned), so a slow engage never eats it.
+    let tripped = Instant::now();
+    progress.set_length(started.elapsed().as_millis() as u64 + window_ms);
+    while pulled.is_ok() && tripped.elapsed() < Duration::from_millis(window_ms) {
+        tick("stop pulled, watching the window");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shared.stop.store(true, Ordering::SeqCst);
+    progress.message("stopping the callers and matching effects");
+    let mut reports: Vec<CallerReport> = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        reports.push(task.await.unwrap_or_default());
+    }
+    progress.finish();
+    let pull = pulled?;
+    let effects = env.destination.effects();
+    let ctx = env.ctx.clone();
+    let (ops, registry_errors) = tokio::task::spawn_blocking(move || ctx.store.operations())
+        .await
+        .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+    if !registry_errors.is_empty() {
+        return Err(Refusal::new(
+            RefusalCode::ControlStateCorrupt,
+            format!(
+                "the operation registry cannot be read, so effects cannot be matched: {}",
+                registry_errors.join("; ")
+            ),
+        )
+        .into());
+    }
+    let matched = match_effects(
+        &effects,
+        &ops,
+        &format!("drill-{drill_id}-"),
+        pull.returned_unix_us,
+    );
+    Ok(Observation::build(Inputs {
+        options,
+        scope,
+        drill_id: drill_id.to_string(),
+        gateway: env.label.clone(),
+        pull: &pull,
+        reports: &reports,
+        matched,
+        window_ms,
+        longest_task_ms: longest_ms,
+        model_calls_exercised: env.endpoints.model.is_some(),
+    }))
+}

@@ -1,0 +1,128 @@
+//! Drills in series: `--repeat K` (K drills in a row at one size, each filed) and `--sweep
+//! 10,50,100,200` (K drills at each number of agents, with the plot of time to first rejection
+//! against the number of agents).
+//!
+//! Figures across drills are medians of the per-drill figures; a series fails when any drill in
+//! it failed, and every drill's own record stays in the evidence log either way.
+
+use crate::observation::Observation;
+use crate::plot::{self, Point};
+use crate::progress::Progress;
+use crate::stats::median;
+use crate::{DrillError, DrillOptions};
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// The summary of drills at one size.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Every drill's record.
+    pub observations: Vec<Observation>,
+}
+
+impl Series {
+    /// True when every drill passed.
+    pub fn pass(&self) -> bool {
+        self.observations.iter().all(|o| o.pass)
+    }
+
+    fn medians(&self, f: impl Fn(&Observation) -> Option<f64>) -> Option<f64> {
+        let values: Vec<f64> = self.observations.iter().filter_map(f).collect();
+        (!values.is_empty()).then(|| median(&values))
+    }
+
+    /// The series as JSON: medians, totals and one line per drill.
+    pub fn to_json(&self) -> Value {
+        let first = self.observations.first();
+        let total = |f: fn(&Observation) -> u64| self.observations.iter().map(f).sum::<u64>();
+        json!({
+            "agents": first.map(|o| o.agents),
+            "subagents": first.map(|o| o.subagents),
+            "drills": self.observations.len(),
+            "passed": self.observations.iter().filter(|o| o.pass).count(),
+            "pass": self.pass(),
+            "effects_after_trip": total(|o| o.tool_calls_after_trip + o.writes_after_trip + o.model_calls_after_trip),
+            "tool_calls_after_trip": total(|o| o.tool_calls_after_trip),
+            "writes_after_trip": total(|o| o.writes_after_trip),
+            "model_calls_after_trip": total(|o| o.model_calls_after_trip),
+            "in_flight_at_trip": total(|o| o.in_flight_at_trip),
+            "effects": total(|o| o.effects),
+            "median": {
+                "time_to_first_rejection_p50_ms": self.medians(|o| Some(o.time_to_first_rejection_ms.p50)),
+                "time_to_first_rejection_p99_ms": self.medians(|o| Some(o.time_to_first_rejection_ms.p99)),
+                "time_to_first_rejection_max_ms": self.medians(|o| Some(o.time_to_first_rejection_ms.max)),
+                "engage_returned_ms": self.medians(|o| Some(o.engage_returned_ms)),
+                "ack_ms": self.medians(|o| o.ack_ms),
+                "time_to_contained_ms": self.medians(|o| o.time_to_contained_ms),
+                "longest_task_ms": self.medians(|o| Some(o.longest_task_ms)),
+            },
+            "runs": self.observations.iter().map(|o| json!({
+                "drill_id": o.drill_id, "pass": o.pass,
+                "time_to_first_rejection_ms": o.time_to_first_rejection_ms,
+                "engage_returned_ms": o.engage_returned_ms, "ack_ms": o.ack_ms,
+                "after_trip": o.tool_calls_after_trip + o.writes_after_trip + o.model_calls_after_trip,
+                "in_flight_at_trip": o.in_flight_at_trip, "effects": o.effects,
+                "reasons": o.reasons,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// `count` drills in a row with `options`.
+pub fn repeat(options: &DrillOptions, count: usize) -> Result<Series, DrillError> {
+    let bar = Progress::new(options.progress, count as u64, "drills");
+    let mut single = options.clone();
+    single.progress = options.progress && count == 1;
+    let mut observations = Vec::with_capacity(count);
+    for i in 0..count.max(1) {
+        bar.message(format!(
+            "drill {} of {count} at {} agents",
+            i + 1,
+            options.agents
+        ));
+        observations.push(crate::drill(&single)?);
+        bar.inc();
+    }
+    bar.finish();
+    Ok(Series { observations })
+}
+
+/// `repeat` drills at each number of agents in `sizes`; with `plot`, write the SVG there.
+pub fn sweep(
+    options: &DrillOptions,
+    sizes: &[usize],
+    repeat_each: usize,
+    plot_to: Option<&Path>,
+) -> Result<(Vec<Series>, Value), DrillError> {
+    let mut all = Vec::new();
+    for &agents in sizes {
+        let mut at = options.clone();
+        at.agents = agents;
+        all.push(repeat(&at, repeat_each)?);
+    }
+    let points: Vec<Point> = all
+        .iter()
+        .map(|s| Point {
+            agents: s.observations.first().map_or(0, |o| o.agents),
+            p50_ms: s
+                .medians(|o| Some(o.time_to_first_rejection_ms.p50))
+                .unwrap_or(0.0),
+            p99_ms: s
+                .medians(|o| Some(o.time_to_first_rejection_ms.p99))
+                .unwrap_or(0.0),
+        })
+        .collect();
+    if let Some(path) = plot_to {
+        let title = format!(
+            "Time from the pull to each caller's first rejected call ({} sub-agents per agent; median of {} drills)",
+            options.subagents, repeat_each
+        );
+        std::fs::write(path, plot::svg(&title, &points, Some(10.0)))?;
+    }
+    let report = json!({
+        "sweep": all.iter().map(Series::to_json).collect::<Vec<_>>(),
+        "plot": plot_to.map(|p| p.display().to_string()),
+        "pass": all.iter().all(Series::pass),
+    });
+    Ok((all, report))
+}

@@ -1,0 +1,117 @@
+//! Drills run in-process against their own gateway: a few small drills in a row leave nothing
+//! executed after the trip, and a gateway that swaps its view in late fails the drill and says
+//! why. (The 20 × (100 × 2) figures are a manual run, recorded in BENCHMARKS.md; these stay
+//! small to keep CI time low.)
+
+use stopline_drill::{DrillOptions, Observation};
+
+fn options(home: &std::path::Path, agents: usize, subagents: usize) -> DrillOptions {
+    let mut options = DrillOptions::new(home.to_path_buf());
+    options.agents = agents;
+    options.subagents = subagents;
+    // Long enough for the first calls (connections, journals) to land even on a busy machine.
+    options.pull_after_ms = 1000;
+    // What these tests guard is nothing after the trip; the time target is a benchmark figure,
+    // not something a debug build on a busy CI machine can promise.
+    options.target_ms = 30_000;
+    options
+}
+
+fn after_trip(o: &Observation) -> u64 {
+    o.tool_calls_after_trip + o.writes_after_trip + o.model_calls_after_trip
+}
+
+#[test]
+fn three_drills_in_a_row_leave_no_effect_after_the_trip() {
+    let home = tempfile::tempdir().unwrap();
+    let series = stopline_drill::repeat(&options(home.path(), 20, 2), 3).unwrap();
+    let effects: u64 = series.observations.iter().map(|o| o.effects).sum();
+    assert!(effects > 0, "the callers did real work");
+    for o in &series.observations {
+        eprintln!("{}", serde_json::to_string(&o.to_json()).unwrap());
+        assert_eq!(after_trip(o), 0, "{:?}", o.after_trip_examples);
+        assert_eq!(o.operations_admitted_after_trip, 0);
+        assert_eq!(o.callers, 60);
+        assert_eq!(
+            o.callers_never_rejected, 0,
+            "every caller, sub-agents included, is refused"
+        );
+        assert!(o.model_calls_exercised);
+        // Acknowledged within ack_timeout_ms or named as unacknowledged, never lost.
+        assert_eq!(o.acknowledged_by.len() + o.unacknowledged.len(), 1);
+        assert!(o.ack_ms.is_none_or(|a| a <= o.engage_returned_ms));
+        assert!(o.pass, "{:?}", o.reasons);
+    }
+    // Each drill is filed, against the default harness version, in the home's evidence log.
+    let store = stopline_store::Store::open(home.path());
+    let filed: Vec<_> = store
+        .evidence_entries()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "control-observation.v1")
+        .collect();
+    assert_eq!(filed.len(), 3);
+    assert!(filed
+        .iter()
+        .all(|e| e.body["harness_version"] == "drill" && e.body["pass"] == true));
+}
+
+#[test]
+fn a_gateway_that_refreshes_its_view_late_fails_the_drill() {
+    let home = tempfile::tempdir().unwrap();
+    let mut slow = options(home.path(), 4, 1);
+    slow.harness_version = "harness-slow".into();
+    // Far beyond ack_timeout_ms (250), so engage returns while the old view still admits, even
+    // on a busy machine where engage itself is slow.
+    slow.slow_view = Some(std::time::Duration::from_millis(3000));
+    slow.window_ms = Some(1500);
+    let o = stopline_drill::drill(&slow).unwrap();
+    eprintln!("{}", serde_json::to_string(&o.to_json()).unwrap());
+    assert!(!o.pass);
+    assert!(
+        after_trip(&o) > 0,
+        "calls admitted on the old view after engage returned"
+    );
+    assert!(o.operations_admitted_after_trip > 0);
+    assert!(
+        o.reasons
+            .iter()
+            .any(|r| r.contains("executed after the trip")),
+        "{:?}",
+        o.reasons
+    );
+    assert_eq!(o.unacknowledged.len(), 1, "engage gave up waiting for it");
+    // The failure is on record for that harness version.
+    let entries = stopline_store::Store::open(home.path())
+        .evidence_entries()
+        .unwrap();
+    let last = entries.last().unwrap();
+    assert_eq!(
+        (
+            last.body["harness_version"].as_str(),
+            last.body["pass"].as_bool()
+        ),
+        (Some("harness-slow"), Some(false))
+    );
+}
+
+#[test]
+fn a_scope_that_misses_some_callers_is_refused_before_anything_is_stopped() {
+    let home = tempfile::tempdir().unwrap();
+    let mut o = options(home.path(), 2, 1);
+    o.scope = Some("agent:someone-else".into());
+    let error = stopline_drill::drill(&o).unwrap_err();
+    assert_eq!(error.to_refusal().code.as_str(), "scope_invalid", "{error}");
+    let mut against = options(home.path(), 2, 1);
+    against.mode = stopline_drill::Mode::Against("http://127.0.0.1:1".into());
+    against.scope = Some("machine".into());
+    assert_eq!(
+        stopline_drill::drill(&against)
+            .unwrap_err()
+            .to_refusal()
+            .code
+            .as_str(),
+        "scope_invalid"
+    );
+    assert!(!home.path().join("evidence").exists(), "nothing was filed");
+}

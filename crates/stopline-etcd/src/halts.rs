@@ -1,0 +1,179 @@
+//! Disengage and drain through etcd, each one transaction guarded by compare-and-swap.
+//!
+//! Disengage clears the halt-level latches of exactly one scope: the `disengaged` WAL record and
+//! the deletion of exactly those latch keys commit together, and only if none of them changed
+//! since they were read (an emergency of that scope refuses it: `emergency_requires_recovery`).
+//! Halts of the scope that a fallback engage left in this host's local directory are lifted
+//! there too. Drain needs an active machine latch and a deadline in 1..=3600 s; `drain_started`
+//! and the new `state.json` commit together. Who may call these is decided by the caller.
+
+use crate::plane::{EtcdPlane, CAS_ATTEMPTS};
+use crate::read::append;
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use stopline_core::refusal::require_reason;
+use stopline_core::{ControlState, Level, RefusalCode, Scope, StateRecord};
+use stopline_store::chain::fields;
+use stopline_store::halts::{DisengageReceipt, DRAIN_RANGE_S};
+use stopline_store::StoreError;
+
+fn contention(what: &str) -> StoreError {
+    crate::client::EtcdError::Contention(format!("{what}: {CAS_ATTEMPTS} attempts lost the race"))
+        .into()
+}
+
+impl EtcdPlane {
+    /// Clear the halt-level latches of exactly `scope`, in etcd and on this host.
+    pub fn disengage(
+        &self,
+        scope: &Scope,
+        reason: &str,
+        by: &str,
+    ) -> Result<DisengageReceipt, StoreError> {
+        let reason = require_reason(reason)?;
+        let local_halts = self
+            .local
+            .load_view()
+            .latches
+            .iter()
+            .any(|l| &l.scope == scope);
+        for _ in 0..CAS_ATTEMPTS {
+            let snapshot = self.snapshot()?;
+            let log = snapshot.log()?;
+            let latches = snapshot.active_latches(Some(&log));
+            let of_scope: Vec<_> = latches.iter().filter(|l| &l.scope == scope).collect();
+            if let Some(emergency) = of_scope.iter().find(|l| l.level == Level::Emergency) {
+                return Err(StoreError::refused(
+                    RefusalCode::EmergencyRequiresRecovery,
+                    format!("{} is an emergency latch of {scope}; only the owner console's recovery clears it", emergency.file),
+                ));
+            }
+            let names: Vec<String> = of_scope.iter().map(|l| l.file.clone()).collect();
+            let mut receipt = DisengageReceipt {
+                disengaged: true,
+                scope: scope.to_string(),
+                cleared: names.clone(),
+                warnings: Vec::new(),
+            };
+            if !names.is_empty() {
+                let record = (
+                    "disengaged",
+                    fields([
+                        ("scope", scope.to_string().into()),
+                        ("latches", names.clone().into()),
+                        ("by", by.into()),
+                        ("reason", reason.clone().into()),
+                    ]),
+                );
+                let (_, puts, guard) = append(&self.names, &log, vec![record], &self.ts());
+                let mut compares = guard;
+                let mut ops = puts;
+                for (file, v) in snapshot.latches.iter().filter(|(f, _)| names.contains(f)) {
+                    let key = self.names.latch(file);
+                    compares.push(Compare::mod_revision(
+                        key.clone(),
+                        CompareOp::Equal,
+                        v.mod_revision,
+                    ));
+                    ops.push(TxnOp::delete(key, None));
+                }
+                let txn = Txn::new().when(compares).and_then(ops);
+                if !self.commit("disengage", txn)?.succeeded() {
+                    continue;
+                }
+            }
+            if local_halts {
+                let local = self.local.disengage(scope, &reason, by)?;
+                receipt.cleared.extend(local.cleared);
+            }
+            if receipt.cleared.is_empty() {
+                receipt
+                    .warnings
+                    .push(format!("no halt latch of exactly {scope} was active"));
+            }
+            return Ok(receipt);
+        }
+        Err(contention("disengage"))
+    }
+
+    /// Start a drain: DRAINING until `deadline_s` from now.
+    pub fn drain(
+        &self,
+        deadline_s: u64,
+        reason: &str,
+        by: &str,
+    ) -> Result<StateRecord, StoreError> {
+        let reason = require_reason(reason)?;
+        if !DRAIN_RANGE_S.contains(&deadline_s) {
+            return Err(StoreError::refused(
+                RefusalCode::DrainDeadlineOutOfRange,
+                format!("a drain deadline must be 1..=3600 seconds, not {deadline_s}"),
+            ));
+        }
+        for _ in 0..CAS_ATTEMPTS {
+            let snapshot = self.snapshot()?;
+            let log = snapshot.log()?;
+            let mut latches = snapshot.active_latches(Some(&log));
+            latches.extend(self.local.load_view().latches);
+            let machine: Vec<_> = latches
+                .iter()
+                .filter(|l| l.scope == Scope::Machine)
+                .collect();
+            if machine.is_empty() {
+                return Err(StoreError::refused(
+                    RefusalCode::DrainRequiresMachineLatch,
+                    "drain needs an active machine latch",
+                ));
+            }
+            let now = self.local.now_ms();
+            let earliest = machine
+                .iter()
+                .filter_map(|l| l.record.as_ref())
+                .filter_map(|r| stopline_store::env::parse_rfc3339(&r.ts))
+                .min()
+                .unwrap_or(now);
+            let deadline = now + (deadline_s as i64) * 1000;
+            let record = StateRecord {
+                state: ControlState::Draining,
+                by: by.to_string(),
+                reason: reason.clone(),
+                since: stopline_store::env::rfc3339(now),
+                deadline: Some(stopline_store::env::rfc3339(deadline)),
+                deadline_unix_ms: Some(deadline),
+                prepared_before_unix_ms: Some(earliest),
+            };
+            let started = (
+                "drain_started",
+                fields([
+                    ("deadline", stopline_store::env::rfc3339(deadline).into()),
+                    (
+                        "prepared_before",
+                        stopline_store::env::rfc3339(earliest).into(),
+                    ),
+                    ("by", by.into()),
+                    ("reason", reason.clone().into()),
+                ]),
+            );
+            let (_, mut ops, guard) = append(&self.names, &log, vec![started], &self.ts());
+            ops.push(self.put_state(&record));
+            let txn = Txn::new()
+                .when([guard, vec![self.state_guard(&snapshot)]].concat())
+                .and_then(ops);
+            if self.commit("drain", txn)?.succeeded() {
+                return Ok(record);
+            }
+        }
+        Err(contention("drain"))
+    }
+
+    /// `state.json` is still what `snapshot` read.
+    pub(crate) fn state_guard(&self, snapshot: &crate::read::Snapshot) -> Compare {
+        let revision = snapshot.state.as_ref().map_or(0, |v| v.mod_revision);
+        Compare::mod_revision(self.names.state(), CompareOp::Equal, revision)
+    }
+
+    /// The put of `record` as `state.json`.
+    pub(crate) fn put_state(&self, record: &StateRecord) -> TxnOp {
+        let bytes = serde_json::to_vec_pretty(record).expect("a state record always serializes");
+        TxnOp::put(self.names.state(), bytes, None)
+    }
+}

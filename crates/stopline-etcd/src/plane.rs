@@ -1,0 +1,152 @@
+//! [`EtcdPlane`]: the `ControlPlane` kept in etcd, beside this host's local control directory.
+//!
+//! Latches, the WAL, the epoch and `state.json` live under the prefix; operation journals, runs,
+//! evidence and the signing seed stay in the local [`Store`]. The local store is also the
+//! fallback: an engage that cannot reach etcd writes the local latch, which contains this host,
+//! and says `distributed_publish_failed`. That is why every view this plane returns is the
+//! *merge* of the etcd view and the local view ([`crate::merge`]): union of latches and faults,
+//! epochs combined so that neither side's revocation is lost. An etcd that cannot be read is a
+//! fault (`distributed_unavailable`), which closes every gate.
+
+use crate::client::{EtcdClient, EtcdError};
+use crate::names::Names;
+use crate::read::Snapshot;
+use crate::url::EtcdTarget;
+use etcd_client::{Txn, TxnResponse};
+use std::sync::Arc;
+use std::time::Duration;
+use stopline_core::{ControlView, Refusal, RefusalCode, Scope, StateRecord};
+use stopline_store::halts::DisengageReceipt;
+use stopline_store::ops::Census;
+use stopline_store::recovery::{ApplyReceipt, PlanReceipt};
+use stopline_store::repair::RepairReceipt;
+use stopline_store::{
+    ControlPlane, EngageOutcome, EngageRequest, PlaneAcks, PlaneGateway, Store, StoreError,
+};
+
+/// How many times a verb re-reads and retries after losing a compare-and-swap race.
+pub const CAS_ATTEMPTS: usize = 16;
+
+/// The control plane in etcd, with this host's control directory beside it.
+#[derive(Debug, Clone)]
+pub struct EtcdPlane {
+    pub(crate) client: Arc<EtcdClient>,
+    pub(crate) names: Names,
+    pub(crate) local: Store,
+    /// `keys/verify.pub` once read: it is written once and never changes.
+    pub(crate) verify_key: Arc<std::sync::OnceLock<[u8; 32]>>,
+}
+
+impl EtcdPlane {
+    /// A plane for `target`, with `local` as this host's control directory. Connects lazily.
+    pub fn new(target: EtcdTarget, local: Store) -> std::io::Result<EtcdPlane> {
+        let names = Names::new(&target.prefix);
+        Ok(EtcdPlane {
+            client: Arc::new(EtcdClient::new(target)?),
+            names,
+            local,
+            verify_key: Arc::default(),
+        })
+    }
+
+    /// The client (shared with the gateway's watch source).
+    pub fn client(&self) -> &Arc<EtcdClient> {
+        &self.client
+    }
+
+    /// The key names under the prefix.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// This host's control directory.
+    pub fn local(&self) -> &Store {
+        &self.local
+    }
+
+    /// One consistent read of the control records in etcd.
+    pub fn snapshot(&self) -> Result<Snapshot, EtcdError> {
+        Snapshot::fetch(&self.client, &self.names)
+    }
+
+    /// The etcd side of the view alone (no local latches): a read failure is a fault.
+    pub fn etcd_view(&self) -> ControlView {
+        match self.snapshot() {
+            Ok(snapshot) => snapshot.view(),
+            Err(error) => ControlView::closed(unreachable(&error)),
+        }
+    }
+
+    /// Commit `txn`; `Ok(false)` when a compare failed (someone else wrote first).
+    pub(crate) fn commit(&self, what: &str, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        self.client.call(what, move |mut client| {
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+    }
+
+    /// Now, RFC 3339, from the local store's clock.
+    pub(crate) fn ts(&self) -> String {
+        stopline_store::env::rfc3339(self.local.now_ms())
+    }
+}
+
+/// The fault an unreachable etcd means: every gate closes.
+pub fn unreachable(error: &EtcdError) -> Refusal {
+    Refusal::new(RefusalCode::DistributedUnavailable, error.to_string())
+}
+
+impl ControlPlane for EtcdPlane {
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
+    fn engage(&self, request: &EngageRequest) -> Result<EngageOutcome, StoreError> {
+        EtcdPlane::engage(self, request)
+    }
+    fn load_view(&self) -> ControlView {
+        crate::merge::merge(self.etcd_view(), self.local.load_view())
+    }
+    fn disengage(
+        &self,
+        scope: &Scope,
+        reason: &str,
+        by: &str,
+    ) -> Result<DisengageReceipt, StoreError> {
+        EtcdPlane::disengage(self, scope, reason, by)
+    }
+    fn drain(&self, deadline_s: u64, reason: &str, by: &str) -> Result<StateRecord, StoreError> {
+        EtcdPlane::drain(self, deadline_s, reason, by)
+    }
+    fn recover_plan(
+        &self,
+        scope: &Scope,
+        reason: &str,
+        by: &str,
+        census: &Census,
+    ) -> Result<PlanReceipt, StoreError> {
+        EtcdPlane::recover_plan(self, scope, reason, by, census)
+    }
+    fn recover_apply(&self, plan_id: &str, by: &str) -> Result<ApplyReceipt, StoreError> {
+        EtcdPlane::recover_apply(self, plan_id, by)
+    }
+    fn repair(
+        &self,
+        reason: &str,
+        by: &str,
+        highest_issued_epoch: u64,
+    ) -> Result<RepairReceipt, StoreError> {
+        EtcdPlane::repair(self, reason, by, highest_issued_epoch)
+    }
+    fn gateways(&self) -> Option<Result<Vec<PlaneGateway>, StoreError>> {
+        Some(crate::gateways::registered(self).map_err(StoreError::from))
+    }
+    fn collect_acks(&self, latch_file: &str, timeout: Duration) -> Option<PlaneAcks> {
+        crate::gateways::collect_acks(self, latch_file, timeout).ok()
+    }
+    fn published_key(&self) -> Result<Option<[u8; 32]>, StoreError> {
+        crate::gateways::published_key(self)
+    }
+    fn publish_key(&self, key: [u8; 32]) -> Result<[u8; 32], StoreError> {
+        crate::gateways::publish_key(self, key)
+    }
+}

@@ -1,0 +1,49 @@
+//! Wiring for the binary: `--control etcd://…` turns a local [`Context`] into one whose plane is
+//! etcd, and yields the gateway's distributed backend (plane + view source) for `serve`.
+//!
+//! The permit comes from the configuration key `permit_ttl_ms` (default 2000); a value that is
+//! not a positive integer is refused rather than silently replaced.
+
+use crate::plane::EtcdPlane;
+use crate::source::{EtcdSource, DEFAULT_PERMIT_TTL};
+use crate::url::EtcdTarget;
+use std::sync::Arc;
+use std::time::Duration;
+use stopline_control::config::Config;
+use stopline_control::Context;
+use stopline_core::{Refusal, RefusalCode};
+use stopline_gateway::Distributed;
+
+/// The permit from `config` (`permit_ttl_ms`), or the default.
+pub fn permit_ttl(config: &Config) -> Result<Duration, Refusal> {
+    match config.extra.get("permit_ttl_ms") {
+        None => Ok(DEFAULT_PERMIT_TTL),
+        Some(value) => value
+            .as_integer()
+            .filter(|ms| *ms > 0)
+            .map(|ms| Duration::from_millis(ms as u64))
+            .ok_or_else(|| {
+                Refusal::new(
+                    RefusalCode::ControlStateCorrupt,
+                    format!("config.toml: permit_ttl_ms must be a positive integer, not {value}"),
+                )
+            }),
+    }
+}
+
+/// `ctx` on the etcd plane named by `url`, and the gateway's distributed backend over it.
+pub fn attach(ctx: Context, url: &str) -> Result<(Context, Distributed), Refusal> {
+    let target = EtcdTarget::parse(url)?;
+    let permit = permit_ttl(&ctx.config)?;
+    let plane = EtcdPlane::new(target, ctx.store.clone()).map_err(|e| {
+        Refusal::new(
+            RefusalCode::DistributedUnavailable,
+            format!("cannot start the etcd client: {e}"),
+        )
+    })?;
+    let distributed = Distributed {
+        plane: Arc::new(plane.clone()),
+        source: Arc::new(EtcdSource::new(plane, permit)),
+    };
+    Ok((ctx.with_plane(distributed.plane.clone()), distributed))
+}

@@ -1,0 +1,256 @@
+//! Real etcd members on loopback, for tests: one member, or a three-member cluster.
+//!
+//! Each member gets ephemeral client and peer ports and a throwaway data directory; members
+//! are stopped by their pid (never by name) and every one still running is killed when the
+//! cluster is dropped. A member can be killed and restarted on the same ports and data, so a
+//! test can take etcd away and bring it back. `/usr/bin/etcd` (Debian's `etcd-server`) must
+//! exist: without it these tests fail, they never skip.
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where the tests look for etcd.
+pub const ETCD: &str = "/usr/bin/etcd";
+
+/// One member.
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub data: PathBuf,
+    child: Option<Child>,
+}
+
+/// A cluster of members sharing a throwaway directory.
+pub struct Cluster {
+    _dir: tempfile::TempDir,
+    pub members: Vec<Member>,
+    initial: String,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral port")
+}
+
+impl Cluster {
+    /// Start `n` members and wait until the cluster answers.
+    pub fn start(n: usize) -> Cluster {
+        assert!(
+            std::path::Path::new(ETCD).exists(),
+            "{ETCD} is missing: install Debian's etcd-server (scripts/setup-test-deps.sh)"
+        );
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: free_port(),
+                peer_port: free_port(),
+                data: dir.path().join(format!("m{i}")),
+                child: None,
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            _dir: dir,
+            members,
+            initial,
+        };
+        for i in 0..n {
+            cluster.spawn(i);
+        }
+        cluster.wait_ready(Duration::from_secs(20));
+        cluster
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let initial = self.initial.clone();
+        let m = &mut self.members[i];
+        let log = std::fs::File::create(format!("{}.log", m.data.display())).expect("a log file");
+        let child = Command::new(ETCD)
+            .args(["--name", &m.name])
+            .arg("--data-dir")
+            .arg(&m.data)
+            .args([
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{}", m.client_port),
+            ])
+            .args([
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{}", m.client_port),
+            ])
+            .args([
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{}", m.peer_port),
+            ])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{}", m.peer_port),
+            ])
+            .args(["--initial-cluster", &initial])
+            .args([
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                "stopline-test",
+            ])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts");
+        m.child = Some(child);
+    }
+
+    /// `etcd://127.0.0.1:P1,…?prefix=…` for every member.
+    pub fn url(&self, prefix: &str) -> String {
+        let hosts: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect();
+        format!("etcd://{}?prefix={prefix}", hosts.join(","))
+    }
+
+    /// `http://127.0.0.1:P` of member `i`.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// Wait until every running member accepts connections and the cluster has a leader.
+    pub fn wait_ready(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        for m in self.members.iter().filter(|m| m.child.is_some()) {
+            while TcpStream::connect(("127.0.0.1", m.client_port)).is_err() {
+                assert!(
+                    Instant::now() < deadline,
+                    "etcd member {} did not start",
+                    m.name
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let health = self.endpoint(
+            self.members
+                .iter()
+                .position(|m| m.child.is_some())
+                .unwrap_or(0),
+        );
+        while !healthy(&health) {
+            assert!(Instant::now() < deadline, "the etcd cluster has no leader");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kill member `i` (SIGKILL, by pid) and reap it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Restart member `i` on its ports and data, and wait until the cluster answers.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        self.wait_ready(Duration::from_secs(20));
+    }
+}
+
+/// True when `GET /health` on `endpoint` says the member is healthy (it has a leader).
+fn healthy(endpoint: &str) -> bool {
+    use std::io::{Read, Write};
+    let addr = endpoint.trim_start_matches("http://");
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let request = format!("GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.contains("\"health\":\"true\"")
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// Raw key access, for tests that corrupt or inspect what stopline wrote.
+pub struct Raw {
+    client: stopline_etcd::EtcdClient,
+}
+
+impl Raw {
+    /// A raw client for `url` (an `etcd://…` URL).
+    pub fn new(url: &str) -> Raw {
+        let target = stopline_etcd::EtcdTarget::parse(url).expect("a valid url");
+        Raw {
+            client: stopline_etcd::EtcdClient::new(target).expect("an etcd client"),
+        }
+    }
+
+    /// Put `value` at `key`.
+    pub fn put(&self, key: &str, value: &[u8]) {
+        let (key, value) = (key.to_string(), value.to_vec());
+        self.client
+            .call("test put", move |mut c| {
+                let (key, value) = (key.clone(), value.clone());
+                async move { c.put(key, value, None).await.map(|_| ()) }
+            })
+            .expect("put");
+    }
+
+    /// Delete `key`.
+    pub fn delete(&self, key: &str) {
+        let key = key.to_string();
+        self.client
+            .call("test delete", move |mut c| {
+                let key = key.clone();
+                async move { c.delete(key, None).await.map(|_| ()) }
+            })
+            .expect("delete");
+    }
+
+    /// Every key under `prefix` with its value, in key order.
+    pub fn list(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        let prefix = prefix.to_string();
+        self.client
+            .call("test list", move |mut c| {
+                let prefix = prefix.clone();
+                async move {
+                    let options = stopline_etcd::etcd_client::GetOptions::new().with_prefix();
+                    let response = c.get(prefix, Some(options)).await?;
+                    Ok(response
+                        .kvs()
+                        .iter()
+                        .map(|kv| {
+                            (
+                                String::from_utf8_lossy(kv.key()).into_owned(),
+                                kv.value().to_vec(),
+                            )
+                        })
+                        .collect())
+                }
+            })
+            .expect("list")
+    }
+}

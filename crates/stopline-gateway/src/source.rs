@@ -1,0 +1,109 @@
+//! Where the gateway's view comes from: a small trait, [`ViewSource`], with the local control
+//! directory ([`LocalSource`]: inotify + periodic reload) as the default and a distributed
+//! backend (etcd: a watch on the prefix, in `stopline-etcd`) as the other implementation.
+//!
+//! A source reads a fresh, fail-closed view without blocking on the network (a distributed
+//! source answers from what its own threads last fetched, merged with this host's directory),
+//! keeps the [`ViewHolder`] fresh from its own threads, and may hold a *permit*: when it has not
+//! heard from its backend for too long, noncritical work is refused. Distributed sources also
+//! carry this gateway's registration and acknowledgements to the backend, so that engage on any
+//! host collects them; `publish` must queue, never block.
+
+use crate::view::ViewHolder;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+use stopline_control::acks::ServerRecord;
+use stopline_core::{ControlView, Refusal};
+use stopline_store::Store;
+
+/// How many times a latch entry read as empty is re-read before it is believed: an engage
+/// creates the file, then writes it, and inotify reports the creation first.
+const EMPTY_RETRIES: usize = 3;
+
+/// What keeps a gateway's view: reads, change notification, permit, registration.
+pub trait ViewSource: Send + Sync + std::fmt::Debug {
+    /// A short name for status (`local`, `etcd`).
+    fn name(&self) -> &'static str;
+    /// A fresh, fail-closed view (blocked targets are the holder's). Never blocks on a network.
+    fn read(&self) -> ControlView;
+    /// Fetch what the first [`ViewSource::read`] needs. Called once by `serve` before its
+    /// runtime starts (so it may block); a source that skips it starts closed until its own
+    /// threads have read.
+    fn prime(&self) {}
+    /// Start the threads that keep `view` fresh until `stop`.
+    fn spawn_watchers(
+        self: Arc<Self>,
+        view: Arc<ViewHolder>,
+        reload_interval: Duration,
+        stop: Arc<AtomicBool>,
+    );
+    /// Why noncritical work must be refused now: the source has not heard from its backend
+    /// within its permit. `None` while the permit holds (always, for the local directory).
+    fn permit_lapsed(&self) -> Option<Refusal> {
+        None
+    }
+    /// Carry this gateway's registration (and the latches it acknowledges) to the backend.
+    fn publish(&self, record: &ServerRecord) {
+        let _ = record;
+    }
+    /// Withdraw the registration (graceful stop).
+    fn withdraw(&self) {}
+    /// True when acknowledgements travel through the backend, so the gateway must acknowledge
+    /// every view change by itself rather than only when asked over its loopback socket.
+    fn pushes_acks(&self) -> bool {
+        false
+    }
+}
+
+/// The local control directory, read through the store.
+#[derive(Debug, Clone)]
+pub struct LocalSource {
+    store: Store,
+}
+
+impl LocalSource {
+    /// A source reading `store`.
+    pub fn new(store: Store) -> LocalSource {
+        LocalSource { store }
+    }
+}
+
+/// Read latches, WAL, epoch and state of a local control directory, failing closed; an entry
+/// read as empty is re-read a few times first (its creation is reported before its write).
+pub fn read_local(store: &Store) -> ControlView {
+    let mut attempt = 0;
+    loop {
+        let view = store.load_control_view();
+        let empty_entry = view
+            .latches
+            .iter()
+            .any(|l| l.problem.as_deref() == Some("empty"));
+        if empty_entry && attempt < EMPTY_RETRIES {
+            attempt += 1;
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        return view;
+    }
+}
+
+impl ViewSource for LocalSource {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn read(&self) -> ControlView {
+        read_local(&self.store)
+    }
+
+    fn spawn_watchers(
+        self: Arc<Self>,
+        view: Arc<ViewHolder>,
+        reload_interval: Duration,
+        stop: Arc<AtomicBool>,
+    ) {
+        crate::watch::spawn_watcher(view.clone(), stop.clone());
+        crate::watch::spawn_periodic(view, reload_interval, stop);
+    }
+}

@@ -1,0 +1,150 @@
+//! `stopline drill` through the real binary: drills in a row pass with nothing executed after
+//! the trip and file records that validate against `schemas/control-observation.v1.json`; a
+//! drill against a gateway that swaps its view in late fails (exit 1) and says why. Kept small
+//! for CI time, and with a lenient time target (a debug build on a shared CI machine): the
+//! 20 × (100 × 2) figures are a manual release run recorded in BENCHMARKS.md.
+
+mod util;
+
+use serde_json::Value;
+use std::path::Path;
+use util::Home;
+
+/// Validate `instance` against `schemas/<name>`; panics with every error.
+pub fn validate(name: &str, instance: &Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../schemas")
+        .join(name);
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{name}: {errors:?}\n{instance}");
+}
+
+fn evidence(home: &Home) -> Vec<Value> {
+    let r = home.run(&["evidence", "list"]);
+    r.assert_ok();
+    r.json()["records"].as_array().unwrap().clone()
+}
+
+#[test]
+fn three_drills_in_a_row_pass_with_nothing_after_the_trip_and_file_valid_records() {
+    let home = Home::new();
+    let r = home.run(&[
+        "drill",
+        "--agents",
+        "20",
+        "--subagents",
+        "2",
+        "--repeat",
+        "3",
+        "--pull-after-ms",
+        "800",
+        // What this test guards is nothing after the trip; the time target is a figure of the
+        // benchmark, not of a debug build on a busy CI machine.
+        "--target-ms",
+        "30000",
+    ]);
+    eprintln!("{}\n{}", r.stdout, r.stderr);
+    r.assert_ok();
+    let series = r.json();
+    assert_eq!(series["drills"], 3);
+    assert_eq!(series["passed"], 3);
+    assert_eq!(series["effects_after_trip"], 0);
+    assert!(series["effects"].as_u64().unwrap() > 0);
+    let records = evidence(&home);
+    assert_eq!(records.len(), 3);
+    for record in &records {
+        validate("control-observation.v1.json", record);
+        assert_eq!(record["kind"], "control-observation.v1");
+        assert_eq!(
+            (record["harness_version"].as_str(), record["pass"].as_bool()),
+            (Some("drill"), Some(true))
+        );
+        assert_eq!(record["callers"], 60);
+        assert_eq!(record["callers_never_rejected"], 0);
+        assert_eq!(record["operations_admitted_after_trip"], 0);
+        for field in [
+            "tool_calls_after_trip",
+            "writes_after_trip",
+            "model_calls_after_trip",
+        ] {
+            assert_eq!(record[field], 0, "{field}");
+        }
+        assert!(record["scope"].as_str().unwrap().starts_with("run:drill-"));
+    }
+    let verify = home.run(&["evidence", "verify"]);
+    assert_eq!(verify.code, 0, "{}", verify.stdout);
+}
+
+#[test]
+fn a_drill_against_a_gateway_that_refreshes_its_view_late_fails_and_says_why() {
+    let home = Home::new();
+    let r = home.run(&[
+        "drill",
+        "--agents",
+        "4",
+        "--subagents",
+        "1",
+        "--pull-after-ms",
+        "300",
+        "--harness-version",
+        "harness-slow",
+        "--slow-view-ms",
+        "3000",
+        "--window-ms",
+        "1500",
+    ]);
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("error: drill failed"), "{}", r.stderr);
+    assert!(r.stderr.contains("executed after the trip"), "{}", r.stderr);
+    let observation = r.json();
+    validate("control-observation.v1.json", &observation);
+    assert_eq!(observation["pass"], false);
+    let after: u64 = [
+        "tool_calls_after_trip",
+        "writes_after_trip",
+        "model_calls_after_trip",
+    ]
+    .iter()
+    .map(|f| observation[f].as_u64().unwrap())
+    .sum();
+    assert!(after > 0, "{observation}");
+    assert_eq!(observation["unacknowledged"].as_array().unwrap().len(), 1);
+    // On record against its harness version, where `stopline run` will find the failure.
+    let records = evidence(&home);
+    let last = records.last().unwrap();
+    assert_eq!(
+        (last["harness_version"].as_str(), last["pass"].as_bool()),
+        (Some("harness-slow"), Some(false))
+    );
+}
+
+#[test]
+fn a_drill_that_would_not_stop_all_its_callers_is_refused_before_it_starts() {
+    let home = Home::new();
+    let r = home.run(&["drill", "--agents", "2", "--scope", "agent:someone-else"]);
+    assert_eq!(
+        (r.code, r.code_str().as_str()),
+        (1, "scope_invalid"),
+        "{}",
+        r.stderr
+    );
+    let r = home.run(&[
+        "drill",
+        "--against",
+        "http://127.0.0.1:1",
+        "--scope",
+        "machine",
+    ]);
+    assert_eq!(
+        (r.code, r.code_str().as_str()),
+        (1, "scope_invalid"),
+        "{}",
+        r.stderr
+    );
+    assert!(!home.file("evidence").exists());
+}

@@ -1,0 +1,180 @@
+//! The evidence log: one changed byte anywhere is found by `evidence verify` (the chain names the
+//! line after the change; the head anchor catches a change of the last line), an operation
+//! admitted for an agent after its breaker tripped is reported, and a real breaker trip of a
+//! running gateway files an `evidence-record.v1` that validates against its schema.
+
+mod gw;
+mod util;
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+use stopline_store::Store;
+use util::Home;
+
+fn validate(name: &str, instance: &Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../schemas")
+        .join(name);
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{name}: {errors:?}\n{instance}");
+}
+
+fn record(n: u64) -> serde_json::Map<String, Value> {
+    json!({"schema": "control-observation.v1", "harness_version": "h", "pass": true, "agents": n})
+        .as_object()
+        .unwrap()
+        .clone()
+}
+
+/// Change the first ASCII digit at or after byte `from` of the log to another digit.
+fn flip_digit(log: &Path, from: usize) -> usize {
+    let mut bytes = std::fs::read(log).unwrap();
+    let at = from + bytes[from..].iter().position(u8::is_ascii_digit).unwrap();
+    bytes[at] = if bytes[at] == b'7' { b'8' } else { b'7' };
+    std::fs::write(log, bytes).unwrap();
+    at
+}
+
+#[test]
+fn one_changed_byte_is_found_and_named() {
+    let home = Home::new();
+    let store = Store::open(home.path());
+    for n in 1..=3 {
+        store
+            .append_evidence("control-observation.v1", record(n))
+            .unwrap();
+    }
+    let log = home.file("evidence/log.jsonl");
+    let pristine = std::fs::read(&log).unwrap();
+    assert_eq!(home.run(&["evidence", "verify"]).code, 0);
+
+    // A byte in the first line: the second line's link to it breaks.
+    let first_line_end = pristine.iter().position(|&b| b == b'\n').unwrap();
+    let agents_at = pristine
+        .windows(8)
+        .position(|w| w == b"\"agents\"")
+        .unwrap();
+    assert!(agents_at < first_line_end);
+    flip_digit(&log, agents_at);
+    let r = home.run(&["evidence", "verify"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    let report = r.json();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["first_break"]["fault"], "broken_link");
+    assert_eq!(report["first_break"]["line"], 2);
+    assert_eq!(
+        home.run(&["evidence", "list"]).code_str(),
+        "control_state_corrupt"
+    );
+
+    // A byte in the last line: nothing follows it, but the head anchor no longer matches.
+    std::fs::write(&log, &pristine).unwrap();
+    let last_line_start = pristine[..pristine.len() - 1]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .unwrap()
+        + 1;
+    let agents_last = last_line_start
+        + pristine[last_line_start..]
+            .windows(8)
+            .position(|w| w == b"\"agents\"")
+            .unwrap();
+    flip_digit(&log, agents_last);
+    let r = home.run(&["evidence", "verify"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert_eq!(r.json()["first_break"]["fault"], "head_mismatch");
+    assert_eq!(r.json()["first_break"]["line"], 3);
+
+    std::fs::write(&log, &pristine).unwrap();
+    assert_eq!(home.run(&["evidence", "verify"]).code, 0);
+}
+
+#[test]
+fn an_operation_admitted_after_an_agents_breaker_trip_is_reported() {
+    let home = Home::new();
+    let store = Store::open(home.path());
+    let journal = store.ops_journal("test").unwrap();
+    let before = journal
+        .prepare("mcp:s:write", Some("agent-x"), Some("1"))
+        .unwrap();
+    journal.dispatched(&before).unwrap();
+    journal.outcome(&before, "committed").unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let trip = json!({"schema": "evidence-record.v1", "agent": "agent-x", "breaker": "unauthorized_calls",
+        "trigger": "tool_not_allowed", "threshold": 1.0, "observed": 1.0, "latch": "latch_abc", "level": "halt-all"});
+    store
+        .append_evidence("breaker", trip.as_object().unwrap().clone())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let admitted = journal
+        .prepare("mcp:s:write", Some("agent-x"), Some("2"))
+        .unwrap();
+    journal.dispatched(&admitted).unwrap();
+    journal.outcome(&admitted, "committed").unwrap();
+    let refused = journal
+        .prepare("mcp:s:write", Some("agent-x"), Some("3"))
+        .unwrap();
+    journal.outcome(&refused, "refused").unwrap();
+    let other = journal
+        .prepare("mcp:s:write", Some("agent-y"), Some("4"))
+        .unwrap();
+    journal.outcome(&other, "committed").unwrap();
+
+    let r = home.run(&["evidence", "verify"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    let report = r.json();
+    assert_eq!(
+        report["first_break"],
+        Value::Null,
+        "the chain itself is whole"
+    );
+    let after = report["operations_after_trip"].as_array().unwrap();
+    assert_eq!(after.len(), 1, "{report}");
+    assert_eq!(after[0]["op"], admitted.as_str());
+    assert_eq!(after[0]["trip_latch"], "latch_abc.json");
+    assert_eq!(after[0]["dispatched"], true);
+}
+
+#[test]
+fn a_real_breaker_trip_files_a_valid_evidence_record() {
+    let home = Home::new();
+    let gateway = gw::Gateway::start(
+        &home,
+        "[mcp.tools]\nurl = \"http://127.0.0.1:9/mcp\"\nallowed_tools = [\"allowed\"]\n\n[breakers]\nunauthorized_calls = 1\n",
+    );
+    let token = home.token(&["--agent", "agent-t"]);
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "forbidden", "arguments": {}}});
+    let reply = gw::http_with(
+        &gateway.addr,
+        "POST",
+        "/mcp/tools",
+        Some(&token),
+        Some(&call),
+        &[("accept", "application/json, text/event-stream")],
+    );
+    assert!(reply.body.contains("tool_not_allowed"), "{}", reply.body);
+    let store = Store::open(home.path());
+    let trip = gw::within(Duration::from_secs(10), || {
+        store
+            .evidence_entries()
+            .ok()?
+            .into_iter()
+            .find(|e| e.body["schema"] == "evidence-record.v1")
+    })
+    .expect("the breaker trip is filed");
+    let body = Value::Object(trip.body);
+    validate("evidence-record.v1.json", &body);
+    assert_eq!(
+        (body["agent"].as_str(), body["kind"].as_str()),
+        (Some("agent-t"), Some("breaker"))
+    );
+    let r = home.run(&["evidence", "verify"]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.json()["trips"], 1);
+}

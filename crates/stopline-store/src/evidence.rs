@@ -62,8 +62,17 @@ impl Store {
     /// Every evidence entry, verified; or the first fault.
     pub fn evidence_entries(&self) -> Result<Vec<WalEntry>, WalFault> {
         let path = self.layout.evidence_log();
-        let _guard = self.lock_log_shared(&path).ok().flatten();
-        let bytes = self.read_optional(&path).ok().flatten().unwrap_or_default();
+        // An evidence log that cannot be read is not an empty one: that would fail open for the
+        // drill gate ("no failed drill") and for `evidence verify`.
+        let unreadable = |error: StoreError| WalFault::Unparsable {
+            line: 0,
+            why: format!("the evidence log cannot be read: {error}"),
+        };
+        let _guard = self.lock_log_shared(&path).map_err(unreadable)?;
+        let bytes = self
+            .read_optional(&path)
+            .map_err(unreadable)?
+            .unwrap_or_default();
         wal::verify(&bytes).map(|log| log.entries)
     }
 

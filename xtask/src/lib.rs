@@ -138,8 +138,14 @@ pub fn check() -> Vec<String> {
         ),
         ("crates/stopline-mcp/", "stdio pipes"),
         ("xtask/", "repository chores"),
-        ("crates/stopline-drill/src/sweep.rs", "the plot file the user names"),
-        ("crates/stopline-drill/src/local.rs", "the config of the drill's own throwaway home"),
+        (
+            "crates/stopline-drill/src/sweep.rs",
+            "the plot file the user names",
+        ),
+        (
+            "crates/stopline-drill/src/local.rs",
+            "the config of the drill's own throwaway home",
+        ),
         (
             "crates/stopline-assurance/src/conformance/",
             "the battery's own throwaway homes, damaged on purpose; never a real control directory",

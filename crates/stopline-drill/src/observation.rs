@@ -90,6 +90,9 @@ pub struct Observation {
     pub longest_task_ms: f64,
     /// Engage start → latch durable, from the receipt.
     pub time_to_contained_ms: Option<f64>,
+    /// The part of engage spent collecting every gateway's acknowledgement (after the latch,
+    /// WAL and epoch were durable), from the receipt.
+    pub ack_collect_ms: Option<f64>,
     /// The latch file.
     pub latch: String,
     /// Gateways that acknowledged.
@@ -212,6 +215,9 @@ impl Observation {
             model_calls_exercised: inputs.model_calls_exercised,
             longest_task_ms: round_ms(inputs.longest_task_ms),
             time_to_contained_ms: pull.receipt["time_to_contained_us"]
+                .as_f64()
+                .map(|us| round_ms(us / 1000.0)),
+            ack_collect_ms: pull.receipt["ack_collect_us"]
                 .as_f64()
                 .map(|us| round_ms(us / 1000.0)),
             latch: pull.receipt["latch"]["file"]

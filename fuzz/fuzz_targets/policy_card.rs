@@ -29,7 +29,11 @@ fuzz_target!(|data: &[u8]| {
                 .values()
                 .flat_map(|b| b.values())
                 .all(|l| l.is_finite() && *l >= 0.0));
-            assert!(card.stop_handle.levels.iter().all(|l| HANDLE_LEVELS.contains(&l.as_str())));
+            assert!(card
+                .stop_handle
+                .levels
+                .iter()
+                .all(|l| HANDLE_LEVELS.contains(&l.as_str())));
             assert!(!card.stop_handle.who_may_approve_restart.is_empty());
             assert!(card.time_to_stop_target_ms > 0);
             let again = serde_json::to_value(&card).expect("a card serializes");

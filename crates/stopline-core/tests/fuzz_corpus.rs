@@ -43,7 +43,30 @@ fn latch_corpus_reads_fail_closed() {
 
 #[test]
 fn wal_corpus_never_panics_and_prefixes_verify() {
-    for (_, bytes) in corpus("wal") {
+    for (name, bytes) in corpus("wal") {
+        let mut built = Vec::new();
+        let mut kinds = Vec::new();
+        for line in bytes.split(|&b| b == b'\n').take(64) {
+            let Ok(serde_json::Value::Object(fields)) = serde_json::from_slice(line) else {
+                continue;
+            };
+            let kind = fields
+                .get("kind")
+                .and_then(|k| k.as_str())
+                .unwrap_or("fuzz");
+            let ts = fields.get("ts").and_then(|t| t.as_str()).unwrap_or("t");
+            let (kind, ts) = (kind.to_string(), ts.to_string());
+            let log = stopline_core::wal::verify(&built).expect(&name);
+            let (_, line) = stopline_core::wal::next_line(log.last(), &kind, &ts, fields);
+            built.extend_from_slice(&line);
+            built.push(b'\n');
+            kinds.push(kind);
+        }
+        let log = stopline_core::wal::verify(&built).expect(&name);
+        let seen: Vec<String> = log.entries.iter().map(|e| e.kind.clone()).collect();
+        assert_eq!(seen, kinds, "{name}: the builder's log reads back");
+        let _ = log.uncleared_latches();
+
         if let Ok(log) = stopline_core::wal::verify(&bytes) {
             let _ = log.uncleared_latches();
             if let Some(end) = bytes[..bytes.len().saturating_sub(1)]

@@ -67,8 +67,12 @@ pub fn run(options: &Options) -> Result<Report, ConformanceError> {
         Some(path) => path.clone(),
         None => std::env::current_exe().map_err(|e| ConformanceError::Binary(e.to_string()))?,
     };
-    let binary_sha256 = sha256_file(&binary)
-        .map_err(|e| ConformanceError::Binary(format!("{}: {e}", binary.display())))?;
+    // Hashing a large (debug) binary takes seconds: do it beside the cases, not before them. A
+    // binary that changes meanwhile is caught by whoever compares hashes before and after.
+    let hashing = {
+        let binary = binary.clone();
+        std::thread::spawn(move || sha256_file(&binary))
+    };
     let cases: Vec<Case> = inventory()
         .into_iter()
         .filter(|c| options.filter.as_deref().is_none_or(|f| c.id.contains(f)))
@@ -99,6 +103,10 @@ pub fn run(options: &Options) -> Result<Report, ConformanceError> {
             });
         }
     });
+    let binary_sha256 = hashing
+        .join()
+        .map_err(|_| ConformanceError::Binary("hashing panicked".into()))?
+        .map_err(|e| ConformanceError::Binary(format!("{}: {e}", binary.display())))?;
     let cases = results
         .into_inner()
         .unwrap_or_else(|p| p.into_inner())

@@ -2,13 +2,14 @@
 //! `allowed_tools` (the wrapped server being this binary's own `mcp serve`); `mcp serve` offers
 //! no recovery; the Claude Code hook blocks under a stop and fails closed on garbage.
 
-use super::{case, Case};
+use super::{case, slow, Case};
 use crate::conformance::sandbox::{Out, Sandbox};
 use crate::conformance::{ensure, CaseError, Verdict};
 use serde_json::{json, Value};
 
 pub const CASES: &[Case] = &[
-    case(
+    // Slow only because `mcp proxy` takes seconds to exit after its client's EOF.
+    slow(
         "tool_not_allowed",
         "the MCP proxy refuses a tools/call outside the server's allowed_tools with tool_not_allowed and forwards an allowed one",
         tool_not_allowed,

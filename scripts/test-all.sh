@@ -19,4 +19,6 @@ else
 fi
 echo "== doc tests"
 cargo test --workspace --doc
+echo "== release gate (release build + its own conformance battery)"
+cargo xtask release-gate
 echo "all tests passed"

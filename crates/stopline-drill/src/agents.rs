@@ -60,6 +60,11 @@ pub struct CallerReport {
     pub delegated: bool,
     /// From the pull to the first refusal it received, if any.
     pub first_rejection: Option<Duration>,
+    /// How long that first refused call took, from sending it to its refusal.
+    pub first_refused_call: Option<Duration>,
+    /// From the pull to sending that first refused call (zero if it was sent before the pull):
+    /// the wait for the call the caller had in flight when the stop landed.
+    pub first_refused_sent: Option<Duration>,
     /// Calls that succeeded before the pull.
     pub ok_before_pull: u64,
     /// Calls that succeeded with an answer at or after the pull.
@@ -128,6 +133,8 @@ pub async fn run_caller(
                 if report.first_rejection.is_none() {
                     let pulled = *shared.pulled.get().expect("after_pull implies a pull");
                     report.first_rejection = Some(done - pulled);
+                    report.first_refused_call = Some(done - sent);
+                    report.first_refused_sent = Some(sent.saturating_duration_since(pulled));
                 }
                 *report.refusals.entry(code).or_default() += 1;
             }

@@ -54,6 +54,12 @@ pub struct Observation {
     pub ack_ms: Option<f64>,
     /// Over every caller (agents and sub-agents): pull → its first refused call.
     pub time_to_first_rejection_ms: Summary,
+    /// Over the same callers: how long that first refused call took (send → refusal). The
+    /// rest of the time to first rejection is the wait for the call in flight at the pull.
+    pub first_refused_call_ms: Summary,
+    /// Over the same callers: pull → sending the call that was refused (0 when it was sent
+    /// before the pull); calls in flight finish on their own (SPEC §5), so this is their tail.
+    pub in_flight_wait_ms: Summary,
     /// Tool calls executed after the trip.
     pub tool_calls_after_trip: u64,
     /// Writes executed after the trip.
@@ -146,6 +152,15 @@ impl Observation {
             .map(|d| d.as_secs_f64() * 1000.0)
             .collect();
         let never = reports.len() - firsts.len();
+        let ms_of = |d: &std::time::Duration| d.as_secs_f64() * 1000.0;
+        let refused_calls: Vec<f64> = reports
+            .iter()
+            .filter_map(|r| r.first_refused_call.as_ref().map(ms_of))
+            .collect();
+        let waits: Vec<f64> = reports
+            .iter()
+            .filter_map(|r| r.first_refused_sent.as_ref().map(ms_of))
+            .collect();
         let ttfr = summarize(&firsts);
         let mut calls = Calls::default();
         for r in reports.iter() {
@@ -197,6 +212,8 @@ impl Observation {
             engage_returned_ms: ms(pull.engage_returned),
             ack_ms: pull.ack.map(ms),
             time_to_first_rejection_ms: ttfr,
+            first_refused_call_ms: summarize(&refused_calls),
+            in_flight_wait_ms: summarize(&waits),
             tool_calls_after_trip: matched.tool_calls_after_trip,
             writes_after_trip: matched.writes_after_trip,
             model_calls_after_trip: matched.model_calls_after_trip,

@@ -51,6 +51,8 @@ impl Series {
                 "time_to_first_rejection_p50_ms": self.medians(|o| Some(o.time_to_first_rejection_ms.p50)),
                 "time_to_first_rejection_p99_ms": self.medians(|o| Some(o.time_to_first_rejection_ms.p99)),
                 "time_to_first_rejection_max_ms": self.medians(|o| Some(o.time_to_first_rejection_ms.max)),
+                "first_refused_call_p99_ms": self.medians(|o| Some(o.first_refused_call_ms.p99)),
+                "in_flight_wait_p99_ms": self.medians(|o| Some(o.in_flight_wait_ms.p99)),
                 "engage_returned_ms": self.medians(|o| Some(o.engage_returned_ms)),
                 "ack_ms": self.medians(|o| o.ack_ms),
                 "ack_collect_ms": self.medians(|o| o.ack_collect_ms),
@@ -60,6 +62,8 @@ impl Series {
             "runs": self.observations.iter().map(|o| json!({
                 "drill_id": o.drill_id, "pass": o.pass,
                 "time_to_first_rejection_ms": o.time_to_first_rejection_ms,
+                "first_refused_call_ms": o.first_refused_call_ms,
+                "in_flight_wait_ms": o.in_flight_wait_ms,
                 "engage_returned_ms": o.engage_returned_ms, "ack_ms": o.ack_ms,
                 "ack_collect_ms": o.ack_collect_ms, "time_to_contained_ms": o.time_to_contained_ms,
                 "after_trip": o.tool_calls_after_trip + o.writes_after_trip + o.model_calls_after_trip,

@@ -80,7 +80,12 @@ impl AckServer {
     /// Acknowledge `latch` by `deadline`, or say why not.
     pub fn acknowledge(&self, latch: &str, deadline: Instant) -> Value {
         let id = self.registry.record().id;
-        let mut snapshot = self.view.refresh_fast();
+        // The watcher has usually put the latch in the view already (latches first); only
+        // read the control directory when it has not.
+        let mut snapshot = self.view.load();
+        if !snapshot.latch_files.contains(latch) {
+            snapshot = self.view.refresh_fast();
+        }
         while !snapshot.latch_files.contains(latch) && !snapshot.is_faulted() {
             if Instant::now() >= deadline {
                 return json!({"ack": false, "server": id, "why": "the view does not hold the latch"});

@@ -126,8 +126,10 @@ impl Registry {
             .unwrap_or_else(|p| p.into_inner())
             .id
             .clone();
+        // Liveness data: visible at once, not waited on the disk for (it dies with this
+        // process; the acknowledgement itself is the answer on the ack socket).
         self.store
-            .replace_atomic(&dir.join(format!("{id}.json")), &bytes, "servers.write")?;
+            .replace_visible(&dir.join(format!("{id}.json")), &bytes, "servers.write")?;
         self.registered.store(true, Ordering::SeqCst);
         Ok(())
     }

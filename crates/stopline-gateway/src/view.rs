@@ -7,6 +7,9 @@
 //! Refreshes are serialized. A snapshot older than [`ViewHolder::max_age_ms`] closes the gate: a
 //! view that cannot be refreshed must never keep admitting on old news. What is read comes from
 //! the holder's [`ViewSource`] (the local directory unless a distributed backend is configured).
+//! A latch that appears in `latches/` joins the view at once ([`ViewHolder::add_appeared_latches`],
+//! latches first), before the locked read that waits while an engage advances the epoch; only
+//! additions take that path, since they can only make decisions stricter.
 
 use crate::source::{LocalSource, ViewSource};
 use arc_swap::ArcSwap;
@@ -14,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use stopline_core::{ControlView, Refusal, RefusalCode};
+use stopline_core::{ActiveLatch, ControlView, Refusal, RefusalCode};
 use stopline_store::Store;
 use tokio::sync::watch;
 
@@ -62,6 +65,12 @@ pub struct ViewHolder {
     max_age_ms: i64,
     /// A deliberate delay before a changed view is swapped in (drills of a slow gateway only).
     swap_delay_ms: AtomicU64,
+    /// Serializes swaps (refreshes, latches-first additions, blocked targets).
+    swap: Mutex<()>,
+    /// Reads started so far; a read numbered above a pin saw `latches/` after it.
+    reads: AtomicU64,
+    /// Latches added before the locked read confirmed them, with the read count at the time.
+    pinned: Mutex<Vec<(u64, ActiveLatch)>>,
 }
 
 impl ViewHolder {
@@ -83,6 +92,9 @@ impl ViewHolder {
             notes: Mutex::new(Vec::new()),
             max_age_ms: (reload_interval.as_millis() as i64 * 5).max(5000),
             swap_delay_ms: AtomicU64::new(0),
+            swap: Mutex::new(()),
+            reads: AtomicU64::new(0),
+            pinned: Mutex::new(Vec::new()),
         }
     }
 
@@ -149,23 +161,55 @@ impl ViewHolder {
     pub fn refresh_fast(&self) -> Arc<Snapshot> {
         let _serial = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
         let blocked = self.load().view.blocked_targets.clone();
-        let view = self.read(blocked);
-        self.install(view, true)
+        let (view, read) = self.read(blocked);
+        self.install(view, true, Some(read))
     }
 
     /// Re-read everything, the census of unresolved operations included.
     pub fn refresh_full(&self) -> Arc<Snapshot> {
         let _serial = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
         let blocked = self.store.blocked_targets();
-        let view = self.read(blocked);
-        self.install(view, true)
+        let (view, read) = self.read(blocked);
+        self.install(view, true, Some(read))
     }
 
-    fn read(&self, blocked_targets: BTreeMap<String, String>) -> ControlView {
-        ControlView {
+    fn read(&self, blocked_targets: BTreeMap<String, String>) -> (ControlView, u64) {
+        let read = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
+        let view = ControlView {
             blocked_targets,
             ..self.source.read()
+        };
+        (view, read)
+    }
+
+    /// Latches first: a well-formed latch that appeared in the local `latches/` joins the view
+    /// at once, without waiting for the locked read, which waits while an engage holds the WAL
+    /// lock to advance the epoch (the latch's existence is the signal, SPEC §2). Adding a latch
+    /// can only make decisions stricter, so this never opens a gate. An entry still being
+    /// written, or one that does not parse, waits for the full read (which re-reads it and
+    /// fails closed); removals always wait for it. A pinned latch stays in every view until a
+    /// read that started after the pin has seen `latches/`. Returns whether anything was added.
+    pub fn add_appeared_latches(&self) -> bool {
+        let (latches, faults) = self.store.active_latches(None);
+        if !faults.is_empty() {
+            return false;
         }
+        let current = self.load();
+        let appeared: Vec<ActiveLatch> = latches
+            .into_iter()
+            .filter(|l| l.problem.is_none() && !current.latch_files.contains(&l.file))
+            .collect();
+        if appeared.is_empty() {
+            return false;
+        }
+        let at = self.reads.load(Ordering::SeqCst);
+        self.pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(appeared.into_iter().map(|l| (at, l)));
+        let view = current.view.clone();
+        self.install(view, false, None);
+        true
     }
 
     /// This holder reading from `source` instead of the local control directory.
@@ -186,11 +230,17 @@ impl ViewHolder {
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
-    fn install(&self, view: ControlView, fresh: bool) -> Arc<Snapshot> {
+    /// Swap `view` in; `read` is the number of the read it came from (`None`: a change made to
+    /// the current view). Pinned latches the read started too early to see are kept.
+    fn install(&self, mut view: ControlView, fresh: bool, read: Option<u64>) -> Arc<Snapshot> {
+        self.keep_pinned(&mut view, read);
         let delay = self.swap_delay_ms.load(Ordering::SeqCst);
         if delay > 0 && self.loaded.load(Ordering::SeqCst) && self.load().view != view {
             std::thread::sleep(Duration::from_millis(delay));
         }
+        let _swap = self.swap.lock().unwrap_or_else(|p| p.into_inner());
+        // Latches pinned while this swap waited.
+        self.keep_pinned(&mut view, None);
         let previous = self.load();
         let now = if fresh {
             self.store.now_ms()
@@ -212,6 +262,20 @@ impl ViewHolder {
         snapshot
     }
 
+    /// Forget the pins that `read` (a read's number) started after, then add the pinned latches
+    /// `view` lacks.
+    fn keep_pinned(&self, view: &mut ControlView, read: Option<u64>) {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(read) = read {
+            pinned.retain(|(at, _)| read <= *at);
+        }
+        for (_, latch) in pinned.iter() {
+            if !view.latches.iter().any(|l| l.file == latch.file) {
+                view.latches.push(latch.clone());
+            }
+        }
+    }
+
     /// Add an operation this gateway itself marked in doubt to the blocked targets at once,
     /// without waiting for the next census.
     pub fn block_target(&self, target: &str, op: &str) {
@@ -219,11 +283,54 @@ impl ViewHolder {
         let mut view = self.load().view.clone();
         view.blocked_targets
             .insert(target.to_string(), op.to_string());
-        self.install(view, false);
+        self.install(view, false, None);
     }
 
     /// The store this view reads.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stopline_core::latch::LatchSession;
+    use stopline_core::{Level, Name, Scope};
+    use stopline_store::EngageRequest;
+
+    #[test]
+    fn a_new_latch_joins_at_once_and_leaves_only_with_a_later_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("home"));
+        let view = ViewHolder::new(store.clone(), Duration::from_secs(1));
+        view.refresh_full();
+        assert!(!view.add_appeared_latches(), "nothing new yet");
+        let scope = Scope::Agent(Name::parse("worker").unwrap());
+        let outcome = store
+            .engage(&EngageRequest {
+                scope: scope.clone(),
+                level: Level::HaltAll,
+                by: "test".into(),
+                reason: "latches first".into(),
+                session: LatchSession {
+                    bound: None,
+                    tier: "console".into(),
+                },
+            })
+            .unwrap();
+        let file = outcome.latch.file_name();
+        let before = view.load().generation;
+        assert!(view.add_appeared_latches());
+        let snapshot = view.load();
+        assert!(snapshot.latch_files.contains(&file));
+        assert!(snapshot.generation > before, "a change wakes waiters");
+        assert!(!view.add_appeared_latches(), "added once");
+        assert!(view.refresh_fast().latch_files.contains(&file));
+        store.disengage(&scope, "lifted", "operator").unwrap();
+        assert!(
+            !view.refresh_fast().latch_files.contains(&file),
+            "a read that started after the pin is believed about removals"
+        );
     }
 }

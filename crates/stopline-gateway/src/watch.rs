@@ -2,7 +2,8 @@
 //!
 //! inotify watches directories, not files: the control directory (for `epoch.json`,
 //! `state.json`, the WAL and the `latches/` entry itself) and `latches/`. Any relevant event
-//! triggers a fast refresh. A queue overflow, a lost watch or any read error triggers a full
+//! triggers a fast refresh; a new entry in `latches/` is first added to the view on its own
+//! (latches first, see `view.rs`). A queue overflow, a lost watch or any read error triggers a full
 //! refresh and a note in status; if the watch cannot be kept at all, the thread ends and the
 //! gateway degrades to the periodic reload, saying so. The periodic thread does a full refresh
 //! every `reload_interval_ms`. Both are OS threads so request load cannot starve them.
@@ -78,6 +79,7 @@ fn watch_loop(view: &ViewHolder, stop: &AtomicBool) -> std::io::Result<()> {
     while !stop.load(Ordering::SeqCst) {
         let events = inotify.read_events_blocking(&mut buffer)?;
         let mut refresh = false;
+        let mut appeared = false;
         let mut full = false;
         let mut rewatch = false;
         for event in events {
@@ -112,11 +114,18 @@ fn watch_loop(view: &ViewHolder, stop: &AtomicBool) -> std::io::Result<()> {
                         false,
                     );
                 }
+                appeared |= event
+                    .mask
+                    .intersects(EventMask::CREATE | EventMask::MOVED_TO);
                 refresh = true;
             }
         }
         if rewatch && latches_wd.is_none() {
             latches_wd = add_latches(&mut inotify, view);
+        }
+        if appeared {
+            // A new entry: into the view at once, before the locked read below.
+            view.add_appeared_latches();
         }
         if full {
             view.refresh_full();

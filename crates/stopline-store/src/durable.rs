@@ -57,6 +57,33 @@ impl Store {
             .context(|| format!("syncing {}", dir.display()))
     }
 
+    /// Replace `path` atomically with `bytes` without waiting for the disk: a fresh temporary
+    /// file (written, never fsynced), renamed over the target. Other processes see the new bytes
+    /// at once; a crash may lose them (or leave the target empty). Only for liveness data that
+    /// dies with its writer (a gateway's registration and acknowledgements): after a crash the
+    /// writer is gone and its record is ignored or reported unreadable, never believed.
+    pub fn replace_visible(&self, path: &Path, bytes: &[u8], fp: &str) -> Result<(), StoreError> {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(".{name}.tmp-{}", self.env.random_hex(6)));
+        let written = self
+            .fs
+            .append(&tmp, bytes, false, &format!("{fp}.tmp"))
+            .context(|| format!("writing {}", tmp.display()))
+            .and_then(|()| {
+                self.fs
+                    .rename(&tmp, path, &format!("{fp}.rename"))
+                    .context(|| format!("renaming over {}", path.display()))
+            });
+        if written.is_err() {
+            let _ = self.fs.remove_file(&tmp, "tmp.cleanup");
+        }
+        written
+    }
+
     /// Make sure the full-disk reserve exists (best effort; returns whether it does).
     pub fn ensure_reserve(&self) -> bool {
         let path = self.layout.reserve();

@@ -138,7 +138,8 @@ pub fn svg(title: &str, points: &[Point], goal_ms: Option<f64>) -> String {
                 out,
                 r#"<circle cx="{px:.1}" cy="{py:.1}" r="4" fill="{color}"/><text x="{:.1}" y="{:.1}" fill="{color}">{}</text>"#,
                 px + 6.0,
-                py - 6.0,
+                // p50 labels below their point, p99 above, so close values never overlap.
+                if series == "p50" { py + 16.0 } else { py - 6.0 },
                 format_number(pick(p))
             );
         }

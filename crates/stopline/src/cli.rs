@@ -229,7 +229,8 @@ pub enum BenchArg {
     /// One admission decision against an in-memory view.
     Admission,
     /// Killing a group of N = 10, 100, 500 processes, from latch publication to observed
-    /// quiescence (needs cgroup v2 and root; not part of the default set).
+    /// quiescence (needs cgroup v2 and root; the default set runs it with at most 5
+    /// iterations and reports it as an error where it cannot run).
     Kill,
     /// A proxied MCP tool call against the same call made directly.
     Gateway,

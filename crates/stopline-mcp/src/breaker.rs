@@ -121,7 +121,8 @@ impl Breakers {
             Ok(receipt) => receipt["latch"]["id"].clone(),
             Err(refusal) => {
                 tracing::error!(%agent, code = %refusal.code, "a breaker trip could not engage: {}", refusal.message);
-                Value::Null
+                // An empty latch id: the schema's convention for a trip whose engage failed.
+                Value::String(String::new())
             }
         };
         tracing::warn!(%agent, %kind, %trigger, observed, threshold, "breaker tripped");

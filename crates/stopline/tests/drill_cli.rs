@@ -7,22 +7,7 @@
 mod util;
 
 use serde_json::Value;
-use std::path::Path;
 use util::Home;
-
-/// Validate `instance` against `schemas/<name>`; panics with every error.
-pub fn validate(name: &str, instance: &Value) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../schemas")
-        .join(name);
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
-    let errors: Vec<String> = validator
-        .iter_errors(instance)
-        .map(|e| e.to_string())
-        .collect();
-    assert!(errors.is_empty(), "{name}: {errors:?}\n{instance}");
-}
 
 fn evidence(home: &Home) -> Vec<Value> {
     let r = home.run(&["evidence", "list"]);
@@ -57,8 +42,10 @@ fn three_drills_in_a_row_pass_with_nothing_after_the_trip_and_file_valid_records
     assert!(series["effects"].as_u64().unwrap() > 0);
     let records = evidence(&home);
     assert_eq!(records.len(), 3);
+    // As written in the log, too (not only as `evidence list` renders it).
+    assert_eq!(home.valid_evidence().len(), 3);
     for record in &records {
-        validate("control-observation.v1.json", record);
+        util::validate("control-observation.v1.json", record);
         assert_eq!(record["kind"], "control-observation.v1");
         assert_eq!(
             (record["harness_version"].as_str(), record["pass"].as_bool()),
@@ -102,7 +89,7 @@ fn a_drill_against_a_gateway_that_refreshes_its_view_late_fails_and_says_why() {
     assert!(r.stderr.contains("error: drill failed"), "{}", r.stderr);
     assert!(r.stderr.contains("executed after the trip"), "{}", r.stderr);
     let observation = r.json();
-    validate("control-observation.v1.json", &observation);
+    util::validate("control-observation.v1.json", &observation);
     assert_eq!(observation["pass"], false);
     let after: u64 = [
         "tool_calls_after_trip",

@@ -12,19 +12,6 @@ use std::time::Duration;
 use stopline_store::Store;
 use util::Home;
 
-fn validate(name: &str, instance: &Value) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../schemas")
-        .join(name);
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
-    let errors: Vec<String> = validator
-        .iter_errors(instance)
-        .map(|e| e.to_string())
-        .collect();
-    assert!(errors.is_empty(), "{name}: {errors:?}\n{instance}");
-}
-
 fn record(n: u64) -> serde_json::Map<String, Value> {
     json!({"schema": "control-observation.v1", "harness_version": "h", "pass": true, "agents": n})
         .as_object()
@@ -169,7 +156,7 @@ fn a_real_breaker_trip_files_a_valid_evidence_record() {
     })
     .expect("the breaker trip is filed");
     let body = Value::Object(trip.body);
-    validate("evidence-record.v1.json", &body);
+    util::validate("evidence-record.v1.json", &body);
     assert_eq!(
         (body["agent"].as_str(), body["kind"].as_str()),
         (Some("agent-t"), Some("breaker"))

@@ -348,4 +348,5 @@ fn breakers_trip_on_unauthorized_calls_and_anomaly_scores() {
         text.contains("anomaly_score").then_some(text)
     });
     assert!(evidence.is_some());
+    home.valid_evidence();
 }

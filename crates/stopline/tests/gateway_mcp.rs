@@ -116,4 +116,5 @@ fn concurrent_tool_calls_never_overrun_a_tool_call_budget() {
     assert_eq!(record["agent"], "toolish");
     assert_eq!(record["threshold"], 10.0);
     assert_eq!(record["latch"], latch["id"]);
+    home.valid_evidence();
 }

@@ -240,6 +240,7 @@ fn concurrent_calls_never_overrun_a_spend_budget_and_the_breaker_trips_with_evid
     assert_eq!(record["trigger"], "spend_usd");
     assert_eq!(record["threshold"], 0.002);
     assert_eq!(record["latch"], latch["id"]);
+    home.valid_evidence();
     let next = gateway.post(
         "/v1/chat/completions",
         Some(&token),

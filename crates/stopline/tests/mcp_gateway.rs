@@ -191,6 +191,7 @@ fn thirty_two_concurrent_calls_against_a_budget_of_ten_reach_the_destination_at_
         "{record}"
     );
     assert_eq!(record["schema"], "evidence-record.v1");
+    home.valid_evidence();
     assert_eq!(record["threshold"], 10.0);
     assert_eq!(
         record["latch"].as_str().map(|l| format!("{l}.json")),

@@ -162,7 +162,7 @@ fn the_wall_clock_budget_trips_a_breaker_latch_and_kills() {
     assert!(stderr.contains("budget_exhausted"), "{stderr}");
     let records: Vec<_> = evidence(&home)
         .into_iter()
-        .filter(|e| e["kind"] == "wall_clock")
+        .filter(|e| e["kind"] == "budget_exhausted" && e["trigger"] == "wall_clock_s")
         .collect();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0]["schema"], "evidence-record.v1");

@@ -278,5 +278,6 @@ who_may_approve_restart = ["operator"]
     )
     .unwrap();
     assert_eq!(recorded["schema"], "policy-card.v1");
+    util::validate("policy-card.v1.json", &recorded);
     assert_eq!(recorded["budgets"]["agent-t"]["tool_calls"], 3);
 }

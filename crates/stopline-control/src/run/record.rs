@@ -186,7 +186,8 @@ impl Recorder {
         self.register(&registered, Some(cause));
     }
 
-    /// Append a budget-exhaustion record (`evidence-record.v1`, kind `wall_clock`).
+    /// Append a budget-exhaustion record (`evidence-record.v1`, kind `budget_exhausted`,
+    /// trigger `wall_clock_s`, as the gateway and the stdio governor file theirs).
     pub fn wall_clock(
         &mut self,
         status: &WorkerStatus,
@@ -199,15 +200,17 @@ impl Recorder {
             "schema": "evidence-record.v1",
             "agent": status.agent,
             "run": status.run_id,
-            "breaker": "wall_clock",
-            "trigger": "the wall_clock_s budget ran out",
+            "breaker": "budget_exhausted",
+            "trigger": "wall_clock_s",
             "threshold": budget_s,
             "observed": observed_s,
-            "latch": latch,
+            // Empty when the engage failed (the schema's convention; the warning says why).
+            "latch": latch.unwrap_or_default(),
             "level": level,
+            "ts": stopline_store::env::rfc3339(self.store.now_ms()),
         });
         let fields = record.as_object().cloned().unwrap_or_default();
-        if let Err(error) = self.store.append_evidence("wall_clock", fields) {
+        if let Err(error) = self.store.append_evidence("budget_exhausted", fields) {
             self.warn(format!("wall-clock evidence not appended: {error}"));
         }
     }

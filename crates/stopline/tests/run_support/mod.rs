@@ -190,13 +190,9 @@ pub fn wait_for_state(home: &Home, run: &str, agent: &str, state: &str) -> Value
     )
 }
 
-/// Every line of the evidence log.
+/// Every line of the evidence log, each validated against the schema it names.
 pub fn evidence(home: &Home) -> Vec<Value> {
-    std::fs::read_to_string(home.file("evidence/log.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    home.valid_evidence()
 }
 
 /// The pids written one per line into `file` (empty when missing).

@@ -253,3 +253,40 @@ pub fn write(path: &Path, bytes: &[u8]) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, bytes).unwrap();
 }
+
+/// Validate `instance` against `schemas/<name>` (e.g. `evidence-record.v1.json`); panics naming
+/// every error.
+pub fn validate(name: &str, instance: &Value) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../schemas")
+        .join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("no schema {}: {e}", path.display()));
+    let schema: Value = serde_json::from_str(&text).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{name}: {errors:?}\n{instance}");
+}
+
+impl Home {
+    /// Every line of this home's evidence log as written (not as `evidence list` renders it),
+    /// each validated against the schema its own `schema` field names (SPEC §7: every record
+    /// carries one); a line without one fails.
+    pub fn valid_evidence(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.file("evidence/log.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|line| {
+                let record: Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("an evidence line is not JSON ({e}): {line}"));
+                let schema = record["schema"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("an evidence record without a schema: {line}"));
+                validate(&format!("{schema}.json"), &record);
+                record
+            })
+            .collect()
+    }
+}

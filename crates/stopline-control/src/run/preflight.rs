@@ -14,9 +14,11 @@ use stopline_supervisor::UserIdentity;
 /// The schema (and evidence kind) of a drill record.
 pub const DRILL_SCHEMA: &str = "control-observation.v1";
 
-/// Refuse while a latch covers `subject`, or while the control state cannot be trusted.
+/// Refuse while a latch covers `subject`, or while the control state cannot be trusted: the
+/// plane's view (with `--control etcd://…`, the etcd latches merged with this host's own; an
+/// unreachable plane refuses the start with `distributed_unavailable`).
 pub fn no_covering_latch(ctx: &Context, subject: &Subject) -> Result<(), Refusal> {
-    let view = ctx.store.load_view();
+    let view = ctx.plane.load_view();
     if let Some(fault) = view.faults.first() {
         return Err(fault.clone());
     }

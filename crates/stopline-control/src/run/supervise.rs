@@ -8,13 +8,25 @@
 //! agent whose root process exits while others live on in its group has them killed: nothing of
 //! a run outlives it unsupervised. This module must never report quiescence it did not observe;
 //! it only relays what [`Worker::enforce_with`] saw.
+//!
+//! With a distributed plane (`--control etcd://…`) the order is also what the plane says
+//! ([`PlaneWatch`]): a latch engaged on any host stops this host's workers too. The plane is
+//! polled on its own thread, so a slow or unreachable etcd never delays the reaction to a local
+//! latch. An unreachable plane is not a corrupt one: its last known latches stay in force (an
+//! outage never forgets a stop), and once it has been silent for the permit (2 s, the gateways'
+//! default `permit_ttl_ms`) the workers are frozen — the supervisor's form of "noncritical work
+//! stops" — and thawed when it answers again. Any other fault it reports is a stop order, as
+//! locally.
 
 use super::record::{Recorder, StopCause};
 use crate::context::Context;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use stopline_core::{ControlView, Level, Refusal, RefusalCode, Subject};
+use stopline_core::{ActiveLatch, ControlView, Level, Refusal, RefusalCode, Subject};
+use stopline_store::ControlPlane;
 use stopline_supervisor::{EnforcementAction, Worker, WorkerState};
 
 /// What the control state orders for one subject.
@@ -84,6 +96,161 @@ pub fn read_order(ctx: &Context, subject: &Subject) -> Order {
     }
 }
 
+impl Order {
+    /// The stricter of two orders (the first on a tie).
+    pub fn stricter(self, other: Order) -> Order {
+        if other.level > self.level {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// How long a distributed plane may stay silent before the workers are frozen (the gateways'
+/// default `permit_ttl_ms`).
+pub const PLANE_PERMIT: Duration = Duration::from_millis(2000);
+
+/// How often the distributed plane is read.
+const PLANE_POLL: Duration = Duration::from_millis(100);
+
+/// What a distributed plane last said, kept current by a poller thread (etcd mode only).
+#[derive(Debug)]
+pub struct PlaneWatch {
+    seen: Arc<Mutex<PlaneSeen>>,
+    stop: Arc<AtomicBool>,
+    permit: Duration,
+}
+
+#[derive(Debug, Clone)]
+struct PlaneSeen {
+    started: Instant,
+    /// The last read that reached the plane.
+    last_ok: Option<Instant>,
+    /// The latches of the last read that reached it (kept while it is unreachable).
+    latches: Vec<ActiveLatch>,
+    /// Faults of the last read other than unreachability: each is a stop order.
+    faults: Vec<Refusal>,
+    /// Why the last read did not reach the plane.
+    unreachable: Option<Refusal>,
+}
+
+impl PlaneSeen {
+    /// Fold one read of the plane in.
+    fn update(&mut self, view: ControlView, now: Instant) {
+        let (unreachable, faults): (Vec<Refusal>, Vec<Refusal>) = view
+            .faults
+            .into_iter()
+            .partition(|f| f.code == RefusalCode::DistributedUnavailable);
+        self.faults = faults;
+        match unreachable.into_iter().next() {
+            Some(why) => {
+                // Latches the merged read still saw (this host's own) join the ones last seen.
+                for latch in view.latches {
+                    if !self.latches.iter().any(|l| l.file == latch.file) {
+                        self.latches.push(latch);
+                    }
+                }
+                self.unreachable = Some(why);
+            }
+            None => {
+                self.latches = view.latches;
+                self.unreachable = None;
+                self.last_ok = Some(now);
+            }
+        }
+    }
+
+    /// The order for `subject` at `now`.
+    fn order(&self, subject: &Subject, now: Instant, permit: Duration) -> Order {
+        let view = ControlView {
+            latches: self.latches.clone(),
+            faults: self.faults.clone(),
+            ..ControlView::empty()
+        };
+        let order = order_from_view(&view, subject);
+        let silent = now.duration_since(self.last_ok.unwrap_or(self.started));
+        if silent <= permit {
+            return order;
+        }
+        let why = self
+            .unreachable
+            .as_ref()
+            .map_or_else(|| "no read has finished".to_string(), |r| r.message.clone());
+        order.stricter(Order {
+            level: Some(Level::HaltNoncritical),
+            cause: Some(StopCause::ControlState {
+                code: RefusalCode::DistributedUnavailable,
+                message: format!(
+                    "no word from the distributed control plane for {} ms: {why}",
+                    silent.as_millis()
+                ),
+            }),
+        })
+    }
+}
+
+impl PlaneWatch {
+    /// Poll `plane` on a thread of its own until dropped; `None` for the local plane (the
+    /// reaction loop reads the control directory itself).
+    pub fn start(plane: Arc<dyn ControlPlane>, permit: Duration) -> Option<PlaneWatch> {
+        if plane.backend() == "local" {
+            return None;
+        }
+        let seen = Arc::new(Mutex::new(PlaneSeen {
+            started: Instant::now(),
+            last_ok: None,
+            latches: Vec::new(),
+            faults: Vec::new(),
+            unreachable: None,
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (poll_seen, poll_stop) = (seen.clone(), stop.clone());
+        let spawned = std::thread::Builder::new()
+            .name("stopline-plane-watch".into())
+            .spawn(move || {
+                while !poll_stop.load(Ordering::SeqCst) {
+                    let view =
+                        catch_unwind(AssertUnwindSafe(|| plane.load_view())).unwrap_or_else(|_| {
+                            let mut view = ControlView::empty();
+                            view.faults.push(Refusal::new(
+                                RefusalCode::ControlIo,
+                                "reading the distributed control plane panicked",
+                            ));
+                            view
+                        });
+                    poll_seen
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .update(view, Instant::now());
+                    std::thread::sleep(PLANE_POLL);
+                }
+            });
+        let watch = PlaneWatch { seen, stop, permit };
+        if let Err(error) = spawned {
+            // Without its poller the watch never hears from the plane: the permit lapses and
+            // the workers are frozen, which is the safe side.
+            tracing::error!(%error, "cannot start the distributed plane watch");
+        }
+        Some(watch)
+    }
+
+    /// The order the plane gives `subject` now.
+    pub fn order(&self, subject: &Subject) -> Order {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).order(
+            subject,
+            Instant::now(),
+            self.permit,
+        )
+    }
+}
+
+impl Drop for PlaneWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
 /// Where a supervised worker stands after a wake.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Progress {
@@ -123,6 +290,8 @@ pub struct Supervision {
     wall_clock: Option<WallClock>,
     wall_clock_tripped: Option<StopCause>,
     root_exit: Option<ExitStatus>,
+    /// The distributed plane's order (etcd mode).
+    plane: Option<PlaneWatch>,
 }
 
 impl Supervision {
@@ -135,7 +304,9 @@ impl Supervision {
         wall_clock: Option<WallClock>,
     ) -> Supervision {
         recorder.register(&worker.status(), None);
+        let plane = PlaneWatch::start(ctx.plane.clone(), PLANE_PERMIT);
         Supervision {
+            plane,
             ctx,
             subject,
             worker,
@@ -161,6 +332,10 @@ impl Supervision {
     pub fn wake(&mut self, reload: bool) -> Result<Progress, Refusal> {
         if reload {
             self.order = read_order(&self.ctx, &self.subject);
+        }
+        if let Some(plane) = &self.plane {
+            // Every wake: the poller keeps it current, and reading it costs a lock.
+            self.order = self.order.clone().stricter(plane.order(&self.subject));
         }
         let mut level = self.order.level;
         if let Some(cause) = self.check_wall_clock() {
@@ -305,6 +480,121 @@ mod tests {
             record: None,
             problem: None,
         }
+    }
+
+    fn seen(started: Instant) -> PlaneSeen {
+        PlaneSeen {
+            started,
+            last_ok: None,
+            latches: Vec::new(),
+            faults: Vec::new(),
+            unreachable: None,
+        }
+    }
+
+    fn unreachable() -> ControlView {
+        let mut view = ControlView::empty();
+        view.faults.push(Refusal::new(
+            RefusalCode::DistributedUnavailable,
+            "etcd at 127.0.0.1:1 is unreachable",
+        ));
+        view
+    }
+
+    #[test]
+    fn a_plane_latch_stops_and_an_outage_never_forgets_it() {
+        let t0 = Instant::now();
+        let permit = Duration::from_secs(2);
+        let mut plane = seen(t0);
+        plane.update(ControlView::empty(), t0);
+        assert_eq!(plane.order(&subject(), t0, permit).level, None);
+        let mut stopped = ControlView::empty();
+        stopped.latches.push(latch(
+            Scope::Run(Name::parse("run-1").unwrap()),
+            Level::Emergency,
+        ));
+        plane.update(stopped, t0);
+        assert_eq!(
+            plane.order(&subject(), t0, permit).level,
+            Some(Level::Emergency)
+        );
+        // etcd goes away: the stop it showed stays in force, within the permit and after.
+        plane.update(unreachable(), t0 + Duration::from_millis(100));
+        for later in [100, 5000] {
+            let order = plane.order(&subject(), t0 + Duration::from_millis(later), permit);
+            assert_eq!(order.level, Some(Level::Emergency), "after {later} ms");
+        }
+    }
+
+    #[test]
+    fn a_silent_plane_freezes_after_the_permit_and_thaws_when_it_answers() {
+        let t0 = Instant::now();
+        let permit = Duration::from_secs(2);
+        let mut plane = seen(t0);
+        plane.update(ControlView::empty(), t0);
+        plane.update(unreachable(), t0 + Duration::from_millis(500));
+        // Within the permit: nothing ordered (an outage is not a corrupt state).
+        let within = plane.order(&subject(), t0 + Duration::from_millis(1900), permit);
+        assert_eq!(within.level, None);
+        // Past it: frozen, and the cause names the outage.
+        let past = plane.order(&subject(), t0 + Duration::from_millis(2100), permit);
+        assert_eq!(past.level, Some(Level::HaltNoncritical));
+        assert!(
+            matches!(past.cause, Some(StopCause::ControlState { code: RefusalCode::DistributedUnavailable, ref message }) if message.contains("unreachable")),
+            "{past:?}"
+        );
+        // A plane that never answered at all lapses the same way, counted from the start.
+        let mut never = seen(t0);
+        never.update(unreachable(), t0);
+        assert_eq!(
+            never
+                .order(&subject(), t0 + Duration::from_millis(2100), permit)
+                .level,
+            Some(Level::HaltNoncritical)
+        );
+        // It answers again with nothing in force: the order lifts (the worker is thawed).
+        plane.update(ControlView::empty(), t0 + Duration::from_millis(3000));
+        assert_eq!(
+            plane
+                .order(&subject(), t0 + Duration::from_millis(3000), permit)
+                .level,
+            None
+        );
+    }
+
+    #[test]
+    fn any_other_plane_fault_is_an_emergency() {
+        let t0 = Instant::now();
+        let mut plane = seen(t0);
+        let mut corrupt = ControlView::empty();
+        corrupt.faults.push(Refusal::new(
+            RefusalCode::ControlWalCorrupt,
+            "the WAL under the prefix has a gap",
+        ));
+        plane.update(corrupt, t0);
+        let order = plane.order(&subject(), t0, Duration::from_secs(2));
+        assert_eq!(order.level, Some(Level::Emergency));
+    }
+
+    #[test]
+    fn the_stricter_order_wins() {
+        let none = Order {
+            level: None,
+            cause: None,
+        };
+        let halt = Order {
+            level: Some(Level::HaltAll),
+            cause: None,
+        };
+        assert_eq!(none.clone().stricter(halt.clone()), halt);
+        assert_eq!(halt.clone().stricter(none), halt);
+    }
+
+    #[test]
+    fn the_local_plane_needs_no_watch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = stopline_store::Store::open(dir.path().join("home"));
+        assert!(PlaneWatch::start(Arc::new(store), PLANE_PERMIT).is_none());
     }
 
     #[test]

@@ -145,8 +145,22 @@ pub fn start_run_env(
     script: &str,
     env: &[(&str, &str)],
 ) -> RunningRun {
+    start_run_global(home, &[], card, flags, project, script, env)
+}
+
+/// As [`start_run_env`], with `global` flags before the command (e.g. `--control URL`).
+pub fn start_run_global(
+    home: &Home,
+    global: &[&str],
+    card: &Path,
+    flags: &[&str],
+    project: &Path,
+    script: &str,
+    env: &[(&str, &str)],
+) -> RunningRun {
     let card = card.to_string_lossy().into_owned();
-    let mut args = vec!["--json", "run", "--policy", card.as_str()];
+    let mut args = global.to_vec();
+    args.extend_from_slice(&["--json", "run", "--policy", card.as_str()]);
     args.extend_from_slice(flags);
     args.extend_from_slice(&["--", "/bin/sh", "-c", script]);
     let mut command = home.command(&args);

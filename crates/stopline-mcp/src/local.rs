@@ -7,6 +7,11 @@
 //! `[mcp.<name>]` table when one exists. The `tool_calls` and `wall_clock_s` budgets signed into
 //! a token are counted in this process; exhausting one, or crossing `unauthorized_calls`, trips
 //! the agent's breaker ([`crate::breaker`]). Operations go to this process's own journal.
+//!
+//! With `--control etcd://…` the view is the plane's (etcd merged with this host's directory),
+//! so a stop engaged on any host reaches the proxied server. This governor keeps no permit: a
+//! call made while etcd cannot be read is refused `distributed_unavailable` unless it is
+//! critical (as at a gateway whose permit lapsed), and an outage alone never cuts a stream.
 
 use crate::breaker::Breakers;
 use crate::governor::{Admission, Call, Caller, Governor, Proof};
@@ -83,9 +88,14 @@ impl Inner {
         class: TaskClass,
         target: Option<&str>,
     ) -> CheckReceipt {
-        let mut view = self.ctx.store.load_view();
+        let mut view = self.ctx.plane.load_view();
         if claims.epoch > view.epoch.seq {
-            view = self.ctx.store.load_view(); // minted a moment ago: re-read before refusing as future
+            view = self.ctx.plane.load_view(); // minted a moment ago: re-read before refusing as future
+        }
+        if class == TaskClass::Critical {
+            // An unreachable distributed plane closes only noncritical work.
+            view.faults
+                .retain(|f| f.code != RefusalCode::DistributedUnavailable);
         }
         view.decide(
             &claims.subject(),
@@ -100,11 +110,11 @@ impl Inner {
 
     fn watch(&self) -> watch::Receiver<Arc<ControlView>> {
         let receiver = self.view.get_or_init(|| {
-            let (tx, rx) = watch::channel(Arc::new(self.ctx.store.load_view()));
-            let store = self.ctx.store.clone();
+            let (tx, rx) = watch::channel(Arc::new(self.ctx.plane.load_view()));
+            let plane = self.ctx.plane.clone();
             std::thread::spawn(move || loop {
                 std::thread::sleep(POLL);
-                if tx.send(Arc::new(store.load_view())).is_err() {
+                if tx.send(Arc::new(plane.load_view())).is_err() {
                     return; // every receiver, the governor's own included, is gone
                 }
             });
@@ -116,7 +126,13 @@ impl Inner {
 
 /// Why streams to `claims`' subject must be cut now, if they must.
 fn must_cut(view: &ControlView, claims: &Claims) -> Option<Refusal> {
-    if let Some(fault) = view.faults.first() {
+    // An unreachable distributed plane is not a stop: it refuses new noncritical calls, but a
+    // stream already admitted is cut only by a stop or a state that cannot be trusted.
+    if let Some(fault) = view
+        .faults
+        .iter()
+        .find(|f| f.code != RefusalCode::DistributedUnavailable)
+    {
         return Some(fault.clone());
     }
     if matches!(claims.standing(&view.epoch), AuthorityStatus::Stale { .. }) {

@@ -174,6 +174,30 @@ fn check_terminal() -> Result<(), String> {
     Ok(())
 }
 
+/// The predicates that need no configuration — not an agent session, an interactive terminal —
+/// for an owner-console verb whose configuration cannot be read: a caller failing them (a
+/// confined agent cannot even read the control directory) is refused `owner_control_required`
+/// naming them, rather than told about a file it may not read. `None` when both hold (then the
+/// configuration's own error is the answer).
+pub fn refuse_before_config(ctx: &Context) -> Option<Refusal> {
+    let mut failed = Vec::new();
+    if let Err(why) = check_no_agent_session(ctx) {
+        failed.push(format!("no_agent_session: {why}"));
+    }
+    if let Err(why) = check_terminal() {
+        failed.push(format!("interactive_terminal: {why}"));
+    }
+    (!failed.is_empty()).then(|| {
+        Refusal::new(
+            RefusalCode::OwnerControlRequired,
+            format!(
+                "the owner console is required; failed: {} (and the configuration cannot be read)",
+                failed.join("; ")
+            ),
+        )
+    })
+}
+
 /// Prove the owner console. `approvers` is the run's `who_may_approve_restart` when recovering a
 /// run scope. On refusal every failed predicate is named.
 pub fn prove(

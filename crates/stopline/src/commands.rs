@@ -71,10 +71,16 @@ pub fn run(cli: Cli) -> i32 {
     let config = match Config::load(&home.join("config.toml")) {
         Ok(config) => config,
         Err(error) => {
+            if is_owner_console_verb(&cli.command) {
+                let bare = Context::new(Store::open(home.clone()), Config::default());
+                if let Some(refusal) = console::refuse_before_config(&bare) {
+                    return output::refusal(json, &refusal);
+                }
+            }
             return output::refusal(
                 json,
                 &Refusal::new(RefusalCode::ControlStateCorrupt, error.to_string()),
-            )
+            );
         }
     };
     let ctx = Context::new(Store::open(home), config);
@@ -89,6 +95,14 @@ pub fn run(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(refusal) => output::refusal(json, &refusal),
     }
+}
+
+/// The verbs only the owner console may run (SPEC §3).
+fn is_owner_console_verb(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Recover(_) | Command::Drain { .. } | Command::Ops(OpsCommand::Reconcile { .. })
+    )
 }
 
 fn execute(

@@ -64,6 +64,12 @@ echo $? > "$OUT/recover"
         "{:?}",
         read(out.path(), "recover.out")
     );
+    // Refused as the agent session it is, not as a corrupt control state it may not even read.
+    let refused = read(out.path(), "recover.out").unwrap_or_default();
+    assert!(
+        refused.contains("owner_control_required") && refused.contains("no_agent_session"),
+        "{refused}"
+    );
     let worker = registration(&home, &run, "agent-c").unwrap();
     assert_eq!(
         (worker["unconfined"].as_bool(), worker["user"].as_str()),

@@ -381,6 +381,10 @@ impl Admission {
                         RefusalCode::BudgetExhausted,
                         format!("{kind} budget {limit} exhausted ({observed} needed)"),
                     ),
+                    Shortfall::Unrecorded(why) => Refusal::new(
+                        RefusalCode::ControlIo,
+                        format!("the budget reservation could not be recorded durably: {why}"),
+                    ),
                 };
                 if let Shortfall::Exhausted {
                     kind,

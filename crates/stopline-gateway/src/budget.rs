@@ -5,13 +5,19 @@
 //! its chain (so a delegated child's spending also counts against its parent); a reservation that
 //! does not fit while others are outstanding waits for their settlements, and one that cannot fit
 //! even then is refused (`budget_exhausted`). Settlement replaces the reservation with what was
-//! actually used. Concurrent calls therefore never overrun a limit. The ledger is in memory: a
-//! gateway restart forgets past spending (see ARCHITECTURE notes).
+//! actually used. Concurrent calls therefore never overrun a limit.
+//!
+//! With a spending journal ([`Ledger::durable`], what `stopline serve` uses) the ledger survives
+//! a restart and a crash: a reservation that draws on a limit is recorded and fsynced before the
+//! call is dispatched, its settlement appended after, and a starting gateway folds what every
+//! journal in `spend/` says was spent (an unsettled reservation at its bound). A reservation that
+//! cannot be recorded is not granted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_store::spend::SpendJournal;
 use stopline_token::Claims;
 use tokio::sync::Notify;
 
@@ -76,6 +82,8 @@ pub enum Shortfall {
         /// The account (`jti`) whose limit it is.
         account: String,
     },
+    /// The reservation could not be recorded durably, so it was not granted.
+    Unrecorded(String),
 }
 
 /// The ledger of every account this gateway has seen.
@@ -83,6 +91,8 @@ pub enum Shortfall {
 pub struct Ledger {
     accounts: Mutex<HashMap<String, Account>>,
     settled: Notify,
+    /// Where reservations on a limit are recorded before dispatch (none: in memory only).
+    journal: Option<SpendJournal>,
 }
 
 /// A granted reservation; release or settle it exactly once (drop releases).
@@ -92,9 +102,33 @@ pub struct Reservation {
     chain: Vec<String>,
     amounts: Budgets,
     done: bool,
+    /// True when an account of the chain limits a kind it reserves.
+    limited: bool,
+    /// Its id in the spending journal, once recorded.
+    spend_id: Option<String>,
 }
 
 impl Ledger {
+    /// A ledger that records reservations in `journal` and starts from `spent` (what the
+    /// journals in `spend/` say was spent, per `jti`).
+    pub fn durable(journal: SpendJournal, spent: BTreeMap<String, Budgets>) -> Ledger {
+        let accounts = spent
+            .into_iter()
+            .map(|(jti, used)| {
+                let account = Account {
+                    used,
+                    ..Account::default()
+                };
+                (jti, account)
+            })
+            .collect();
+        Ledger {
+            accounts: Mutex::new(accounts),
+            settled: Notify::new(),
+            journal: Some(journal),
+        }
+    }
+
     /// Make sure the caller's account exists and carries its limits.
     pub fn register(&self, claims: &Claims) {
         let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
@@ -177,8 +211,10 @@ impl Ledger {
                 }
             }
         }
+        let mut limited = false;
         for jti in &chain {
             if let Some(account) = accounts.get_mut(jti) {
+                limited |= amounts.keys().any(|kind| account.limits.contains_key(kind));
                 for (&kind, &amount) in amounts {
                     *account.reserved.entry(kind).or_default() += amount;
                 }
@@ -189,7 +225,30 @@ impl Ledger {
             chain,
             amounts: amounts.clone(),
             done: false,
+            limited,
+            spend_id: None,
         })
+    }
+
+    /// Record `reservation` in the spending journal before it is used (no journal, or nothing
+    /// limited: nothing to record). On failure the reservation is released and not granted.
+    async fn record(&self, mut reservation: Reservation) -> Result<Reservation, Shortfall> {
+        let Some(journal) = self.journal.clone() else {
+            return Ok(reservation);
+        };
+        if !reservation.limited {
+            return Ok(reservation);
+        }
+        let (chain, amounts) = (reservation.chain.clone(), reservation.amounts.clone());
+        let written = tokio::task::spawn_blocking(move || journal.reserved(&chain, &amounts)).await;
+        match written {
+            Ok(Ok(id)) => {
+                reservation.spend_id = Some(id);
+                Ok(reservation)
+            }
+            Ok(Err(error)) => Err(Shortfall::Unrecorded(error.to_string())),
+            Err(error) => Err(Shortfall::Unrecorded(error.to_string())),
+        }
     }
 
     /// Reserve, waiting up to `wait` for outstanding reservations to settle.
@@ -211,6 +270,7 @@ impl Ledger {
                         return Err(Shortfall::Wait);
                     }
                 }
+                Ok(reservation) => return self.record(reservation).await,
                 other => return other,
             }
         }
@@ -239,8 +299,8 @@ impl Ledger {
         rows
     }
 
-    /// Every account with limits, for the status page, sorted by agent then token. Spending is
-    /// what *this* gateway has seen since it started (the ledger is in memory).
+    /// Every account with limits, for the status page, sorted by agent then token (spending
+    /// restored from the journals included).
     pub fn summaries(&self, now_s: i64) -> Vec<AccountSummary> {
         let accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
         let mut rows: Vec<AccountSummary> = accounts
@@ -277,7 +337,19 @@ impl Ledger {
         rows
     }
 
-    fn finish(&self, chain: &[String], amounts: &Budgets, actual: Option<&Budgets>) {
+    fn finish(
+        &self,
+        chain: &[String],
+        amounts: &Budgets,
+        actual: Option<&Budgets>,
+        spend_id: Option<&str>,
+    ) {
+        if let (Some(journal), Some(id)) = (&self.journal, spend_id) {
+            // Not fsynced: a settlement lost in a crash only counts the call at its bound.
+            if let Err(error) = journal.settled(id, actual.unwrap_or(&Budgets::new())) {
+                tracing::warn!(%error, id, "a settlement was not recorded; a restart counts the call at its bound");
+            }
+        }
         let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
         for jti in chain {
             if let Some(account) = accounts.get_mut(jti) {
@@ -305,22 +377,32 @@ impl Reservation {
     /// recorded even when it exceeds the bound, so a lying upstream shows up as overrun).
     pub fn settle(mut self, actual: &Budgets) {
         self.done = true;
-        self.ledger.finish(&self.chain, &self.amounts, Some(actual));
+        self.ledger.finish(
+            &self.chain,
+            &self.amounts,
+            Some(actual),
+            self.spend_id.as_deref(),
+        );
     }
 
     /// Settle at the reserved upper bound (the outcome is unknown).
     pub fn settle_at_bound(mut self) {
         self.done = true;
         let amounts = self.amounts.clone();
-        self.ledger
-            .finish(&self.chain, &self.amounts, Some(&amounts));
+        self.ledger.finish(
+            &self.chain,
+            &self.amounts,
+            Some(&amounts),
+            self.spend_id.as_deref(),
+        );
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         if !self.done {
-            self.ledger.finish(&self.chain, &self.amounts, None);
+            self.ledger
+                .finish(&self.chain, &self.amounts, None, self.spend_id.as_deref());
         }
     }
 }

@@ -63,6 +63,12 @@ impl Governor {
             .store
             .ops_journal("gateway")
             .map_err(|e| e.to_refusal())?;
+        // Budgets survive restarts: start from what every spending journal says was spent.
+        let spend = ctx
+            .store
+            .spend_journal("gateway")
+            .map_err(|e| e.to_refusal())?;
+        let spent = ctx.store.spent().map_err(|e| e.to_refusal())?;
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(64)
             .tcp_nodelay(true)
@@ -76,7 +82,7 @@ impl Governor {
                 config,
                 view,
                 tracker: Arc::new(DispatchTracker::default()),
-                ledger: Arc::new(Ledger::default()),
+                ledger: Arc::new(Ledger::durable(spend, spent)),
                 agents: AgentBreakers::default(),
                 adapters: AdapterBreakers::default(),
                 journal,

@@ -58,6 +58,10 @@ impl Layout {
     pub fn ops(&self) -> PathBuf {
         self.home.join("ops")
     }
+    /// `spend/`: the gateways' spending journals.
+    pub fn spend(&self) -> PathBuf {
+        self.home.join("spend")
+    }
     /// `runs/`.
     pub fn runs(&self) -> PathBuf {
         self.home.join("runs")

@@ -29,6 +29,7 @@ pub mod planted;
 pub mod recovery;
 pub mod repair;
 pub mod runs;
+pub mod spend;
 pub mod state;
 pub mod view;
 

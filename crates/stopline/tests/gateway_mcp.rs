@@ -118,3 +118,76 @@ fn concurrent_tool_calls_never_overrun_a_tool_call_budget() {
     assert_eq!(record["latch"], latch["id"]);
     home.valid_evidence();
 }
+
+/// One `tools/call` of the upstream's `write`; the refusal code, or "" when it executed.
+fn write_call(gateway: &Gateway, token: &str, session: Option<&str>, n: u64) -> String {
+    let call = json!({"jsonrpc": "2.0", "id": 1000 + n, "method": "tools/call",
+        "params": {"name": "write", "arguments": {"n": n}}});
+    let reply = mcp(gateway, token, session, &call);
+    rpc_messages(&reply)
+        .iter()
+        .find_map(|m| m["error"]["data"]["code"].as_str().map(String::from))
+        .or_else(|| {
+            reply
+                .json()
+                .get("error")
+                .and_then(|e| e["code"].as_str().map(String::from))
+        })
+        .unwrap_or_default()
+}
+
+fn session(gateway: &Gateway, token: &str) -> Option<String> {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let reply = mcp(gateway, token, None, &init);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let session = reply.header("mcp-session-id").map(String::from);
+    let listed = mcp(
+        gateway,
+        token,
+        session.as_deref(),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    );
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    session
+}
+
+#[test]
+fn a_budget_survives_a_gateway_killed_and_restarted() {
+    let home = Home::new();
+    let upstream = McpUpstream::start(&home);
+    let config = format!(
+        "[mcp.dest]\nurl = \"http://127.0.0.1:{}/mcp\"\n",
+        upstream.port
+    );
+    let token = home.token(&["--agent", "saver", "--budget", "tool_calls=3"]);
+    let mut gateway = Gateway::start(&home, &config);
+    let s = session(&gateway, &token);
+    assert_eq!(write_call(&gateway, &token, s.as_deref(), 1), "");
+    assert_eq!(write_call(&gateway, &token, s.as_deref(), 2), "");
+
+    // Both calls finished and their outcomes are recorded (a crash mid-call would leave the
+    // operation unresolved, which blocks its target until reconciled: another test's subject).
+    gw::within(Duration::from_secs(30), || {
+        let listed = home.run(&["ops", "list", "--unresolved"]);
+        listed.json()["operations"]
+            .as_array()
+            .is_some_and(|ops| ops.is_empty())
+            .then_some(())
+    })
+    .expect("the two calls' outcomes were recorded");
+    // A crash, not a graceful stop: SIGKILL, then a new gateway over the same home.
+    gateway.proc.0.kill().unwrap();
+    gateway.proc.0.wait().unwrap();
+    let gateway = Gateway::start(&home, &config);
+    let s = session(&gateway, &token);
+    assert_eq!(write_call(&gateway, &token, s.as_deref(), 3), "");
+    assert_eq!(
+        write_call(&gateway, &token, s.as_deref(), 4),
+        "budget_exhausted",
+        "the restarted gateway forgot what was spent before the crash"
+    );
+    assert_eq!(upstream.executed().len(), 3, "exactly the budget executed");
+    let budgets = gateway.get("/v1/budgets", Some(&token));
+    assert_eq!(budgets.status, 200, "{}", budgets.body);
+}

@@ -28,14 +28,22 @@ impl Store {
         Ok(())
     }
 
-    /// Replace `path` atomically with `bytes`: temporary file, fsync, rename, fsync directory.
-    pub fn replace_atomic(&self, path: &Path, bytes: &[u8], fp: &str) -> Result<(), StoreError> {
-        let dir = path.parent().unwrap_or(Path::new("/"));
+    /// `path`'s directory and a fresh temporary name beside it (`.<name>.tmp-<random>`), never
+    /// reused, so a failed write is never retried on the same file.
+    fn temporary_beside(&self, path: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp-{}", self.env.random_hex(6)));
+        (dir, tmp)
+    }
+
+    /// Replace `path` atomically with `bytes`: temporary file, fsync, rename, fsync directory.
+    pub fn replace_atomic(&self, path: &Path, bytes: &[u8], fp: &str) -> Result<(), StoreError> {
+        let (dir, tmp) = self.temporary_beside(path);
+        let dir = dir.as_path();
         let written = self
             .fs
             .write_new(&tmp, bytes, &format!("{fp}.tmp"))
@@ -63,12 +71,7 @@ impl Store {
     /// dies with its writer (a gateway's registration and acknowledgements): after a crash the
     /// writer is gone and its record is ignored or reported unreadable, never believed.
     pub fn replace_visible(&self, path: &Path, bytes: &[u8], fp: &str) -> Result<(), StoreError> {
-        let dir = path.parent().unwrap_or(Path::new("/"));
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.tmp-{}", self.env.random_hex(6)));
+        let (_, tmp) = self.temporary_beside(path);
         let written = self
             .fs
             .append(&tmp, bytes, false, &format!("{fp}.tmp"))

@@ -37,40 +37,13 @@ fn concurrent_tool_calls_never_overrun_a_tool_call_budget() {
         ),
     );
     let token = home.token(&["--agent", "toolish", "--budget", "tool_calls=10"]);
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let reply = mcp(&gateway, &token, None, &init);
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    let session = reply.header("mcp-session-id").map(String::from);
-    let listed = mcp(
-        &gateway,
-        &token,
-        session.as_deref(),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-    );
-    assert_eq!(listed.status, 200, "{}", listed.body);
+    let session = session(&gateway, &token);
 
-    let outcomes: Vec<(u16, String)> = std::thread::scope(|scope| {
+    let outcomes: Vec<String> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..32)
             .map(|i| {
                 let (token, session, gateway) = (&token, session.clone(), &gateway);
-                scope.spawn(move || {
-                    let call = json!({"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call",
-                        "params": {"name": "write", "arguments": {"n": i}}});
-                    let reply = mcp(gateway, token, session.as_deref(), &call);
-                    let messages = rpc_messages(&reply);
-                    let code = messages
-                        .iter()
-                        .find_map(|m| m["error"]["data"]["code"].as_str().map(String::from))
-                        .or_else(|| {
-                            reply
-                                .json()
-                                .get("error")
-                                .and_then(|e| e["code"].as_str().map(String::from))
-                        })
-                        .unwrap_or_default();
-                    (reply.status, code)
-                })
+                scope.spawn(move || write_call(gateway, token, session.as_deref(), i))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -80,17 +53,14 @@ fn concurrent_tool_calls_never_overrun_a_tool_call_budget() {
         (1..=10).contains(&executed),
         "at most the budget executed at the destination: {executed} {outcomes:?}"
     );
-    let refused: Vec<_> = outcomes
-        .iter()
-        .filter(|(_, code)| !code.is_empty())
-        .collect();
+    let refused: Vec<_> = outcomes.iter().filter(|code| !code.is_empty()).collect();
     assert_eq!(
         refused.len() + executed,
         32,
         "every call either executed or was refused: {outcomes:?}"
     );
     assert!(
-        refused.iter().all(|(_, code)| matches!(
+        refused.iter().all(|code| matches!(
             code.as_str(),
             "budget_exhausted" | "break_glass_contained" | "breaker_open"
         )),

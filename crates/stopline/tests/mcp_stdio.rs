@@ -13,30 +13,7 @@ use util::Home;
 
 /// Start the Python client on `stopline mcp proxy` around server-everything (stdio).
 fn proxied_client(home: &Home, token: &str) -> Driver {
-    let token_file = home
-        .dir
-        .path()
-        .join(format!("token-{}", util::rand_suffix()));
-    std::fs::write(&token_file, token).unwrap();
-    let everything = everything();
-    let home_path = home.path();
-    let args = [
-        "stdio",
-        util::bin(),
-        "--home",
-        home_path.to_str().unwrap(),
-        "mcp",
-        "proxy",
-        "--name",
-        "everything",
-        "--token-file",
-        token_file.to_str().unwrap(),
-        "--",
-        "node",
-        everything.to_str().unwrap(),
-        "stdio",
-    ];
-    Driver::start(&args, &[])
+    stdio_proxy(home, &[], token)
 }
 
 /// The wrapped server's pid: the client's child is the proxy, whose child is the server.

@@ -21,33 +21,6 @@ fn host() -> Home {
     home
 }
 
-/// Start the Python client on `stopline --control URL mcp proxy` around server-everything.
-fn proxied_client(home: &Home, url: &str, token: &str) -> Driver {
-    let token_file = home.dir.path().join("token");
-    std::fs::write(&token_file, token).unwrap();
-    let everything = everything();
-    let home_path = home.path();
-    let args = [
-        "stdio",
-        util::bin(),
-        "--home",
-        home_path.to_str().unwrap(),
-        "--control",
-        url,
-        "mcp",
-        "proxy",
-        "--name",
-        "everything",
-        "--token-file",
-        token_file.to_str().unwrap(),
-        "--",
-        "node",
-        everything.to_str().unwrap(),
-        "stdio",
-    ];
-    Driver::start(&args, &[])
-}
-
 fn echo(client: &mut Driver) -> serde_json::Value {
     client.call("echo", json!({"message": "hi"}))
 }
@@ -67,7 +40,7 @@ fn a_stop_through_etcd_reaches_the_stdio_proxy_and_an_outage_closes_noncritical_
     let issued = here.run(&["--control", &url, "token", "issue", "--agent", "worker"]);
     issued.assert_ok();
     let token = issued.json()["token"].as_str().unwrap().to_string();
-    let mut client = proxied_client(&here, &url, &token);
+    let mut client = stdio_proxy(&here, &["--control", &url], &token);
     assert_eq!(echo(&mut client)["text"][0], "Echo: hi");
 
     // A halt engaged on the other host, through etcd only.

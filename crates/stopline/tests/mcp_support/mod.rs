@@ -331,3 +331,35 @@ pub fn recover(home: &Home, scope: &str) {
     assert_eq!(apply.code, 0, "apply: {}\n{}", apply.stdout, apply.stderr);
     assert_eq!(apply.json()["recovered"], true, "{}", apply.stdout);
 }
+
+/// Start the Python stdio client on `stopline [global…] mcp proxy --name everything` around
+/// server-everything (stdio), with `token` in a token file.
+pub fn stdio_proxy(home: &Home, global: &[&str], token: &str) -> Driver {
+    let token_file = home
+        .dir
+        .path()
+        .join(format!("token-{}", crate::util::rand_suffix()));
+    std::fs::write(&token_file, token).unwrap();
+    let everything = everything();
+    let home_path = home.path();
+    let mut args = vec![
+        "stdio",
+        crate::util::bin(),
+        "--home",
+        home_path.to_str().unwrap(),
+    ];
+    args.extend_from_slice(global);
+    args.extend_from_slice(&[
+        "mcp",
+        "proxy",
+        "--name",
+        "everything",
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--",
+        "node",
+        everything.to_str().unwrap(),
+        "stdio",
+    ]);
+    Driver::start(&args, &[])
+}

@@ -223,27 +223,7 @@ fn with_stopline_url_the_proxy_asks_the_gateway_and_stops_the_server_on_an_emerg
     let home = Home::new();
     let (_gateway, url) = gateway(&home, "");
     let token = home.token(&["--agent", "remote-worker"]);
-    let token_file = home.dir.path().join("token");
-    std::fs::write(&token_file, &token).unwrap();
-    let everything = everything();
-    let home_path = home.path();
-    let args = [
-        "stdio",
-        util::bin(),
-        "--home",
-        home_path.to_str().unwrap(),
-        "mcp",
-        "proxy",
-        "--name",
-        "everything",
-        "--token-file",
-        token_file.to_str().unwrap(),
-        "--",
-        "node",
-        everything.to_str().unwrap(),
-        "stdio",
-    ];
-    let mut client = Driver::start(&args, &[("STOPLINE_URL", url.as_str())]);
+    let mut client = stdio_proxy_env(&home, &[], &token, &[("STOPLINE_URL", url.as_str())]);
     assert_eq!(
         client.call("echo", json!({"message": "remote"}))["text"][0],
         "Echo: remote"

@@ -335,6 +335,11 @@ pub fn recover(home: &Home, scope: &str) {
 /// Start the Python stdio client on `stopline [global…] mcp proxy --name everything` around
 /// server-everything (stdio), with `token` in a token file.
 pub fn stdio_proxy(home: &Home, global: &[&str], token: &str) -> Driver {
+    stdio_proxy_env(home, global, token, &[])
+}
+
+/// As [`stdio_proxy`], with `env` set for the proxy (e.g. `STOPLINE_URL`).
+pub fn stdio_proxy_env(home: &Home, global: &[&str], token: &str, env: &[(&str, &str)]) -> Driver {
     let token_file = home
         .dir
         .path()
@@ -361,5 +366,5 @@ pub fn stdio_proxy(home: &Home, global: &[&str], token: &str) -> Driver {
         everything.to_str().unwrap(),
         "stdio",
     ]);
-    Driver::start(&args, &[])
+    Driver::start(&args, env)
 }

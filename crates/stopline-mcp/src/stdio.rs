@@ -83,13 +83,13 @@ async fn proxy(governor: Arc<dyn Governor>, options: ProxyOptions) -> Result<i32
     });
     let caller = proxy.governor.authenticate(Some(&proxy.options.token));
     let upstream = Arc::new(tokio::sync::Mutex::new(Upstream::NotStarted));
-    if let Ok(caller) = &caller {
+    let watcher = caller.as_ref().ok().map(|caller| {
         tokio::spawn(watch_for_cut(
             proxy.clone(),
             caller.clone(),
             upstream.clone(),
-        ));
-    }
+        ))
+    });
     // A signal ends the proxy too; the child lives in its own process group, so it must be
     // stopped here or it would outlive us.
     let signalled = tokio::select! {
@@ -97,10 +97,13 @@ async fn proxy(governor: Arc<dyn Governor>, options: ProxyOptions) -> Result<i32
         _ = termination() => true,
     };
     let mut upstream = upstream.lock().await;
-    if let Upstream::Running { pgid, .. } = std::mem::replace(&mut *upstream, Upstream::NotStarted)
+    if let Upstream::Running { stdin, pgid } =
+        std::mem::replace(&mut *upstream, Upstream::NotStarted)
     {
-        // Its stdin is closed (dropped): give it up to two seconds to exit on its own (its
-        // reader task reaps it) unless we were told to stop, then stop what is left of its group.
+        // Close its stdin now (binding it with `..` would keep it open to the end of this
+        // block), give it up to two seconds to exit on its own (its reader task reaps it) unless
+        // we were told to stop, then stop what is left of its group.
+        drop(stdin);
         for _ in 0..if signalled { 0 } else { 20 } {
             if !std::path::Path::new(&format!("/proc/{pgid}")).exists() {
                 break;
@@ -108,6 +111,13 @@ async fn proxy(governor: Arc<dyn Governor>, options: ProxyOptions) -> Result<i32
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         kill_group(pgid);
+    }
+    drop(upstream);
+    // The watcher holds the proxy (and so the output channel): end it, so the writer sees the
+    // channel close as soon as what is queued is written, instead of waiting out its timeout.
+    if let Some(watcher) = watcher {
+        watcher.abort();
+        let _ = watcher.await;
     }
     drop(proxy);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;

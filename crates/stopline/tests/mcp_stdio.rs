@@ -284,3 +284,48 @@ fn a_signalled_proxy_stops_its_server_first() {
         "the server {server} outlived its proxy"
     );
 }
+
+#[test]
+fn closing_the_agents_stdin_closes_the_servers_so_it_ends_on_its_own() {
+    let home = Home::new();
+    std::fs::create_dir_all(home.path()).unwrap();
+    let token = home.token(&["--agent", "worker"]);
+    let token_file = home.dir.path().join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    let marker = home.dir.path().join("eof");
+    // A server that reads to end of input, then records that it saw it and exits 0.
+    let server = format!("cat > /dev/null; echo seen > '{}'", marker.display());
+    let mut proxy = home
+        .command(&[
+            "mcp",
+            "proxy",
+            "--name",
+            "eof",
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &server,
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = proxy.stdin.take().unwrap();
+        // The first request starts the server.
+        stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+            .unwrap();
+    } // the agent closes its stdin
+    let status = proxy.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        std::fs::read_to_string(&marker).ok().as_deref(),
+        Some("seen\n"),
+        "the server never saw its input end (it was killed instead)"
+    );
+}

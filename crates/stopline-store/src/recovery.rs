@@ -172,6 +172,11 @@ impl Store {
         self.fs
             .sync_dir(&self.layout.cleared(), "recover.cleared.parent.dirsync")
             .context(|| "syncing breakglass.cleared/".into())?;
+        // And `breakglass.cleared/` itself, the first time it is made, is an entry of the home.
+        let home = self.layout.home().to_path_buf();
+        self.fs
+            .sync_dir(&home, "recover.cleared.home.dirsync")
+            .context(|| "syncing the control directory".into())?;
         let mut cleared = Vec::new();
         let mut warnings = Vec::new();
         for name in &planned {

@@ -7,17 +7,18 @@
 //! even then is refused (`budget_exhausted`). Settlement replaces the reservation with what was
 //! actually used. Concurrent calls therefore never overrun a limit.
 //!
-//! With a spending journal ([`Ledger::durable`], what `stopline serve` uses) the ledger survives
-//! a restart and a crash: a reservation that draws on a limit is recorded and fsynced before the
-//! call is dispatched, its settlement appended after, and a starting gateway folds what every
-//! journal in `spend/` says was spent (an unsettled reservation at its bound). A reservation that
-//! cannot be recorded is not granted.
+//! With spending journals ([`Ledger::durable`], what `stopline serve` uses) the ledger survives a
+//! restart and a crash, and is shared by every gateway over the same control directory: a
+//! reservation that draws on a limit is decided under the store's spend lock, after folding
+//! what the other gateways' journals say (spent, and reserved by their calls in flight), and is
+//! recorded and fsynced before the call is dispatched; its settlement is appended after. A
+//! reservation that cannot be recorded is not granted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stopline_core::budget::{BudgetKind, Budgets};
-use stopline_store::spend::SpendJournal;
+use stopline_store::spend::{Elsewhere, SpendJournal};
 use stopline_token::Claims;
 use tokio::sync::Notify;
 
@@ -32,6 +33,21 @@ struct Account {
     iat: i64,
     /// The token's delegation chain (its acting agent last), for the status page.
     chain: Vec<String>,
+    /// Spent through other gateways (their journals), as of the last look.
+    used_elsewhere: BTreeMap<BudgetKind, f64>,
+    /// Reserved by calls in flight at other gateways, as of the last look.
+    reserved_elsewhere: BTreeMap<BudgetKind, f64>,
+}
+
+impl Account {
+    fn used(&self, kind: BudgetKind) -> f64 {
+        self.used.get(&kind).copied().unwrap_or(0.0)
+            + self.used_elsewhere.get(&kind).copied().unwrap_or(0.0)
+    }
+    fn reserved(&self, kind: BudgetKind) -> f64 {
+        self.reserved.get(&kind).copied().unwrap_or(0.0)
+            + self.reserved_elsewhere.get(&kind).copied().unwrap_or(0.0)
+    }
 }
 
 /// One account as the status page shows it (`GET /v1/budgets`): whose it is, and for every
@@ -109,23 +125,28 @@ pub struct Reservation {
 }
 
 impl Ledger {
-    /// A ledger that records reservations in `journal` and starts from `spent` (what the
-    /// journals in `spend/` say was spent, per `jti`).
-    pub fn durable(journal: SpendJournal, spent: BTreeMap<String, Budgets>) -> Ledger {
-        let accounts = spent
-            .into_iter()
-            .map(|(jti, used)| {
-                let account = Account {
-                    used,
-                    ..Account::default()
-                };
-                (jti, account)
-            })
-            .collect();
+    /// A ledger whose reservations on a limit are decided with the other gateways' spending
+    /// and recorded in `journal`.
+    pub fn durable(journal: SpendJournal) -> Ledger {
         Ledger {
-            accounts: Mutex::new(accounts),
+            accounts: Mutex::new(HashMap::new()),
             settled: Notify::new(),
             journal: Some(journal),
+        }
+    }
+
+    /// Take in what the other gateways' journals say (replacing the last look).
+    pub fn set_elsewhere(&self, elsewhere: &Elsewhere) {
+        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        for account in accounts.values_mut() {
+            account.used_elsewhere.clear();
+            account.reserved_elsewhere.clear();
+        }
+        for (jti, used) in &elsewhere.used {
+            accounts.entry(jti.clone()).or_default().used_elsewhere = used.clone();
+        }
+        for (jti, reserved) in &elsewhere.in_flight {
+            accounts.entry(jti.clone()).or_default().reserved_elsewhere = reserved.clone();
         }
     }
 
@@ -196,8 +217,7 @@ impl Ledger {
                 let Some(&limit) = account.limits.get(&kind) else {
                     continue;
                 };
-                let used = account.used.get(&kind).copied().unwrap_or(0.0);
-                let reserved = account.reserved.get(&kind).copied().unwrap_or(0.0);
+                let (used, reserved) = (account.used(kind), account.reserved(kind));
                 if used + reserved + amount > limit + 1e-12 {
                     if reserved > 0.0 && used + amount <= limit + 1e-12 {
                         return Err(Shortfall::Wait);
@@ -230,22 +250,34 @@ impl Ledger {
         })
     }
 
-    /// Record `reservation` in the spending journal before it is used (no journal, or nothing
-    /// limited: nothing to record). On failure the reservation is released and not granted.
-    async fn record(&self, mut reservation: Reservation) -> Result<Reservation, Shortfall> {
-        let Some(journal) = self.journal.clone() else {
-            return Ok(reservation);
-        };
-        if !reservation.limited {
-            return Ok(reservation);
-        }
-        let (chain, amounts) = (reservation.chain.clone(), reservation.amounts.clone());
-        let written = tokio::task::spawn_blocking(move || journal.reserved(&chain, &amounts)).await;
-        match written {
-            Ok(Ok(id)) => {
+    /// One attempt through the spending journals: under the spend lock, take in the other
+    /// gateways' spending, decide, and record a granted reservation on a limit (fsynced) before
+    /// the lock is released. A reservation that cannot be recorded is released, not granted.
+    async fn try_reserve_recorded(
+        self: &Arc<Self>,
+        journal: SpendJournal,
+        claims: &Claims,
+        amounts: &Budgets,
+        now_s: i64,
+    ) -> Result<Reservation, Shortfall> {
+        let (ledger, claims, amounts) = (self.clone(), claims.clone(), amounts.clone());
+        let attempt = tokio::task::spawn_blocking(move || {
+            let lock = journal.lock()?;
+            ledger.set_elsewhere(lock.elsewhere());
+            let mut reservation = match ledger.try_reserve(&claims, &amounts, now_s) {
+                Ok(reservation) => reservation,
+                Err(shortfall) => return Ok(Err(shortfall)),
+            };
+            if reservation.limited {
+                // On error the reservation drops here, released.
+                let id = lock.reserved(&reservation.chain, &reservation.amounts)?;
                 reservation.spend_id = Some(id);
-                Ok(reservation)
             }
+            Ok::<_, stopline_store::StoreError>(Ok(reservation))
+        })
+        .await;
+        match attempt {
+            Ok(Ok(outcome)) => outcome,
             Ok(Err(error)) => Err(Shortfall::Unrecorded(error.to_string())),
             Err(error) => Err(Shortfall::Unrecorded(error.to_string())),
         }
@@ -264,13 +296,23 @@ impl Ledger {
             let settled = self.settled.notified();
             tokio::pin!(settled);
             settled.as_mut().enable();
-            match self.try_reserve(claims, amounts, now_s()) {
+            let attempt = match &self.journal {
+                Some(journal) => {
+                    self.try_reserve_recorded(journal.clone(), claims, amounts, now_s())
+                        .await
+                }
+                None => self.try_reserve(claims, amounts, now_s()),
+            };
+            match attempt {
                 Err(Shortfall::Wait) => {
-                    if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                    // A settlement here wakes it; one at another gateway does not, so look
+                    // again every 50 ms.
+                    let look_again = tokio::time::Instant::now() + Duration::from_millis(50);
+                    let _ = tokio::time::timeout_at(look_again.min(deadline), settled).await;
+                    if tokio::time::Instant::now() >= deadline {
                         return Err(Shortfall::Wait);
                     }
                 }
-                Ok(reservation) => return self.record(reservation).await,
                 other => return other,
             }
         }
@@ -281,9 +323,7 @@ impl Ledger {
         let accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
         let account = accounts.get(jti)?;
         let limit = *account.limits.get(&kind)?;
-        let used = account.used.get(&kind).copied().unwrap_or(0.0);
-        let reserved = account.reserved.get(&kind).copied().unwrap_or(0.0);
-        Some((limit - used - reserved).max(0.0))
+        Some((limit - account.used(kind) - account.reserved(kind)).max(0.0))
     }
 
     /// (kind, used, limit) of every limited kind of every account, for metrics.
@@ -300,7 +340,7 @@ impl Ledger {
     }
 
     /// Every account with limits, for the status page, sorted by agent then token (spending
-    /// restored from the journals included).
+    /// through other gateways included, as of the last look).
     pub fn summaries(&self, now_s: i64) -> Vec<AccountSummary> {
         let accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
         let mut rows: Vec<AccountSummary> = accounts
@@ -318,9 +358,9 @@ impl Ledger {
                         let used = if kind == BudgetKind::WallClockS {
                             (now_s - account.iat).max(0) as f64
                         } else {
-                            account.used.get(&kind).copied().unwrap_or(0.0)
+                            account.used(kind)
                         };
-                        let reserved = account.reserved.get(&kind).copied().unwrap_or(0.0);
+                        let reserved = account.reserved(kind);
                         (
                             kind.as_str().to_string(),
                             KindUse {

@@ -63,12 +63,14 @@ impl Governor {
             .store
             .ops_journal("gateway")
             .map_err(|e| e.to_refusal())?;
-        // Budgets survive restarts: start from what every spending journal says was spent.
+        // Budgets survive restarts and are shared with every gateway over this home: start
+        // from what the spending journals say (a corrupt one refuses the start).
         let spend = ctx
             .store
             .spend_journal("gateway")
             .map_err(|e| e.to_refusal())?;
-        let spent = ctx.store.spent().map_err(|e| e.to_refusal())?;
+        let ledger = Ledger::durable(spend.clone());
+        ledger.set_elsewhere(spend.lock().map_err(|e| e.to_refusal())?.elsewhere());
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(64)
             .tcp_nodelay(true)
@@ -82,7 +84,7 @@ impl Governor {
                 config,
                 view,
                 tracker: Arc::new(DispatchTracker::default()),
-                ledger: Arc::new(Ledger::durable(spend, spent)),
+                ledger: Arc::new(ledger),
                 agents: AgentBreakers::default(),
                 adapters: AdapterBreakers::default(),
                 journal,

@@ -1,20 +1,25 @@
-//! The spending journal: budgets survive a gateway restart and a crash.
+//! The spending journals: budgets survive a gateway restart and a crash, and are shared by every
+//! gateway over one control directory.
 //!
 //! A gateway appends `reserved` — the reservation's id, the token chain (`jti`s, the caller's
 //! first) and the reserved upper bound — and fsyncs it *before* the call is dispatched, then
-//! appends `settled` with what the call actually used (no fsync). A restarted gateway folds every
-//! journal in `spend/` ([`Store::spent`]): a settled reservation counts what it used, one never
-//! settled (its writer crashed or was killed mid-call) counts at its bound — spending in doubt
-//! is spent, never forgotten. Losing a `settled` line in a crash therefore only over-counts.
-//! A torn last line is a remnant (a `reserved` that was never fsynced was never dispatched on) and
-//! is ignored; a broken line anywhere else is corruption and fails closed.
+//! appends `settled` with what the call actually used (no fsync). Each writer has its own
+//! journal, `spend/<label>-<pid>-<start>.jsonl`. A reservation is decided under the exclusive
+//! lock `spend/.lock` ([`SpendJournal::lock`]), after folding what every *other* journal added
+//! since the last look ([`Elsewhere`]): settled reservations at what they used; open ones of a
+//! writer that is gone (crashed, killed, restarted) at their bound — spending in doubt is spent,
+//! never forgotten; open ones of a live writer as calls in flight elsewhere. Losing a `settled`
+//! line in a crash therefore only over-counts. A torn last line is a remnant (a `reserved` that
+//! was never fsynced was never dispatched on) and is left for later; a broken line anywhere else
+//! is corruption and fails closed.
 
 use crate::error::{IoContext, StoreError};
+use crate::fs::LockGuard;
 use crate::Store;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use stopline_core::budget::Budgets;
 use stopline_core::RefusalCode;
 
@@ -42,11 +47,37 @@ pub enum SpendLine {
     },
 }
 
+/// What the other writers' journals say, per account (`jti`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Elsewhere {
+    /// Spent: settled reservations at what they used, open ones of gone writers at their bound.
+    pub used: BTreeMap<String, Budgets>,
+    /// Reserved by calls still in flight at a live writer, at their bound.
+    pub in_flight: BTreeMap<String, Budgets>,
+}
+
+/// One other writer's journal as folded so far.
+#[derive(Debug, Default)]
+struct Folded {
+    /// Bytes of complete lines already folded.
+    offset: usize,
+    reserved: BTreeMap<String, (Vec<String>, Budgets)>,
+    settled: BTreeMap<String, Budgets>,
+}
+
 /// This process's spending journal (`spend/<label>-<pid>-<start>.jsonl`).
 #[derive(Debug, Clone)]
 pub struct SpendJournal {
     store: Store,
-    path: PathBuf,
+    name: String,
+    others: Arc<Mutex<BTreeMap<String, Folded>>>,
+}
+
+/// The spend lock, held while a reservation is decided and recorded.
+pub struct SpendLock<'a> {
+    journal: &'a SpendJournal,
+    _guard: Box<dyn LockGuard>,
+    elsewhere: Elsewhere,
 }
 
 impl Store {
@@ -55,102 +86,126 @@ impl Store {
         self.ensure_dirs(&[&self.layout.spend()])?;
         let pid = self.env.pid();
         let start = crate::ops::process_start_time(pid).unwrap_or(0);
-        let path = self
-            .layout
-            .spend()
-            .join(format!("{label}-{pid}-{start}.jsonl"));
         Ok(SpendJournal {
             store: self.clone(),
-            path,
+            name: format!("{label}-{pid}-{start}.jsonl"),
+            others: Arc::new(Mutex::new(BTreeMap::new())),
+        })
+    }
+}
+
+/// The complete lines of `bytes` from `offset`: an unterminated last line is a remnant, left
+/// for a later look; a complete line that does not parse is corruption.
+fn fold_lines(bytes: &[u8], offset: usize) -> Result<(Vec<SpendLine>, usize), String> {
+    let complete = bytes
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |end| end + 1);
+    if complete < offset {
+        return Err(format!(
+            "shrank from {offset} to {complete} bytes of complete lines"
+        ));
+    }
+    let lines = bytes[offset..complete]
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            serde_json::from_slice(line)
+                .map_err(|e| format!("{e} in {:?}", String::from_utf8_lossy(line)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((lines, complete))
+}
+
+impl SpendJournal {
+    fn path(&self) -> PathBuf {
+        self.store.layout.spend().join(&self.name)
+    }
+
+    /// Take the spend lock and fold what the other journals added since the last look.
+    pub fn lock(&self) -> Result<SpendLock<'_>, StoreError> {
+        let dir = self.store.layout.spend();
+        self.store.ensure_dirs(&[&dir])?;
+        let guard = self
+            .store
+            .fs
+            .lock(&dir.join(".lock"), true, true)
+            .context(|| "locking spend/.lock".to_string())?;
+        let elsewhere = self.fold_others()?;
+        Ok(SpendLock {
+            journal: self,
+            _guard: guard,
+            elsewhere,
         })
     }
 
-    /// What every journal in `spend/` says was spent, per account (`jti`): settled
-    /// reservations at what they used, unsettled ones at their bound.
-    pub fn spent(&self) -> Result<BTreeMap<String, Budgets>, StoreError> {
-        let dir = self.layout.spend();
-        let names = match self.fs.read_dir(&dir) {
-            Ok(names) => names,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-            Err(error) => return Err(error).context(|| format!("listing {}", dir.display())),
-        };
-        let mut reserved: BTreeMap<String, (Vec<String>, Budgets)> = BTreeMap::new();
-        let mut settled: BTreeMap<String, Budgets> = BTreeMap::new();
-        for name in names.iter().filter(|n| n.ends_with(".jsonl")) {
+    fn fold_others(&self) -> Result<Elsewhere, StoreError> {
+        let dir = self.store.layout.spend();
+        let names = self
+            .store
+            .fs
+            .read_dir(&dir)
+            .context(|| format!("listing {}", dir.display()))?;
+        let mut others = self.others.lock().unwrap_or_else(|p| p.into_inner());
+        for name in names
+            .iter()
+            .filter(|n| n.ends_with(".jsonl") && **n != self.name)
+        {
             let path = dir.join(name);
             let bytes = self
+                .store
                 .fs
                 .read(&path)
                 .context(|| format!("reading {}", path.display()))?;
-            for line in fold_lines(&bytes).map_err(|why| {
+            let folded = others.entry(name.clone()).or_default();
+            let (lines, offset) = fold_lines(&bytes, folded.offset).map_err(|why| {
                 StoreError::corrupt(
                     RefusalCode::ControlStateCorrupt,
                     format!("spend/{name}: {why}"),
                 )
-            })? {
+            })?;
+            folded.offset = offset;
+            for line in lines {
                 match line {
                     SpendLine::Reserved {
                         id, chain, amounts, ..
                     } => {
-                        reserved.insert(id, (chain, amounts));
+                        folded.reserved.insert(id, (chain, amounts));
                     }
                     SpendLine::Settled { id, used } => {
-                        settled.insert(id, used);
+                        folded.settled.insert(id, used);
                     }
                 }
             }
         }
-        let mut spent: BTreeMap<String, Budgets> = BTreeMap::new();
-        for (id, (chain, bound)) in reserved {
-            let counted = settled.get(&id).unwrap_or(&bound);
-            for jti in chain {
-                let account = spent.entry(jti).or_default();
-                for (&kind, &amount) in counted {
-                    *account.entry(kind).or_default() += amount;
+        let mut elsewhere = Elsewhere::default();
+        for (name, folded) in others.iter() {
+            let alive = crate::ops::writer_alive(name.trim_end_matches(".jsonl"));
+            for (id, (chain, bound)) in &folded.reserved {
+                let (into, amounts) = match folded.settled.get(id) {
+                    Some(used) => (&mut elsewhere.used, used),
+                    None if alive => (&mut elsewhere.in_flight, bound),
+                    None => (&mut elsewhere.used, bound),
+                };
+                for jti in chain {
+                    let account = into.entry(jti.clone()).or_default();
+                    for (&kind, &amount) in amounts {
+                        *account.entry(kind).or_default() += amount;
+                    }
                 }
             }
         }
-        Ok(spent)
+        Ok(elsewhere)
     }
-}
 
-/// The lines of one journal: complete lines must parse; an unterminated last line is a remnant.
-fn fold_lines(bytes: &[u8]) -> Result<Vec<SpendLine>, String> {
-    let complete = match bytes.iter().rposition(|&b| b == b'\n') {
-        Some(end) => &bytes[..=end],
-        None => &bytes[..0],
-    };
-    complete
-        .split(|&b| b == b'\n')
-        .enumerate()
-        .filter(|(_, line)| !line.is_empty())
-        .map(|(number, line)| {
-            serde_json::from_slice(line).map_err(|e| format!("line {}: {e}", number + 1))
-        })
-        .collect()
-}
-
-impl SpendJournal {
     fn append(&self, line: &SpendLine, sync: bool, fp: &str) -> Result<(), StoreError> {
         let mut bytes = serde_json::to_vec(line).expect("a spend line always serializes");
         bytes.push(b'\n');
+        let path = self.path();
         self.store
             .fs
-            .append(&self.path, &bytes, sync, fp)
-            .context(|| format!("appending to {}", self.path.display()))
-    }
-
-    /// Record a reservation durably (fsynced before returning); returns its id.
-    pub fn reserved(&self, chain: &[String], amounts: &Budgets) -> Result<String, StoreError> {
-        let id = format!("sp_{}", self.store.env.random_hex(8));
-        let line = SpendLine::Reserved {
-            id: id.clone(),
-            chain: chain.to_vec(),
-            amounts: amounts.clone(),
-            ts_ms: self.store.env.now_ms(),
-        };
-        self.append(&line, true, "spend.reserve")?;
-        Ok(id)
+            .append(&path, &bytes, sync, fp)
+            .context(|| format!("appending to {}", path.display()))
     }
 
     /// Record what reservation `id` actually used (not fsynced: a lost line over-counts).
@@ -163,47 +218,132 @@ impl SpendJournal {
     }
 }
 
+impl SpendLock<'_> {
+    /// What the other journals say (as of taking this lock).
+    pub fn elsewhere(&self) -> &Elsewhere {
+        &self.elsewhere
+    }
+
+    /// Record a reservation durably (fsynced before returning) while the lock is held; returns
+    /// its id.
+    pub fn reserved(&self, chain: &[String], amounts: &Budgets) -> Result<String, StoreError> {
+        let store = &self.journal.store;
+        let id = format!("sp_{}", store.env.random_hex(8));
+        let line = SpendLine::Reserved {
+            id: id.clone(),
+            chain: chain.to_vec(),
+            amounts: amounts.clone(),
+            ts_ms: store.env.now_ms(),
+        };
+        self.journal.append(&line, true, "spend.reserve")?;
+        Ok(id)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use stopline_core::budget::BudgetKind;
 
+    /// A journal named as if a gone process wrote it (pid 1 never has start time 1).
+    fn gone_writer(store: &Store, lines: &[SpendLine]) -> PathBuf {
+        let path = store.layout().spend().join("gateway-1-1.jsonl");
+        let mut bytes = Vec::new();
+        for line in lines {
+            bytes.extend(serde_json::to_vec(line).unwrap());
+            bytes.push(b'\n');
+        }
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn reserved(id: &str, chain: &[&str], amounts: &Budgets) -> SpendLine {
+        SpendLine::Reserved {
+            id: id.into(),
+            chain: chain.iter().map(|s| s.to_string()).collect(),
+            amounts: amounts.clone(),
+            ts_ms: 0,
+        }
+    }
+
     #[test]
-    fn unsettled_reservations_count_at_their_bound_and_settled_ones_at_their_use() {
+    fn a_gone_writers_open_reservations_count_at_their_bound_and_settled_ones_at_their_use() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("home"));
-        assert!(store.spent().unwrap().is_empty(), "no journal yet");
-        let journal = store.spend_journal("gateway").unwrap();
-        let chain = vec!["child".to_string(), "parent".to_string()];
         let bound: Budgets = [(BudgetKind::ToolCalls, 1.0), (BudgetKind::SpendUsd, 0.5)].into();
         let used: Budgets = [(BudgetKind::ToolCalls, 1.0), (BudgetKind::SpendUsd, 0.1)].into();
-        let first = journal.reserved(&chain, &bound).unwrap();
-        journal.settled(&first, &used).unwrap();
-        let released = journal.reserved(&chain, &bound).unwrap();
-        journal.settled(&released, &Budgets::new()).unwrap();
-        journal.reserved(&chain[..1], &bound).unwrap(); // a crash before it settled
-        let spent = store.spent().unwrap();
+        gone_writer(
+            &store,
+            &[
+                reserved("a", &["child", "parent"], &bound),
+                SpendLine::Settled {
+                    id: "a".into(),
+                    used: used.clone(),
+                },
+                reserved("b", &["child", "parent"], &bound),
+                SpendLine::Settled {
+                    id: "b".into(),
+                    used: Budgets::new(),
+                },
+                reserved("c", &["child"], &bound), // it crashed before this settled
+            ],
+        );
+        let journal = store.spend_journal("gateway").unwrap();
+        let lock = journal.lock().unwrap();
+        let spent = &lock.elsewhere().used;
         assert_eq!(spent["parent"][&BudgetKind::ToolCalls], 1.0);
         assert!((spent["parent"][&BudgetKind::SpendUsd] - 0.1).abs() < 1e-9);
         assert_eq!(spent["child"][&BudgetKind::ToolCalls], 2.0);
         assert!((spent["child"][&BudgetKind::SpendUsd] - 0.6).abs() < 1e-9);
+        assert!(lock.elsewhere().in_flight.is_empty());
     }
 
     #[test]
-    fn a_torn_tail_is_ignored_and_a_broken_line_fails_closed() {
+    fn a_live_writers_open_reservations_are_in_flight_and_its_own_are_not_elsewhere() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("home"));
-        let journal = store.spend_journal("gateway").unwrap();
-        let bound: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
-        journal.reserved(&["a".to_string()], &bound).unwrap();
-        let path = journal.path.clone();
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        let other = store.spend_journal("other").unwrap(); // this live process, another journal
+        let mine = store.spend_journal("gateway").unwrap();
+        let id = other
+            .lock()
+            .unwrap()
+            .reserved(&["t".to_string()], &one)
+            .unwrap();
+        mine.lock()
+            .unwrap()
+            .reserved(&["t".to_string()], &one)
+            .unwrap();
+        let seen = mine.lock().unwrap().elsewhere().clone();
+        assert_eq!(seen.in_flight["t"][&BudgetKind::ToolCalls], 1.0);
+        assert!(
+            seen.used.is_empty(),
+            "its own reservation is not elsewhere: {seen:?}"
+        );
+        other.settled(&id, &one).unwrap();
+        let seen = mine.lock().unwrap().elsewhere().clone();
+        assert_eq!(seen.used["t"][&BudgetKind::ToolCalls], 1.0);
+        assert!(seen.in_flight.is_empty());
+    }
+
+    #[test]
+    fn a_torn_tail_waits_and_a_broken_line_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("home"));
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        let path = gone_writer(&store, &[reserved("a", &["t"], &one)]);
         let mut bytes = std::fs::read(&path).unwrap();
         bytes.extend_from_slice(b"{\"phase\":\"reser");
         std::fs::write(&path, &bytes).unwrap();
-        assert_eq!(store.spent().unwrap()["a"][&BudgetKind::ToolCalls], 1.0);
+        let journal = store.spend_journal("gateway").unwrap();
+        assert_eq!(
+            journal.lock().unwrap().elsewhere().used["t"][&BudgetKind::ToolCalls],
+            1.0
+        );
         bytes.extend_from_slice(b"\n");
         std::fs::write(&path, &bytes).unwrap();
-        let error = store.spent().unwrap_err().to_refusal();
+        let error = journal.lock().err().expect("a broken line").to_refusal();
         assert_eq!(
             error.code,
             RefusalCode::ControlStateCorrupt,

@@ -161,3 +161,36 @@ fn a_budget_survives_a_gateway_killed_and_restarted() {
     let budgets = gateway.get("/v1/budgets", Some(&token));
     assert_eq!(budgets.status, 200, "{}", budgets.body);
 }
+
+#[test]
+fn two_gateways_over_one_home_share_a_budget() {
+    let home = Home::new();
+    let upstream = McpUpstream::start(&home);
+    let config = format!(
+        "[mcp.dest]\nurl = \"http://127.0.0.1:{}/mcp\"\n",
+        upstream.port
+    );
+    let token = home.token(&["--agent", "shared", "--budget", "tool_calls=4"]);
+    let a = Gateway::start(&home, &config);
+    let b = Gateway::start(&home, &config);
+    let (sa, sb) = (session(&a, &token), session(&b, &token));
+    for (n, (gateway, session)) in [(&a, &sa), (&b, &sb), (&a, &sa), (&b, &sb)]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(
+            write_call(gateway, &token, session.as_deref(), n as u64),
+            "",
+            "call {n}"
+        );
+    }
+    // Four spent across the two: neither gateway admits a fifth.
+    for (n, (gateway, session)) in [(&a, &sa), (&b, &sb)].into_iter().enumerate() {
+        let code = write_call(gateway, &token, session.as_deref(), 10 + n as u64);
+        assert!(
+            matches!(code.as_str(), "budget_exhausted" | "break_glass_contained"),
+            "gateway {n} admitted a call past the shared budget: {code:?}"
+        );
+    }
+    assert_eq!(upstream.executed().len(), 4, "exactly the budget executed");
+}

@@ -13,7 +13,7 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use stopline_core::refusal::require_reason;
 use stopline_core::{ControlState, Level, RefusalCode, Scope, StateRecord};
 use stopline_store::chain::fields;
-use stopline_store::halts::{DisengageReceipt, DRAIN_RANGE_S};
+use stopline_store::halts::{check_drain_deadline, drain_window, DisengageReceipt};
 use stopline_store::StoreError;
 
 fn contention(what: &str) -> StoreError {
@@ -103,35 +103,14 @@ impl EtcdPlane {
         by: &str,
     ) -> Result<StateRecord, StoreError> {
         let reason = require_reason(reason)?;
-        if !DRAIN_RANGE_S.contains(&deadline_s) {
-            return Err(StoreError::refused(
-                RefusalCode::DrainDeadlineOutOfRange,
-                format!("a drain deadline must be 1..=3600 seconds, not {deadline_s}"),
-            ));
-        }
+        check_drain_deadline(deadline_s)?;
         for _ in 0..CAS_ATTEMPTS {
             let snapshot = self.snapshot()?;
             let log = snapshot.log()?;
             let mut latches = snapshot.active_latches(Some(&log));
             latches.extend(self.local.load_view().latches);
-            let machine: Vec<_> = latches
-                .iter()
-                .filter(|l| l.scope == Scope::Machine)
-                .collect();
-            if machine.is_empty() {
-                return Err(StoreError::refused(
-                    RefusalCode::DrainRequiresMachineLatch,
-                    "drain needs an active machine latch",
-                ));
-            }
             let now = self.local.now_ms();
-            let earliest = machine
-                .iter()
-                .filter_map(|l| l.record.as_ref())
-                .filter_map(|r| stopline_store::env::parse_rfc3339(&r.ts))
-                .min()
-                .unwrap_or(now);
-            let deadline = now + (deadline_s as i64) * 1000;
+            let (deadline, earliest) = drain_window(&latches, deadline_s, now)?;
             let record = StateRecord {
                 state: ControlState::Draining,
                 by: by.to_string(),

@@ -58,16 +58,7 @@ impl EtcdPlane {
             true => Some(self.local.recover_plan(scope, &reason, by, census)?),
             false => None,
         };
-        let carried: Vec<Value> = census
-            .entries()
-            .map(|e| {
-                serde_json::json!({
-                    "kind": format!("{:?}_operation", e.operation.kind).to_lowercase(),
-                    "operation": e.operation,
-                    "in_flight": e.in_flight,
-                })
-            })
-            .collect();
+        let carried = census.carried_forward();
         for _ in 0..CAS_ATTEMPTS {
             let snapshot = self.snapshot()?;
             let log = snapshot.log()?;

@@ -43,17 +43,7 @@ impl EtcdPlane {
                 receipt.nothing_to_repair = true;
                 return Ok(receipt);
             }
-            let rebuilt = match log.last_epoch_advance() {
-                Some((wal_seq, new_epoch, scopes)) => EpochMap {
-                    seq: new_epoch,
-                    scopes: scopes
-                        .iter()
-                        .filter_map(|(k, v)| v.as_u64().map(|v| (k.clone(), v)))
-                        .collect(),
-                    wal_seq,
-                },
-                None => EpochMap::default(),
-            };
+            let rebuilt = stopline_store::epoch::rebuild(&log);
             if !rebuilt.is_consistent() {
                 return Err(refused("the WAL's last epoch advance is inconsistent"));
             }

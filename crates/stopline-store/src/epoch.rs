@@ -36,6 +36,22 @@ fn unconfirmed(detail: impl Into<String>) -> StoreError {
     StoreError::corrupt(RefusalCode::ControlEpochUnconfirmed, detail)
 }
 
+/// The epoch map the WAL's last `epoch_advance` records (the empty map when there is none): what
+/// repair rebuilds `epoch.json` from. The caller checks it is consistent.
+pub fn rebuild(log: &WalLog) -> EpochMap {
+    match log.last_epoch_advance() {
+        Some((wal_seq, new_epoch, scopes)) => EpochMap {
+            seq: new_epoch,
+            scopes: scopes
+                .iter()
+                .filter_map(|(k, v)| v.as_u64().map(|v| (k.clone(), v)))
+                .collect(),
+            wal_seq,
+        },
+        None => EpochMap::default(),
+    }
+}
+
 /// Compare a snapshot with the WAL's last `epoch_advance`.
 pub fn confirm(snapshot: Option<&[u8]>, log: &WalLog) -> Result<EpochMap, StoreError> {
     let last = log.last_epoch_advance();

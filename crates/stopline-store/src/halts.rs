@@ -11,7 +11,7 @@ use crate::error::{IoContext, StoreError};
 use crate::Store;
 use serde::Serialize;
 use stopline_core::refusal::require_reason;
-use stopline_core::{ControlState, Level, RefusalCode, Scope, StateRecord};
+use stopline_core::{ActiveLatch, ControlState, Level, RefusalCode, Scope, StateRecord};
 
 /// The receipt of a disengage.
 #[derive(Debug, Clone, Serialize)]
@@ -28,6 +28,47 @@ pub struct DisengageReceipt {
 
 /// Drain deadlines allowed, in seconds.
 pub const DRAIN_RANGE_S: std::ops::RangeInclusive<u64> = 1..=3600;
+
+/// Refuse a drain deadline outside [`DRAIN_RANGE_S`] (before anything is read).
+pub fn check_drain_deadline(deadline_s: u64) -> Result<(), StoreError> {
+    if DRAIN_RANGE_S.contains(&deadline_s) {
+        return Ok(());
+    }
+    Err(StoreError::refused(
+        RefusalCode::DrainDeadlineOutOfRange,
+        format!("a drain deadline must be 1..=3600 seconds, not {deadline_s}"),
+    ))
+}
+
+/// A drain's window over the active `latches` at `now` (unix ms): its deadline, and the time
+/// before which an operation must have been prepared to be admitted (the earliest machine
+/// latch, `now` when none carries a readable time). Refused without an active machine latch.
+pub fn drain_window(
+    latches: &[ActiveLatch],
+    deadline_s: u64,
+    now: i64,
+) -> Result<(i64, i64), StoreError> {
+    let machine: Vec<_> = latches
+        .iter()
+        .filter(|l| l.scope == Scope::Machine)
+        .collect();
+    if machine.is_empty() {
+        return Err(StoreError::refused(
+            RefusalCode::DrainRequiresMachineLatch,
+            "drain needs an active machine latch",
+        ));
+    }
+    let earliest = machine
+        .iter()
+        .filter_map(|l| {
+            l.record
+                .as_ref()
+                .and_then(|r| crate::env::parse_rfc3339(&r.ts))
+        })
+        .min()
+        .unwrap_or(now);
+    Ok((now + (deadline_s as i64) * 1000, earliest))
+}
 
 impl Store {
     /// Clear the halt-level latches of exactly `scope`.
@@ -97,35 +138,11 @@ impl Store {
         by: &str,
     ) -> Result<StateRecord, StoreError> {
         let reason = require_reason(reason)?;
-        if !DRAIN_RANGE_S.contains(&deadline_s) {
-            return Err(StoreError::refused(
-                RefusalCode::DrainDeadlineOutOfRange,
-                format!("a drain deadline must be 1..=3600 seconds, not {deadline_s}"),
-            ));
-        }
+        check_drain_deadline(deadline_s)?;
         let wal = self.layout.wal();
         let (_guard, log, latches) = self.lock_and_scan()?;
-        let machine: Vec<_> = latches
-            .iter()
-            .filter(|l| l.scope == Scope::Machine)
-            .collect();
-        if machine.is_empty() {
-            return Err(StoreError::refused(
-                RefusalCode::DrainRequiresMachineLatch,
-                "drain needs an active machine latch",
-            ));
-        }
         let now = self.env.now_ms();
-        let earliest = machine
-            .iter()
-            .filter_map(|l| {
-                l.record
-                    .as_ref()
-                    .and_then(|r| crate::env::parse_rfc3339(&r.ts))
-            })
-            .min()
-            .unwrap_or(now);
-        let deadline = now + (deadline_s as i64) * 1000;
+        let (deadline, earliest) = drain_window(&latches, deadline_s, now)?;
         self.append_log(
             &wal,
             &log,

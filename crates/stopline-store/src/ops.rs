@@ -51,6 +51,20 @@ pub struct CensusEntry {
 }
 
 impl Census {
+    /// Every unresolved operation as a recovery plan carries it forward (its WAL record and
+    /// receipt): `{"kind": "<kind>_operation", "operation": …, "in_flight": …}`.
+    pub fn carried_forward(&self) -> Vec<serde_json::Value> {
+        self.entries()
+            .map(|e| {
+                serde_json::json!({
+                    "kind": format!("{:?}_operation", e.operation.kind).to_lowercase(),
+                    "operation": e.operation,
+                    "in_flight": e.in_flight,
+                })
+            })
+            .collect()
+    }
+
     /// True when nothing is unresolved and every registry was read.
     pub fn is_clean(&self) -> bool {
         self.file.is_empty()

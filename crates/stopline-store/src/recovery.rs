@@ -66,16 +66,7 @@ impl Store {
             .filter(|l| &l.scope == scope)
             .map(|l| l.file.clone())
             .collect();
-        let carried: Vec<Value> = census
-            .entries()
-            .map(|e| {
-                serde_json::json!({
-                    "kind": format!("{:?}_operation", e.operation.kind).to_lowercase(),
-                    "operation": e.operation,
-                    "in_flight": e.in_flight,
-                })
-            })
-            .collect();
+        let carried = census.carried_forward();
         let plan = format!("plan_{}", self.env.random_hex(8));
         self.append_log(
             &wal,

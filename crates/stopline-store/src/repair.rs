@@ -98,17 +98,7 @@ impl Store {
         match self.read_confirmed_epoch(&log) {
             Ok(epoch) => receipt.epoch_seq = epoch.seq,
             Err(_) => {
-                let rebuilt = match log.last_epoch_advance() {
-                    Some((wal_seq, new_epoch, scopes)) => EpochMap {
-                        seq: new_epoch,
-                        scopes: scopes
-                            .iter()
-                            .filter_map(|(k, v)| v.as_u64().map(|v| (k.clone(), v)))
-                            .collect(),
-                        wal_seq,
-                    },
-                    None => EpochMap::default(),
-                };
+                let rebuilt = crate::epoch::rebuild(&log);
                 if !rebuilt.is_consistent() {
                     return Err(StoreError::refused(
                         RefusalCode::RepairRefused,

@@ -10,7 +10,6 @@
 //! to a temporary name and rename it into place. Any failure returns an error and leaves no
 //! manifest behind.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -175,27 +174,10 @@ fn tail(text: &str) -> String {
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
-/// sha256 (hex) of a file.
+/// sha256 (hex) of a file: the same function the battery reports its own binary's hash with.
 pub fn sha256(path: &Path) -> Result<String, GateError> {
-    use sha2::{Digest, Sha256};
-    let mut file =
-        std::fs::File::open(path).map_err(|e| refuse(format!("{}: {e}", path.display())))?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 16];
-    loop {
-        let n = file
-            .read(&mut buffer)
-            .map_err(|e| refuse(format!("{}: {e}", path.display())))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    stopline_assurance::conformance::report::sha256_file(path)
+        .map_err(|e| refuse(format!("{}: {e}", path.display())))
 }
 
 /// `git rev-parse HEAD`, with `-dirty` when the tree has uncommitted changes; `null` without git.

@@ -377,19 +377,7 @@ fn model_check(json: bool) -> i32 {
         ..Default::default()
     };
     let report = stopline_assurance::model_check::run(&options);
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report.json()).unwrap_or_default()
-        );
-    } else {
-        print!("{}", report.text());
-    }
-    if report.ok() {
-        0
-    } else {
-        1
-    }
+    output::verdict(json, &report.json(), &report.text(), report.ok())
 }
 
 fn token_command(ctx: &Context, command: TokenCommand, json: bool) -> Result<i32, Refusal> {

@@ -21,21 +21,7 @@ pub fn run(json: bool, filter: Option<String>) -> i32 {
         ..Default::default()
     };
     match stopline_assurance::conformance::run(&options) {
-        Ok(report) => {
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report.json()).unwrap_or_default()
-                );
-            } else {
-                print!("{}", report.text());
-            }
-            if report.ok() {
-                0
-            } else {
-                1
-            }
-        }
+        Ok(report) => crate::output::verdict(json, &report.json(), &report.text(), report.ok()),
         Err(error) => {
             eprintln!("error: conformance: {error}");
             if json {

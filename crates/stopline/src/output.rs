@@ -15,6 +15,24 @@ pub fn receipt(json: bool, value: &Value, human: impl FnOnce(&Value) -> String) 
     }
 }
 
+/// Print a verdict report (pretty JSON with `--json`, else its text as it is) and return its
+/// exit code: 0 when it holds, 1 when it does not.
+pub fn verdict(json: bool, value: &Value, text: &str, ok: bool) -> i32 {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(value).unwrap_or_default()
+        );
+    } else {
+        print!("{text}");
+    }
+    if ok {
+        0
+    } else {
+        1
+    }
+}
+
 /// Print a refusal (stderr `error: <code>: <message>`; with `--json` also the JSON body on
 /// stdout) and return exit code 1.
 pub fn refusal(json: bool, refusal: &Refusal) -> i32 {

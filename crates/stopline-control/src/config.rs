@@ -17,6 +17,34 @@ pub struct Price {
     /// Reserved when a request names no max_tokens.
     #[serde(default = "default_max_output")]
     pub max_output_tokens: u64,
+    /// Input tokens read from a prompt cache (Anthropic `cache_read_input_tokens`); default:
+    /// the input price.
+    #[serde(default)]
+    pub cache_read: Option<f64>,
+    /// Input tokens written to a prompt cache (Anthropic `cache_creation_input_tokens`);
+    /// default: the input price.
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+}
+
+impl Price {
+    /// The price of a cache-read input token (`cache_read`, else `input`).
+    pub fn cache_read_price(&self) -> f64 {
+        self.cache_read.unwrap_or(self.input)
+    }
+
+    /// The price of a cache-write input token (`cache_write`, else `input`).
+    pub fn cache_write_price(&self) -> f64 {
+        self.cache_write.unwrap_or(self.input)
+    }
+
+    /// The highest price any input token can have: what a reservation bound charges for each
+    /// input token before usage says which kind it was.
+    pub fn max_input_price(&self) -> f64 {
+        self.input
+            .max(self.cache_read_price())
+            .max(self.cache_write_price())
+    }
 }
 
 fn default_max_output() -> u64 {

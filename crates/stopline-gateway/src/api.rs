@@ -42,6 +42,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(crate::model::completions))
         .route("/v1/responses", post(crate::model::responses))
         .route("/v1/embeddings", post(crate::model::embeddings))
+        .route("/v1/messages", post(crate::anthropic::messages))
+        .route(
+            "/v1/messages/count_tokens",
+            post(crate::anthropic::count_tokens),
+        )
         .with_state(state)
 }
 

@@ -1,5 +1,5 @@
 //! The gateway's part of `config.toml` (SPEC §5): `[mcp.<server>]` upstreams, the `[model]`
-//! upstream, `[breakers]`, and the alert hooks, on top of the shared
+//! and `[anthropic]` upstreams, `[breakers]`, and the alert hooks, on top of the shared
 //! [`stopline_control::config::Config`] (operators, monitors, timeouts, prices).
 //!
 //! A section that exists but does not parse is an error at start-up: a typo must not silently
@@ -49,6 +49,22 @@ fn default_model_timeout() -> u64 {
     600
 }
 
+/// The `[anthropic]` upstream of `/v1/messages` (SPEC §12.5).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AnthropicConfig {
+    /// The Messages API base URL without `/v1`, e.g. `https://api.anthropic.com`; the gateway
+    /// appends `/v1/messages`.
+    pub base_url: String,
+    /// The environment variable holding the upstream key, sent as `x-api-key` (read by the
+    /// gateway only).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Upstream request timeout in seconds (default 600).
+    #[serde(default = "default_model_timeout")]
+    pub timeout_s: u64,
+}
+
 /// `[breakers]`: per-agent thresholds and the adapter breakers.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default)]
@@ -95,6 +111,8 @@ pub struct GatewayConfig {
     pub mcp: BTreeMap<String, McpServerConfig>,
     /// The `[model]` section.
     pub model: Option<ModelConfig>,
+    /// The `[anthropic]` section.
+    pub anthropic: Option<AnthropicConfig>,
     /// The `[breakers]` section.
     pub breakers: BreakerConfig,
     /// The level a breaker trip engages.
@@ -144,6 +162,7 @@ impl GatewayConfig {
         }
         let mcp = section(&base, "mcp")?.unwrap_or_default();
         let model = section(&base, "model")?;
+        let anthropic = section(&base, "anthropic")?;
         let breakers: BreakerConfig = section(&base, "breakers")?.unwrap_or_default();
         let trip_level = Level::parse(&breakers.trip_level)
             .map_err(|r| format!("[breakers] trip_level: {}", r.message))?;
@@ -151,6 +170,7 @@ impl GatewayConfig {
             base,
             mcp,
             model,
+            anthropic,
             breakers,
             trip_level,
             config_hash: String::new(),
@@ -189,6 +209,13 @@ mod tests {
             [model]
             base_url = "http://127.0.0.1:8081/v1"
             api_key_env = "K"
+            [anthropic]
+            base_url = "http://127.0.0.1:8082"
+            api_key_env = "A"
+            [prices."claude-test"]
+            input = 3.0
+            output = 15.0
+            cache_read = 0.3
             [breakers]
             unauthorized_calls = 2
             "#,
@@ -200,6 +227,23 @@ mod tests {
             Some(vec!["echo".to_string()])
         );
         assert_eq!(config.breakers.unauthorized_calls, 2);
+        let anthropic = config.anthropic.as_ref().unwrap();
+        assert_eq!(anthropic.base_url, "http://127.0.0.1:8082");
+        assert_eq!(anthropic.api_key_env.as_deref(), Some("A"));
+        let price = config.price("claude-test").unwrap();
+        assert_eq!(price.cache_read_price(), 0.3);
+        assert_eq!(
+            price.cache_write_price(),
+            3.0,
+            "cache_write defaults to input"
+        );
+        assert_eq!(price.max_input_price(), 3.0);
+        let typo: Config =
+            toml::from_str("[anthropic]\nbase_url = \"x\"\napi_key = \"k\"\n").unwrap();
+        assert!(
+            GatewayConfig::from_base(typo).is_err(),
+            "an unknown [anthropic] key is refused"
+        );
         assert_eq!(config.breakers.refused_egress, 3);
         assert_eq!(config.trip_level, Level::HaltAll);
         let bad: Config = toml::from_str("[breakers]\ntrip_level = \"stop\"\n").unwrap();

@@ -11,6 +11,7 @@
 
 pub mod acks;
 mod admit;
+pub mod anthropic;
 pub mod api;
 pub mod bench;
 pub mod breaker;

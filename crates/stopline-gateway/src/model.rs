@@ -9,13 +9,18 @@
 //! (`stream_options.include_usage`) and read as it passes. An EMERGENCY covering the agent cuts
 //! a running stream and leaves its operation in doubt. The upstream key comes from the gateway's
 //! environment (`[model] api_key_env`); the agent's token is never forwarded.
+//!
+//! Admission, dispatch, the cut and the settlement are [`exchange`], shared with the Anthropic
+//! Messages route (`anthropic.rs`): a route builds a [`ModelCall`] (its plan, its upstream
+//! request, its usage vocabulary) and hands it over, so every model API obeys the same stop.
 
 use crate::admit::{Admission, CutWatch, Outcome, Plan};
 use crate::api::{bearer, parse_body};
+use crate::caller::Caller;
 use crate::error::GatewayError;
 use crate::governor::Governor;
 use crate::server::AppState;
-use crate::usage::{SseScanner, Usage};
+use crate::usage::{SseScanner, Usage, Vocabulary};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -86,15 +91,7 @@ async fn proxy(
 }
 
 /// The reservation bound of one request.
-fn bounds(
-    gov: &Governor,
-    request: &Value,
-    body_len: usize,
-    endpoint: Endpoint,
-    model: &str,
-    price: Option<&Price>,
-) -> Budgets {
-    let input = body_len as f64;
+fn bounds(request: &Value, body_len: usize, endpoint: Endpoint, price: Option<&Price>) -> Budgets {
     let output = endpoint
         .max_output_fields()
         .iter()
@@ -102,8 +99,15 @@ fn bounds(
         .or_else(|| {
             (endpoint != Endpoint::Embeddings).then(|| price.map_or(4096, |p| p.max_output_tokens))
         })
-        .unwrap_or(0) as f64;
-    let _ = (gov, model);
+        .unwrap_or(0);
+    reservation_bound(body_len as u64, output, price)
+}
+
+/// The upper bound a model call reserves: one step, `input` + `output` tokens, and, priced, every
+/// input token at the dearest input price (plain, cache read or cache write: which kind each
+/// token is only the usage says) plus every output token at the output price.
+pub(crate) fn reservation_bound(input: u64, output: u64, price: Option<&Price>) -> Budgets {
+    let (input, output) = (input as f64, output as f64);
     let mut budget: Budgets = [
         (BudgetKind::Steps, 1.0),
         (BudgetKind::Tokens, input + output),
@@ -112,25 +116,65 @@ fn bounds(
     if let Some(price) = price {
         budget.insert(
             BudgetKind::SpendUsd,
-            (input * price.input + output * price.output) / 1e6,
+            (input * price.max_input_price() + output * price.output) / 1e6,
         );
     }
     budget
 }
 
 /// What a response actually used.
-fn used(usage: Option<Usage>, price: Option<&Price>) -> Option<Budgets> {
+pub(crate) fn used(usage: Option<Usage>, price: Option<&Price>) -> Option<Budgets> {
     let usage = usage?;
     let mut budget: Budgets = [
         (BudgetKind::Steps, 1.0),
-        (BudgetKind::Tokens, (usage.input + usage.output) as f64),
+        (BudgetKind::Tokens, usage.total() as f64),
     ]
     .into();
     if let Some(price) = price {
-        let spend = (usage.input as f64 * price.input + usage.output as f64 * price.output) / 1e6;
+        let spend = (usage.input as f64 * price.input
+            + usage.cache_read as f64 * price.cache_read_price()
+            + usage.cache_write as f64 * price.cache_write_price()
+            + usage.output as f64 * price.output)
+            / 1e6;
         budget.insert(BudgetKind::SpendUsd, spend);
     }
     Some(budget)
+}
+
+/// The price of `model`; refused when it has none and `caller`'s token carries a spend budget.
+pub(crate) fn price_for(
+    gov: &Governor,
+    caller: &Caller,
+    model: &str,
+) -> Result<Option<Price>, GatewayError> {
+    let price = gov.config().price(model).cloned();
+    if price.is_none() && caller.claims().budgets.contains_key(&BudgetKind::SpendUsd) {
+        return Err(gov
+            .refused(Refusal::new(
+                RefusalCode::BudgetExhausted,
+                format!("model {model:?} has no price, and this token carries a spend budget"),
+            ))
+            .into());
+    }
+    Ok(price)
+}
+
+/// The `model` a request body names (required, non-empty).
+pub(crate) fn model_of(request: &Value) -> Result<String, GatewayError> {
+    Ok(request
+        .get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| Refusal::new(RefusalCode::BadRequest, "the request names no model"))?
+        .to_string())
+}
+
+/// The caller's `x-request-id`, recorded with the operation.
+pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from)
 }
 
 async fn run(
@@ -141,26 +185,13 @@ async fn run(
 ) -> Result<Response, GatewayError> {
     let caller = gov.authenticate(bearer(headers))?;
     let mut request: Value = parse_body(&body)?;
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| Refusal::new(RefusalCode::BadRequest, "the request names no model"))?
-        .to_string();
+    let model = model_of(&request)?;
     let Some(upstream) = gov.config().model.clone() else {
         return Err(GatewayError::Upstream(
             "no [model] upstream is configured".into(),
         ));
     };
-    let price = gov.config().price(&model).cloned();
-    if price.is_none() && caller.claims().budgets.contains_key(&BudgetKind::SpendUsd) {
-        return Err(gov
-            .refused(Refusal::new(
-                RefusalCode::BudgetExhausted,
-                format!("model {model:?} has no price, and this token carries a spend budget"),
-            ))
-            .into());
-    }
+    let price = price_for(gov, &caller, &model)?;
     let stream =
         endpoint != Endpoint::Embeddings && request.get("stream") == Some(&Value::Bool(true));
     if stream && matches!(endpoint, Endpoint::Chat | Endpoint::Completions) {
@@ -179,21 +210,15 @@ async fn run(
         target: Some(format!("model:{model}")),
         record: true,
         budget: bounds(
-            gov,
             &request,
             body.len().max(forwarded.len()),
             endpoint,
-            &model,
             price.as_ref(),
         ),
         upstream: Some("model".into()),
-        request_id: headers
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(String::from),
+        request_id: request_id(headers),
         surface: "model",
     };
-    let mut admission = gov.admit(&caller, plan).await?;
     let url = format!(
         "{}/{}",
         upstream.base_url.trim_end_matches('/'),
@@ -205,15 +230,69 @@ async fn run(
         .timeout(Duration::from_secs(upstream.timeout_s))
         .header(header::CONTENT_TYPE, "application/json")
         .body(forwarded);
-    if let Some(key) = upstream
-        .api_key_env
-        .as_deref()
-        .and_then(|name| std::env::var(name).ok())
-        .filter(|k| !k.is_empty())
-    {
+    if let Some(key) = upstream_key(upstream.api_key_env.as_deref()) {
         outgoing = outgoing.bearer_auth(key);
     }
-    let mut cuts = gov.subscribe_cuts(&caller);
+    let call = ModelCall {
+        plan,
+        outgoing,
+        stream,
+        price,
+        vocabulary: Vocabulary::OpenAi,
+        settles_usage: true,
+        cut_frame: None,
+    };
+    exchange(gov, &caller, call).await
+}
+
+/// The upstream key from the gateway's environment variable `name`, if set and not empty.
+pub(crate) fn upstream_key(name: Option<&str>) -> Option<String> {
+    name.and_then(|name| std::env::var(name).ok())
+        .filter(|k| !k.is_empty())
+}
+
+/// One model call a route has built: what to admit, what to send, how to read its usage.
+pub(crate) struct ModelCall {
+    /// The admission plan (class, `model:<m>` target, reservation bound, adapter breaker).
+    pub plan: Plan,
+    /// The upstream request, headers and key included, ready to send.
+    pub outgoing: reqwest::RequestBuilder,
+    /// The response is a stream to relay chunk by chunk.
+    pub stream: bool,
+    /// The model's price, for settling spend from usage.
+    pub price: Option<Price>,
+    /// How the upstream reports usage.
+    pub vocabulary: Vocabulary,
+    /// Settle the reservation from the reported usage; `false` for work that runs no model
+    /// (`count_tokens`), which settles at nothing.
+    pub settles_usage: bool,
+    /// The last frame a cut stream sends before it ends (Anthropic's `event: error`); `None`
+    /// ends the body with a transport error instead.
+    pub cut_frame: Option<fn(&Refusal) -> Bytes>,
+}
+
+/// Admit, dispatch and relay one model call: the one path every model route shares.
+///
+/// Admission (breakers, view, queueing, the reservation, the prepared operation) comes first;
+/// the re-check at dispatch right before the request leaves; an EMERGENCY covering the caller
+/// while the request is out or the response is streaming cuts it and leaves its operation in
+/// doubt; otherwise the outcome and the usage the response reported settle the reservation.
+pub(crate) async fn exchange(
+    gov: &Governor,
+    caller: &Caller,
+    call: ModelCall,
+) -> Result<Response, GatewayError> {
+    let ModelCall {
+        plan,
+        outgoing,
+        stream,
+        price,
+        vocabulary,
+        settles_usage,
+        cut_frame,
+    } = call;
+    let mut admission = gov.admit(caller, plan).await?;
+    let mut cuts = gov.subscribe_cuts(caller);
     admission.dispatch()?;
     let sent = tokio::select! {
         biased;
@@ -250,7 +329,7 @@ async fn run(
         .unwrap_or("application/json")
         .to_string();
     if stream && status.is_success() {
-        let body = relay(response, admission, cuts, price);
+        let body = relay(response, admission, cuts, price, vocabulary, cut_frame);
         return Ok(([(header::CONTENT_TYPE, content_type)], body).into_response());
     }
     let bytes = tokio::select! {
@@ -280,8 +359,12 @@ async fn run(
     } else {
         Outcome::Failed
     };
-    let usage = used(Usage::from_body(&bytes), price.as_ref());
-    let usage = usage.or_else(|| (!status.is_success()).then(|| [(BudgetKind::Steps, 1.0)].into()));
+    let usage = if settles_usage {
+        let usage = used(Usage::from_body_in(&bytes, vocabulary), price.as_ref());
+        usage.or_else(|| (!status.is_success()).then(|| [(BudgetKind::Steps, 1.0)].into()))
+    } else {
+        Some(Budgets::new())
+    };
     admission.finish_with_usage(outcome, usage);
     Ok((status, [(header::CONTENT_TYPE, content_type)], bytes).into_response())
 }
@@ -293,6 +376,9 @@ struct Relay {
     cuts: CutWatch,
     scanner: SseScanner,
     price: Option<Price>,
+    cut_frame: Option<fn(&Refusal) -> Bytes>,
+    /// A cut frame was sent: the body ends next.
+    ended: bool,
 }
 
 impl Drop for Relay {
@@ -311,15 +397,22 @@ fn relay(
     admission: Admission,
     cuts: CutWatch,
     price: Option<Price>,
+    vocabulary: Vocabulary,
+    cut_frame: Option<fn(&Refusal) -> Bytes>,
 ) -> Body {
     let relay = Relay {
         upstream: response.bytes_stream().boxed(),
         admission: Some(admission),
         cuts,
-        scanner: SseScanner::default(),
+        scanner: SseScanner::new(vocabulary),
         price,
+        cut_frame,
+        ended: false,
     };
     let stream = futures::stream::unfold(relay, |mut relay| async move {
+        if relay.ended {
+            return None;
+        }
         relay.admission.as_ref()?;
         let next = tokio::select! {
             biased;
@@ -330,6 +423,10 @@ fn relay(
             Err(refusal) => {
                 if let Some(admission) = relay.admission.take() {
                     admission.cut(&refusal.message);
+                }
+                if let Some(frame) = relay.cut_frame {
+                    relay.ended = true;
+                    return Some((Ok(frame(&refusal)), relay));
                 }
                 let error = std::io::Error::other(format!("{}: {}", refusal.code, refusal.message));
                 Some((Err(error), relay))

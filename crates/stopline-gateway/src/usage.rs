@@ -1,10 +1,19 @@
-//! Reading token usage out of OpenAI-compatible responses, whole or streamed (SSE).
+//! Reading token usage out of model responses, whole or streamed (SSE), in the two vocabularies
+//! the gateway proxies.
 //!
-//! Non-streamed bodies carry `usage` at the top level (`prompt_tokens`/`completion_tokens` for
-//! chat, completions and embeddings; `input_tokens`/`output_tokens` for responses). Streams carry
-//! it in a final chunk when asked (`stream_options.include_usage`), or in the
-//! `response.completed` event of the responses API. The scanner sees each chunk as it passes,
-//! never holds the stream back, and bounds what it buffers.
+//! OpenAI-compatible bodies carry `usage` at the top level (`prompt_tokens`/`completion_tokens`
+//! for chat, completions and embeddings; `input_tokens`/`output_tokens` for responses). Their
+//! streams carry it in a final chunk when asked (`stream_options.include_usage`), or in the
+//! `response.completed` event of the responses API.
+//!
+//! Anthropic Messages bodies carry `usage` with `input_tokens`, `output_tokens`,
+//! `cache_creation_input_tokens` and `cache_read_input_tokens`. Their streams report it in
+//! pieces: `message_start` carries `message.usage` (input and cache counts, a first output
+//! count), each `message_delta` carries a `usage` whose counts are cumulative, so a field seen
+//! later replaces the one seen earlier and a field never repeated keeps its first value.
+//!
+//! The scanner sees each chunk as it passes, never holds the stream back, and bounds what it
+//! buffers.
 
 use serde_json::Value;
 
@@ -15,6 +24,20 @@ pub struct Usage {
     pub input: u64,
     /// Output (completion) tokens.
     pub output: u64,
+    /// Input tokens read from a prompt cache (Anthropic `cache_read_input_tokens`).
+    pub cache_read: u64,
+    /// Input tokens written to a prompt cache (Anthropic `cache_creation_input_tokens`).
+    pub cache_write: u64,
+}
+
+/// Which API's vocabulary a response speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Vocabulary {
+    /// OpenAI-compatible (`/v1/chat/completions`, `/v1/responses`, …).
+    #[default]
+    OpenAi,
+    /// The Anthropic Messages API (`/v1/messages`).
+    Anthropic,
 }
 
 impl Usage {
@@ -33,7 +56,49 @@ impl Usage {
             (input, output, total) => {
                 let input = input.unwrap_or(0);
                 let output = output.unwrap_or_else(|| total.unwrap_or(0).saturating_sub(input));
-                Some(Usage { input, output })
+                Some(Usage {
+                    input,
+                    output,
+                    ..Usage::default()
+                })
+            }
+        }
+    }
+
+    /// Fold an Anthropic `usage` object into `self`: every count it carries replaces the one
+    /// held (stream counts are cumulative); a count it lacks is kept. `None` when it carries none.
+    pub fn merge_anthropic(previous: Option<Usage>, usage: &Value) -> Option<Usage> {
+        let field = |name: &str| usage.get(name).and_then(Value::as_u64);
+        let fields = [
+            field("input_tokens"),
+            field("output_tokens"),
+            field("cache_read_input_tokens"),
+            field("cache_creation_input_tokens"),
+        ];
+        if fields.iter().all(Option::is_none) {
+            return previous;
+        }
+        let mut merged = previous.unwrap_or_default();
+        let [input, output, cache_read, cache_write] = fields;
+        merged.input = input.unwrap_or(merged.input);
+        merged.output = output.unwrap_or(merged.output);
+        merged.cache_read = cache_read.unwrap_or(merged.cache_read);
+        merged.cache_write = cache_write.unwrap_or(merged.cache_write);
+        Some(merged)
+    }
+
+    /// Every token counted, input of each kind and output.
+    pub fn total(&self) -> u64 {
+        self.input + self.output + self.cache_read + self.cache_write
+    }
+
+    /// Usage of a whole (non-streamed) response body in `vocabulary`.
+    pub fn from_body_in(body: &[u8], vocabulary: Vocabulary) -> Option<Usage> {
+        match vocabulary {
+            Vocabulary::OpenAi => Usage::from_body(body),
+            Vocabulary::Anthropic => {
+                let value: Value = serde_json::from_slice(body).ok()?;
+                Usage::merge_anthropic(None, value.get("usage")?)
             }
         }
     }
@@ -53,9 +118,18 @@ const MAX_LINE: usize = 1 << 20;
 pub struct SseScanner {
     pending: Vec<u8>,
     usage: Option<Usage>,
+    vocabulary: Vocabulary,
 }
 
 impl SseScanner {
+    /// A scanner for streams in `vocabulary`.
+    pub fn new(vocabulary: Vocabulary) -> SseScanner {
+        SseScanner {
+            vocabulary,
+            ..SseScanner::default()
+        }
+    }
+
     /// Feed one chunk as it passes through.
     pub fn feed(&mut self, chunk: &[u8]) {
         for &byte in chunk {
@@ -79,6 +153,18 @@ impl SseScanner {
         let Ok(event) = serde_json::from_slice::<Value>(data) else {
             return;
         };
+        if self.vocabulary == Vocabulary::Anthropic {
+            // `message_start` nests it in the message; `message_delta` carries it at the top.
+            let usage = event
+                .get("message")
+                .and_then(|m| m.get("usage"))
+                .or_else(|| event.get("usage"))
+                .filter(|u| u.is_object());
+            if let Some(usage) = usage {
+                self.usage = Usage::merge_anthropic(self.usage, usage);
+            }
+            return;
+        }
         let usage = event.get("usage").filter(|u| !u.is_null()).or_else(|| {
             event
                 .get("response")
@@ -107,7 +193,8 @@ mod tests {
             Usage::from_body(body),
             Some(Usage {
                 input: 7,
-                output: 3
+                output: 3,
+                ..Usage::default()
             })
         );
         let mut scanner = SseScanner::default();
@@ -119,7 +206,8 @@ mod tests {
             scanner.usage(),
             Some(Usage {
                 input: 5,
-                output: 2
+                output: 2,
+                ..Usage::default()
             })
         );
         let mut responses = SseScanner::default();
@@ -128,8 +216,40 @@ mod tests {
             responses.usage(),
             Some(Usage {
                 input: 4,
-                output: 6
+                output: 6,
+                ..Usage::default()
             })
         );
+    }
+
+    #[test]
+    fn anthropic_usage_is_folded_from_message_start_and_message_delta() {
+        let expected = Usage {
+            input: 100,
+            output: 10,
+            cache_read: 30,
+            cache_write: 20,
+        };
+        let body = br#"{"type":"message","content":[],"usage":{"input_tokens":100,"output_tokens":10,"cache_creation_input_tokens":20,"cache_read_input_tokens":30}}"#;
+        assert_eq!(
+            Usage::from_body_in(body, Vocabulary::Anthropic),
+            Some(expected)
+        );
+        let stream = concat!(
+            "event: message_start\n",
+            "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":100,\"output_tokens\":1,\"cache_creation_input_tokens\":20,\"cache_read_input_tokens\":30}}}\n\n",
+            "event: ping\ndata: {\"type\":\"ping\"}\n\n",
+            "event: content_block_delta\n",
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n",
+            "event: message_delta\n",
+            "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":10}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let mut scanner = SseScanner::new(Vocabulary::Anthropic);
+        for chunk in stream.as_bytes().chunks(5) {
+            scanner.feed(chunk);
+        }
+        assert_eq!(scanner.usage(), Some(expected));
+        assert_eq!(expected.total(), 160);
     }
 }

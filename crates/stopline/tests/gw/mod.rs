@@ -1,6 +1,7 @@
 //! Harness for the gateway tests: `stopline serve` as a child on a free loopback port, a
-//! loopback OpenAI-compatible upstream (Python, real sockets), the real `openai` client, and a
-//! small blocking HTTP/1.1 client. Children are killed by pid when dropped.
+//! loopback OpenAI-compatible or Anthropic Messages upstream (Python, real sockets), the real
+//! `openai` and `anthropic` clients, and a small blocking HTTP/1.1 client. Children are killed
+//! by pid when dropped.
 #![allow(dead_code)]
 
 use crate::util::{bin, Home};
@@ -165,10 +166,19 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn start(home: &Home) -> Upstream {
+        Upstream::start_script(home, "fake_openai_upstream.py")
+    }
+
+    /// The loopback Anthropic Messages API upstream (`fake_anthropic_upstream.py`).
+    pub fn start_anthropic(home: &Home) -> Upstream {
+        Upstream::start_script(home, "fake_anthropic_upstream.py")
+    }
+
+    fn start_script(home: &Home, script: &str) -> Upstream {
         let port_file = home.dir.path().join("upstream.port");
         let log = home.dir.path().join("upstream.log");
         let child = Command::new(python())
-            .arg(py_script("fake_openai_upstream.py"))
+            .arg(py_script(script))
             .arg(&port_file)
             .arg(&log)
             .stdin(Stdio::null())
@@ -278,6 +288,28 @@ impl Gateway {
         })
     }
 
+    /// The official `anthropic` client's answer for `mode` with `token` as its API key (see
+    /// `py/anthropic_client.py`).
+    pub fn anthropic(&self, token: &str, mode: &str, model: &str) -> Value {
+        let out = Command::new(python())
+            .arg(py_script("anthropic_client.py"))
+            .arg(self.url())
+            .arg(mode)
+            .arg(model)
+            .env_clear()
+            .env("STOPLINE_TEST_TOKEN", token)
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .output()
+            .expect("run the anthropic client");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "anthropic client output is not JSON ({e}): {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
     pub fn chat_body(model: &str) -> Value {
         serde_json::json!({"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
     }
@@ -287,6 +319,15 @@ impl Gateway {
 pub fn model_config(upstream: &Upstream) -> String {
     format!(
         "[model]\nbase_url = \"http://127.0.0.1:{}/v1\"\napi_key_env = \"UPSTREAM_API_KEY\"\n\n[prices.\"gpt-test\"]\ninput = 1.0\noutput = 2.0\nmax_output_tokens = 64\n",
+        upstream.port
+    )
+}
+
+/// The Anthropic config the Messages API tests use: a priced `claude-test` whose cache reads are
+/// cheaper and cache writes dearer than plain input.
+pub fn anthropic_config(upstream: &Upstream) -> String {
+    format!(
+        "[anthropic]\nbase_url = \"http://127.0.0.1:{}\"\napi_key_env = \"UPSTREAM_API_KEY\"\n\n[prices.\"claude-test\"]\ninput = 1.0\noutput = 2.0\ncache_read = 0.5\ncache_write = 4.0\nmax_output_tokens = 64\n",
         upstream.port
     )
 }

@@ -2,17 +2,21 @@
 //! location, plus the session's token and the gateway's addresses.
 //!
 //! Provider keys are scrubbed by a fixed list and by the `*_API_KEY` pattern, so an agent can
-//! only reach a model through the gateway, which holds the upstream key. `OPENAI_API_KEY` is set
-//! to the agent's own token so OpenAI SDKs authenticate to the gateway. This module never reads
+//! only reach a model through the gateway, which holds the upstream key. `OPENAI_API_KEY` and
+//! `ANTHROPIC_API_KEY` are set to the agent's own token, and `OPENAI_BASE_URL` /
+//! `ANTHROPIC_BASE_URL` to the gateway, so OpenAI and Anthropic SDKs (and Claude Code)
+//! authenticate to the gateway. This module never reads
 //! a key's value and never logs the token.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 
 /// Provider credentials removed from every agent's environment (besides any `*_API_KEY`).
-pub const PROVIDER_KEYS: [&str; 12] = [
+pub const PROVIDER_KEYS: [&str; 14] = [
     "OPENAI_API_KEY",
     "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
     "GOOGLE_API_KEY",
     "GEMINI_API_KEY",
     "AZURE_OPENAI_API_KEY",
@@ -78,6 +82,9 @@ pub fn agent_environment(
         OsStr::new(&format!("{}/v1", session.gateway_url)),
     );
     set("OPENAI_API_KEY", OsStr::new(session.token));
+    // The Anthropic SDKs and Claude Code append `/v1/messages` themselves.
+    set("ANTHROPIC_BASE_URL", OsStr::new(session.gateway_url));
+    set("ANTHROPIC_API_KEY", OsStr::new(session.token));
     if let Some((name, home)) = session.user {
         set("HOME", home.as_os_str());
         set("USER", OsStr::new(name));
@@ -96,6 +103,8 @@ mod tests {
             ("PATH", "/bin"),
             ("OPENAI_API_KEY", "sk-real"),
             ("ANTHROPIC_API_KEY", "a"),
+            ("ANTHROPIC_AUTH_TOKEN", "oauth"),
+            ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
             ("HF_TOKEN", "h"),
             ("AWS_SESSION_TOKEN", "s"),
             ("MY_VENDOR_API_KEY", "v"),
@@ -122,8 +131,13 @@ mod tests {
             get("OPENAI_BASE_URL").as_deref(),
             Some("http://127.0.0.1:7077/v1")
         );
+        assert_eq!(get("ANTHROPIC_API_KEY").as_deref(), Some("stl1.t"));
+        assert_eq!(
+            get("ANTHROPIC_BASE_URL").as_deref(),
+            Some("http://127.0.0.1:7077")
+        );
         for gone in [
-            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_AUTH_TOKEN",
             "HF_TOKEN",
             "AWS_SESSION_TOKEN",
             "MY_VENDOR_API_KEY",

@@ -15,7 +15,7 @@
 //! EMERGENCY ends with an `event: error` frame in the same shape.
 //!
 //! Admission, dispatch, the cut and the settlement are not here: they are the shared
-//! [`crate::model::exchange`], the same path as the OpenAI-compatible routes.
+//! `crate::model::exchange`, the same path as the OpenAI-compatible routes.
 
 use crate::admit::Plan;
 use crate::api::parse_body;

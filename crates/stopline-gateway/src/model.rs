@@ -10,8 +10,8 @@
 //! a running stream and leaves its operation in doubt. The upstream key comes from the gateway's
 //! environment (`[model] api_key_env`); the agent's token is never forwarded.
 //!
-//! Admission, dispatch, the cut and the settlement are [`exchange`], shared with the Anthropic
-//! Messages route (`anthropic.rs`): a route builds a [`ModelCall`] (its plan, its upstream
+//! Admission, dispatch, the cut and the settlement are `exchange`, shared with the Anthropic
+//! Messages route (`anthropic.rs`): a route builds a `ModelCall` (its plan, its upstream
 //! request, its usage vocabulary) and hands it over, so every model API obeys the same stop.
 
 use crate::admit::{Admission, CutWatch, Outcome, Plan};

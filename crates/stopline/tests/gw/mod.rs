@@ -166,21 +166,34 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn start(home: &Home) -> Upstream {
-        Upstream::start_script(home, "fake_openai_upstream.py")
+        Upstream::start_script(home, "fake_openai_upstream.py", &[])
     }
 
     /// The loopback Anthropic Messages API upstream (`fake_anthropic_upstream.py`).
     pub fn start_anthropic(home: &Home) -> Upstream {
-        Upstream::start_script(home, "fake_anthropic_upstream.py")
+        Upstream::start_script(home, "fake_anthropic_upstream.py", &[])
     }
 
-    fn start_script(home: &Home, script: &str) -> Upstream {
+    /// [`Upstream::start_anthropic`] holding the Bash-offering request that carries `hold_at`
+    /// tool results until `release` exists.
+    pub fn start_anthropic_holding(home: &Home, hold_at: u32, release: &Path) -> Upstream {
+        let hold_at = hold_at.to_string();
+        let release = release.to_str().unwrap();
+        Upstream::start_script(
+            home,
+            "fake_anthropic_upstream.py",
+            &[("STUB_HOLD_AT", &hold_at), ("STUB_RELEASE", release)],
+        )
+    }
+
+    fn start_script(home: &Home, script: &str, env: &[(&str, &str)]) -> Upstream {
         let port_file = home.dir.path().join("upstream.port");
         let log = home.dir.path().join("upstream.log");
         let child = Command::new(python())
             .arg(py_script(script))
             .arg(&port_file)
             .arg(&log)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .spawn()
             .expect("start the fake upstream");

@@ -15,6 +15,11 @@ Models:
   pause of STEP_DELAY_S (0.3 s), and then a final text answer.
 - anything else: the text "hello from upstream".
 `POST /v1/messages/count_tokens` answers {"input_tokens": 100}.
+
+With STUB_HOLD_AT=N and STUB_RELEASE=PATH in its environment, the Bash-offering request whose
+conversation carries exactly N tool results is logged as it arrives (with "held": true) and
+answered only once PATH exists (at most 120 s): a test knows the session is waiting on that call
+and can stop it there.
 """
 import json
 import os
@@ -30,6 +35,8 @@ OUTPUT = 10
 STEPS = 40
 STEP_DELAY_S = 0.3
 LOCK = threading.Lock()
+HOLD_AT = int(os.environ["STUB_HOLD_AT"]) if os.environ.get("STUB_HOLD_AT") else None
+RELEASE = os.environ.get("STUB_RELEASE")
 
 
 def log(entry):
@@ -77,12 +84,17 @@ class Handler(BaseHTTPRequestHandler):
              "authorization": self.headers.get("Authorization"),
              "anthropic_version": self.headers.get("anthropic-version"),
              "anthropic_beta": self.headers.get("anthropic-beta"),
-             "bash": offers_bash(body), "tool_results": results, "t": time.time()})
+             "bash": offers_bash(body), "tool_results": results,
+             "held": offers_bash(body) and results == HOLD_AT, "t": time.time()})
         if self.path.startswith("/v1/messages/count_tokens"):
             return self.send_json(200, {"input_tokens": 100})
         if not self.path.startswith("/v1/messages"):
             return self.send_json(404, {"type": "error", "error": {
                 "type": "not_found_error", "message": "no route " + self.path}})
+        if offers_bash(body) and results == HOLD_AT and RELEASE:
+            deadline = time.time() + 120
+            while not os.path.exists(RELEASE) and time.time() < deadline:
+                time.sleep(0.02)
         if offers_bash(body) and results < STEPS:
             time.sleep(STEP_DELAY_S)
             command = "echo step-%d >> steps.log" % (results + 1)

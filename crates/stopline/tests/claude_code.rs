@@ -1,0 +1,302 @@
+//! Claude Code itself, contained end to end: the real `claude` CLI (npm
+//! `@anthropic-ai/claude-code`, from the repository's `node_modules`) in print mode, its model
+//! calls through the gateway's `/v1/messages` to a loopback Messages API stub that drives it
+//! through Bash tool calls (`echo step-N >> steps.log`), its tools behind the PreToolUse hook
+//! (`stopline hook claude-code`) in a settings file the agent's uid cannot write, run as
+//! `nobody`. The stub holds the session's fourth model call; the test stops the agent there and
+//! then lets the call go. Whatever the session does next, no further tool runs (`steps.log` keeps
+//! three steps) and no further model call reaches the stub.
+//!
+//! Non-essential traffic (telemetry, error reports, update checks) is switched off by its
+//! documented variables, so nothing but model calls leaves the CLI; under `stopline run
+//! --net gateway-only` nothing else could.
+
+mod gw;
+mod run_support;
+mod util;
+
+use gw::{Gateway, Proc, Upstream};
+use run_support::{card, registration, run_id, start_run_env, write_card};
+use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use util::Home;
+
+/// The uid and gid of `nobody`, the agent's account in these tests.
+const NOBODY: u32 = 65534;
+/// The model call the stub holds: the one that carries this many tool results.
+const HOLD_AT: u32 = 3;
+
+/// The `claude` CLI of the repository's `node_modules` (`npm ci` installs it). Missing fails.
+fn claude() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../node_modules/.bin/claude");
+    assert!(
+        path.exists(),
+        "{} is missing: run ./scripts/setup-test-deps.sh (npm ci)",
+        path.display()
+    );
+    path
+}
+
+/// Variables that switch off everything but model calls.
+const QUIET: [(&str, &str); 4] = [
+    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ("DISABLE_TELEMETRY", "1"),
+    ("DISABLE_ERROR_REPORTING", "1"),
+    ("DISABLE_AUTOUPDATER", "1"),
+];
+
+/// A session's files, outside `/tmp` (a gateway-only run may get a fresh one): a root-owned
+/// settings file (0644 in a 0755 directory, so `nobody` reads but cannot write it) with the
+/// PreToolUse hook, and a work directory the agent writes.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::Builder::new()
+            .prefix("claude-code-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let settings = serde_json::json!({
+            "hooks": {"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command",
+                "command": format!("{} hook claude-code", util::bin()), "timeout": 60}]}]},
+            "disableAllHooks": false
+        });
+        let path = dir.path().join("settings.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&settings).unwrap()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(work.join("home")).unwrap();
+        for d in [work.clone(), work.join("home")] {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        Scratch { dir }
+    }
+
+    fn settings(&self) -> PathBuf {
+        self.dir.path().join("settings.json")
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    fn release(&self) -> PathBuf {
+        self.dir.path().join("release")
+    }
+
+    fn steps(&self) -> Vec<String> {
+        std::fs::read_to_string(self.work().join("steps.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
+    fn output(&self) -> String {
+        let read = |name: &str| std::fs::read_to_string(self.work().join(name)).unwrap_or_default();
+        format!(
+            "--- stdout ---\n{}\n--- stderr ---\n{}",
+            read("claude.out"),
+            read("claude.err")
+        )
+    }
+}
+
+/// The arguments of `claude -p` in every test.
+fn claude_args(settings: &Path) -> Vec<String> {
+    [
+        "-p",
+        "Record the steps.",
+        "--settings",
+        settings.to_str().unwrap(),
+        "--model",
+        "claude-test",
+        "--allowedTools",
+        "Bash",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The Messages config with a price for `claude-test`.
+fn config(upstream: &Upstream) -> String {
+    gw::anthropic_config(upstream)
+}
+
+/// The tool-result counts of every Bash-offering model call the stub executed, in order.
+fn model_calls(upstream: &Upstream) -> Vec<u64> {
+    upstream
+        .executed()
+        .iter()
+        .filter(|c| c["bash"] == true)
+        .filter_map(|c| c["tool_results"].as_u64())
+        .collect()
+}
+
+/// Wait until the stub holds the session's call number `HOLD_AT + 1`.
+fn wait_until_held(upstream: &Upstream, scratch: &Scratch) {
+    let held = gw::within(Duration::from_secs(120), || {
+        upstream
+            .executed()
+            .iter()
+            .any(|c| c["held"] == true)
+            .then_some(())
+    });
+    assert!(
+        held.is_some(),
+        "the session never reached its fourth model call: {:?}\n{}",
+        upstream.executed(),
+        scratch.output()
+    );
+}
+
+fn assert_stopped_after_three_steps(upstream: &Upstream, scratch: &Scratch) {
+    assert_eq!(
+        scratch.steps(),
+        vec!["step-1", "step-2", "step-3"],
+        "no tool ran after the stop\n{}",
+        scratch.output()
+    );
+    assert_eq!(
+        model_calls(upstream),
+        vec![0, 1, 2, 3],
+        "no model call reached the upstream after the stop\n{}",
+        scratch.output()
+    );
+}
+
+#[test]
+fn a_claude_code_session_stopped_mid_way_makes_no_further_model_call_and_runs_no_further_tool() {
+    let home = Home::new();
+    let scratch = Scratch::new();
+    let upstream = Upstream::start_anthropic_holding(&home, HOLD_AT, &scratch.release());
+    let gateway = Gateway::start(&home, &config(&upstream));
+    let token = home.token(&["--agent", "claude-coder"]);
+    let stdout = std::fs::File::create(scratch.work().join("claude.out")).unwrap();
+    let stderr = std::fs::File::create(scratch.work().join("claude.err")).unwrap();
+    let mut command = Command::new(claude());
+    command
+        .args(claude_args(&scratch.settings()))
+        .current_dir(scratch.work())
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", scratch.work().join("home"))
+        .env("ANTHROPIC_BASE_URL", gateway.url())
+        .env("ANTHROPIC_API_KEY", &token)
+        .env("STOPLINE_URL", gateway.url())
+        .env("STOPLINE_TOKEN", &token)
+        .envs(QUIET)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr);
+    let mut session = Proc(command.spawn().expect("start claude"));
+
+    wait_until_held(&upstream, &scratch);
+    assert_eq!(scratch.steps().len(), 3, "{}", scratch.output());
+    // A halt lets the held call finish: Claude Code gets its tool_use, and only the hook and
+    // the gateway stand between it and a fourth step.
+    home.engage("agent:claude-coder", "halt-all");
+    std::fs::write(scratch.release(), b"go").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = session.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "claude did not end after the stop\n{}",
+            scratch.output()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_stopped_after_three_steps(&upstream, &scratch);
+    let output = scratch.output();
+    assert!(!status.success(), "the session ended in an error\n{output}");
+    let events: Vec<Value> = std::fs::read_to_string(scratch.work().join("claude.out"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let tool_results: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "user")
+        .flat_map(|e| e["message"]["content"].as_array().into_iter().flatten())
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    let blocked = tool_results.last().expect("tool results");
+    assert!(
+        blocked.to_string().contains("break_glass_contained"),
+        "the hook refused step 4 and said why: {blocked}\n{output}"
+    );
+    let result = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "result")
+        .unwrap_or_else(|| panic!("a final result\n{output}"));
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(
+        result.to_string().contains("403"),
+        "the refused model call is what ended the session: {result}"
+    );
+}
+
+#[test]
+fn claude_code_under_stopline_run_is_stopped_mid_way() {
+    let home = Home::new();
+    let scratch = Scratch::new();
+    let upstream = Upstream::start_anthropic_holding(&home, HOLD_AT, &scratch.release());
+    let gateway = Gateway::start(&home, &config(&upstream));
+    let run = run_id("claude");
+    let card = write_card(&home, &card(&run, "claude-agent"));
+    let script = r#"cd "$WORK" && HOME="$WORK/home" "$CLAUDE" "$@" > "$WORK/claude.out" 2> "$WORK/claude.err"; echo $? > "$WORK/claude.exit""#;
+    let args = claude_args(&scratch.settings())
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let script = format!("set -- {args}\n{script}");
+    let work = scratch.work();
+    let claude = claude();
+    let mut env: Vec<(&str, &str)> = vec![
+        ("WORK", work.to_str().unwrap()),
+        ("CLAUDE", claude.to_str().unwrap()),
+    ];
+    env.extend(QUIET);
+    let running = start_run_env(
+        &home,
+        &card,
+        &[
+            "--user",
+            "nobody",
+            "--net",
+            "gateway-only",
+            "--gateway",
+            &gateway.url(),
+        ],
+        &work,
+        &script,
+        &env,
+    );
+    wait_until_held(&upstream, &scratch);
+    assert_eq!(scratch.steps().len(), 3, "{}", scratch.output());
+    home.engage(&format!("run:{run}"), "halt-all");
+    std::fs::write(scratch.release(), b"go").unwrap();
+    let (code, stdout, stderr) = running.finish(Duration::from_secs(120));
+    assert_eq!(code, 1, "the run reports it was stopped: {stdout} {stderr}");
+    assert_stopped_after_three_steps(&upstream, &scratch);
+    let worker = registration(&home, &run, "claude-agent").unwrap();
+    assert_eq!(worker["net"], "gateway-only", "{worker}");
+    assert_eq!(worker["user"], "nobody", "{worker}");
+}

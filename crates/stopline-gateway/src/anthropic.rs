@@ -184,13 +184,20 @@ fn error_type(status: StatusCode) -> &'static str {
 }
 
 /// The Anthropic error body of `error`: the gateway's error object with `code` moved to
-/// `stopline_code` (every other field kept, e.g. the latch) and Anthropic's `type` added.
+/// `stopline_code` (every other field kept, e.g. the latch), Anthropic's `type` added, and the
+/// message led by the code — clients such as Claude Code show the user only the message.
 fn error_body(error: &GatewayError) -> Value {
     let mut object = match error.body().get_mut("error").map(Value::take) {
         Some(Value::Object(object)) => object,
         _ => serde_json::Map::new(),
     };
     let code = object.remove("code").unwrap_or(Value::Null);
+    let message = object
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let message = format!("{}: {message}", code.as_str().unwrap_or("error"));
+    object.insert("message".into(), json!(message));
     object.insert("type".into(), json!(error_type(error.status())));
     object.insert("stopline_code".into(), code);
     json!({"type": "error", "error": object})
@@ -230,7 +237,7 @@ mod tests {
             let body = error_body(&error);
             assert_eq!(body["type"], "error");
             assert_eq!(body["error"]["type"], kind, "{body}");
-            assert_eq!(body["error"]["message"], "why");
+            assert_eq!(body["error"]["message"], format!("{}: why", code.as_str()));
             assert_eq!(body["error"]["stopline_code"], code.as_str());
         };
         check(RefusalCode::TokenInvalid, 401, "authentication_error");

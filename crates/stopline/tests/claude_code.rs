@@ -245,10 +245,16 @@ fn a_claude_code_session_stopped_mid_way_makes_no_further_model_call_and_runs_no
         .rev()
         .find(|e| e["type"] == "result")
         .unwrap_or_else(|| panic!("a final result\n{output}"));
-    assert_eq!(result["is_error"], true, "{result}");
-    assert!(
-        result.to_string().contains("403"),
+    assert_eq!(
+        (&result["is_error"], &result["api_error_status"]),
+        (&Value::Bool(true), &serde_json::json!(403)),
         "the refused model call is what ended the session: {result}"
+    );
+    assert!(
+        result["result"]
+            .as_str()
+            .is_some_and(|r| r.contains("break_glass_contained")),
+        "the user is told why: {result}"
     );
 }
 

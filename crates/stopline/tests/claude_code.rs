@@ -51,7 +51,9 @@ const QUIET: [(&str, &str); 4] = [
 
 /// A session's files, outside `/tmp` (a gateway-only run may get a fresh one): a root-owned
 /// settings file (0644 in a 0755 directory, so `nobody` reads but cannot write it) with the
-/// PreToolUse hook, and a work directory the agent writes.
+/// PreToolUse hook, given per process with `--settings` (Claude Code's managed settings live at
+/// the fixed `/etc/claude-code/managed-settings.json`, which a test must not touch), and a work
+/// directory the agent writes.
 struct Scratch {
     dir: tempfile::TempDir,
 }
@@ -73,7 +75,16 @@ impl Scratch {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let work = dir.path().join("work");
         std::fs::create_dir_all(work.join("home")).unwrap();
-        for d in [work.clone(), work.join("home")] {
+        // What an agent may write in its own project: settings that switch every hook off.
+        // The root-owned file's explicit `disableAllHooks: false` outranks them (flag settings
+        // come before project and local ones); without it, this file would let step 4 run.
+        std::fs::create_dir_all(work.join(".claude")).unwrap();
+        std::fs::write(
+            work.join(".claude/settings.local.json"),
+            br#"{"disableAllHooks": true}"#,
+        )
+        .unwrap();
+        for d in [work.clone(), work.join("home"), work.join(".claude")] {
             std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
         }
         Scratch { dir }

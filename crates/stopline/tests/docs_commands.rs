@@ -18,13 +18,15 @@
 //!   documents run in parallel: `127.0.0.1:7077` (the gateway) and `127.0.0.1:7079` (the
 //!   destination `stopline drill --against` binds) to free ports, and
 //!   `127.0.0.1:8081` (the OpenAI-compatible upstream a document points the gateway at) to a
-//!   stand-in upstream it starts (`tests/py/fake_openai_upstream.py`).
+//!   stand-in upstream it starts (`tests/py/fake_openai_upstream.py`), and `127.0.0.1:8082`
+//!   (the Anthropic Messages API upstream) to another (`tests/py/fake_anthropic_upstream.py`).
 //! - `README.md` belongs to the lead and carries no markers; its exceptions are listed in
 //!   [`README_EXCEPTIONS`] with their reasons, and its `plan_…` placeholder (the id `recover plan`
 //!   printed) is replaced by the id the WAL recorded for the last plan.
 //!
 //! Needs what the other integration tests need: `.venv` (python with `openai` and `mcp`),
-//! `node_modules` (the MCP reference server), and `curl` and `jq` on `PATH`. Missing ones fail.
+//! `node_modules` (the MCP reference server, the `claude` CLI), and `curl` and `jq` on `PATH`.
+//! Missing ones fail.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -206,17 +208,26 @@ impl Drop for Session {
 
 /// The stand-in OpenAI-compatible upstream, started only for documents that point at one.
 fn model_upstream(dir: &Path) -> (Session, u16) {
+    stand_in(dir, "fake_openai_upstream.py", "upstream")
+}
+
+/// The stand-in Anthropic Messages API upstream, started only for documents that point at one.
+fn messages_upstream(dir: &Path) -> (Session, u16) {
+    stand_in(dir, "fake_anthropic_upstream.py", "messages-upstream")
+}
+
+fn stand_in(dir: &Path, script: &str, name: &str) -> (Session, u16) {
     let python = repo().join(".venv/bin/python");
     assert!(
         python.exists(),
         "{} is missing: run ./scripts/setup-test-deps.sh",
         python.display()
     );
-    let port_file = dir.join("upstream.port");
+    let port_file = dir.join(format!("{name}.port"));
     let child = Command::new(python)
-        .arg(repo().join("crates/stopline/tests/py/fake_openai_upstream.py"))
+        .arg(repo().join("crates/stopline/tests/py").join(script))
         .arg(&port_file)
-        .arg(dir.join("upstream.log"))
+        .arg(dir.join(format!("{name}.log")))
         .stdin(Stdio::null())
         .spawn()
         .expect("start the stand-in upstream");
@@ -252,6 +263,7 @@ fn require_tools() {
     for needed in [
         ".venv/bin/python",
         "node_modules/.bin/mcp-server-everything",
+        "node_modules/.bin/claude",
     ] {
         assert!(
             repo().join(needed).exists(),
@@ -287,6 +299,9 @@ fn run_doc(rel: &str) {
     let upstream = all_text
         .contains("127.0.0.1:8081")
         .then(|| model_upstream(root.path()));
+    let messages = all_text
+        .contains("127.0.0.1:8082")
+        .then(|| messages_upstream(root.path()));
     let mut skipped = Vec::new();
     let mut ran = 0;
     for block in &blocks {
@@ -307,6 +322,9 @@ fn run_doc(rel: &str) {
             .replace("127.0.0.1:7079", &format!("127.0.0.1:{drill_port}"));
         if let Some((_, port)) = &upstream {
             text = text.replace("127.0.0.1:8081", &format!("127.0.0.1:{port}"));
+        }
+        if let Some((_, port)) = &messages {
+            text = text.replace("127.0.0.1:8082", &format!("127.0.0.1:{port}"));
         }
         if rel == "README.md" {
             text = text.replace("plan_…", "\"$(doc_last_plan)\"");
@@ -348,6 +366,7 @@ fn run_doc(rel: &str) {
         "{rel}: the documented commands failed (exit {status:?}).\n--- transcript ---\n{transcript}\n--- script ---\n{script}"
     );
     drop(upstream);
+    drop(messages);
 }
 
 /// Run `script` with bash as the leader of a new session whose controlling terminal is a fresh

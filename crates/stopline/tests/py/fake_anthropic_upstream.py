@@ -10,9 +10,10 @@ cache_read_input_tokens = 30 (in message_start), output_tokens = 10 (in message_
 
 Models:
 - "slow-stream" streams one text delta every 100 ms for 10 s (for cut tests).
-- any request that offers a "Bash" tool (Claude Code) gets, while the conversation carries fewer
-  than STEPS (40) tool results, a tool_use of Bash running `echo step-<n> >> steps.log` after a
-  pause of STEP_DELAY_S (0.3 s), and then a final text answer.
+- a request that offers a "Bash" tool (Claude Code) in a conversation that asks to "Record the
+  steps" gets, while the conversation carries fewer than STEPS (40) tool results, a tool_use of
+  Bash running `echo step-<n> >> steps.log` after a pause of STEP_DELAY_S (0.3 s), and then a
+  final text answer.
 - anything else: the text "hello from upstream".
 `POST /v1/messages/count_tokens` answers {"input_tokens": 100}.
 
@@ -58,6 +59,10 @@ def offers_bash(body):
     return any(isinstance(t, dict) and t.get("name") == "Bash" for t in body.get("tools") or [])
 
 
+def wants_steps(body):
+    return offers_bash(body) and "Record the steps" in json.dumps(body.get("messages", []))
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -85,17 +90,17 @@ class Handler(BaseHTTPRequestHandler):
              "anthropic_version": self.headers.get("anthropic-version"),
              "anthropic_beta": self.headers.get("anthropic-beta"),
              "bash": offers_bash(body), "tool_results": results,
-             "held": offers_bash(body) and results == HOLD_AT, "t": time.time()})
+             "held": wants_steps(body) and results == HOLD_AT, "t": time.time()})
         if self.path.startswith("/v1/messages/count_tokens"):
             return self.send_json(200, {"input_tokens": 100})
         if not self.path.startswith("/v1/messages"):
             return self.send_json(404, {"type": "error", "error": {
                 "type": "not_found_error", "message": "no route " + self.path}})
-        if offers_bash(body) and results == HOLD_AT and RELEASE:
+        if wants_steps(body) and results == HOLD_AT and RELEASE:
             deadline = time.time() + 120
             while not os.path.exists(RELEASE) and time.time() < deadline:
                 time.sleep(0.02)
-        if offers_bash(body) and results < STEPS:
+        if wants_steps(body) and results < STEPS:
             time.sleep(STEP_DELAY_S)
             command = "echo step-%d >> steps.log" % (results + 1)
             blocks = [{"type": "tool_use", "id": "toolu_%d" % (results + 1), "name": "Bash",

@@ -75,9 +75,22 @@ pub struct Config {
     /// Model prices.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
+    /// `[run]`: how `stopline run` starts agents.
+    #[serde(default)]
+    pub run: RunConfig,
     /// Everything else (mcp servers, model upstream, breakers), for the gateway.
     #[serde(flatten)]
     pub extra: BTreeMap<String, toml::Value>,
+}
+
+/// `[run]` of the configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// `uid_range = "FIRST-LAST"`: where `--user auto` takes a fresh uid from (default
+    /// `61184-65519`).
+    #[serde(default)]
+    pub uid_range: Option<String>,
 }
 
 fn default_listen() -> String {

@@ -16,6 +16,7 @@ mod environment;
 mod gateway;
 mod preflight;
 mod record;
+mod relay;
 mod start;
 mod supervise;
 mod wake;
@@ -31,7 +32,7 @@ use crate::context::Context;
 use record::{Recorder, RunFacts};
 use serde_json::{json, Value};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use stopline_core::{Level, Refusal, RefusalCode, Subject};
 use stopline_supervisor::{Group, Hierarchy};
@@ -67,12 +68,17 @@ pub struct RunRequest {
     pub policy: PathBuf,
     /// `--agent`.
     pub agent: Option<String>,
-    /// `--user` (exclusive with `unconfined`).
+    /// `--user`: `auto` (also when `None`, the default) or a user name; exclusive with
+    /// `unconfined`.
     pub user: Option<String>,
     /// `--unconfined`.
     pub unconfined: bool,
     /// `--net`.
     pub net: NetMode,
+    /// `--stdin`: feed the agent the supervisor's stdin through a pipe (else `/dev/null`).
+    pub stdin: bool,
+    /// `--share PATH`: paths mapped into the agent's private mount namespace.
+    pub share: Vec<PathBuf>,
     /// `--gateway`.
     pub gateway: Option<String>,
     /// The command and its arguments.
@@ -117,6 +123,9 @@ impl RunError {
 
 /// Start the run and supervise it to its end.
 pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> {
+    // A job-control character on the supervisor's terminal must never stop the process that
+    // enforces a stop (SPEC §12.3).
+    stopline_supervisor::ignore_job_control_signals();
     let card = card::load(&request.policy, request.agent.as_deref())?;
     if request.command.is_empty() {
         return Err(Refusal::new(RefusalCode::BadRequest, "no command to run after --").into());
@@ -136,17 +145,21 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     );
     preflight::no_covering_latch(ctx, &subject)?;
     preflight::drills_allow(ctx, &card.card.harness_version, card.card.require_drill)?;
-    let identity = match (&request.user, request.unconfined) {
-        (Some(user), false) => Some(preflight::confined_identity(user)?),
-        (None, true) => None,
-        _ => {
-            return Err(Refusal::new(
-                RefusalCode::BadRequest,
-                "give exactly one of --user USER or --unconfined",
-            )
-            .into())
-        }
+    if !request.share.is_empty() && request.net == NetMode::Host {
+        return Err(Refusal::new(
+            RefusalCode::BadRequest,
+            "--share maps paths into the private mounts of --net gateway-only; under --net host every path is shared",
+        )
+        .into());
+    }
+    // Under gateway-only an anonymous uid gets the fresh, private /tmp as its home.
+    let auto_home = match request.net {
+        NetMode::GatewayOnly => Path::new("/tmp"),
+        NetMode::Host => Path::new("/"),
     };
+    let chosen =
+        preflight::choose_identity(ctx, request.user.as_deref(), request.unconfined, auto_home)?;
+    let identity = chosen.user.clone();
     not_running_already(&card)?;
     let env_url = std::env::var("STOPLINE_URL").ok();
     let url = gateway::choose_url(ctx, request.gateway.as_deref(), env_url.as_deref());
@@ -159,7 +172,8 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         "harness_version": card.card.harness_version,
         "command": request.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
         "project": project,
-        "user": request.user,
+        "user": identity.as_ref().map(|i| i.name.clone()),
+        "uid": identity.as_ref().map(|i| i.uid),
         "unconfined": identity.is_none(),
         "net": request.net.as_str(),
         "gateway": gateway.record(),
@@ -178,6 +192,8 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         identity: identity.as_ref(),
         net: request.net,
         gateway: &gateway,
+        stdin: request.stdin,
+        share: &request.share,
     };
     let started = match start::start(ctx, &plan) {
         Ok(started) => started,
@@ -193,7 +209,7 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     record["agent_url"] = started.agent_url.clone().into();
     let facts = RunFacts {
         project: project.display().to_string(),
-        user: request.user.clone(),
+        user: identity.as_ref().map(|i| i.name.clone()),
         net: request.net.as_str().into(),
         supervisor_pid: std::process::id(),
     };
@@ -211,7 +227,11 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     );
     let progress = react(ctx, &mut supervision);
     drop(started.namespace);
-    conclude(ctx, &card, record, supervision, progress)
+    started.relays.drain();
+    let outcome = conclude(ctx, &card, record, supervision, progress);
+    // Held until the agent's group was observed empty or its root exited and was reaped.
+    drop(chosen.lease);
+    outcome
 }
 
 /// The reaction loop: wake on inotify or every [`TICK`], re-read the order on every change and

@@ -41,6 +41,21 @@ pub struct PolicyCard {
     pub time_to_stop_target_ms: u64,
     /// Whether a passing drill of this harness version is required.
     pub require_drill: bool,
+    /// Process and memory ceilings of each agent (optional; `pids` defaults to 4096).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+/// The card's `limits`: ceilings the supervisor sets on each agent's processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Processes (and threads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+    /// Memory in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
 }
 
 /// The stop handle of a run.
@@ -171,6 +186,20 @@ pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
     if !get("/require_drill").is_some_and(Value::is_boolean) {
         missing.push("require_drill".into());
     }
+    if let Some(limits) = get("/limits") {
+        match limits.as_object() {
+            Some(map) => {
+                for (key, value) in map {
+                    if !["pids", "memory_mb"].contains(&key.as_str()) {
+                        missing.push(format!("limits.{key} (unknown limit; pids or memory_mb)"));
+                    } else if !value.as_u64().is_some_and(|n| n > 0) {
+                        missing.push(format!("limits.{key} (must be an integer ≥ 1)"));
+                    }
+                }
+            }
+            None => missing.push("limits (an object with pids and/or memory_mb)".into()),
+        }
+    }
     if !missing.is_empty() {
         return Err(Refusal::new(
             RefusalCode::PolicyCardIncomplete,
@@ -204,6 +233,24 @@ mod tests {
     #[test]
     fn the_spec_example_is_complete() {
         assert_eq!(validate(&example()).unwrap().run_id, "eval-88220");
+    }
+
+    #[test]
+    fn limits_are_optional_and_checked_when_given() {
+        let mut card = example();
+        card["limits"] = serde_json::json!({"pids": 64, "memory_mb": 512});
+        let limits = validate(&card).unwrap().limits.unwrap();
+        assert_eq!((limits.pids, limits.memory_mb), (Some(64), Some(512)));
+        for bad in [
+            serde_json::json!({"pids": 0}),
+            serde_json::json!({"pids": -1}),
+            serde_json::json!({"cpus": 2}),
+            serde_json::json!("many"),
+        ] {
+            card["limits"] = bad.clone();
+            let err = validate(&card).unwrap_err();
+            assert!(err.message.contains("limits"), "{bad}: {}", err.message);
+        }
     }
 
     #[test]

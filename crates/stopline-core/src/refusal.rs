@@ -81,6 +81,9 @@ pub enum RefusalCode {
     BadRequest,
     /// The distributed backend could not be reached.
     DistributedUnavailable,
+    /// The uid an agent or tool server would run as already runs another live agent or a
+    /// process outside the run.
+    UidInUse,
 }
 
 impl RefusalCode {
@@ -123,6 +126,7 @@ impl RefusalCode {
             GatewayUnreachable => "gateway_unreachable",
             BadRequest => "bad_request",
             DistributedUnavailable => "distributed_unavailable",
+            UidInUse => "uid_in_use",
         }
     }
 

@@ -2,8 +2,10 @@
 //! observes them stop.
 //!
 //! An agent is started inside its own cgroup v2 group, joined before its first instruction
-//! ([`spawn()`]), optionally as another user and inside a network namespace whose only way out is
-//! the gateway ([`netns`]). A [`Worker`] ties that group to a run and enforces a stop level on it:
+//! ([`spawn()`]), optionally as another user (one uid per live agent, [`uid`]) and inside a
+//! network namespace whose only way out is the gateway ([`netns`]), in a session of its own with
+//! no controlling terminal, no new privileges, ceilings and private mounts ([`confine`],
+//! [`limits`]). A [`Worker`] ties that group to a run and enforces a stop level on it:
 //! `halt-noncritical` freezes the group (confirmed by `frozen 1`), `halt-all` and `emergency`
 //! kill it (confirmed only by a fresh observation of `populated 0`). Without cgroup v2 the
 //! [`reaper`] fallback walks and kills every descendant by pidfd and says it is the weaker
@@ -19,25 +21,33 @@
 
 pub mod bench;
 pub mod cgroup;
+pub mod confine;
 pub mod events;
 mod forward;
 pub mod hierarchy;
+pub mod limits;
 pub mod netns;
 pub mod proc;
 pub mod reaper;
 pub mod spawn;
 pub mod status;
+pub mod uid;
 pub mod user;
 pub mod watch;
 pub mod worker;
 
 pub use bench::{bench_kill, BenchError, KillBench};
 pub use cgroup::{CgroupError, Group, GroupObservation, KillIssued, KillReport, Method};
+pub use confine::{
+    ignore_job_control_signals, ConfineError, Confinement, PrivateMounts, ProcessLimits,
+};
 pub use hierarchy::{supervised_cgroup_of, Hierarchy};
+pub use limits::{AppliedLimits, LimitMethod, Limits};
 pub use netns::{GatewayNamespace, NetnsError};
 pub use reaper::{Reaper, ReaperError};
-pub use spawn::{spawn, CommandSpec, SpawnError, SpawnOptions, Spawned, StdioMode};
+pub use spawn::{command, spawn, CommandSpec, SpawnError, SpawnOptions, Spawned, StdioMode};
 pub use status::{Enforcement, EnforcementAction, StopPhase, WorkerState, WorkerStatus};
+pub use uid::{UidError, UidLease, UidRange};
 pub use user::{UserError, UserIdentity};
 pub use watch::{DirWatcher, WatchError, WatchEvent};
 pub use worker::{Containment, Worker, WorkerError, WorkerSpec};

@@ -4,14 +4,17 @@
 //! The child joins its group in a pre-exec hook (writing `0`, "myself", to the group's
 //! `cgroup.procs`), so no instruction of the agent's program ever runs outside the group and
 //! nothing it forks can be born outside it. The hook then enters the network namespace, then
-//! drops privileges in the only safe order: `setgroups`, `setgid`, `setuid`. The environment
-//! starts empty: only what the caller passes reaches the agent.
+//! applies the [`Confinement`] (a session of its own, ceilings, private mounts), then drops
+//! privileges in the only safe order: `setgroups`, `setgid`, `setuid`, and last sets
+//! `PR_SET_NO_NEW_PRIVS`. The environment starts empty: only what the caller passes reaches the
+//! agent.
 //!
 //! The pre-exec hook runs between `fork` and `exec` in a copy of a possibly multi-threaded
 //! process, so it must never allocate, lock or log: it makes raw system calls on values prepared
 //! before the fork, and nothing else.
 
 use crate::cgroup::Group;
+use crate::confine::{ConfineError, Confinement};
 use crate::user::UserIdentity;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -35,6 +38,9 @@ pub enum SpawnError {
         /// The error.
         source: io::Error,
     },
+    /// The confinement could not be prepared (a `--share` path that cannot be mapped in).
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
     /// The fork, the pre-exec hook (joining the group, entering the namespace, dropping
     /// privileges) or the exec failed.
     #[error("starting {program:?}: {source}")]
@@ -87,6 +93,9 @@ pub struct CommandSpec {
     pub stdout: StdioMode,
     /// Standard error.
     pub stderr: StdioMode,
+    /// The walls beyond the group, namespace and identity (session, no new privileges,
+    /// ceilings, private mounts).
+    pub confinement: Confinement,
 }
 
 impl CommandSpec {
@@ -107,6 +116,7 @@ impl CommandSpec {
             stdin: StdioMode::Inherit,
             stdout: StdioMode::Inherit,
             stderr: StdioMode::Inherit,
+            confinement: Confinement::default(),
         }
     }
 
@@ -141,6 +151,19 @@ pub struct Spawned {
 /// Start `spec` as [`SpawnOptions`] says. On success the child already runs inside the group,
 /// the namespace and the identity it was given.
 pub fn spawn(spec: &CommandSpec, options: &SpawnOptions<'_>) -> Result<Spawned, SpawnError> {
+    let mut command = command(spec, options)?;
+    let child = command.spawn().map_err(|source| SpawnError::Spawn {
+        program: spec.program.clone(),
+        source,
+    })?;
+    let pid = child.id();
+    tracing::debug!(pid, program = ?spec.program, "agent started");
+    Ok(Spawned { child, pid })
+}
+
+/// The [`Command`] [`spawn()`] starts, with its pre-exec hook installed, for callers that start
+/// it themselves (the gateway converts it to an async command for its tool servers).
+pub fn command(spec: &CommandSpec, options: &SpawnOptions<'_>) -> Result<Command, SpawnError> {
     let procs: Option<OwnedFd> = match options.group {
         Some(group) => {
             let path = group.procs_path();
@@ -170,6 +193,7 @@ pub fn spawn(spec: &CommandSpec, options: &SpawnOptions<'_>) -> Result<Spawned, 
         .as_ref()
         .map(|user| (user.uid, user.gid, user.groups.clone()));
     let child_subreaper = options.child_subreaper;
+    let mut confinement = spec.confinement.prepare(&spec.cwd)?;
 
     let mut command = Command::new(&spec.program);
     command
@@ -196,25 +220,23 @@ pub fn spawn(spec: &CommandSpec, options: &SpawnOptions<'_>) -> Result<Spawned, 
             rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
                 .map_err(errno_to_io)?;
         }
+        confinement.apply_privileged()?;
         if let Some((uid, gid, groups)) = &identity {
             drop_privileges(*uid, *gid, groups)?;
         }
+        confinement.apply_unprivileged()?;
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before exec. It only makes system calls
-    // (write, setns, prctl, setgroups, setgid, setuid) on descriptors and numbers prepared
-    // above, and builds errors with `from_raw_os_error`, which does not allocate. It takes no
-    // lock, allocates nothing and touches no state shared with other threads of the parent.
+    // (write, setns, prctl, setsid, setrlimit, unshare, mount, setgroups, setgid, setuid) on
+    // descriptors, numbers and C strings prepared above, and builds errors with
+    // `from_raw_os_error`, which does not allocate. The one vector it pushes to had its room
+    // reserved before the fork. It takes no lock and touches no state shared with other
+    // threads of the parent.
     unsafe {
         command.pre_exec(hook);
     }
-    let child = command.spawn().map_err(|source| SpawnError::Spawn {
-        program: spec.program.clone(),
-        source,
-    })?;
-    let pid = child.id();
-    tracing::debug!(pid, program = ?spec.program, "agent started");
-    Ok(Spawned { child, pid })
+    Ok(command)
 }
 
 /// Move the calling process into the group whose `cgroup.procs` is open as `procs`.

@@ -6,6 +6,7 @@
 //! that was not observed.
 
 use crate::cgroup::{KillReport, Method};
+use crate::limits::AppliedLimits;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -52,6 +53,8 @@ pub struct WorkerStatus {
     pub quiescent_observed_at: Option<DateTime<Utc>>,
     /// The root process's exit code, once reaped (`None` if killed by a signal or still running).
     pub exit_code: Option<i32>,
+    /// The process and memory ceilings and how each was applied (`cgroup` or `rlimit`).
+    pub limits: AppliedLimits,
 }
 
 /// One phase of stop evidence, reported once each.

@@ -63,6 +63,18 @@ impl UserIdentity {
         })
     }
 
+    /// A uid with no passwd entry (`--user auto`): primary group of the same number, no
+    /// supplementary groups, named `uid-<uid>`, with `home` as its home.
+    pub fn anonymous(uid: u32, home: PathBuf) -> UserIdentity {
+        UserIdentity {
+            name: format!("uid-{uid}"),
+            uid,
+            gid: uid,
+            groups: vec![uid],
+            home,
+        }
+    }
+
     /// True when this identity is the calling process's own real uid: running an agent as it
     /// gives the agent the caller's access (SPEC §3 requires `--unconfined` for that).
     pub fn is_caller(&self) -> bool {

@@ -14,6 +14,7 @@
 
 use crate::cgroup::{CgroupError, Group, KillIssued, KillReport, Method};
 use crate::hierarchy::Hierarchy;
+use crate::limits::{AppliedLimits, Limits};
 use crate::reaper::{install_subreaper, Reaper, ReaperError};
 use crate::spawn::{spawn, CommandSpec, SpawnError, SpawnOptions};
 use crate::status::{Enforcement, EnforcementAction, StopPhase, WorkerState, WorkerStatus};
@@ -74,6 +75,8 @@ pub struct WorkerSpec {
     pub kill_timeout: Duration,
     /// How long one `enforce` call waits for a freeze or thaw to be confirmed.
     pub freeze_timeout: Duration,
+    /// Process and memory ceilings (default: 4096 processes).
+    pub limits: Limits,
 }
 
 impl WorkerSpec {
@@ -87,6 +90,7 @@ impl WorkerSpec {
             unconfined: false,
             kill_timeout: Duration::from_secs(2),
             freeze_timeout: Duration::from_secs(1),
+            limits: Limits::default(),
         }
     }
 
@@ -115,11 +119,15 @@ pub struct Worker {
     exit: Option<ExitStatus>,
     kill_timeout: Duration,
     freeze_timeout: Duration,
+    limits: AppliedLimits,
 }
 
 impl Worker {
     /// Start the agent contained as `spec` says, inside `netns` when given.
-    pub fn start(spec: WorkerSpec, netns: Option<BorrowedFd<'_>>) -> Result<Worker, WorkerError> {
+    pub fn start(
+        mut spec: WorkerSpec,
+        netns: Option<BorrowedFd<'_>>,
+    ) -> Result<Worker, WorkerError> {
         let use_cgroup = match spec.containment {
             Containment::Subreaper => None,
             Containment::Cgroup2 => Some(Hierarchy::discover()?),
@@ -132,16 +140,28 @@ impl Worker {
                 Err(other) => return Err(other.into()),
             },
         };
-        let (spawned, contained) = match use_cgroup {
+        let (spawned, contained, limits) = match use_cgroup {
             Some(hierarchy) => {
                 let group = fresh_group(&hierarchy, &spec.group_name())?;
+                let limits = match crate::limits::apply(
+                    &spec.limits,
+                    Some(&hierarchy),
+                    Some(&group),
+                    &mut spec.command.confinement.limits,
+                ) {
+                    Ok(limits) => limits,
+                    Err(error) => {
+                        let _ = group.remove();
+                        return Err(error.into());
+                    }
+                };
                 let options = SpawnOptions {
                     group: Some(&group),
                     netns,
                     child_subreaper: false,
                 };
                 match spawn(&spec.command, &options) {
-                    Ok(spawned) => (spawned, Contained::Group(group)),
+                    Ok(spawned) => (spawned, Contained::Group(group), limits),
                     Err(error) => {
                         let _ = group.remove();
                         return Err(error.into());
@@ -149,6 +169,12 @@ impl Worker {
                 }
             }
             None => {
+                let limits = crate::limits::apply(
+                    &spec.limits,
+                    None,
+                    None,
+                    &mut spec.command.confinement.limits,
+                )?;
                 install_subreaper()?;
                 let options = SpawnOptions {
                     group: None,
@@ -157,7 +183,7 @@ impl Worker {
                 };
                 let spawned = spawn(&spec.command, &options)?;
                 let reaper = Reaper::attach(spawned.pid)?;
-                (spawned, Contained::Reaper(reaper))
+                (spawned, Contained::Reaper(reaper), limits)
             }
         };
         Ok(Worker {
@@ -173,6 +199,7 @@ impl Worker {
             exit: None,
             kill_timeout: spec.kill_timeout,
             freeze_timeout: spec.freeze_timeout,
+            limits,
         })
     }
 
@@ -250,6 +277,7 @@ impl Worker {
             kill_issued_at: self.kill.as_ref().map(|kill| kill.issued_at),
             quiescent_observed_at: self.quiescent_at,
             exit_code: self.exit.and_then(|status| status.code()),
+            limits: self.limits,
         }
     }
 
@@ -349,7 +377,14 @@ impl Worker {
     }
 
     fn thaw_step(&mut self) -> Result<EnforcementAction, WorkerError> {
-        let was_held = matches!(self.state, WorkerState::Frozen | WorkerState::Freezing);
+        // An engage freezes covered groups itself (SPEC §12.3), so a group may be frozen
+        // without this worker having frozen it: the kernel's `frozen` is asked too.
+        let frozen_by_other = match &self.contained {
+            Contained::Group(group) => group.events()?.frozen,
+            Contained::Reaper(_) => false,
+        };
+        let was_held =
+            frozen_by_other || matches!(self.state, WorkerState::Frozen | WorkerState::Freezing);
         if was_held {
             match &mut self.contained {
                 Contained::Group(group) => {

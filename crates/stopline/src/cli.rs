@@ -168,19 +168,27 @@ pub enum Command {
         /// The agent (default: the only agent in the card's budgets).
         #[arg(long)]
         agent: Option<String>,
-        /// Run the agent as this user (no access to the control directory).
-        #[arg(
-            long,
-            required_unless_present = "unconfined",
-            conflicts_with = "unconfined"
-        )]
+        /// Run the agent as this user: `auto` (the default) takes a fresh uid from `[run]
+        /// uid_range` that no live process uses; a NAME is refused `uid_in_use` while that uid
+        /// runs another agent or any other process.
+        #[arg(long, conflicts_with = "unconfined")]
         user: Option<String>,
         /// Run the agent as the caller's own uid (status marks it unconfined).
         #[arg(long)]
         unconfined: bool,
-        /// gateway-only: the agent's only way out is the gateway; host: the host's network.
-        #[arg(long, value_enum, default_value = "host")]
+        /// gateway-only (the default): the agent's only way out is the gateway, and the host's
+        /// /tmp, /var/tmp, /run and /dev/shm are replaced by fresh ones; host: the host's
+        /// network and filesystem.
+        #[arg(long, value_enum, default_value = "gateway-only")]
         net: NetArg,
+        /// Map PATH into the agent's private mounts (gateway-only; repeatable). The working
+        /// directory is always mapped.
+        #[arg(long, value_name = "PATH")]
+        share: Vec<PathBuf>,
+        /// Feed the agent this process's stdin through a pipe (default: /dev/null). The agent
+        /// never gets the terminal itself.
+        #[arg(long)]
+        stdin: bool,
         /// The gateway handed to the agent (default $STOPLINE_URL, else the config's listen).
         #[arg(long)]
         gateway: Option<String>,

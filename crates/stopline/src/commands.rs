@@ -269,6 +269,8 @@ fn execute(
             user,
             unconfined,
             net,
+            share,
+            stdin,
             gateway,
             command,
         } => {
@@ -281,6 +283,8 @@ fn execute(
                     crate::cli::NetArg::GatewayOnly => stopline_control::run::NetMode::GatewayOnly,
                     crate::cli::NetArg::Host => stopline_control::run::NetMode::Host,
                 },
+                stdin,
+                share,
                 gateway,
                 command,
             };

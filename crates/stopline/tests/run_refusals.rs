@@ -225,9 +225,18 @@ fn the_callers_own_uid_needs_unconfined_and_the_agent_must_be_unambiguous() {
     );
     assert_eq!((code, started), (0, true), "{stderr}");
 
-    // Neither --user nor --unconfined is a usage error.
+    // Both --user and --unconfined is a usage error (neither is `--user auto`, the default).
     let path = write_card(&home, &c);
-    let r = home.run(&["run", "--policy", path.to_str().unwrap(), "--", "true"]);
+    let r = home.run(&[
+        "run",
+        "--policy",
+        path.to_str().unwrap(),
+        "--user",
+        "nobody",
+        "--unconfined",
+        "--",
+        "true",
+    ]);
     assert_eq!(r.code, 2, "{}", r.stderr);
 }
 

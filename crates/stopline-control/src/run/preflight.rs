@@ -9,7 +9,7 @@
 use crate::context::Context;
 use serde_json::{Map, Value};
 use stopline_core::{ActiveLatch, Refusal, RefusalCode, Subject};
-use stopline_supervisor::UserIdentity;
+use stopline_supervisor::{UidError, UidLease, UidRange, UserIdentity};
 
 /// The schema (and evidence kind) of a drill record.
 pub const DRILL_SCHEMA: &str = "control-observation.v1";
@@ -99,6 +99,110 @@ pub fn drills_allow(
         )));
     }
     Ok(())
+}
+
+/// The identity the agent runs as and the lease that keeps its uid to this run.
+pub struct Identity {
+    /// The resolved user; `None` for `--unconfined`.
+    pub user: Option<UserIdentity>,
+    /// The uid held for this run (SPEC §12.3: one uid per live agent).
+    pub lease: Option<UidLease>,
+}
+
+fn uid_refusal(error: UidError) -> Refusal {
+    match error {
+        UidError::InUse { .. } | UidError::Exhausted { .. } => {
+            Refusal::new(RefusalCode::UidInUse, error.to_string())
+        }
+        other => Refusal::new(RefusalCode::ControlIo, other.to_string()),
+    }
+}
+
+/// The configured `[run] uid_range`, or the default.
+pub fn uid_range(ctx: &Context) -> Result<UidRange, Refusal> {
+    match &ctx.config.run.uid_range {
+        None => Ok(stopline_supervisor::uid::DEFAULT_UID_RANGE),
+        Some(text) => UidRange::parse(text)
+            .map_err(|why| Refusal::new(RefusalCode::BadRequest, format!("[run] {why}"))),
+    }
+}
+
+/// Choose the agent's identity: `--unconfined` runs as the caller; `--user auto` (the default)
+/// leases a fresh uid from `[run] uid_range` (root only); `--user NAME` resolves the user and
+/// leases its uid, refused `uid_in_use` while another agent or any other process runs under it.
+/// `auto_home` is the home an anonymous uid gets.
+pub fn choose_identity(
+    ctx: &Context,
+    user: Option<&str>,
+    unconfined: bool,
+    auto_home: &std::path::Path,
+) -> Result<Identity, Refusal> {
+    match (user, unconfined) {
+        (None, true) => Ok(Identity {
+            user: None,
+            lease: None,
+        }),
+        (Some(_), true) => Err(Refusal::new(
+            RefusalCode::BadRequest,
+            "give at most one of --user USER or --unconfined",
+        )),
+        (None | Some("auto"), false) => {
+            if !rustix::process::geteuid().is_root() {
+                return Err(Refusal::new(
+                    RefusalCode::BadRequest,
+                    "--user auto (the default) starts the agent under a fresh uid and needs root; run as root, give --user NAME, or --unconfined to run it as yourself",
+                ));
+            }
+            let lease = UidLease::fresh(uid_range(ctx)?).map_err(uid_refusal)?;
+            let user = UserIdentity::anonymous(lease.uid(), auto_home.to_owned());
+            Ok(Identity {
+                user: Some(user),
+                lease: Some(lease),
+            })
+        }
+        (Some(number), false) if number.bytes().all(|b| b.is_ascii_digit()) => {
+            // A bare uid needs no passwd entry, like `--user auto`.
+            let uid: u32 = number
+                .parse()
+                .ok()
+                .filter(|uid| *uid > 0 && *uid < u32::MAX)
+                .ok_or_else(|| {
+                    Refusal::new(
+                        RefusalCode::BadRequest,
+                        format!("--user {number}: not a uid"),
+                    )
+                })?;
+            let user = UserIdentity::anonymous(uid, auto_home.to_owned());
+            if user.is_caller() {
+                return Err(Refusal::new(
+                    RefusalCode::BadRequest,
+                    format!("--user {number} is the caller's own uid; use --unconfined to run it so on purpose"),
+                ));
+            }
+            let lease = UidLease::exact(uid).map_err(|e| {
+                let refusal = uid_refusal(e);
+                Refusal::new(
+                    refusal.code,
+                    format!("--user {number}: {}", refusal.message),
+                )
+            })?;
+            Ok(Identity {
+                user: Some(user),
+                lease: Some(lease),
+            })
+        }
+        (Some(name), false) => {
+            let user = confined_identity(name)?;
+            let lease = UidLease::exact(user.uid).map_err(|e| {
+                let refusal = uid_refusal(e);
+                Refusal::new(refusal.code, format!("--user {name}: {}", refusal.message))
+            })?;
+            Ok(Identity {
+                user: Some(user),
+                lease: Some(lease),
+            })
+        }
+    }
 }
 
 /// Resolve `--user`, refusing the caller's own uid (that would give the agent the owner's access

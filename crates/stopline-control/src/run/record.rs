@@ -118,6 +118,7 @@ impl Recorder {
             "net": self.facts.net,
             "supervisor_pid": self.facts.supervisor_pid,
             "state": status.state,
+            "limits": status.limits,
             "kill_issued_at": status.kill_issued_at,
             "quiescent_observed_at": status.quiescent_observed_at,
             "exit_code": status.exit_code,

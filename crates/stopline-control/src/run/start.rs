@@ -9,14 +9,17 @@
 use super::card::LoadedCard;
 use super::environment::{agent_environment, Session};
 use super::gateway::Gateway;
+use super::relay::Relays;
 use super::{NetMode, RunError};
 use crate::context::Context;
 use crate::tokens::{self, IssueArgs};
 use std::ffi::OsString;
 use std::path::Path;
+use std::path::PathBuf;
 use stopline_core::{Refusal, RefusalCode, Role};
 use stopline_supervisor::{
-    CommandSpec, Containment, GatewayNamespace, StdioMode, UserIdentity, Worker, WorkerSpec,
+    CommandSpec, Confinement, Containment, GatewayNamespace, Limits, PrivateMounts, StdioMode,
+    UserIdentity, Worker, WorkerSpec,
 };
 
 /// A started agent and what must live as long as it does.
@@ -27,6 +30,8 @@ pub struct Started {
     pub namespace: Option<GatewayNamespace>,
     /// The URL the agent was handed.
     pub agent_url: String,
+    /// The copies of the agent's standard streams.
+    pub relays: Relays,
 }
 
 /// What to start.
@@ -43,6 +48,10 @@ pub struct StartPlan<'a> {
     pub net: NetMode,
     /// The probed gateway.
     pub gateway: &'a Gateway,
+    /// `--stdin`: feed the agent the supervisor's stdin through a pipe.
+    pub stdin: bool,
+    /// `--share PATH`: paths mapped into the private mount namespace (gateway-only).
+    pub share: &'a [PathBuf],
 }
 
 /// The group name the supervisor will use for this run's agent.
@@ -99,15 +108,34 @@ pub fn start(ctx: &Context, plan: &StartPlan<'_>) -> Result<Started, RunError> {
         env,
         cwd: plan.project.to_path_buf(),
         user: plan.identity.cloned(),
-        stdin: StdioMode::Inherit,
-        stdout: StdioMode::Inherit,
-        stderr: StdioMode::Inherit,
+        // Never the operator's terminal (SPEC §12.3): pipes the supervisor relays.
+        stdin: if plan.stdin {
+            StdioMode::Piped
+        } else {
+            StdioMode::Null
+        },
+        stdout: StdioMode::Piped,
+        stderr: StdioMode::Piped,
+        confinement: Confinement {
+            new_session: true,
+            no_new_privs: true,
+            limits: Default::default(),
+            mounts: match plan.net {
+                NetMode::GatewayOnly => Some(PrivateMounts {
+                    share: plan.share.to_vec(),
+                }),
+                NetMode::Host => None,
+            },
+        },
     };
     let mut spec = WorkerSpec::new(card.run_id.as_str(), card.agent.as_str(), command);
     spec.containment = Containment::Auto;
     spec.unconfined = plan.identity.is_none();
-    let worker = Worker::start(spec, namespace.as_ref().map(|n| n.namespace_fd()))
+    spec.limits = card_limits(card);
+    let mut worker = Worker::start(spec, namespace.as_ref().map(|n| n.namespace_fd()))
         .map_err(RunError::Start)?;
+    let child = worker.child_mut();
+    let relays = Relays::start(child.stdin.take(), child.stdout.take(), child.stderr.take());
     tracing::info!(
         pid = worker.pid(),
         method = worker.method().as_str(),
@@ -117,5 +145,18 @@ pub fn start(ctx: &Context, plan: &StartPlan<'_>) -> Result<Started, RunError> {
         worker,
         namespace,
         agent_url,
+        relays,
     })
+}
+
+/// The card's `limits`, with the default process ceiling when it names none.
+fn card_limits(card: &LoadedCard) -> Limits {
+    let mut limits = Limits::default();
+    if let Some(given) = card.card.limits {
+        if given.pids.is_some() {
+            limits.pids = given.pids;
+        }
+        limits.memory_mb = given.memory_mb;
+    }
+    limits
 }

@@ -25,7 +25,9 @@ use util::Home;
 /// The agent: try `TIOCSTI` with `payload` on every descriptor that could be a terminal, record
 /// each attempt's result in `attempts.json`, then say `done` and keep running for `linger_s`.
 const INJECT: &str = r#"
-import fcntl, json, os, sys, termios, time
+import fcntl, json, os, signal, sys, termios, time
+# A hostile agent: its own ^Z must not stop it.
+signal.signal(signal.SIGTSTP, signal.SIG_IGN)
 out, payload, linger = sys.argv[1], sys.argv[2].encode().decode('unicode_escape'), float(sys.argv[3])
 attempts = {}
 def push(name, fd):

@@ -192,7 +192,7 @@ pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
                 for (key, value) in map {
                     if !["pids", "memory_mb"].contains(&key.as_str()) {
                         missing.push(format!("limits.{key} (unknown limit; pids or memory_mb)"));
-                    } else if !value.as_u64().is_some_and(|n| n > 0) {
+                    } else if value.as_u64().is_none_or(|n| n == 0) {
                         missing.push(format!("limits.{key} (must be an integer ≥ 1)"));
                     }
                 }

@@ -4,8 +4,9 @@
 //!
 //! Everything here is prepared in the parent ([`Confinement::prepare`]: every path turned into a
 //! C string, every directory to create listed) and applied in the child's pre-exec hook
-//! ([`Prepared::apply`]) with raw system calls only: the hook runs between `fork` and `exec` in a
-//! copy of a multi-threaded process and must never allocate, lock or log.
+//! ([`Prepared::apply_privileged`], then [`Prepared::apply_unprivileged`]) with raw system calls
+//! only: the hook runs between `fork` and `exec` in a copy of a multi-threaded process and must
+//! never allocate, lock or log.
 //!
 //! Why each wall: a session of its own (`setsid`) leaves the agent without a controlling
 //! terminal, so it can neither push input into the operator's terminal (`TIOCSTI`) nor stop its

@@ -3,8 +3,8 @@
 //! calls through the gateway's `/v1/messages` to a loopback Messages API stub that drives it
 //! through Bash tool calls (`echo step-N >> steps.log`), its tools behind the PreToolUse hook
 //! (`stopline hook claude-code`) in a settings file the agent's uid cannot write, run as
-//! `nobody`. The stub holds the session's fourth model call; the test stops the agent there and
-//! then lets the call go. Whatever the session does next, no further tool runs (`steps.log` keeps
+//! `nobody` (under `stopline run`, a fresh uid of its own). The stub holds the session's fourth
+//! model call; the test stops the agent there and then lets the call go. Whatever the session does next, no further tool runs (`steps.log` keeps
 //! three steps) and no further model call reaches the stub.
 //!
 //! Non-essential traffic (telemetry, error reports, update checks) is switched off by its
@@ -294,14 +294,9 @@ fn claude_code_under_stopline_run_is_stopped_mid_way() {
     let running = start_run_env(
         &home,
         &card,
-        &[
-            "--user",
-            "nobody",
-            "--net",
-            "gateway-only",
-            "--gateway",
-            &gateway.url(),
-        ],
+        // `--user auto` (the default): a uid of its own. `nobody` would be refused `uid_in_use`
+        // while the other test of this file runs Claude Code as nobody.
+        &["--net", "gateway-only", "--gateway", &gateway.url()],
         &work,
         &script,
         &env,
@@ -315,5 +310,10 @@ fn claude_code_under_stopline_run_is_stopped_mid_way() {
     assert_stopped_after_three_steps(&upstream, &scratch);
     let worker = registration(&home, &run, "claude-agent").unwrap();
     assert_eq!(worker["net"], "gateway-only", "{worker}");
-    assert_eq!(worker["user"], "nobody", "{worker}");
+    assert!(
+        worker["user"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("uid-")),
+        "{worker}"
+    );
 }

@@ -255,12 +255,9 @@ fn an_agent_that_ends_by_itself_passes_its_exit_code_and_a_scrubbed_environment(
         Some(format!("{}/v1", gateway.url()))
     );
     assert_eq!(var("KEEP_THIS").as_deref(), Some("kept"));
-    for gone in [
-        "ANTHROPIC_API_KEY",
-        "VENDOR_X_API_KEY",
-        "AWS_SECRET_ACCESS_KEY",
-        "STOPLINE_HOME",
-    ] {
+    // Anthropic SDKs authenticate to the gateway with the agent's token, never the caller's key.
+    assert_eq!(var("ANTHROPIC_API_KEY"), Some(token.clone()));
+    for gone in ["VENDOR_X_API_KEY", "AWS_SECRET_ACCESS_KEY", "STOPLINE_HOME"] {
         assert_eq!(var(gone), None, "{gone} leaked");
     }
     assert!(!env.contains("sk-real-provider-key"));

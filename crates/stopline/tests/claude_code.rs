@@ -184,6 +184,12 @@ fn assert_stopped_after_three_steps(upstream: &Upstream, scratch: &Scratch) {
         "no model call reached the upstream after the stop\n{}",
         scratch.output()
     );
+    let executed = upstream.executed();
+    assert_eq!(
+        executed.last().map(|c| c["held"].clone()),
+        Some(Value::Bool(true)),
+        "the held call is the last request of any kind the upstream saw: {executed:?}"
+    );
 }
 
 #[test]

@@ -2,10 +2,11 @@
 //! `@anthropic-ai/claude-code`, from the repository's `node_modules`) in print mode, its model
 //! calls through the gateway's `/v1/messages` to a loopback Messages API stub that drives it
 //! through Bash tool calls (`echo step-N >> steps.log`), its tools behind the PreToolUse hook
-//! (`stopline hook claude-code`) in a settings file the agent's uid cannot write, run as
-//! `nobody` (under `stopline run`, a fresh uid of its own). The stub holds the session's fourth
-//! model call; the test stops the agent there and then lets the call go. Whatever the session does next, no further tool runs (`steps.log` keeps
-//! three steps) and no further model call reaches the stub.
+//! (`stopline hook claude-code`) in a settings file the agent's uid cannot write, run under a
+//! uid of its own (under `stopline run`, the fresh one of `--user auto`). The stub holds the
+//! session's fourth model call; the test stops the agent there and then lets the call go.
+//! Whatever the session does next, no further tool runs (`steps.log` keeps three steps) and no
+//! further model call reaches the stub.
 //!
 //! Non-essential traffic (telemetry, error reports, update checks) is switched off by its
 //! documented variables, so nothing but model calls leaves the CLI; under `stopline run
@@ -25,8 +26,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use util::Home;
 
-/// The uid and gid of `nobody`, the agent's account in these tests.
-const NOBODY: u32 = 65534;
+/// The uid and gid of the session run outside `stopline run`: no passwd entry, below `[run]
+/// uid_range` (so no run's `--user auto` picks it) and not `nobody` (so no `--user nobody` run
+/// elsewhere is refused `uid_in_use` because of this test).
+const AGENT_UID: u32 = 61100;
 /// The model call the stub holds: the one that carries this many tool results.
 const HOLD_AT: u32 = 3;
 
@@ -50,7 +53,7 @@ const QUIET: [(&str, &str); 4] = [
 ];
 
 /// A session's files, outside `/tmp` (a gateway-only run may get a fresh one): a root-owned
-/// settings file (0644 in a 0755 directory, so `nobody` reads but cannot write it) with the
+/// settings file (0644 in a 0755 directory, so the agent reads but cannot write it) with the
 /// PreToolUse hook, given per process with `--settings` (Claude Code's managed settings live at
 /// the fixed `/etc/claude-code/managed-settings.json`, which a test must not touch), and a work
 /// directory the agent writes.
@@ -213,8 +216,8 @@ fn a_claude_code_session_stopped_mid_way_makes_no_further_model_call_and_runs_no
         .env("STOPLINE_URL", gateway.url())
         .env("STOPLINE_TOKEN", &token)
         .envs(QUIET)
-        .uid(NOBODY)
-        .gid(NOBODY)
+        .uid(AGENT_UID)
+        .gid(AGENT_UID)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr);
@@ -300,8 +303,7 @@ fn claude_code_under_stopline_run_is_stopped_mid_way() {
     let running = start_run_env(
         &home,
         &card,
-        // `--user auto` (the default): a uid of its own. `nobody` would be refused `uid_in_use`
-        // while the other test of this file runs Claude Code as nobody.
+        // `--user auto` (the default): a uid of its own.
         &["--net", "gateway-only", "--gateway", &gateway.url()],
         &work,
         &script,

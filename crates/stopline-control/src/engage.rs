@@ -90,6 +90,8 @@ pub fn engage(
         },
     };
     let outcome = ctx.plane.engage(&request).map_err(|e| e.to_refusal())?;
+    // Only after the latch is durable: reach covered supervised groups directly (SPEC §12.3).
+    let reached = crate::reach::covered_groups(ctx, &outcome.latch);
     let mut latch = serde_json::to_value(&outcome.latch).unwrap_or_default();
     latch["file"] = outcome.latch.file_name().into();
     // Only after the latch is durable: bounded wait for every live gateway's acknowledgement.
@@ -97,6 +99,7 @@ pub fn engage(
     let collecting = started.elapsed();
     let acks = crate::acks::collect(ctx, &outcome.latch.file_name(), timeout);
     let mut warnings = outcome.warnings;
+    warnings.extend(reached.warnings);
     warnings.extend(acks.warnings);
     if !acks.unacknowledged.is_empty() {
         warnings.push(format!(
@@ -110,6 +113,7 @@ pub fn engage(
         "latch": latch,
         "coalesced": outcome.coalesced,
         "epoch": {"seq": outcome.epoch_seq, "scope_revision": outcome.scope_revision},
+        "groups_reached": reached.groups,
         "acknowledged_by": acks.acknowledged_by,
         "unacknowledged": acks.unacknowledged,
         "warnings": warnings,

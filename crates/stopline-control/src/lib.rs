@@ -18,6 +18,7 @@ pub mod context;
 pub mod engage;
 pub mod evidence;
 pub mod owner;
+pub mod reach;
 pub mod run;
 pub mod status;
 pub mod tokens;

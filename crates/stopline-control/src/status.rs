@@ -37,7 +37,7 @@ fn registered_workers(ctx: &Context) -> (Vec<Value>, bool) {
 }
 
 /// The subject a registered worker stands for.
-fn worker_subject(worker: &Value) -> Subject {
+pub(crate) fn worker_subject(worker: &Value) -> Subject {
     let name = |field: &str| {
         worker
             .get(field)

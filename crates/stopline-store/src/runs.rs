@@ -74,6 +74,43 @@ impl Store {
         }
     }
 
+    /// Every worker registration under `runs/*/workers/*.json`, in name order. An entry that
+    /// cannot be read or parsed is returned as an error beside the others, never dropped: the
+    /// caller (an engage containing covered groups) must know what it could not look at.
+    pub fn worker_registrations(&self) -> Vec<Result<Value, StoreError>> {
+        let runs = self.layout.runs();
+        let run_names = match self.fs.read_dir(&runs) {
+            Ok(names) => names,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+            Err(error) => return vec![Err(error).context(|| format!("listing {}", runs.display()))],
+        };
+        let mut found = Vec::new();
+        for run in run_names {
+            let workers = runs.join(&run).join("workers");
+            let names = match self.fs.read_dir(&workers) {
+                Ok(names) => names,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(error) => {
+                    found.push(Err(error).context(|| format!("listing {}", workers.display())));
+                    continue;
+                }
+            };
+            for name in names.into_iter().filter(|n| n.ends_with(".json")) {
+                let path = workers.join(&name);
+                found.push(self.read_optional(&path).and_then(|bytes| {
+                    let bytes = bytes.unwrap_or_default();
+                    serde_json::from_slice(&bytes).map_err(|e| {
+                        StoreError::corrupt(
+                            RefusalCode::ControlStateCorrupt,
+                            format!("{}: {e}", path.display()),
+                        )
+                    })
+                }));
+            }
+        }
+        found
+    }
+
     /// Create `dir` (and its parents under the home) and fsync each parent whose entries
     /// changed, so the new directory entries survive a crash.
     fn ensure_durable_dir(&self, dir: &Path) -> Result<(), StoreError> {

@@ -269,6 +269,12 @@ impl Group {
         }
     }
 
+    /// Write `cgroup.freeze` = 1 once, without waiting for the kernel to confirm (an engage
+    /// reaching a group its supervisor may not; the supervisor confirms `frozen 1`).
+    pub fn order_freeze(&self) -> Result<(), CgroupError> {
+        write(&self.path.join("cgroup.freeze"), "1")
+    }
+
     /// Write `cgroup.kill` once: SIGKILL to every process in the group and below it. This is
     /// an order, not an outcome; see [`Group::kill_until_quiescent`].
     pub fn kill(&self) -> Result<(), CgroupError> {

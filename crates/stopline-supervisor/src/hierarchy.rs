@@ -96,6 +96,21 @@ impl Hierarchy {
         Ok(groups)
     }
 
+    /// The supervised group at `path`, when `path` is exactly `<parent>/<name>` of a valid group
+    /// name and the group exists. A registration naming anything else (another cgroup, a path
+    /// with `..`, a file) is not a supervised group and is never written to.
+    pub fn registered_group(&self, path: &Path) -> Option<Group> {
+        let name = path.strip_prefix(&self.parent).ok()?;
+        let mut components = name.components();
+        let Some(Component::Normal(name)) = components.next() else {
+            return None;
+        };
+        if components.next().is_some() {
+            return None;
+        }
+        Group::open(self, name.to_str()?).ok()
+    }
+
     /// The group of `pid` if it lies under stopline's parent group, as an absolute path.
     ///
     /// Reads the `0::` line of `/proc/<pid>/cgroup`. An unreadable file is an error, never a

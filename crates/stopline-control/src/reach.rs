@@ -1,0 +1,153 @@
+//! An engage's own reach into supervised groups (SPEC §12.3): after its latch is durable, the
+//! engage writes `cgroup.kill` (emergency) or `cgroup.freeze` (the halts) itself for every
+//! registered worker group the latch covers.
+//!
+//! The supervisor of a run is the one that enforces and observes a stop, but it can be stopped
+//! itself (SIGSTOP, a terminal's `^Z`, a debugger): then an emergency answered `engaged: true`
+//! while the agent kept running. With this step the group is reached even so. It is a second
+//! path, never the only one: the supervisor still observes and records quiescence. Nothing here
+//! may turn a stop into a failure: every failure is a warning in the receipt, and the latch
+//! stands whatever happens. Every wait is bounded ([`CONFIRM_WITHIN`]).
+//!
+//! Only groups registered under `runs/*/workers/*.json` (read through the store) and lying
+//! exactly under stopline's parent group are ever written to.
+
+use crate::context::Context;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use stopline_core::latch::LatchRecord;
+use stopline_core::Level;
+use stopline_supervisor::{Group, Hierarchy};
+
+/// How long the engage looks for a killed group to be empty before it leaves the confirmation
+/// to the supervisor.
+pub const CONFIRM_WITHIN: Duration = Duration::from_millis(500);
+
+/// What the engage did to one covered group.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupReached {
+    /// The run.
+    pub run: String,
+    /// The agent.
+    pub agent: String,
+    /// The group.
+    pub cgroup: PathBuf,
+    /// `kill` (cgroup.kill written) or `freeze` (cgroup.freeze written).
+    pub order: &'static str,
+    /// For a kill: `populated 0` observed within [`CONFIRM_WITHIN`]; for a freeze: `frozen 1`.
+    pub confirmed: bool,
+}
+
+/// The outcome of the step: the groups reached and the failures (warnings).
+#[derive(Debug, Default)]
+pub struct Reached {
+    /// Groups written to.
+    pub groups: Vec<GroupReached>,
+    /// Warnings for the receipt.
+    pub warnings: Vec<String>,
+}
+
+/// Write the latch's order into every registered group it covers.
+pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
+    let mut reached = Reached::default();
+    let registrations = ctx.store.worker_registrations();
+    if registrations.is_empty() {
+        return reached;
+    }
+    let hierarchy = match Hierarchy::discover() {
+        Ok(hierarchy) => hierarchy,
+        // No cgroup2: the subreaper fallback has no group to write to.
+        Err(_) => return reached,
+    };
+    let mut orders: Vec<(Group, GroupReached)> = Vec::new();
+    for registration in registrations {
+        let worker = match registration {
+            Ok(worker) => worker,
+            Err(error) => {
+                reached
+                    .warnings
+                    .push(format!("group_not_reached: a worker registration: {error}"));
+                continue;
+            }
+        };
+        let state = worker.get("state").and_then(|s| s.as_str()).unwrap_or("");
+        if matches!(state, "quiescent" | "exited") {
+            continue;
+        }
+        if !crate::status::worker_subject(&worker).is_covered_by(&latch.scope) {
+            continue;
+        }
+        let Some(path) = worker.get("cgroup").and_then(|c| c.as_str()) else {
+            continue;
+        };
+        let name = |field: &str| {
+            worker
+                .get(field)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let Some(group) = hierarchy.registered_group(std::path::Path::new(path)) else {
+            // A group already removed (its run ended) or a path that is not a supervised group.
+            continue;
+        };
+        let order = if latch.level == Level::Emergency {
+            "kill"
+        } else {
+            "freeze"
+        };
+        let written = match order {
+            "kill" => group.kill(),
+            _ => group.order_freeze(),
+        };
+        match written {
+            Ok(()) => orders.push((
+                group,
+                GroupReached {
+                    run: name("run"),
+                    agent: name("agent"),
+                    cgroup: PathBuf::from(path),
+                    order,
+                    confirmed: false,
+                },
+            )),
+            Err(error) => reached
+                .warnings
+                .push(format!("group_not_reached: {path}: {error}")),
+        }
+    }
+    confirm(&mut orders);
+    reached.groups = orders.into_iter().map(|(_, reached)| reached).collect();
+    reached
+}
+
+/// Look for every order's effect for at most [`CONFIRM_WITHIN`], re-issuing kills.
+fn confirm(orders: &mut [(Group, GroupReached)]) {
+    let started = Instant::now();
+    loop {
+        let mut pending = false;
+        for (group, reached) in orders.iter_mut().filter(|(_, r)| !r.confirmed) {
+            match group.events() {
+                Ok(events) if reached.order == "kill" && !events.populated => {
+                    reached.confirmed = true
+                }
+                Ok(events) if reached.order == "freeze" && events.frozen => {
+                    reached.confirmed = true
+                }
+                // A group gone since the order was written was emptied and removed.
+                Err(_) if !group.path().exists() => reached.confirmed = reached.order == "kill",
+                _ => {
+                    pending = true;
+                    if reached.order == "kill" {
+                        let _ = group.kill();
+                    }
+                }
+            }
+        }
+        if !pending || started.elapsed() >= CONFIRM_WITHIN {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

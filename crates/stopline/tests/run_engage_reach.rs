@@ -1,0 +1,122 @@
+//! A stop reaches the group even when the supervisor cannot (SPEC §12.3): with the supervising
+//! `stopline run` stopped by SIGSTOP, an emergency engage writes `cgroup.kill` into the covered
+//! group itself and the group is empty when the engage returns; a halt freezes it. Once the
+//! supervisor runs again it observes and records what happened, and after a lifted pause it
+//! thaws a group it did not freeze itself.
+
+mod run_support;
+mod util;
+
+use run_support::*;
+use std::time::Duration;
+use util::Home;
+
+fn signal(pid: u32, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    rustix::process::kill_process(pid, signal).unwrap();
+}
+
+fn group_events(cgroup: &str) -> String {
+    std::fs::read_to_string(format!("{cgroup}/cgroup.events")).unwrap_or_default()
+}
+
+/// The agent: three sleeping children and a heartbeat file.
+const AGENT: &str = "for i in 1 2 3; do sleep 600 & done; touch up; while :; do date +%s%N > beat; sleep 0.05; done";
+
+#[test]
+fn an_emergency_empties_the_group_while_the_supervisor_is_stopped() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let out = open_dir("stopline-run-reach-");
+    let run = run_id("reach");
+    let card = write_card(&home, &card(&run, "agent-k"));
+    let running = start_run(
+        &home,
+        &card,
+        &["--gateway", &gateway.url()],
+        out.path(),
+        AGENT,
+    );
+    let worker = wait_for_state(&home, &run, "agent-k", "running");
+    wait_for("the agent's children", Duration::from_secs(30), || {
+        out.path().join("up").exists().then_some(())
+    });
+    let cgroup = worker["cgroup"].as_str().unwrap().to_string();
+    let group_name = cgroup.rsplit('/').next().unwrap().to_string();
+    assert!(processes_in_group(&group_name).len() >= 4);
+    signal(running.pid(), rustix::process::Signal::STOP);
+
+    let receipt = home.engage(&format!("run:{run}"), "emergency");
+    let reached = receipt["groups_reached"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(reached.len(), 1, "{receipt}");
+    assert_eq!(reached[0]["cgroup"], cgroup.as_str(), "{receipt}");
+    assert_eq!(reached[0]["order"], "kill", "{receipt}");
+    assert_eq!(reached[0]["confirmed"], true, "{receipt}");
+    // A fresh walk of /proc, with the supervisor still stopped: nothing of the agent is left.
+    assert_eq!(processes_in_group(&group_name), Vec::<u32>::new());
+    assert!(
+        group_events(&cgroup).contains("populated 0"),
+        "{}",
+        group_events(&cgroup)
+    );
+
+    signal(running.pid(), rustix::process::Signal::CONT);
+    let (code, _, stderr) = running.finish(Duration::from_secs(30));
+    assert_eq!(code, 1, "{stderr}");
+    let worker = registration(&home, &run, "agent-k").unwrap();
+    assert_eq!(worker["state"], "quiescent", "{worker}");
+}
+
+#[test]
+fn a_pause_freezes_the_group_while_the_supervisor_is_stopped_and_is_thawed_after() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let out = open_dir("stopline-run-reach-freeze-");
+    let run = run_id("reach-freeze");
+    let card = write_card(&home, &card(&run, "agent-q"));
+    let running = start_run(
+        &home,
+        &card,
+        &["--gateway", &gateway.url()],
+        out.path(),
+        AGENT,
+    );
+    let worker = wait_for_state(&home, &run, "agent-q", "running");
+    let cgroup = worker["cgroup"].as_str().unwrap().to_string();
+    signal(running.pid(), rustix::process::Signal::STOP);
+    let receipt = home.engage(&format!("run:{run}"), "halt-noncritical");
+    let reached = receipt["groups_reached"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(reached.len(), 1, "{receipt}");
+    assert_eq!(reached[0]["order"], "freeze", "{receipt}");
+    assert_eq!(reached[0]["confirmed"], true, "{receipt}");
+    assert!(
+        group_events(&cgroup).contains("frozen 1"),
+        "{}",
+        group_events(&cgroup)
+    );
+
+    // Lifted while the supervisor still cannot act; once it runs again it thaws the group.
+    let lifted = home.run(&[
+        "disengage",
+        "--scope",
+        &format!("run:{run}"),
+        "--reason",
+        "resume",
+        "--by",
+        "operator",
+    ]);
+    lifted.assert_ok();
+    signal(running.pid(), rustix::process::Signal::CONT);
+    wait_for("the group thawed", Duration::from_secs(20), || {
+        group_events(&cgroup).contains("frozen 0").then_some(())
+    });
+    home.engage(&format!("run:{run}"), "emergency");
+    let (code, _, stderr) = running.finish(Duration::from_secs(30));
+    assert_eq!(code, 1, "{stderr}");
+}

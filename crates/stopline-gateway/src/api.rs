@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use stopline_control::{engage, status};
 use stopline_core::budget::{BudgetKind, Budgets};
-use stopline_core::{AuthorityStatus, Name, Refusal, RefusalCode, Role, TaskClass};
+use stopline_core::{AuthorityStatus, ControlView, Name, Refusal, RefusalCode, Role, TaskClass};
 
 /// The full router: API, model proxy, metrics, page.
 pub fn router(state: AppState) -> Router {
@@ -107,10 +107,13 @@ async fn status_route(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, GatewayError> {
-    state.gov.authenticate(bearer(&headers))?;
+    let caller = state.gov.authenticate(bearer(&headers))?;
     let ctx = state.gov.context().clone();
     let mut receipt = blocking(move || Ok(status::status(&ctx))).await?;
     let snapshot = state.gov.snapshot();
+    if !sees_everything(caller.role()) {
+        only_what_concerns(&mut receipt, &caller, &snapshot.view);
+    }
     if let Some(lapsed) = state.gov.inner.view.source().permit_lapsed() {
         // No word from the distributed backend: this gateway cannot vouch for stops engaged
         // elsewhere since, so it reports itself uncovered.
@@ -130,6 +133,50 @@ async fn status_route(
         "notes": state.registry.record().notes,
     });
     Ok(Json(receipt))
+}
+
+/// Operators and monitors see every agent's latches, workers and budgets; an agent (or
+/// critical) token sees only what concerns its own chain (SPEC §12.3).
+pub(crate) fn sees_everything(role: Role) -> bool {
+    matches!(role, Role::Operator | Role::Monitor)
+}
+
+/// True when `chain` is the caller's chain, one of its ancestors' or one of its sub-agents'
+/// (one is a prefix of the other).
+pub(crate) fn in_own_chain(caller: &[String], chain: &[String]) -> bool {
+    let shorter = caller.len().min(chain.len());
+    shorter > 0 && caller[..shorter] == chain[..shorter]
+}
+
+/// Cut a status receipt down to what an agent token may read: the latches covering it and the
+/// workers of its own chain.
+fn only_what_concerns(receipt: &mut Value, caller: &crate::caller::Caller, view: &ControlView) {
+    let covering: Vec<String> = view
+        .latches
+        .iter()
+        .filter(|latch| latch.covers(caller.subject()))
+        .map(|latch| latch.file.clone())
+        .collect();
+    if let Some(latches) = receipt["latches"].as_array_mut() {
+        latches.retain(|latch| {
+            latch["file"]
+                .as_str()
+                .is_some_and(|file| covering.iter().any(|c| c == file))
+        });
+    }
+    let chain: Vec<String> = caller
+        .claims()
+        .chain
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    if let Some(workers) = receipt["workers"].as_array_mut() {
+        workers.retain(|worker| {
+            worker["agent"]
+                .as_str()
+                .is_some_and(|agent| chain.iter().any(|link| link == agent))
+        });
+    }
 }
 
 #[derive(Deserialize)]
@@ -263,6 +310,17 @@ async fn delegate_route(
     let snapshot = gov.snapshot();
     if let Some(fault) = snapshot.view.faults.first() {
         return Err(fault.clone().into());
+    }
+    // A stopped parent mints nothing, whatever its token's standing (SPEC §12.3).
+    if let Some(latch) = snapshot.view.covering(caller.subject()).next() {
+        return Err(Refusal::new(
+            RefusalCode::BreakGlassContained,
+            format!(
+                "{} ({} at {}) covers the parent; no sub-agent token is minted while it stands",
+                latch.file, latch.scope, latch.level
+            ),
+        )
+        .into());
     }
     let standing = caller.claims().standing(&snapshot.view.epoch);
     if standing != AuthorityStatus::Current {

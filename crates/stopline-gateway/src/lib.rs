@@ -21,6 +21,7 @@ pub mod config;
 pub mod error;
 mod governor;
 pub mod inflight;
+mod listener;
 pub mod metrics;
 pub mod model;
 mod page;

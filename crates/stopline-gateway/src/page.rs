@@ -87,19 +87,39 @@ pub async fn budgets_route(
     headers: HeaderMap,
 ) -> Result<Json<Value>, GatewayError> {
     let gov = &state.gov;
-    gov.authenticate(bearer(&headers))?;
+    let caller = gov.authenticate(bearer(&headers))?;
+    // An agent token reads only its own chain's accounts (SPEC §12.3).
+    let own_chain: Option<Vec<String>> = (!crate::api::sees_everything(caller.role())).then(|| {
+        caller
+            .claims()
+            .chain
+            .iter()
+            .map(|n| n.to_string())
+            .collect()
+    });
     let inner = &gov.inner;
     let now_ms = gov.now_ms();
     let mut agents: BTreeMap<String, (Vec<Value>, Value)> = BTreeMap::new();
     for account in inner.ledger.summaries(now_ms / 1000) {
+        if let Some(chain) = &own_chain {
+            if !crate::api::in_own_chain(chain, &account.chain) {
+                continue;
+            }
+        }
         let entry = agents.entry(account.agent.clone()).or_default();
         entry
             .0
             .push(serde_json::to_value(&account).unwrap_or_default());
     }
     for breaker in inner.agents.summaries() {
-        agents.entry(breaker.agent.clone()).or_default().1 =
-            serde_json::to_value(&breaker).unwrap_or_default();
+        let visible = match &own_chain {
+            None => true,
+            Some(chain) => agents.contains_key(&breaker.agent) || chain.contains(&breaker.agent),
+        };
+        if visible {
+            agents.entry(breaker.agent.clone()).or_default().1 =
+                serde_json::to_value(&breaker).unwrap_or_default();
+        }
     }
     let snapshot = gov.snapshot();
     let emergency = snapshot.is_faulted()

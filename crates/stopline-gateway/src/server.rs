@@ -181,11 +181,10 @@ pub async fn start_with(
     }
     let (tx, rx) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        axum::serve(http, router)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-            })
-            .await
+        crate::listener::serve(http, router, async move {
+            let _ = rx.await;
+        })
+        .await
     });
     tracing::info!(%addr, %ack_addr, "stopline gateway listening");
     Ok(RunningGateway {

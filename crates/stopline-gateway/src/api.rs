@@ -264,8 +264,17 @@ struct CheckBody {
     class: Option<String>,
     #[serde(default)]
     action: Option<String>,
+    /// One target, or several (the Claude Code hook sends its tool's target first, then the
+    /// event's `cwd` and the tool's file paths as `file:<path>`).
     #[serde(default)]
-    target: Option<String>,
+    target: Option<OneOrMany>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 async fn check_route(
@@ -282,9 +291,25 @@ async fn check_route(
         Some("critical") => TaskClass::Critical,
         _ => TaskClass::Noncritical,
     };
-    let receipt = state
-        .gov
-        .check(bearer(&headers), class, request.target.as_deref());
+    let targets = match request.target {
+        None => Vec::new(),
+        Some(OneOrMany::One(target)) => vec![target],
+        Some(OneOrMany::Many(targets)) => targets,
+    };
+    // Every absolute `file:` target is a place the call works in: a project stop covering it
+    // covers the call. Only absolute paths count; nothing is read from the disk for them.
+    let paths: Vec<std::path::PathBuf> = targets
+        .iter()
+        .filter_map(|t| t.strip_prefix("file:"))
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .collect();
+    let receipt = state.gov.check_at(
+        bearer(&headers),
+        class,
+        targets.first().map(String::as_str),
+        &paths,
+    );
     let mut value = serde_json::to_value(&receipt).unwrap_or_default();
     value["action"] = request.action.into();
     Json(value)

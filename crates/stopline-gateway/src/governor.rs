@@ -174,6 +174,22 @@ impl Governor {
         class: TaskClass,
         target: Option<&str>,
     ) -> CheckReceipt {
+        self.judge_at(snapshot, caller, class, target, &[])
+    }
+
+    /// [`Governor::judge`] for a call that also works in `paths` (a hook's working directory
+    /// and file paths): a project stop covering any of them covers the call, as it does in
+    /// local mode (SPEC §12.3).
+    pub(crate) fn judge_at(
+        &self,
+        snapshot: &Snapshot,
+        caller: &Caller,
+        class: TaskClass,
+        target: Option<&str>,
+        paths: &[std::path::PathBuf],
+    ) -> CheckReceipt {
+        let mut subject = caller.subject().clone();
+        subject.projects.extend(paths.iter().cloned());
         let now = self.now_ms();
         if let Some(refusal) = self.inner.view.staleness(snapshot, now) {
             return CheckReceipt::block(Mode::Emergency, refusal.code, refusal.message, Vec::new());
@@ -202,7 +218,7 @@ impl Governor {
         };
         let receipt = snapshot
             .view
-            .decide(caller.subject(), class, Some(authority), target, now);
+            .decide(&subject, class, Some(authority), target, now);
         if receipt.decision == Decision::Allow && target.is_some() {
             if let Some(why) = snapshot.view.blocked_targets.get("*") {
                 return CheckReceipt::block(
@@ -232,6 +248,17 @@ impl Governor {
         class: TaskClass,
         target: Option<&str>,
     ) -> CheckReceipt {
+        self.check_at(bearer, class, target, &[])
+    }
+
+    /// [`Governor::check`] for a call that also works in `paths` (canonical, absolute).
+    pub fn check_at(
+        &self,
+        bearer: Option<&str>,
+        class: TaskClass,
+        target: Option<&str>,
+        paths: &[std::path::PathBuf],
+    ) -> CheckReceipt {
         let caller = match self.authenticate(bearer) {
             Ok(caller) => caller,
             Err(refusal) => {
@@ -248,7 +275,7 @@ impl Governor {
         } else {
             TaskClass::Noncritical
         };
-        let receipt = self.judge(&self.snapshot(), &caller, class, target);
+        let receipt = self.judge_at(&self.snapshot(), &caller, class, target, paths);
         self.inner
             .metrics
             .decision(receipt.decision.as_str(), receipt.code);

@@ -140,7 +140,14 @@ fn decide(options: &HookOptions) -> Result<(), String> {
         + Duration::from_millis(env_ms("STOPLINE_HOOK_QUEUE_WAIT_MS", DEFAULT_QUEUE_WAIT_MS));
     loop {
         let (decision, mode, reason) = match &options.gateway {
-            Some(url) => ask_gateway(url, options.token.as_deref(), action, target.as_deref()),
+            Some(url) => {
+                let targets = gateway_targets(
+                    target.as_deref(),
+                    cwd.as_deref(),
+                    event.get("tool_input").unwrap_or(&Value::Null),
+                );
+                ask_gateway(url, options.token.as_deref(), action, &targets)
+            }
             None => ask_local(options, cwd.as_deref(), target.as_deref())?,
         };
         match decision {
@@ -178,11 +185,66 @@ fn ask_local(
     Ok((receipt.decision, receipt.mode, reason))
 }
 
+/// The targets the hook sends the gateway: the tool's operation target first, then the event's
+/// `cwd` and every file path of the tool's input (`file_path`, `path`, `notebook_path`) as
+/// `file:<canonical path>`, so a `project:` stop covering any of them blocks the call in
+/// gateway mode as it does in local mode (SPEC §12.3).
+pub fn gateway_targets(
+    target: Option<&str>,
+    cwd: Option<&Path>,
+    tool_input: &Value,
+) -> Vec<String> {
+    let mut targets: Vec<String> = target.map(String::from).into_iter().collect();
+    let mut add = |path: PathBuf| {
+        let text = format!("file:{}", canonical_or_parent(&path).display());
+        if !targets.contains(&text) {
+            targets.push(text);
+        }
+    };
+    if let Some(cwd) = cwd.filter(|c| c.is_absolute()) {
+        add(cwd.to_path_buf());
+    }
+    for field in ["file_path", "path", "notebook_path"] {
+        let Some(path) = tool_input.get(field).and_then(Value::as_str) else {
+            continue;
+        };
+        let path = Path::new(path);
+        match (path.is_absolute(), cwd) {
+            (true, _) => add(path.to_path_buf()),
+            (false, Some(cwd)) if cwd.is_absolute() => add(cwd.join(path)),
+            _ => {}
+        }
+    }
+    targets
+}
+
+/// The canonical form of `path`, or of its nearest existing ancestor with the rest appended
+/// (a file about to be written does not exist yet).
+fn canonical_or_parent(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut current = path;
+    loop {
+        if let Ok(canonical) = std::fs::canonicalize(current) {
+            return rest
+                .iter()
+                .rev()
+                .fold(canonical, |acc, part| acc.join(part));
+        }
+        match (current.parent(), current.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                current = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
 fn ask_gateway(
     url: &str,
     token: Option<&str>,
     action: &str,
-    target: Option<&str>,
+    targets: &[String],
 ) -> (Decision, Mode, String) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -199,7 +261,7 @@ fn ask_gateway(
     };
     let governor = crate::remote::RemoteGovernor::new(url);
     let receipt =
-        runtime.block_on(governor.check(token.unwrap_or_default(), false, action, target));
+        runtime.block_on(governor.check_targets(token.unwrap_or_default(), false, action, targets));
     let reason = match receipt.refusal {
         Some(refusal) => format!("{}: {}", refusal.code, refusal.message),
         None => "allowed".into(),

@@ -61,6 +61,24 @@ impl RemoteGovernor {
         action: &str,
         target: Option<&str>,
     ) -> Receipt {
+        let targets: Vec<String> = target.map(String::from).into_iter().collect();
+        self.check_targets(token, critical, action, &targets).await
+    }
+
+    /// One `POST /v1/check` naming several targets: the first is the operation's, every
+    /// `file:<path>` one is a place the call works in (a project stop covering it blocks).
+    pub async fn check_targets(
+        &self,
+        token: &str,
+        critical: bool,
+        action: &str,
+        targets: &[String],
+    ) -> Receipt {
+        let target = match targets {
+            [] => Value::Null,
+            [one] => json!(one),
+            many => json!(many),
+        };
         let body = json!({"class": if critical { "critical" } else { "noncritical" }, "action": action, "target": target});
         let mut request = self
             .client

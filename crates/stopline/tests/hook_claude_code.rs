@@ -171,3 +171,51 @@ fn through_the_gateway_allowed_is_0_and_stopped_is_2() {
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("stale_control_epoch"), "{}", r.stderr);
 }
+
+#[test]
+fn through_the_gateway_a_project_stop_blocks_calls_made_in_that_project() {
+    let home = Home::new();
+    let (_gateway, url) = gateway(&home, "");
+    // The token says nothing of the project: only the event's cwd and paths place the call.
+    let token = home.token(&["--agent", "coder"]);
+    let env = [
+        ("STOPLINE_URL", url.as_str()),
+        ("STOPLINE_TOKEN", token.as_str()),
+    ];
+    let project = tempfile::Builder::new()
+        .prefix("stopline-hook-project-")
+        .tempdir()
+        .unwrap();
+    let project_root = project.path().canonicalize().unwrap();
+    let bash = event(&home, "Bash", json!({"command": "ls"}));
+    let write_inside = event(
+        &home,
+        "Write",
+        json!({"file_path": project_root.join("notes.txt"), "content": "x"}),
+    );
+    let read_inside = event(&home, "Grep", json!({"pattern": "x", "path": project_root}));
+    for call in [&bash, &write_inside, &read_inside] {
+        let r = hook(&home, call, &env);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    home.engage(&format!("project:{}", project_root.display()), "halt-all");
+    for call in [&write_inside, &read_inside] {
+        let r = hook(&home, call, &env);
+        assert_eq!(
+            r.code, 2,
+            "a call inside the halted project ran: {}",
+            r.stderr
+        );
+        assert!(r.stderr.contains("break_glass_contained"), "{}", r.stderr);
+    }
+    // Bash with the halted project as its working directory.
+    let cwd = project_root.display().to_string();
+    let bash_inside = serde_json::to_vec(&json!({"session_id": "s1", "cwd": cwd,
+        "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}}))
+    .unwrap();
+    let r = hook(&home, &bash_inside, &env);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // Outside the project the same agent goes on.
+    let r = hook(&home, &bash, &env);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}

@@ -76,7 +76,10 @@ fn an_engaged_run_is_killed_to_the_last_process_and_status_waits_for_the_observa
     );
     assert_eq!(status["workers"][0]["covered"], true);
     assert_eq!(status["workers"][0]["state"], "running");
-    assert!(children.iter().all(|pid| is_alive(*pid)) && is_alive(daemon));
+    // The engage reached the group itself (SPEC §12.3): nothing of the agent is left, though
+    // the stopped supervisor has not yet observed and recorded it.
+    assert_eq!(receipt["groups_reached"][0]["confirmed"], true, "{receipt}");
+    assert!(children.iter().all(|pid| !is_alive(*pid)) && !is_alive(daemon));
 
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(running.pid() as i32).unwrap(),

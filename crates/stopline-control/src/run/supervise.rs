@@ -356,6 +356,17 @@ impl Supervision {
         }
         let progress = self.enforce(level)?;
         if progress == Progress::Running && self.root_exited()? && !self.alive()? {
+            if !reload {
+                // The agent may have died of a stop this loop has not read yet (an engage kills
+                // a covered group itself, SPEC §12.3): a fresh order says how the run ended.
+                self.order = read_order(&self.ctx, &self.subject);
+                if self.order.level >= Some(Level::HaltAll) {
+                    self.cause = self.order.cause.clone();
+                }
+            }
+            if self.cause.is_some() {
+                return self.enforce(level.max(self.order.level).max(Some(Level::HaltAll)));
+            }
             // One more enforcement step observes the empty group itself, so the registration
             // says `exited` (with the exit code) from the worker's own observation.
             self.enforce(level)?;

@@ -27,6 +27,17 @@ pub struct McpServerConfig {
     /// Tools admitted as critical.
     #[serde(default)]
     pub critical_tools: Vec<String>,
+    /// The user a stdio server runs as (`command`): a name, a uid, or `auto` (as root the
+    /// default: a fresh uid of its own, SPEC §12.3).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The variables a stdio server gets besides `PATH`, `HOME` and `LANG` (nothing else of
+    /// the gateway's environment reaches it).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Seconds without traffic after which a stdio server's session ends (default 300).
+    #[serde(default)]
+    pub session_idle_s: Option<u64>,
     /// Keys this crate does not know, for the MCP proxy.
     #[serde(flatten)]
     pub extra: BTreeMap<String, toml::Value>,

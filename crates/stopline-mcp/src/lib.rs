@@ -29,6 +29,7 @@ pub mod sse;
 pub mod stdio;
 mod stdio_child;
 mod stdio_session;
+mod stdio_spawn;
 mod stdio_upstream;
 pub mod track;
 mod upstream;

@@ -10,7 +10,7 @@ use futures::channel::mpsc;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{ChildStdin, Command};
+use tokio::process::ChildStdin;
 
 pub(crate) type Route = mpsc::Sender<Message>;
 
@@ -20,11 +20,28 @@ pub(crate) struct Session {
     pub(crate) routes: Mutex<HashMap<String, Route>>,
     pub(crate) server_stream: Mutex<Option<Route>>,
     pub(crate) pgid: u32,
+    /// Its cgroup and uid (SPEC §12.3); ending it kills the whole group.
+    held: Mutex<crate::stdio_spawn::Held>,
+    /// The last time the session carried traffic.
+    last_used: Mutex<std::time::Instant>,
+}
+
+impl Session {
+    /// Note traffic (the idle bound counts from the last).
+    pub(crate) fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+    }
+
+    /// End the server: its process group, then its whole cgroup.
+    pub(crate) fn end(&self) {
+        kill_group(self.pgid);
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).end();
+    }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        kill_group(self.pgid);
+        self.end();
     }
 }
 
@@ -56,22 +73,24 @@ fn deliver(route: &Route, message: Message) {
     let _ = route.clone().try_send(message);
 }
 
+/// What a session's server is and whom it serves.
+pub(crate) struct Start<'a> {
+    pub(crate) server: &'a str,
+    pub(crate) session: &'a str,
+    pub(crate) command: &'a [String],
+    pub(crate) config: &'a stopline_gateway::config::McpServerConfig,
+    pub(crate) governor: Arc<dyn crate::governor::Governor>,
+    pub(crate) caller: crate::governor::Caller,
+}
+
 pub(crate) async fn start(
-    command: &[String],
+    what: Start<'_>,
     sessions: &Arc<StdioSessions>,
     key: String,
 ) -> std::io::Result<Arc<Session>> {
-    let (program, args) = command
-        .split_first()
-        .ok_or_else(|| std::io::Error::other("empty command"))?;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()?;
+    let (mut command, held) =
+        crate::stdio_spawn::prepare(what.server, what.session, what.command, what.config)?;
+    let mut child = command.spawn()?;
     let pgid = child.id().unwrap_or_default();
     let stdin = child
         .stdin
@@ -86,7 +105,16 @@ pub(crate) async fn start(
         routes: Mutex::default(),
         server_stream: Mutex::default(),
         pgid,
+        held: Mutex::new(held),
+        last_used: Mutex::new(std::time::Instant::now()),
     });
+    watch_session(
+        &session,
+        sessions,
+        key.clone(),
+        crate::stdio_spawn::idle_bound(what.config),
+        what.governor.cut(&what.caller),
+    );
     let weak = Arc::downgrade(&session);
     let registry = Arc::downgrade(sessions);
     tokio::spawn(async move {
@@ -148,6 +176,53 @@ pub(crate) async fn start(
         let _ = child.wait().await;
     });
     Ok(session)
+}
+
+/// End the session's server when its agent is cut (an EMERGENCY covering it, a contained
+/// machine, an untrusted control state) or when it has carried no traffic for `idle`; either
+/// way the session is forgotten, so its next request is `unknown session`.
+fn watch_session(
+    session: &Arc<Session>,
+    sessions: &Arc<StdioSessions>,
+    key: String,
+    idle: std::time::Duration,
+    cut: futures::future::BoxFuture<'static, stopline_core::Refusal>,
+) {
+    let weak = Arc::downgrade(session);
+    let registry = Arc::downgrade(sessions);
+    tokio::spawn(async move {
+        let mut cut = cut;
+        let why = loop {
+            let Some(session) = weak.upgrade() else {
+                return;
+            };
+            let since = session
+                .last_used
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .elapsed();
+            drop(session);
+            if since >= idle {
+                break format!("no traffic for {} s", idle.as_secs());
+            }
+            let wait = (idle - since).min(std::time::Duration::from_secs(1));
+            tokio::select! {
+                refusal = &mut cut => break format!("its agent was stopped: {}", refusal.message),
+                () = tokio::time::sleep(wait) => {}
+            }
+        };
+        if let Some(session) = weak.upgrade() {
+            tracing::info!(pgid = session.pgid, "ending a stdio tool server: {why}");
+            session.end();
+        }
+        if let Some(registry) = registry.upgrade() {
+            registry
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&key);
+        }
+    });
 }
 
 impl StdioSessions {

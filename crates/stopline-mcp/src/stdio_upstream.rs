@@ -14,7 +14,7 @@ use crate::pump::{self, Pump};
 use crate::reply::{json_reply, refusal_reply, stream_body};
 use crate::sse::message_event;
 pub use crate::stdio_session::StdioSessions;
-use crate::stdio_session::{kill_group, new_session_id, start};
+use crate::stdio_session::{new_session_id, start, Start};
 use crate::upstream::{upstream_failed, Exchange};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -93,7 +93,16 @@ pub async fn post_stdio(exchange: Exchange, command: &[String], forward: Incomin
         None if initialize => {
             let id = new_session_id();
             let key = format!("{server}\0{id}");
-            match start(command, &state.stdio, key.clone()).await {
+            let config = state.servers.get(&server).cloned().unwrap_or_default();
+            let what = Start {
+                server: &server,
+                session: &id,
+                command,
+                config: &config,
+                governor: state.governor.clone(),
+                caller: caller.clone(),
+            };
+            match start(what, &state.stdio, key.clone()).await {
                 Ok(session) => {
                     state
                         .stdio
@@ -117,6 +126,7 @@ pub async fn post_stdio(exchange: Exchange, command: &[String], forward: Incomin
         }
         None => return no_session(),
     };
+    session.touch();
     let (tx, rx) = mpsc::channel(64);
     for key in pending.keys() {
         session
@@ -170,6 +180,7 @@ pub async fn get_stdio(
     let Some(session) = session_key(server, headers).and_then(|k| state.stdio.get(&k)) else {
         return no_session();
     };
+    session.touch();
     let (tx, rx) = mpsc::channel(64);
     *session
         .server_stream
@@ -191,7 +202,7 @@ pub async fn delete_stdio(state: &Arc<McpState>, server: &str, headers: &HeaderM
     });
     match removed {
         Some(session) => {
-            kill_group(session.pgid);
+            session.end();
             StatusCode::OK.into_response()
         }
         None => no_session(),

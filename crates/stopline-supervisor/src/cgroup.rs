@@ -183,6 +183,12 @@ impl Group {
         Ok(Group { path })
     }
 
+    /// A group its caller created itself at `path`, outside stopline's parent group (the
+    /// gateway's tool servers live under the gateway's own group).
+    pub fn at_path(path: PathBuf) -> Group {
+        Group { path }
+    }
+
     /// A group at an existing path (from a directory listing of the parent group).
     pub(crate) fn from_path(path: PathBuf) -> Group {
         Group { path }

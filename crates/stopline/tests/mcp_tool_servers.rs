@@ -1,0 +1,154 @@
+//! The stdio tool servers the gateway starts (`[mcp.<server>] command`, SPEC §12.3), tried with
+//! the attacks that broke them: the reference server's `get-env` tool, called by an agent
+//! through the gateway, shows no provider key (only `PATH`, `HOME`, `LANG` and the configured
+//! `env` reach it); the server runs under a uid of its own in a cgroup of its own; and it ends
+//! with its session — when an agent that never said goodbye stops talking (`session_idle_s`) and
+//! at an EMERGENCY covering its agent — instead of living on after the agent was killed.
+
+mod mcp_support;
+mod util;
+
+use mcp_support::{alive, children_of, eventually, everything, free_port, Driver, Proc};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use util::Home;
+
+/// `stopline serve` with `[mcp.local]` running the reference server over stdio, the upstream
+/// key in its environment (as a real gateway has it).
+fn gateway(home: &Home, extra: &str) -> (Proc, String) {
+    let port = free_port();
+    std::fs::create_dir_all(home.path()).unwrap();
+    let config = format!(
+        "listen = \"127.0.0.1:{port}\"\n[mcp.local]\ncommand = [\"node\", \"{}\", \"stdio\"]\n{extra}\n",
+        everything().display()
+    );
+    std::fs::write(home.file("config.toml"), config).unwrap();
+    let child = home
+        .command(&["serve"])
+        .env("UPSTREAM_API_KEY", "sk-upstream-secret")
+        .env("OPENAI_API_KEY", "sk-openai-secret")
+        .env("LANG", "C.UTF-8")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("stopline serve");
+    let proc = Proc {
+        child,
+        name: "gateway",
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = stream.write_all(b"GET /healthz HTTP/1.0\r\n\r\n");
+            let mut reply = String::new();
+            let _ = std::io::Read::read_to_string(&mut stream, &mut reply);
+            if reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200") {
+                return (proc, format!("http://127.0.0.1:{port}"));
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not become healthy"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn status_uid(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn the_server(gateway: &Proc) -> u32 {
+    let servers = children_of(gateway.pid());
+    assert_eq!(servers.len(), 1, "one server for the session: {servers:?}");
+    servers[0]
+}
+
+#[test]
+fn a_tool_server_gets_no_provider_key_and_runs_as_its_own_uid_in_its_own_group() {
+    let home = Home::new();
+    let (gateway, url) = gateway(&home, "env = { SERVER_MODE = \"test\" }");
+    let token = home.token(&["--agent", "worker"]);
+    let mut client = Driver::start(&["http", &format!("{url}/mcp/local"), &token], &[]);
+    let reply = client.call("get-env", json!({}));
+    let text = reply["text"][0].as_str().unwrap_or_default().to_string();
+    let env: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {reply}"));
+    let mut names: Vec<&str> = env
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    names.sort();
+    assert!(
+        !text.contains("sk-upstream-secret") && !text.contains("sk-openai-secret"),
+        "{text}"
+    );
+    assert_eq!(names, ["HOME", "LANG", "PATH", "SERVER_MODE"], "{text}");
+
+    let server = the_server(&gateway);
+    let uid = status_uid(server);
+    assert!(
+        (61184..=65519).contains(&uid),
+        "the server runs as uid {uid}"
+    );
+    let cgroup = std::fs::read_to_string(format!("/proc/{server}/cgroup")).unwrap();
+    assert!(cgroup.contains("/stopline-mcp-local-"), "{cgroup}");
+    assert_eq!(client.send(json!({"op": "quit"}))["ok"], true);
+    assert!(
+        eventually(Duration::from_secs(10), || !alive(server)),
+        "the session's server still runs"
+    );
+}
+
+#[test]
+fn a_tool_server_ends_when_its_agent_goes_silent() {
+    let home = Home::new();
+    let (gateway, url) = gateway(&home, "session_idle_s = 2");
+    // An agent killed without ending its session (no DELETE): the idle bound ends the server.
+    let token = home.token(&["--agent", "gone"]);
+    let client = Driver::start(&["http", &format!("{url}/mcp/local"), &token], &[]);
+    let server = the_server(&gateway);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(client.pid() as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || !alive(server)),
+        "the server outlived its silent session"
+    );
+}
+
+#[test]
+fn a_tool_server_ends_at_an_emergency_covering_its_agent() {
+    let home = Home::new();
+    let (gateway, url) = gateway(&home, "");
+    let token = home.token(&["--agent", "busy"]);
+    let bystander_token = home.token(&["--agent", "bystander"]);
+    let mut client = Driver::start(&["http", &format!("{url}/mcp/local"), &token], &[]);
+    assert_eq!(
+        client.call("echo", json!({"message": "up"}))["text"][0],
+        "Echo: up"
+    );
+    let server = the_server(&gateway);
+    let mut bystander = Driver::start(
+        &["http", &format!("{url}/mcp/local"), &bystander_token],
+        &[],
+    );
+    home.engage("agent:busy", "emergency");
+    assert!(
+        eventually(Duration::from_secs(30), || !alive(server)),
+        "the server of a stopped agent still runs"
+    );
+    // Another agent's session and server are untouched.
+    assert_eq!(
+        bystander.call("echo", json!({"message": "still here"}))["text"][0],
+        "Echo: still here"
+    );
+    assert_eq!(children_of(gateway.pid()).len(), 1);
+}

@@ -72,6 +72,10 @@ pub struct Config {
     /// Periodic full reload of a gateway's view.
     #[serde(default = "default_reload")]
     pub reload_interval_ms: u64,
+    /// Seconds an upstream exchange the gateway cut (its agent answered at EMERGENCY) may
+    /// still take to give its outcome before the operation is left in doubt (SPEC §12.2).
+    #[serde(default = "default_cut_outcome_wait")]
+    pub cut_outcome_wait_s: u64,
     /// Model prices.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
@@ -110,6 +114,9 @@ fn default_ack_timeout() -> u64 {
 }
 fn default_reload() -> u64 {
     1000
+}
+fn default_cut_outcome_wait() -> u64 {
+    30
 }
 
 impl Default for Config {

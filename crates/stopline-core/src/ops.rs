@@ -1,9 +1,14 @@
 //! Governed operations: targets, the `prepared → dispatched → outcome` records, and the fold that
 //! tells which operations are unresolved.
 //!
-//! An operation with no outcome is unresolved. One whose writer is gone, or that its writer
-//! marked in doubt (a stream cut by a stop), blocks new operations on its target until the owner
-//! reconciles it. One still in flight in a live writer is pending, and does not block.
+//! An operation with no outcome is unresolved. One still in flight in a live writer is pending,
+//! and blocks nothing. One whose writer is gone, or that its writer marked in doubt (the upstream
+//! connection broke after dispatch, or a cut exchange got no answer in time), is in doubt until
+//! the owner reconciles it, and then blocks according to [`Blocks`] (SPEC §12.2): a `model:`
+//! operation blocks nobody (a model request has no effect outside; its cost stays reserved), a
+//! tool or file operation blocks new operations on its target by the same agent — the root of
+//! the delegation chain it was made under, its sub-agents included — unless the server it went
+//! to is configured `unresolved_blocks = "everyone"`.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -37,6 +42,58 @@ pub fn target_kind(target: &str) -> Option<OpKind> {
         }
         "model" => Some(OpKind::Model),
         _ => None,
+    }
+}
+
+/// Whom an unresolved tool or file operation blocks, as recorded when it was prepared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockScope {
+    /// Only the agent whose delegation chain it was made under (the chain's root and every
+    /// sub-agent of it). The default, and the reading of a line that names nothing.
+    #[default]
+    Agent,
+    /// Every caller (`[mcp.<name>] unresolved_blocks = "everyone"`).
+    Everyone,
+}
+
+/// Whom an operation blocks while it is in doubt.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Blocks {
+    /// Nobody: a `model:` operation.
+    Nobody,
+    /// New operations on the same target by this agent (a chain root) and its sub-agents.
+    Agent(String),
+    /// New operations on the same target by anyone.
+    Everyone,
+}
+
+impl Blocks {
+    /// True when it blocks a call by `subject`. A subject whose identity cannot be proven is
+    /// blocked by every agent's operations, as every agent latch covers it (SPEC §1).
+    pub fn covers(&self, subject: &crate::subject::Subject) -> bool {
+        match self {
+            Blocks::Nobody => false,
+            Blocks::Everyone => true,
+            Blocks::Agent(root) => {
+                !subject.provable || subject.chain.first().is_some_and(|n| n.as_str() == root)
+            }
+        }
+    }
+
+    /// `nobody`, `agent:<root>` or `everyone`: the form `ops list` and `status` show.
+    pub fn label(&self) -> String {
+        match self {
+            Blocks::Nobody => "nobody".into(),
+            Blocks::Agent(root) => format!("agent:{root}"),
+            Blocks::Everyone => "everyone".into(),
+        }
+    }
+}
+
+impl Serialize for Blocks {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.label())
     }
 }
 
@@ -74,6 +131,12 @@ pub struct OpLine {
     /// `prepared`: the caller's request id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// `prepared`: the root of the acting agent's delegation chain (absent: the agent itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// `prepared`: whom it blocks while in doubt (absent: the agent's chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<BlockScope>,
     /// `outcome`: committed, failed, abandoned, refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
@@ -96,6 +159,10 @@ pub struct Operation {
     pub kind: OpKind,
     /// The acting agent.
     pub agent: Option<String>,
+    /// The root of the acting agent's delegation chain.
+    pub root: Option<String>,
+    /// Whom it blocks while it is in doubt.
+    pub blocks: Blocks,
     /// The caller's request id.
     pub request_id: Option<String>,
     /// Unix ms it was prepared.
@@ -120,6 +187,17 @@ impl Operation {
     }
 }
 
+/// Whom an operation of `kind`, recorded with `scope` under chain root `root`, blocks while in
+/// doubt. An agent-scoped operation with no recorded agent blocks everyone (it cannot be
+/// attributed to anyone in particular).
+pub fn blocks_of(kind: OpKind, scope: BlockScope, root: Option<&str>) -> Blocks {
+    match (kind, scope, root) {
+        (OpKind::Model, _, _) => Blocks::Nobody,
+        (_, BlockScope::Everyone, _) | (_, BlockScope::Agent, None) => Blocks::Everyone,
+        (_, BlockScope::Agent, Some(root)) => Blocks::Agent(root.to_string()),
+    }
+}
+
 /// Fold journal lines (from any number of writers, each line tagged with its writer) into
 /// operations by id. Lines for an op never prepared are ignored unless they are outcomes, which
 /// are kept so a reconciliation written before the fold still counts.
@@ -135,11 +213,15 @@ pub fn fold<'a>(lines: impl IntoIterator<Item = (&'a str, OpLine)>) -> BTreeMap<
                 let Some(kind) = target_kind(&target) else {
                     continue;
                 };
+                let root = line.root.clone().or_else(|| line.agent.clone());
+                let blocks = blocks_of(kind, line.blocks.unwrap_or_default(), root.as_deref());
                 ops.entry(line.op.clone()).or_insert(Operation {
                     op: line.op.clone(),
                     target,
                     kind,
                     agent: line.agent.clone(),
+                    root,
+                    blocks,
                     request_id: line.request_id.clone(),
                     prepared_ms: line.ts_ms,
                     dispatched: false,
@@ -181,6 +263,8 @@ mod tests {
             target: target.map(String::from),
             agent: None,
             request_id: None,
+            root: None,
+            blocks: None,
             outcome: (phase == Phase::Outcome).then(|| "committed".into()),
             by: None,
             reason: None,
@@ -209,5 +293,42 @@ mod tests {
         ]);
         assert!(!ops["a"].is_unresolved());
         assert!(ops["b"].is_unresolved());
+    }
+
+    #[test]
+    fn who_an_operation_blocks() {
+        use crate::scope::Name;
+        use crate::subject::Subject;
+        let chain = |names: &[&str]| {
+            Subject::proven(
+                names.iter().map(|n| Name::parse(n).unwrap()).collect(),
+                vec![],
+                vec![],
+            )
+        };
+        let mut tool = line("t", Phase::Prepared, Some("mcp:s:write"));
+        tool.agent = Some("child".into());
+        tool.root = Some("lead".into());
+        let mut everyone = line("e", Phase::Prepared, Some("mcp:s:write"));
+        everyone.agent = Some("lead".into());
+        everyone.blocks = Some(BlockScope::Everyone);
+        let mut model = line("m", Phase::Prepared, Some("model:gpt"));
+        model.agent = Some("lead".into());
+        let ops = fold([("gw", tool), ("gw", everyone), ("gw", model)]);
+        assert_eq!(ops["t"].blocks, Blocks::Agent("lead".into()));
+        assert!(ops["t"].blocks.covers(&chain(&["lead"])));
+        assert!(ops["t"].blocks.covers(&chain(&["lead", "other-child"])));
+        assert!(!ops["t"].blocks.covers(&chain(&["bystander"])));
+        assert!(!ops["t"].blocks.covers(&chain(&["bystander", "lead"])));
+        assert!(ops["t"]
+            .blocks
+            .covers(&Subject::unprovable(None, vec![], vec![])));
+        assert_eq!(ops["e"].blocks, Blocks::Everyone);
+        assert!(ops["e"].blocks.covers(&chain(&["bystander"])));
+        assert_eq!(ops["m"].blocks, Blocks::Nobody);
+        assert!(!ops["m"]
+            .blocks
+            .covers(&Subject::unprovable(None, vec![], vec![])));
+        assert_eq!(ops["t"].blocks.label(), "agent:lead");
     }
 }

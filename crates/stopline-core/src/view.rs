@@ -7,6 +7,7 @@
 use crate::admission::{admit, Decision, Mode, TaskClass};
 use crate::epoch::EpochMap;
 use crate::latch::ActiveLatch;
+use crate::ops::Blocks;
 use crate::refusal::{Refusal, RefusalCode};
 use crate::state::{ControlState, StateRecord};
 use crate::subject::Subject;
@@ -24,8 +25,33 @@ pub struct ControlView {
     pub state: StateRecord,
     /// Reasons the control state cannot be trusted. Any fault closes every gate.
     pub faults: Vec<Refusal>,
-    /// Targets blocked by an unresolved operation: target → operation id.
-    pub blocked_targets: BTreeMap<String, String>,
+    /// Targets blocked by operations in doubt: target → who each one blocks. The key `*` (an
+    /// unreadable registry) blocks every target for everyone.
+    pub blocked_targets: BTreeMap<String, Vec<Blocker>>,
+}
+
+/// One operation in doubt that blocks new operations on its target (SPEC §12.2).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Blocker {
+    /// The operation id (for `*`: why the registry cannot be read).
+    pub op: String,
+    /// Whom it blocks.
+    pub blocks: Blocks,
+}
+
+impl Blocker {
+    /// The refusal message: the operation, whom it blocks, and the command that ends it.
+    pub fn message(&self, target: &str) -> String {
+        let whom = match &self.blocks {
+            Blocks::Agent(root) => format!("agent {root} (and its sub-agents)"),
+            Blocks::Everyone => "every agent".to_string(),
+            Blocks::Nobody => "nobody".to_string(),
+        };
+        format!(
+            "operation {} on {target} has no known outcome; it blocks {whom} on this target until the owner reconciles it at the console: stopline ops reconcile {} --outcome committed|failed|abandoned --reason TEXT --by NAME",
+            self.op, self.op
+        )
+    }
 }
 
 /// The authority a caller presents: the epoch its token was minted under.
@@ -161,13 +187,14 @@ impl ControlView {
             ),
         };
         if decision == Decision::Allow {
-            if let Some(op) = target.and_then(|t| self.blocked_targets.get(t)) {
+            if let Some((target, blocker)) = target.and_then(|t| {
+                let blockers = self.blocked_targets.get(t)?;
+                Some((t, blockers.iter().find(|b| b.blocks.covers(subject))?))
+            }) {
                 return CheckReceipt::block(
                     mode,
                     RefusalCode::UnresolvedOperation,
-                    format!(
-                        "operation {op} on this target has no outcome; the owner must reconcile it"
-                    ),
+                    blocker.message(target),
                     latches,
                 );
             }
@@ -227,12 +254,32 @@ mod tests {
     }
 
     #[test]
-    fn unresolved_target_blocks_only_that_target() {
+    fn unresolved_target_blocks_only_that_target_and_only_its_agent() {
         let mut view = ControlView::empty();
-        view.blocked_targets.insert("mcp:s:t".into(), "op_1".into());
+        view.blocked_targets.insert(
+            "mcp:s:t".into(),
+            vec![Blocker {
+                op: "op_1".into(),
+                blocks: Blocks::Agent("w".into()),
+            }],
+        );
         let r = view.decide(&worker(), TaskClass::Noncritical, None, Some("mcp:s:t"), 0);
         assert_eq!(r.code, Some(RefusalCode::UnresolvedOperation));
+        assert!(r.message.contains("op_1") && r.message.contains("stopline ops reconcile op_1"));
+        assert!(r.message.contains("agent w"), "{}", r.message);
         let r = view.decide(&worker(), TaskClass::Noncritical, None, Some("mcp:s:u"), 0);
         assert_eq!(r.decision, Decision::Allow);
+        let bystander = Subject::proven(vec![Name::parse("b").unwrap()], vec![], vec![]);
+        let r = view.decide(&bystander, TaskClass::Noncritical, None, Some("mcp:s:t"), 0);
+        assert_eq!(r.decision, Decision::Allow, "another agent is not blocked");
+        view.blocked_targets
+            .get_mut("mcp:s:t")
+            .unwrap()
+            .push(Blocker {
+                op: "op_2".into(),
+                blocks: Blocks::Everyone,
+            });
+        let r = view.decide(&bystander, TaskClass::Noncritical, None, Some("mcp:s:t"), 0);
+        assert_eq!(r.code, Some(RefusalCode::UnresolvedOperation));
     }
 }

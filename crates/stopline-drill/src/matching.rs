@@ -114,6 +114,8 @@ mod tests {
             target: "mcp:drill:write".into(),
             kind: OpKind::Destination,
             agent: Some("drill-x-a0".into()),
+            root: Some("drill-x-a0".into()),
+            blocks: stopline_core::ops::Blocks::Agent("drill-x-a0".into()),
             request_id: Some(request.into()),
             prepared_ms: prepared,
             dispatched: dispatched.is_some(),

@@ -6,16 +6,22 @@
 //! escalation, `queued_timeout` after `queue_timeout_s`) → budget reservation along the chain →
 //! adapter breaker → `prepared` + fsync → [`Admission`]. The caller then calls
 //! [`Admission::dispatch`] right before handing the call upstream (admission is re-checked there,
-//! under a dispatch ticket, see `inflight.rs`) and [`Admission::finish`] with the outcome. An
-//! admission dropped after dispatch without an outcome is marked in doubt: it blocks its target
-//! until the owner reconciles it. Nothing here ever retries a call.
+//! under a dispatch ticket, see `inflight.rs`) and [`Admission::finish`] with the outcome. The
+//! surfaces finish every dispatched exchange on their own (`exchange.rs`), so an admission is
+//! left in doubt only when its outcome cannot be known (the upstream connection broke, a cut
+//! exchange got no answer within `cut_outcome_wait_s`, or an admission dropped after dispatch
+//! without an outcome); it then blocks whom [`stopline_core::ops::Blocks`] says until the owner
+//! reconciles it. Nothing here ever retries a call.
 
 use crate::budget::{Reservation, Shortfall};
 use crate::caller::Caller;
 use crate::governor::Governor;
 use std::time::{Duration, Instant};
 use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_core::ops::{blocks_of, target_kind, BlockScope};
+use stopline_core::view::Blocker;
 use stopline_core::{Decision, Mode, Refusal, RefusalCode, TaskClass};
+use stopline_store::ops::OpOwner;
 
 /// What one call asks for; built by the surfaces.
 #[derive(Debug, Clone)]
@@ -25,6 +31,9 @@ pub(crate) struct Plan {
     pub target: Option<String>,
     /// Record a prepared operation for this call.
     pub record: bool,
+    /// Whom its operation blocks if its outcome is ever in doubt (a model request: nobody,
+    /// whatever this says).
+    pub blocks: BlockScope,
     pub budget: Budgets,
     /// The adapter breaker to consult (`model`, `mcp:<server>`).
     pub upstream: Option<String>,
@@ -42,7 +51,8 @@ pub enum Outcome {
     Failed,
     /// The upstream could not be reached (counts against its adapter breaker); nothing happened.
     UpstreamUnreachable,
-    /// Nobody knows whether it happened (a stream cut by a stop, a lost connection).
+    /// Nobody knows whether it happened (the upstream connection broke after dispatch, or a cut
+    /// exchange got no answer in time).
     InDoubt(String),
 }
 
@@ -89,10 +99,13 @@ impl Governor {
             }
         }
         let critical = config.critical_tools.iter().any(|t| t == tool);
+        // `readOnlyHint` is an untrusted hint (MCP): it spares the operation record only for a
+        // server the owner said to trust.
         let plan = Plan {
             class: self.class_for(caller, critical),
             target: Some(format!("mcp:{server}:{tool}")),
-            record: !read_only,
+            record: !(read_only && config.trust_read_only_hints),
+            blocks: config.unresolved_blocks,
             budget: [(BudgetKind::ToolCalls, 1.0)].into(),
             upstream: Some(format!("mcp:{server}")),
             request_id: request_id.map(String::from),
@@ -101,7 +114,9 @@ impl Governor {
         self.admit(caller, plan).await
     }
 
-    /// Admit a JSON-RPC request that is not a tool call (noncritical for an agent token).
+    /// Admit a JSON-RPC message that is not a tool call: `ping` and `notifications/*` are
+    /// critical (heartbeats and protocol bookkeeping, SPEC §12.2), anything else noncritical
+    /// for an agent token.
     pub async fn admit_request(
         &self,
         caller: &Caller,
@@ -115,10 +130,16 @@ impl Governor {
                 format!("no MCP server {server:?} is configured"),
             )));
         }
+        let class = if method == "ping" || method.starts_with("notifications/") {
+            TaskClass::Critical
+        } else {
+            self.class_for(caller, true)
+        };
         let plan = Plan {
-            class: self.class_for(caller, true),
+            class,
             target: None,
             record: false,
+            blocks: BlockScope::Agent,
             budget: Budgets::new(),
             upstream: Some(format!("mcp:{server}")),
             request_id: None,
@@ -280,10 +301,10 @@ impl Admission {
             return Ok(());
         };
         let journal = self.gov.inner.journal.clone();
-        let agent = self.caller.agent().to_string();
+        let owner = self.owner();
         let request_id = self.plan.request_id.clone();
         let mut writing = tokio::task::spawn_blocking(move || {
-            journal.prepare(&target, Some(&agent), request_id.as_deref())
+            journal.prepare_for(&target, &owner, request_id.as_deref())
         });
         // The fsync may queue behind many others. A stop that lands meanwhile refuses the call
         // at once rather than after the queue drains; the prepared line, when it lands, is
@@ -326,6 +347,16 @@ impl Admission {
                 self.finished = true;
                 Err(self.gov.refused(refusal))
             }
+        }
+    }
+
+    /// Who the operation is for: the acting agent, its chain's root, whom it blocks in doubt.
+    fn owner(&self) -> OpOwner {
+        let chain = &self.caller.subject().chain;
+        OpOwner {
+            agent: Some(self.caller.agent().to_string()),
+            root: chain.first().map(|n| n.to_string()),
+            blocks: self.plan.blocks,
         }
     }
 
@@ -468,7 +499,12 @@ impl Admission {
         }
     }
 
-    /// Cut the call (a stop landed mid-stream): its operation is left in doubt.
+    /// True once [`Admission::dispatch`] handed it upstream.
+    pub fn is_dispatched(&self) -> bool {
+        self.dispatched
+    }
+
+    /// Leave the call in doubt without waiting any longer (its outcome cannot be known).
     pub fn cut(self, reason: &str) {
         self.finish_with_usage(Outcome::InDoubt(reason.to_string()), None);
     }
@@ -486,10 +522,24 @@ impl Admission {
         let journal = self.gov.inner.journal.clone();
         let view = self.gov.inner.view.clone();
         let target = self.plan.target.clone().unwrap_or_default();
+        let owner = self.owner();
+        let blocks = target_kind(&target).map(|kind| {
+            blocks_of(
+                kind,
+                owner.blocks,
+                owner.root.as_deref().or(owner.agent.as_deref()),
+            )
+        });
         tokio::task::spawn_blocking(move || {
             let written = match &doubt {
                 Some(reason) => {
-                    view.block_target(&target, &op);
+                    if let Some(blocks) = blocks {
+                        let blocker = Blocker {
+                            op: op.clone(),
+                            blocks,
+                        };
+                        view.block_target(&target, blocker);
+                    }
                     journal.in_doubt(&op, reason)
                 }
                 None => journal.outcome(&op, outcome),

@@ -38,6 +38,14 @@ pub struct McpServerConfig {
     /// Seconds without traffic after which a stdio server's session ends (default 300).
     #[serde(default)]
     pub session_idle_s: Option<u64>,
+    /// Whom a tool call left in doubt blocks on its tool: `"agent"` (default: the chain of the
+    /// agent that made it) or `"everyone"` (SPEC §12.2).
+    #[serde(default)]
+    pub unresolved_blocks: stopline_core::ops::BlockScope,
+    /// Trust the server's `readOnlyHint` annotations (default false): only then is a tool it
+    /// declares read-only called without a recorded operation. MCP calls them untrusted hints.
+    #[serde(default)]
+    pub trust_read_only_hints: bool,
     /// Keys this crate does not know, for the MCP proxy.
     #[serde(flatten)]
     pub extra: BTreeMap<String, toml::Value>,
@@ -193,6 +201,12 @@ impl GatewayConfig {
         self.base.prices.get(model)
     }
 
+    /// How long an exchange the gateway cut (an agent answered at EMERGENCY) may still take to
+    /// give its outcome before its operation is left in doubt (`cut_outcome_wait_s`).
+    pub fn cut_outcome_wait(&self) -> Duration {
+        Duration::from_secs(self.base.cut_outcome_wait_s)
+    }
+
     /// How long a held call waits under HALT_NONCRITICAL.
     pub fn queue_timeout(&self) -> Duration {
         Duration::from_secs(self.base.queue_timeout_s)
@@ -217,6 +231,10 @@ mod tests {
             [mcp.everything]
             url = "http://127.0.0.1:3001/mcp"
             allowed_tools = ["echo"]
+            unresolved_blocks = "everyone"
+            trust_read_only_hints = true
+            [mcp.other]
+            url = "http://127.0.0.1:3002/mcp"
             [model]
             base_url = "http://127.0.0.1:8081/v1"
             api_key_env = "K"
@@ -237,6 +255,17 @@ mod tests {
             config.mcp["everything"].allowed_tools,
             Some(vec!["echo".to_string()])
         );
+        assert_eq!(
+            config.mcp["everything"].unresolved_blocks,
+            stopline_core::ops::BlockScope::Everyone
+        );
+        assert!(config.mcp["everything"].trust_read_only_hints);
+        assert_eq!(
+            config.mcp["other"].unresolved_blocks,
+            stopline_core::ops::BlockScope::Agent
+        );
+        assert!(!config.mcp["other"].trust_read_only_hints);
+        assert_eq!(config.cut_outcome_wait(), Duration::from_secs(30));
         assert_eq!(config.breakers.unauthorized_calls, 2);
         let anthropic = config.anthropic.as_ref().unwrap();
         assert_eq!(anthropic.base_url, "http://127.0.0.1:8082");
@@ -258,6 +287,9 @@ mod tests {
         assert_eq!(config.breakers.refused_egress, 3);
         assert_eq!(config.trip_level, Level::HaltAll);
         let bad: Config = toml::from_str("[breakers]\ntrip_level = \"stop\"\n").unwrap();
+        assert!(GatewayConfig::from_base(bad).is_err());
+        let bad: Config =
+            toml::from_str("[mcp.x]\nurl = \"u\"\nunresolved_blocks = \"some\"\n").unwrap();
         assert!(GatewayConfig::from_base(bad).is_err());
     }
 }

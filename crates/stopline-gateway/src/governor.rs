@@ -220,11 +220,16 @@ impl Governor {
             .view
             .decide(&subject, class, Some(authority), target, now);
         if receipt.decision == Decision::Allow && target.is_some() {
-            if let Some(why) = snapshot.view.blocked_targets.get("*") {
+            if let Some(why) = snapshot
+                .view
+                .blocked_targets
+                .get("*")
+                .and_then(|b| b.first())
+            {
                 return CheckReceipt::block(
                     receipt.mode,
                     RefusalCode::UnresolvedOperation,
-                    format!("the operation registry cannot be read: {why}"),
+                    format!("the operation registry cannot be read: {}", why.op),
                     receipt.latches,
                 );
             }

@@ -19,6 +19,7 @@ pub mod budget;
 mod caller;
 pub mod config;
 pub mod error;
+pub mod exchange;
 mod governor;
 pub mod inflight;
 mod listener;

@@ -6,26 +6,27 @@
 //! tokens ≤ the request's max, else the model's `max_output_tokens`; a model without a price is
 //! refused when the token carries a spend budget) and settled from the reported usage. Streams
 //! pass through chunk by chunk, never buffered; usage is asked for
-//! (`stream_options.include_usage`) and read as it passes. An EMERGENCY covering the agent cuts
-//! a running stream and leaves its operation in doubt. The upstream key comes from the gateway's
-//! environment (`[model] api_key_env`); the agent's token is never forwarded.
+//! (`stream_options.include_usage`) and read as it passes. The upstream key comes from the
+//! gateway's environment (`[model] api_key_env`); the agent's token is never forwarded.
 //!
-//! Admission, dispatch, the cut and the settlement are `exchange`, shared with the Anthropic
-//! Messages route (`anthropic.rs`): a route builds a `ModelCall` (its plan, its upstream
-//! request, its usage vocabulary) and hands it over, so every model API obeys the same stop.
+//! Admission and the hand-over are `exchange`, shared with the Anthropic Messages route
+//! (`anthropic.rs`): a route builds a `ModelCall` (its plan, its upstream request, its usage
+//! vocabulary, its cut frame) and hands it over, so every model API obeys the same stop. The
+//! exchange itself runs detached in `exchange.rs` (SPEC §12.2): finished by the gateway whether
+//! the agent stays or not, the agent answered at once at EMERGENCY while the exchange goes on.
 
-use crate::admit::{Admission, CutWatch, Outcome, Plan};
+use crate::admit::Plan;
 use crate::api::{bearer, parse_body};
 use crate::caller::Caller;
 use crate::error::GatewayError;
+use crate::exchange::{Answer, DetachedCall, Meter};
 use crate::governor::Governor;
 use crate::server::AppState;
 use crate::usage::{SseScanner, Usage, Vocabulary};
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use serde_json::Value;
 use std::time::Duration;
 use stopline_control::config::Price;
@@ -209,6 +210,7 @@ async fn run(
         class: gov.class_for(&caller, true),
         target: Some(format!("model:{model}")),
         record: true,
+        blocks: stopline_core::ops::BlockScope::Agent,
         budget: bounds(
             &request,
             body.len().max(forwarded.len()),
@@ -271,12 +273,15 @@ pub(crate) struct ModelCall {
     pub cut_frame: Option<fn(&Refusal) -> Bytes>,
 }
 
-/// Admit, dispatch and relay one model call: the one path every model route shares.
+/// Admit one model call and hand it to the detached exchange: the one path every model route
+/// shares.
 ///
 /// Admission (breakers, view, queueing, the reservation, the prepared operation) comes first;
-/// the re-check at dispatch right before the request leaves; an EMERGENCY covering the caller
-/// while the request is out or the response is streaming cuts it and leaves its operation in
-/// doubt; otherwise the outcome and the usage the response reported settle the reservation.
+/// then `Governor::model_exchange` (`exchange.rs`) dispatches it and runs the exchange on its
+/// own: the outcome and the usage the response reported settle the reservation whether the
+/// agent stays or not, an EMERGENCY covering the caller answers it at once (the route's
+/// `cut_frame` on a stream that has started, else an OpenAI error event) while the exchange
+/// goes on, and only an exchange whose outcome cannot be known is left in doubt.
 pub(crate) async fn exchange(
     gov: &Governor,
     caller: &Caller,
@@ -291,167 +296,67 @@ pub(crate) async fn exchange(
         settles_usage,
         cut_frame,
     } = call;
-    let mut admission = gov.admit(caller, plan).await?;
-    let mut cuts = gov.subscribe_cuts(caller);
-    admission.dispatch()?;
-    let sent = tokio::select! {
-        biased;
-        refusal = cuts.cut() => {
-            admission.cut(&refusal.message);
-            return Err(refusal.into());
-        }
-        sent = outgoing.send() => sent,
-    };
-    let response = match sent {
-        Ok(response) => response,
-        Err(error) if error.is_connect() => {
-            admission.finish(Outcome::UpstreamUnreachable);
-            return Err(GatewayError::Upstream(format!(
-                "the model upstream is unreachable: {error}"
-            )));
-        }
-        Err(error) => {
-            admission.finish_with_usage(
-                Outcome::InDoubt(format!("upstream error after dispatch: {error}")),
-                None,
-            );
-            return Err(GatewayError::Upstream(format!(
-                "the model upstream failed: {error}"
-            )));
-        }
-    };
-    let status =
-        StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let content_type = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_string();
-    if stream && status.is_success() {
-        let body = relay(response, admission, cuts, price, vocabulary, cut_frame);
-        return Ok(([(header::CONTENT_TYPE, content_type)], body).into_response());
-    }
-    let bytes = tokio::select! {
-        biased;
-        refusal = cuts.cut() => {
-            admission.cut(&refusal.message);
-            return Err(refusal.into());
-        }
-        bytes = response.bytes() => bytes,
-    };
-    let bytes = match bytes {
-        Ok(bytes) => bytes,
-        Err(error) => {
-            admission.finish_with_usage(
-                Outcome::InDoubt(format!("the response was lost: {error}")),
-                None,
-            );
-            return Err(GatewayError::Upstream(format!(
-                "the model response was lost: {error}"
-            )));
-        }
-    };
-    let outcome = if status.is_success() {
-        Outcome::Committed
-    } else if status.is_server_error() {
-        Outcome::UpstreamUnreachable
-    } else {
-        Outcome::Failed
-    };
-    let usage = if settles_usage {
-        let usage = used(Usage::from_body_in(&bytes, vocabulary), price.as_ref());
-        usage.or_else(|| (!status.is_success()).then(|| [(BudgetKind::Steps, 1.0)].into()))
-    } else {
-        Some(Budgets::new())
-    };
-    admission.finish_with_usage(outcome, usage);
-    Ok((status, [(header::CONTENT_TYPE, content_type)], bytes).into_response())
-}
-
-/// The relay of one stream: chunks pass as they come; a cut ends it with an error.
-struct Relay {
-    upstream: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
-    admission: Option<Admission>,
-    cuts: CutWatch,
-    scanner: SseScanner,
-    price: Option<Price>,
-    cut_frame: Option<fn(&Refusal) -> Bytes>,
-    /// A cut frame was sent: the body ends next.
-    ended: bool,
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        // The client went away mid-stream: the upstream had accepted the request, so the call
-        // happened; spending is settled at what was reported, else at the bound.
-        if let Some(admission) = self.admission.take() {
-            let usage = used(self.scanner.usage(), self.price.as_ref());
-            admission.finish_with_usage(Outcome::Committed, usage);
-        }
-    }
-}
-
-fn relay(
-    response: reqwest::Response,
-    admission: Admission,
-    cuts: CutWatch,
-    price: Option<Price>,
-    vocabulary: Vocabulary,
-    cut_frame: Option<fn(&Refusal) -> Bytes>,
-) -> Body {
-    let relay = Relay {
-        upstream: response.bytes_stream().boxed(),
-        admission: Some(admission),
-        cuts,
+    let admission = gov.admit(caller, plan).await?;
+    let meter = RouteMeter {
         scanner: SseScanner::new(vocabulary),
+        vocabulary,
         price,
-        cut_frame,
-        ended: false,
+        settles_usage,
     };
-    let stream = futures::stream::unfold(relay, |mut relay| async move {
-        if relay.ended {
-            return None;
+    let detached = DetachedCall {
+        admission,
+        request: outgoing,
+        stream,
+        meter: Box::new(meter),
+        stream_refusal: cut_frame.unwrap_or(openai_stream_refusal),
+    };
+    Ok(match gov.model_exchange(caller, detached).await? {
+        Answer::Whole {
+            status,
+            content_type,
+            body,
+        } => (status, [(header::CONTENT_TYPE, content_type)], body).into_response(),
+        Answer::Stream {
+            status,
+            content_type,
+            body,
+        } => (status, [(header::CONTENT_TYPE, content_type)], body).into_response(),
+    })
+}
+
+/// Usage of a route's answers, whole or streamed, in its vocabulary, priced for spend.
+struct RouteMeter {
+    scanner: SseScanner,
+    vocabulary: Vocabulary,
+    price: Option<Price>,
+    /// False for work that runs no model (`count_tokens`): it settles at nothing.
+    settles_usage: bool,
+}
+
+impl Meter for RouteMeter {
+    fn feed(&mut self, chunk: &[u8]) {
+        self.scanner.feed(chunk);
+    }
+    fn whole(&self, body: &[u8]) -> Option<Budgets> {
+        if !self.settles_usage {
+            return Some(Budgets::new());
         }
-        relay.admission.as_ref()?;
-        let next = tokio::select! {
-            biased;
-            refusal = relay.cuts.cut() => Err(refusal),
-            chunk = relay.upstream.next() => Ok(chunk),
-        };
-        match next {
-            Err(refusal) => {
-                if let Some(admission) = relay.admission.take() {
-                    admission.cut(&refusal.message);
-                }
-                if let Some(frame) = relay.cut_frame {
-                    relay.ended = true;
-                    return Some((Ok(frame(&refusal)), relay));
-                }
-                let error = std::io::Error::other(format!("{}: {}", refusal.code, refusal.message));
-                Some((Err(error), relay))
-            }
-            Ok(Some(Ok(chunk))) => {
-                relay.scanner.feed(&chunk);
-                Some((Ok(chunk), relay))
-            }
-            Ok(Some(Err(error))) => {
-                if let Some(admission) = relay.admission.take() {
-                    admission.finish_with_usage(
-                        Outcome::InDoubt(format!("the upstream stream broke: {error}")),
-                        None,
-                    );
-                }
-                Some((Err(std::io::Error::other(error.to_string())), relay))
-            }
-            Ok(None) => {
-                if let Some(admission) = relay.admission.take() {
-                    let usage = used(relay.scanner.usage(), relay.price.as_ref());
-                    admission.finish_with_usage(Outcome::Committed, usage);
-                }
-                None
-            }
+        used(
+            Usage::from_body_in(body, self.vocabulary),
+            self.price.as_ref(),
+        )
+    }
+    fn streamed(&self) -> Option<Budgets> {
+        if !self.settles_usage {
+            return Some(Budgets::new());
         }
-    });
-    Body::from_stream(stream)
+        used(self.scanner.usage(), self.price.as_ref())
+    }
+}
+
+/// The event that ends an OpenAI-compatible stream cut at EMERGENCY: an error object, which
+/// the SDKs raise with its code.
+fn openai_stream_refusal(refusal: &Refusal) -> Bytes {
+    let error = GatewayError::Refused(refusal.clone()).body();
+    Bytes::from(format!("data: {error}\n\n"))
 }

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use stopline_core::view::Blocker;
 use stopline_core::{ActiveLatch, ControlView, Refusal, RefusalCode};
 use stopline_store::Store;
 use tokio::sync::watch;
@@ -173,7 +174,7 @@ impl ViewHolder {
         self.install(view, true, Some(read))
     }
 
-    fn read(&self, blocked_targets: BTreeMap<String, String>) -> (ControlView, u64) {
+    fn read(&self, blocked_targets: BTreeMap<String, Vec<Blocker>>) -> (ControlView, u64) {
         let read = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
         let view = ControlView {
             blocked_targets,
@@ -277,12 +278,17 @@ impl ViewHolder {
     }
 
     /// Add an operation this gateway itself marked in doubt to the blocked targets at once,
-    /// without waiting for the next census.
-    pub fn block_target(&self, target: &str, op: &str) {
+    /// without waiting for the next census (a model request, which blocks nobody, is not added).
+    pub fn block_target(&self, target: &str, blocker: Blocker) {
+        if blocker.blocks == stopline_core::ops::Blocks::Nobody {
+            return;
+        }
         let _serial = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
         let mut view = self.load().view.clone();
-        view.blocked_targets
-            .insert(target.to_string(), op.to_string());
+        let blockers = view.blocked_targets.entry(target.to_string()).or_default();
+        if !blockers.contains(&blocker) {
+            blockers.push(blocker);
+        }
         self.install(view, false, None);
     }
 

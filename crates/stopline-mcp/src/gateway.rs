@@ -72,6 +72,10 @@ impl Governor for gw::Governor {
         })
     }
 
+    fn cut_outcome_wait(&self) -> std::time::Duration {
+        self.config().cut_outcome_wait()
+    }
+
     fn cut(&self, caller: &Caller) -> BoxFuture<'static, Refusal> {
         let watch = gateway_caller(caller).map(|inner| self.subscribe_cuts(inner));
         Box::pin(async move {

@@ -5,9 +5,11 @@
 //! tool is known to be read-only ([`ToolCatalog`], learned from the upstream's `tools/list`); the governor records every other one as a
 //! destination operation before it is admitted. Refused requests are answered locally with a
 //! JSON-RPC error carrying the stopline code in `error.data`; refused notifications and
-//! responses are dropped. [`Governed::dispatch`] re-checks each admitted member right before the
-//! frame is handed over and rebuilds the frame from the survivors: only that re-serialized frame
-//! is ever forwarded.
+//! responses are dropped. [`Governed::dispatch`] re-checks each admitted member right before it
+//! is handed over; the survivors are forwarded one by one, each re-serialized on its own — never
+//! as a batch (SPEC §12.2: an upstream need not answer batches, and one that does not would
+//! leave every member in flight forever). Frames that break [`crate::frame`]'s rules never get
+//! here.
 //! What comes back is followed by [`crate::track::Tracker`].
 
 use crate::governor::{refusal_error_data, Admission, Call, Caller, Governor, Outcome};
@@ -50,13 +52,36 @@ pub struct Governed {
     pub refusals: Vec<Refusal>,
 }
 
-/// What survives dispatch: the frame to hand over and the requests it carries.
+/// One member that survived dispatch: forwarded on its own.
+#[derive(Debug)]
+pub struct Member {
+    /// The message, as judged (re-serialized when forwarded).
+    pub message: Message,
+    /// For a request: its admission, finished when the answer arrives.
+    pub pending: Option<Pending>,
+}
+
+impl Member {
+    /// The single-message frame that is forwarded.
+    pub fn frame(&self) -> Incoming {
+        Incoming::Single(self.message.clone())
+    }
+
+    /// Its pending request by id key, if it is a request.
+    pub fn take_pending(&mut self) -> BTreeMap<String, Pending> {
+        self.pending
+            .take()
+            .map(|p| (id_key(&p.id), p))
+            .into_iter()
+            .collect()
+    }
+}
+
+/// What survives dispatch: the members to hand over, in order, one by one.
 #[derive(Debug, Default)]
 pub struct Dispatch {
-    /// The re-serialized frame to forward, when anything survived.
-    pub forward: Option<Incoming>,
-    /// The forwarded requests, by id key.
-    pub pending: BTreeMap<String, Pending>,
+    /// The members, in frame order.
+    pub members: Vec<Member>,
 }
 
 /// A stable key for a request id (ids are strings or integers).
@@ -163,27 +188,25 @@ impl Governed {
     /// Re-check every admitted member right before handing the frame over; refused ones are
     /// answered locally. Notifications and responses are finished here (nothing comes back).
     pub fn dispatch(&mut self, caller: &Caller) -> Dispatch {
-        let mut forward = Vec::new();
         let mut dispatch = Dispatch::default();
         for (message, mut admission) in std::mem::take(&mut self.admitted) {
             if let Err(refusal) = admission.dispatch() {
                 self.refuse(caller, message, refusal);
                 continue;
             }
-            match &message {
-                Message::Request { id, method, .. } => {
-                    let pending = Pending {
-                        id: id.clone(),
-                        method: method.clone(),
-                        admission,
-                    };
-                    dispatch.pending.insert(id_key(id), pending);
+            let pending = match &message {
+                Message::Request { id, method, .. } => Some(Pending {
+                    id: id.clone(),
+                    method: method.clone(),
+                    admission,
+                }),
+                _ => {
+                    admission.finish(Outcome::Committed);
+                    None
                 }
-                _ => admission.finish(Outcome::Committed),
-            }
-            forward.push(message);
+            };
+            dispatch.members.push(Member { message, pending });
         }
-        dispatch.forward = Incoming::from_messages(forward, self.batch);
         dispatch
     }
 }

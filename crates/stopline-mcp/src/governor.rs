@@ -69,15 +69,17 @@ pub struct Call {
     pub request_id: Option<String>,
 }
 
-/// A granted call. Dispatch it right before forwarding, then finish or cut it. Dropping it
-/// unfinished leaves a dispatched operation in doubt and an undispatched one failed.
+/// A granted call. Dispatch it right before forwarding, then finish it with the outcome the
+/// exchange gives (or cut it when that outcome cannot be known). Dropping it unfinished leaves a
+/// dispatched operation in doubt and an undispatched one failed.
 pub trait Admission: Send {
     /// Re-check admission against the current state and record `dispatched`. On `Err` the
     /// call must not be forwarded (its outcome is already recorded).
     fn dispatch(&mut self) -> Result<(), Refusal>;
     /// Record how the call ended.
     fn finish(self: Box<Self>, outcome: Outcome);
-    /// The call's stream was cut by a stop: its operation is left in doubt.
+    /// The call's outcome cannot be known (a cut exchange gave none in time): its operation is
+    /// left in doubt.
     fn cut(self: Box<Self>, reason: &str);
 }
 
@@ -99,6 +101,12 @@ pub trait Governor: Send + Sync + 'static {
     /// Resolves when streams still open to `caller` must be cut: an emergency covering it, a
     /// contained machine, or a control state that can no longer be trusted.
     fn cut(&self, caller: &Caller) -> BoxFuture<'static, Refusal>;
+
+    /// How long an exchange cut at a stop may still take to give its outcome before its open
+    /// operations are left in doubt (`cut_outcome_wait_s`, default 30 s).
+    fn cut_outcome_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(30)
+    }
 }
 
 /// The JSON-RPC `error.data` of a refusal: the stable code in `code`.

@@ -1,23 +1,28 @@
 //! The Streamable HTTP proxy at `/mcp/<server>`: `POST` for messages, `GET` for the server's
 //! stream, `DELETE` to end a session. The gateway mounts [`router`].
 //!
-//! Each `POST` is authenticated (bearer token), parsed, and governed member by member; what is
-//! forwarded is the re-serialized frame, with the agent's token stripped. The upstream answer is
-//! passed back as it comes: JSON whole, SSE event by event through [`crate::pump`], which cuts
-//! the stream when an emergency covers the agent. Sessions (`Mcp-Session-Id`) are passed through
+//! Each `POST` is authenticated (bearer token), parsed, checked against [`crate::frame`]'s rules
+//! (a notification other than `notifications/*`, or a batch with a duplicate id, is HTTP 400 and
+//! nothing is forwarded), and governed member by member; each surviving member is forwarded on
+//! its own, re-serialized, with the agent's token stripped — a batch's members one by one, their
+//! answers gathered into one batch reply. A single message's answer is passed back as it comes:
+//! JSON whole, SSE event by event through [`crate::pump`]. Exchanges run detached from the agent
+//! (`upstream.rs`): an agent that goes away does not leave them in doubt, and one an emergency
+//! covers is answered at once. Sessions (`Mcp-Session-Id`) are passed through
 //! and bound to the agent that opened them, so one agent cannot ride another's session.
 //! Nothing here decides admission; the [`Governor`] does.
 
-use crate::govern::{govern_frame, ToolCatalog};
+use crate::frame::check_frame;
+use crate::govern::{govern_frame, Member, ToolCatalog};
 use crate::governor::{Call, Caller, Governor, Outcome};
-use crate::jsonrpc::{parse, Incoming};
-use crate::reply::{json_reply, local_reply, refusal_reply};
+use crate::jsonrpc::{parse, Incoming, Message};
+use crate::reply::{json_reply, local_reply, refusal_reply, reply_messages};
 use crate::sessions::SessionBindings;
 use crate::upstream::{self, Exchange};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use std::collections::BTreeMap;
@@ -153,6 +158,10 @@ async fn handle_post(
         Ok(frame) => frame,
         Err(error) => return json_reply(400, Incoming::Single(error.to_response()).to_bytes()),
     };
+    if let Err(error) = check_frame(&frame) {
+        tracing::info!(agent = %caller.agent, "mcp frame refused: {error}");
+        return json_reply(400, Incoming::Single(error.to_response()).to_bytes());
+    }
     let initialize = frame
         .messages()
         .iter()
@@ -166,23 +175,51 @@ async fn handle_post(
     )
     .await;
     let dispatch = governed.dispatch(&caller);
-    let Some(forward) = dispatch.forward else {
+    if dispatch.members.is_empty() {
         return local_reply(governed);
-    };
-    let batch = governed.is_batch();
+    }
     let exchange = Exchange {
         state: state.clone(),
         server,
         caller,
         headers,
         initialize,
-        batch,
-        local: governed.local,
-        pending: dispatch.pending,
     };
+    let mut members = dispatch.members;
+    if !governed.is_batch() && members.len() == 1 {
+        let member = members.pop().expect("one member");
+        return forward(&exchange, &upstream, member).await;
+    }
+    // A batch: each member on its own (never as a batch), their answers gathered into one.
+    let replies = futures::future::join_all(
+        members
+            .into_iter()
+            .map(|member| forward(&exchange, &upstream, member)),
+    )
+    .await;
+    let mut messages = Vec::new();
+    for reply in replies {
+        messages.extend(
+            reply_messages(reply)
+                .await
+                .into_iter()
+                .filter(|m| matches!(m, Message::Response { .. })),
+        );
+    }
+    messages.append(&mut governed.local);
+    match Incoming::from_messages(messages, true) {
+        Some(frame) => json_reply(200, frame.to_bytes()),
+        None => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
+/// Forward one member to the server's upstream.
+async fn forward(exchange: &Exchange, upstream: &Upstream, member: Member) -> Response {
     match upstream {
-        Upstream::Http(url) => upstream::post_http(exchange, &url, forward).await,
-        Upstream::Stdio(command) => upstream::post_stdio(exchange, &command, forward).await,
+        Upstream::Http(url) => upstream::post_http(exchange.clone(), url.clone(), member).await,
+        Upstream::Stdio(command) => {
+            upstream::post_stdio(exchange.clone(), command.clone(), member).await
+        }
     }
 }
 
@@ -209,7 +246,7 @@ async fn unknown_server(
     )
     .await;
     let dispatch = governed.dispatch(&caller);
-    if dispatch.forward.is_some() {
+    if !dispatch.members.is_empty() {
         return not_found;
     }
     local_reply(governed)

@@ -12,6 +12,7 @@
 
 pub mod breaker;
 pub mod entry;
+pub mod frame;
 pub mod gateway;
 pub mod govern;
 pub mod governor;

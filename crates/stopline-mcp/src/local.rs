@@ -27,7 +27,7 @@ use stopline_core::{
     TaskClass,
 };
 use stopline_gateway::GatewayConfig;
-use stopline_store::ops::OpsJournal;
+use stopline_store::ops::{OpOwner, OpsJournal};
 use stopline_token::Claims;
 use tokio::sync::watch;
 
@@ -202,7 +202,9 @@ impl Governor for LocalGovernor {
                     ));
                 }
             }
-            let critical = tool.is_some_and(|t| server.critical_tools.iter().any(|c| c == t));
+            let critical = tool.is_some_and(|t| server.critical_tools.iter().any(|c| c == t))
+                || call.method == "ping"
+                || call.method.starts_with("notifications/");
             let class = if claims.role == Role::Critical || critical {
                 TaskClass::Critical
             } else {
@@ -236,12 +238,19 @@ impl Governor for LocalGovernor {
                     .breakers
                     .reserve_tool_call(&claims, self.inner.ctx.now_s())?;
             }
-            let op = match (&target, call.read_only) {
+            // `readOnlyHint` is an untrusted hint: it spares the record only when trusted.
+            let read_only = call.read_only && server.trust_read_only_hints;
+            let op = match (&target, read_only) {
                 (Some(target), false) => {
                     let journal = self.inner.journal()?;
+                    let owner = OpOwner {
+                        agent: Some(caller.agent.clone()),
+                        root: claims.subject().chain.first().map(|n| n.to_string()),
+                        blocks: server.unresolved_blocks,
+                    };
                     Some(
                         journal
-                            .prepare(target, Some(&caller.agent), call.request_id.as_deref())
+                            .prepare_for(target, &owner, call.request_id.as_deref())
                             .map_err(|e| e.to_refusal())?,
                     )
                 }
@@ -258,6 +267,10 @@ impl Governor for LocalGovernor {
             };
             Ok(Box::new(admission) as Box<dyn Admission>)
         })
+    }
+
+    fn cut_outcome_wait(&self) -> std::time::Duration {
+        self.inner.config.cut_outcome_wait()
     }
 
     fn cut(&self, caller: &Caller) -> BoxFuture<'static, Refusal> {

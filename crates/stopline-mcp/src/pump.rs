@@ -1,12 +1,16 @@
-//! Passing an upstream SSE stream to the agent event by event, and cutting it on a stop.
+//! Passing an upstream SSE stream to the agent event by event, and finishing it on its own.
 //!
 //! One task per stream reads upstream chunks, splits them into events, lets the [`Tracker`]
 //! see every JSON-RPC message inside, and hands each event to the agent as soon as it is
-//! complete. It races every read and every write against the governor's cut signal: when an
-//! emergency covers the agent, the upstream connection is dropped, each request still open on
-//! the stream is answered with a `break_glass_contained` error that says its outcome is
-//! unknown, its operation is left in doubt, and the stream ends. A client that goes away also
-//! ends the stream; its open operations are left in doubt too (the tracker's drop does that).
+//! complete. The task owns the exchange, not the agent (SPEC §12.2):
+//! - an agent that goes away ends the relay, not the exchange: the task reads on until every
+//!   forwarded request has its answer (recorded as its outcome) or the upstream ends the stream;
+//! - when an emergency covers the agent, each request still open on the stream is answered at
+//!   once with a `break_glass_contained` error and the agent's stream ends; the task reads on for
+//!   up to `cut_outcome_wait_s`, recording the answers that come (never shown to the agent), and
+//!   only what is still open then is left in doubt;
+//! - an upstream stream that breaks, or ends without an answer, leaves its open requests in
+//!   doubt (the tracker's drop does that).
 
 use crate::govern::{refusal_response, Tracker};
 use crate::jsonrpc::{parse, Incoming};
@@ -16,7 +20,9 @@ use futures::channel::mpsc;
 use futures::future::BoxFuture;
 use futures::{SinkExt, Stream, StreamExt};
 use std::io;
+use std::time::Duration;
 use stopline_core::{Refusal, RefusalCode};
+use tokio::time::Instant;
 
 /// The receiving half: what the agent's response body reads.
 pub type BodyStream = mpsc::Receiver<Result<Bytes, io::Error>>;
@@ -29,11 +35,8 @@ pub struct Pump {
     pub cut: BoxFuture<'static, Refusal>,
     /// Events to send before anything from the upstream (locally answered refusals).
     pub prelude: Vec<Bytes>,
-}
-
-enum Step {
-    Continue,
-    Stop,
+    /// How long a cut exchange may still take to give its outcomes.
+    pub cut_wait: Duration,
 }
 
 /// Start pumping `upstream` (SSE bytes) to the returned body stream.
@@ -47,92 +50,170 @@ where
     rx
 }
 
-async fn send(
-    tx: &mut mpsc::Sender<Result<Bytes, io::Error>>,
-    cut: &mut BoxFuture<'static, Refusal>,
-    tracker: &mut Tracker,
-    bytes: Bytes,
-) -> Step {
-    tokio::select! {
-        biased;
-        refusal = cut => {
-            cut_stream(tx, tracker, refusal).await;
-            Step::Stop
-        }
-        sent = tx.send(Ok(bytes)) => if sent.is_ok() { Step::Continue } else { Step::Stop },
-    }
+/// Read a cut exchange's upstream to its end (or to `deadline`, the end of its `cut_wait`) with
+/// no agent left to relay to.
+pub fn drain<S, E>(upstream: S, tracker: Tracker, cut_wait: Duration, deadline: Instant)
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let pump = Pump {
+        tracker,
+        cut: Box::pin(std::future::pending()),
+        prelude: Vec::new(),
+        cut_wait,
+    };
+    let mut relay = Relay {
+        pump,
+        client: None,
+        deadline: Some(deadline),
+    };
+    tokio::spawn(async move { relay.read(Box::pin(upstream)).await });
 }
 
-/// Answer every open request with an error, leave their operations in doubt, end the stream.
-async fn cut_stream(
-    tx: &mut mpsc::Sender<Result<Bytes, io::Error>>,
-    tracker: &mut Tracker,
-    refusal: Refusal,
-) {
-    tracing::warn!(code = %refusal.code, "cutting an MCP stream: {}", refusal.message);
+/// The notice an open request gets when its stream is cut.
+pub fn cut_notice(refusal: &Refusal) -> Refusal {
     let code = if refusal.code == RefusalCode::StaleControlEpoch {
         refusal.code
     } else {
         RefusalCode::BreakGlassContained
     };
-    let notice = Refusal::new(code, format!("the stream was cut by a stop ({}); the call's outcome is unknown and it is recorded in doubt", refusal.message));
-    for id in tracker.open_ids() {
-        let event = message_event(&Incoming::Single(refusal_response(id, &notice)).to_bytes());
-        // Best effort and bounded: a client that stopped reading does not hold the cut up.
-        let _ =
-            tokio::time::timeout(std::time::Duration::from_millis(100), tx.send(Ok(event))).await;
+    Refusal::new(code, format!("the call was cut by a stop ({}); it is not retried, and the gateway records its outcome when the server gives one", refusal.message))
+}
+
+type Client = mpsc::Sender<Result<Bytes, io::Error>>;
+
+struct Relay {
+    pump: Pump,
+    /// The agent's end, until it goes away or is cut.
+    client: Option<Client>,
+    /// Set by a cut: the exchange must give its outcomes by then.
+    deadline: Option<Instant>,
+}
+
+enum Event<T> {
+    Cut(Refusal),
+    Deadline,
+    Done(T),
+}
+
+impl Relay {
+    /// Wait for `work`, unless a cut or the cut's deadline comes first.
+    async fn next<F: std::future::Future>(&mut self, work: F) -> Event<F::Output> {
+        let cut_pending = self.deadline.is_none();
+        let deadline = self.deadline.unwrap_or_else(Instant::now);
+        tokio::select! {
+            biased;
+            refusal = &mut self.pump.cut, if cut_pending => Event::Cut(refusal),
+            _ = tokio::time::sleep_until(deadline), if !cut_pending => Event::Deadline,
+            out = work => Event::Done(out),
+        }
     }
-    tracker.cut(&format!("stream cut by a stop: {}", refusal.code));
-    tx.close_channel();
+
+    /// Answer every open request at once and end the agent's stream; the exchange reads on.
+    async fn cut(&mut self, refusal: Refusal) {
+        tracing::warn!(code = %refusal.code, "cutting an MCP stream: {}", refusal.message);
+        self.deadline = Some(Instant::now() + self.pump.cut_wait);
+        let notice = cut_notice(&refusal);
+        let ids = self.pump.tracker.mute_open();
+        if let Some(mut client) = self.client.take() {
+            for id in ids {
+                let event =
+                    message_event(&Incoming::Single(refusal_response(id, &notice)).to_bytes());
+                // Best effort and bounded: a client that stopped reading does not hold the cut up.
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(100), client.send(Ok(event))).await;
+            }
+            client.close_channel();
+        }
+    }
+
+    /// Hand `bytes` to the agent, if it is still there.
+    async fn relay(&mut self, bytes: Bytes) {
+        let Some(mut client) = self.client.clone() else {
+            return;
+        };
+        match self.next(client.send(Ok(bytes))).await {
+            Event::Done(Ok(())) => {}
+            Event::Done(Err(_)) => self.client = None, // the agent went away: read on
+            Event::Cut(refusal) => self.cut(refusal).await,
+            Event::Deadline => {}
+        }
+    }
+
+    async fn read<E: std::fmt::Display>(
+        &mut self,
+        mut upstream: std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, E>> + Send>>,
+    ) {
+        for event in std::mem::take(&mut self.pump.prelude) {
+            self.relay(event).await;
+        }
+        let mut splitter = Splitter::default();
+        loop {
+            if self.client.is_none() && self.pump.tracker.is_done() {
+                return; // nobody to relay to and nothing left to learn
+            }
+            let chunk = match self.next(upstream.next()).await {
+                Event::Cut(refusal) => {
+                    self.cut(refusal).await;
+                    continue;
+                }
+                Event::Deadline => {
+                    let wait = self.pump.cut_wait.as_secs();
+                    self.pump.tracker.cut(&format!(
+                        "cut at a stop; the server gave no outcome within cut_outcome_wait_s ({wait} s)"
+                    ));
+                    return;
+                }
+                Event::Done(chunk) => chunk,
+            };
+            match chunk {
+                Some(Ok(bytes)) => {
+                    if splitter.push(&bytes).is_err() {
+                        if let Some(mut client) = self.client.take() {
+                            let _ = client
+                                .send(Err(io::Error::other("upstream event too large")))
+                                .await;
+                        }
+                        return; // the tracker's drop leaves open operations in doubt
+                    }
+                    while let Some(event) = splitter.next_event() {
+                        let frame = event.data.as_deref().and_then(|d| parse(d.as_bytes()).ok());
+                        let forward = frame.as_ref().is_none_or(|f| {
+                            f.messages()
+                                .iter()
+                                .any(|m| self.pump.tracker.forwardable(m))
+                        });
+                        if let Some(frame) = &frame {
+                            self.pump.tracker.observe_frame(frame);
+                        }
+                        if forward {
+                            self.relay(event.raw).await;
+                        }
+                    }
+                }
+                Some(Err(error)) => {
+                    tracing::warn!("upstream stream failed: {error}");
+                    if let Some(mut client) = self.client.take() {
+                        let _ = client.send(Err(io::Error::other(error.to_string()))).await;
+                    }
+                    return;
+                }
+                None => return,
+            }
+        }
+    }
 }
 
 async fn run<E: std::fmt::Display>(
-    mut upstream: std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, E>> + Send>>,
+    upstream: std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, E>> + Send>>,
     pump: Pump,
-    mut tx: mpsc::Sender<Result<Bytes, io::Error>>,
+    tx: Client,
 ) {
-    let Pump {
-        mut tracker,
-        mut cut,
-        prelude,
-    } = pump;
-    for event in prelude {
-        if let Step::Stop = send(&mut tx, &mut cut, &mut tracker, event).await {
-            return;
-        }
-    }
-    let mut splitter = Splitter::default();
-    loop {
-        let chunk = tokio::select! {
-            biased;
-            refusal = &mut cut => return cut_stream(&mut tx, &mut tracker, refusal).await,
-            chunk = upstream.next() => chunk,
-        };
-        match chunk {
-            Some(Ok(bytes)) => {
-                if splitter.push(&bytes).is_err() {
-                    let _ = tx
-                        .send(Err(io::Error::other("upstream event too large")))
-                        .await;
-                    return; // the tracker's drop leaves open operations in doubt
-                }
-                while let Some(event) = splitter.next_event() {
-                    if let Some(frame) =
-                        event.data.as_deref().and_then(|d| parse(d.as_bytes()).ok())
-                    {
-                        tracker.observe_frame(&frame);
-                    }
-                    if let Step::Stop = send(&mut tx, &mut cut, &mut tracker, event.raw).await {
-                        return;
-                    }
-                }
-            }
-            Some(Err(error)) => {
-                tracing::warn!("upstream stream failed: {error}");
-                let _ = tx.send(Err(io::Error::other(error.to_string()))).await;
-                return;
-            }
-            None => return,
-        }
-    }
+    let mut relay = Relay {
+        pump,
+        client: Some(tx),
+        deadline: None,
+    };
+    relay.read(upstream).await;
 }

@@ -1,6 +1,6 @@
 //! How the MCP proxy answers an agent itself: refusals as JSON-RPC errors with the HTTP status
-//! the gateway gives the same refusal, a frame's locally answered errors, and the merge of an
-//! upstream's JSON answer with them. Nothing here decides anything; it only shapes replies.
+//! the gateway gives the same refusal, a frame's locally answered errors, and the messages of a
+//! reply gathered for a batch's answer. Nothing here decides anything; it only shapes replies.
 
 use crate::govern::Governed;
 use crate::jsonrpc::{Incoming, Message};
@@ -71,15 +71,36 @@ pub fn local_reply(governed: Governed) -> Response {
     }
 }
 
+/// The JSON-RPC messages of a reply the proxy built (a JSON body or an SSE stream, read to its
+/// end), for gathering a batch's answers.
+pub async fn reply_messages(reply: Response) -> Vec<Message> {
+    let sse = reply
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let Ok(bytes) = axum::body::to_bytes(reply.into_body(), crate::sse::MAX_EVENT_BYTES).await
+    else {
+        return Vec::new();
+    };
+    let frames: Vec<Incoming> = if sse {
+        let mut splitter = crate::sse::Splitter::default();
+        let _ = splitter.push(&bytes);
+        let _ = splitter.push(b"\n\n");
+        std::iter::from_fn(|| splitter.next_event())
+            .filter_map(|e| e.data)
+            .filter_map(|d| crate::jsonrpc::parse(d.as_bytes()).ok())
+            .collect()
+    } else {
+        crate::jsonrpc::parse(&bytes).ok().into_iter().collect()
+    };
+    frames
+        .into_iter()
+        .flat_map(|f| f.messages().to_vec())
+        .collect()
+}
+
 /// Build a body from a pumped stream.
 pub fn stream_body(stream: crate::pump::BodyStream) -> Body {
     Body::from_stream(stream)
-}
-
-/// Merge an upstream JSON answer with locally answered errors; a batch stays a batch.
-pub fn merge(upstream: Option<Incoming>, local: Vec<Message>, batch: bool) -> Option<Incoming> {
-    let upstream_batch = matches!(upstream, Some(Incoming::Batch(_)));
-    let mut messages: Vec<Message> = upstream.map(|f| f.messages().to_vec()).unwrap_or_default();
-    messages.extend(local);
-    Incoming::from_messages(messages, batch || upstream_batch)
 }

@@ -1,13 +1,19 @@
 //! `stopline mcp proxy --token T -- CMD [ARGS…]`: a governed wrapper around a stdio MCP server.
 //!
 //! The agent talks to us on stdin/stdout exactly as it would talk to the server. Each line is
-//! parsed and governed ([`crate::govern`]); admitted members are re-serialized and written to
-//! the child's stdin, refusals are answered here as JSON-RPC errors. The child's stdout passes
-//! back line by line, watched for answers (outcomes, tool annotations). The child is started on
-//! the first admitted message, in its own process group; when an emergency covers the token the
-//! group is killed by pid, open calls are answered with an error and left in doubt, and every
-//! later call is refused here. Nothing the agent sends reaches the child unparsed.
+//! parsed, checked against [`crate::frame`]'s rules (a refused frame is answered with an
+//! "Invalid Request" error and nothing of it is forwarded) and governed ([`crate::govern`]);
+//! admitted members are re-serialized and written to the child's stdin one line each (never as
+//! a batch), refusals are answered here as JSON-RPC errors. The child's stdout passes back line
+//! by line, watched for answers (outcomes, tool annotations). The child is started on the first
+//! admitted message, in its own process group. When an emergency covers the token, open calls
+//! are answered at once and every later call is refused here; the child gets up to
+//! `cut_outcome_wait_s` to give the open calls' outcomes (recorded, not shown to the agent),
+//! then its group is killed by pid and what is still open is left in doubt. When the agent
+//! closes stdin, open calls are likewise given up to `cut_outcome_wait_s` to finish before the
+//! child's stdin is closed. Nothing the agent sends reaches the child unparsed.
 
+use crate::frame::check_frame;
 use crate::govern::{govern_frame, refusal_response, ToolCatalog, Tracker};
 use crate::governor::{Caller, Governor};
 use crate::jsonrpc::{parse, Incoming, Message};
@@ -80,6 +86,7 @@ async fn proxy(governor: Arc<dyn Governor>, options: ProxyOptions) -> Result<i32
         options,
         tracker,
         out,
+        stopping: Default::default(),
     });
     let caller = proxy.governor.authenticate(Some(&proxy.options.token));
     let upstream = Arc::new(tokio::sync::Mutex::new(Upstream::NotStarted));
@@ -96,6 +103,14 @@ async fn proxy(governor: Arc<dyn Governor>, options: ProxyOptions) -> Result<i32
         read = read_stdin(&proxy, &caller, &upstream) => { read?; false }
         _ = termination() => true,
     };
+    if !signalled {
+        // The agent went away: open calls still finish on their own (bounded), and their
+        // outcomes are recorded, before the child's stdin is closed.
+        let deadline = tokio::time::Instant::now() + proxy.governor.cut_outcome_wait();
+        while !proxy.tracker().is_done() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
     let mut upstream = upstream.lock().await;
     if let Upstream::Running { stdin, pgid } =
         std::mem::replace(&mut *upstream, Upstream::NotStarted)
@@ -118,6 +133,11 @@ async fn proxy(governor: Arc<dyn Governor>, options: ProxyOptions) -> Result<i32
     if let Some(watcher) = watcher {
         watcher.abort();
         let _ = watcher.await;
+    }
+    // A cut that was still waiting for the child's outcomes: stop the child now.
+    let stopping = proxy.stopping.load(std::sync::atomic::Ordering::SeqCst);
+    if stopping != 0 {
+        kill_group(stopping);
     }
     drop(proxy);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
@@ -142,6 +162,11 @@ async fn read_stdin(
                 continue;
             }
         };
+        if let Err(error) = check_frame(&frame) {
+            tracing::info!("mcp frame refused: {error}");
+            proxy.reply(error.to_response());
+            continue;
+        }
         match caller {
             Ok(caller) => handle(proxy, caller, upstream, frame).await,
             Err(refusal) => refuse_all(proxy, frame, refusal),
@@ -191,19 +216,20 @@ async fn handle(
     for message in governed.local.drain(..) {
         proxy.reply(message);
     }
-    let (Some(forward), Upstream::Running { stdin, .. }) = (dispatch.forward, &mut *upstream)
-    else {
-        return;
-    };
-    let mut line = forward.to_bytes();
-    line.push(b'\n');
-    proxy.tracker().track(dispatch.pending);
-    if let Err(error) = stdin.write_all(&line).await.and(stdin.flush().await) {
-        let refusal = Refusal::new(
-            RefusalCode::GatewayUnreachable,
-            format!("the MCP server stopped reading: {error}"),
-        );
-        proxy.close_upstream(&refusal, false);
-        *upstream = Upstream::Gone(refusal);
+    for mut member in dispatch.members {
+        let Upstream::Running { stdin, .. } = &mut *upstream else {
+            return;
+        };
+        let mut line = member.frame().to_bytes();
+        line.push(b'\n');
+        proxy.tracker().track(member.take_pending());
+        if let Err(error) = stdin.write_all(&line).await.and(stdin.flush().await) {
+            let refusal = Refusal::new(
+                RefusalCode::GatewayUnreachable,
+                format!("the MCP server stopped reading: {error}"),
+            );
+            proxy.close_upstream(&refusal, false);
+            *upstream = Upstream::Gone(refusal);
+        }
     }
 }

@@ -1,8 +1,10 @@
 //! The wrapped server's side of `stopline mcp proxy`: starting the child in its own process
 //! group, passing its stdout back line by line (watched by the tracker), and stopping the whole
 //! group by pid — when a stop cuts the agent, when the agent goes away, or when the proxy is
-//! told to terminate. Open calls are answered and left in doubt *before* the kill, so the
-//! child's end of stream finds nothing left to report.
+//! told to terminate. At a cut, open calls are answered at once and the child gets
+//! `cut_outcome_wait_s` to give their outcomes (recorded, never shown to the agent); what is
+//! still open then is left in doubt *before* the kill, so the child's end of stream finds
+//! nothing left to report.
 
 use crate::govern::{refusal_response, ToolCatalog, Tracker};
 use crate::governor::{Caller, Governor};
@@ -28,6 +30,9 @@ pub(crate) struct Proxy {
     pub(crate) options: ProxyOptions,
     pub(crate) tracker: Mutex<Tracker>,
     pub(crate) out: mpsc::UnboundedSender<Vec<u8>>,
+    /// The child's process group while a cut waits for its outcomes (0: none), so a proxy that
+    /// ends meanwhile still stops it.
+    pub(crate) stopping: std::sync::atomic::AtomicU32,
 }
 
 impl Proxy {
@@ -79,10 +84,18 @@ pub(crate) fn start(proxy: Arc<Proxy>, mut child: Child) -> Upstream {
     tokio::spawn(async move {
         let mut lines = BufReader::new(stdout).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            if let Ok(frame) = parse(line.as_bytes()) {
-                proxy.tracker().observe_frame(&frame);
+            let forward = match parse(line.as_bytes()) {
+                Ok(frame) => {
+                    let mut tracker = proxy.tracker();
+                    let forward = frame.messages().iter().any(|m| tracker.forwardable(m));
+                    tracker.observe_frame(&frame);
+                    forward
+                }
+                Err(_) => true,
+            };
+            if forward {
+                let _ = proxy.out.send(line.into_bytes());
             }
-            let _ = proxy.out.send(line.into_bytes());
         }
         let status = child.wait().await;
         let refusal = Refusal::new(
@@ -117,23 +130,40 @@ pub(crate) async fn watch_for_cut(
     upstream: Arc<tokio::sync::Mutex<Upstream>>,
 ) {
     let refusal = proxy.governor.cut(&caller).await;
+    // Open calls are answered at once; every later call is refused here.
+    let notice = crate::pump::cut_notice(&refusal);
+    let ids = proxy.tracker().mute_open();
+    for id in ids {
+        proxy.reply(refusal_response(id, &notice));
+    }
     let mut upstream = upstream.lock().await;
-    // Open calls are answered and left in doubt before the kill, so the child's end of stream
-    // finds nothing left to report.
-    let notice = Refusal::new(
-        RefusalCode::BreakGlassContained,
-        format!(
-            "the MCP server was stopped ({}): the call's outcome is unknown",
-            refusal.message
-        ),
+    let running = std::mem::replace(
+        &mut *upstream,
+        Upstream::Gone(Refusal::new(
+            RefusalCode::BreakGlassContained,
+            format!("the MCP server was stopped: {}", refusal.message),
+        )),
     );
-    proxy.close_upstream(&notice, true);
-    if let Upstream::Running { pgid, .. } = &*upstream {
+    drop(upstream);
+    if let Upstream::Running { pgid, .. } = &running {
+        proxy
+            .stopping
+            .store(*pgid, std::sync::atomic::Ordering::SeqCst);
+    }
+    // The child gets up to cut_outcome_wait_s to give the open calls' outcomes; what is still
+    // open then is left in doubt before the kill, so its end of stream finds nothing to report.
+    let wait = proxy.governor.cut_outcome_wait();
+    let deadline = tokio::time::Instant::now() + wait;
+    while !proxy.tracker().is_done() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    proxy.tracker().cut(&format!(
+        "cut at a stop; the server gave no outcome within cut_outcome_wait_s ({} s)",
+        wait.as_secs()
+    ));
+    if let Upstream::Running { pgid, .. } = &running {
         tracing::warn!(pgid, code = %refusal.code, "stopping the MCP server: {}", refusal.message);
         kill_group(*pgid);
+        proxy.stopping.store(0, std::sync::atomic::Ordering::SeqCst);
     }
-    *upstream = Upstream::Gone(Refusal::new(
-        RefusalCode::BreakGlassContained,
-        format!("the MCP server was stopped: {}", refusal.message),
-    ));
 }

@@ -2,11 +2,12 @@
 //!
 //! Each MCP session gets its own child process ([`crate::stdio_session`]), started on
 //! `initialize` and stopped on `DELETE`. A `POST` writes its governed frame to the child's stdin
-//! as one line and answers with an SSE stream of what the child routes back to it, through the
-//! same pump (and the same stop cut) as an HTTP upstream. A child that dies ends every stream of
-//! its session; the operations still open are then left in doubt.
+//! as one line per member (never a batch) and answers with an SSE stream of what the child
+//! routes back to it, through the same pump (and the same stop cut) as an HTTP upstream: it
+//! reads on after the agent goes away, and answers the agent at once at EMERGENCY. A child that
+//! dies ends every stream of its session; the operations still open are then left in doubt.
 
-use crate::govern::Tracker;
+use crate::govern::{Member, Tracker};
 use crate::governor::{Caller, Outcome};
 use crate::http::McpState;
 use crate::jsonrpc::{Incoming, Message};
@@ -60,6 +61,7 @@ fn sse(
             tracker,
             cut: state.governor.cut(caller),
             prelude,
+            cut_wait: state.governor.cut_outcome_wait(),
         },
     );
     let mut headers = HeaderMap::new();
@@ -73,18 +75,23 @@ fn sse(
     (StatusCode::OK, headers, stream_body(stream)).into_response()
 }
 
-/// Forward a governed frame to the session's stdio child (starting it on `initialize`).
-pub async fn post_stdio(exchange: Exchange, command: &[String], forward: Incoming) -> Response {
+/// Forward one member to the session's stdio child (starting it on `initialize`).
+pub(crate) async fn post_stdio(
+    exchange: Exchange,
+    command: Vec<String>,
+    mut member: Member,
+) -> Response {
     let Exchange {
         state,
         server,
         caller,
         headers,
         initialize,
-        local,
-        pending,
-        ..
     } = exchange;
+    let local: Vec<Message> = Vec::new();
+    let pending = member.take_pending();
+    let forward = member.frame();
+    let command = command.as_slice();
     let (session, new_id) = match session_key(&server, &headers) {
         Some(key) => match state.stdio.get(&key) {
             Some(session) => (session, None),

@@ -2,8 +2,11 @@
 //!
 //! [`Tracker`] holds the admissions of forwarded requests until their answers arrive: an answer
 //! finishes its admission (committed, or failed for an error or `isError`), an outright refusal
-//! by the upstream fails them, a stop cuts them, and whatever is still open when the exchange
-//! ends is left in doubt — never silently committed. [`ToolCatalog`] learns `readOnlyHint` from
+//! by the upstream fails them, and whatever is still open when the exchange ends is left in
+//! doubt — never silently committed. At a stop the agent's open requests are answered at once
+//! ([`Tracker::mute_open`]) while the tracker goes on watching for their real answers, which are
+//! recorded but never shown to the agent; what is still open when the cut's wait ends is left
+//! in doubt ([`Tracker::cut`]). [`ToolCatalog`] learns `readOnlyHint` from
 //! `tools/list` results passing through. Nothing here forwards or decides anything.
 
 use crate::govern::{id_key, Pending};
@@ -52,6 +55,9 @@ pub struct Tracker {
     catalog: Arc<ToolCatalog>,
     server: String,
     pending: BTreeMap<String, Pending>,
+    /// Requests the agent was already answered for (by a cut): their real answers are
+    /// recorded, not forwarded.
+    muted: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Tracker {
@@ -70,6 +76,7 @@ impl Tracker {
             catalog,
             server: server.to_string(),
             pending: BTreeMap::new(),
+            muted: Default::default(),
         }
     }
 
@@ -101,6 +108,22 @@ impl Tracker {
         true
     }
 
+    /// Answered locally already: mark every open request so, and return their ids (the caller
+    /// answers them). They stay tracked, so their real outcome is still recorded.
+    pub fn mute_open(&mut self) -> Vec<Id> {
+        let ids = self.open_ids();
+        self.muted.extend(self.pending.keys().cloned());
+        ids
+    }
+
+    /// False for an upstream answer to a request the agent was already answered for.
+    pub fn forwardable(&self, message: &Message) -> bool {
+        match message {
+            Message::Response { id, .. } => !self.muted.contains(&id_key(id)),
+            _ => true,
+        }
+    }
+
     /// Observe every message of a frame from the upstream.
     pub fn observe_frame(&mut self, frame: &Incoming) {
         for message in frame.messages() {
@@ -127,6 +150,13 @@ impl Tracker {
         Some(pending.id)
     }
 
+    /// The upstream could not be reached at all: nothing open was delivered.
+    pub fn unreachable(&mut self) {
+        for pending in std::mem::take(&mut self.pending).into_values() {
+            pending.admission.finish(Outcome::UpstreamUnreachable);
+        }
+    }
+
     /// The upstream refused the messages outright (an HTTP 4xx): nothing open was executed.
     pub fn refused_by_upstream(&mut self) {
         for pending in std::mem::take(&mut self.pending).into_values() {
@@ -134,7 +164,7 @@ impl Tracker {
         }
     }
 
-    /// A stop cut the exchange: every open operation is left in doubt.
+    /// A cut exchange gave no outcome in time: every open operation is left in doubt.
     pub fn cut(&mut self, reason: &str) {
         for pending in std::mem::take(&mut self.pending).into_values() {
             pending.admission.cut(reason);

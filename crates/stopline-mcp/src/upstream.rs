@@ -1,37 +1,42 @@
 //! Talking to a Streamable HTTP upstream on behalf of a governed exchange.
 //!
-//! The forwarded body is the re-serialized frame, sent right after every member passed its
-//! dispatch re-check. The agent's token never goes upstream. When the upstream cannot be reached
-//! at all the calls end `UpstreamUnreachable` (nothing happened; it feeds the adapter breaker);
-//! when the connection fails after that they are in doubt.
+//! Each member of a frame is forwarded on its own, re-serialized, right after it passed its
+//! dispatch re-check. The agent's token never goes upstream. The exchange runs in a detached
+//! task that owns its operations (SPEC §12.2): an agent that goes away does not end it, and the
+//! outcome is recorded when the upstream gives it. At EMERGENCY the agent is answered at once
+//! and the exchange has `cut_outcome_wait_s` to give its outcome. When the upstream cannot be
+//! reached at all the calls end `UpstreamUnreachable` (nothing happened; it feeds the adapter
+//! breaker); when the connection fails after that they are in doubt.
 
-pub use crate::stdio_upstream::{delete_stdio, get_stdio, post_stdio, StdioSessions};
+pub(crate) use crate::stdio_upstream::post_stdio;
+pub use crate::stdio_upstream::{delete_stdio, get_stdio, StdioSessions};
 
-use crate::govern::{Pending, Tracker};
-use crate::governor::{Caller, Outcome};
+use crate::govern::{refusal_response, Member, Tracker};
+use crate::governor::Caller;
 use crate::http::{McpState, FORWARDED_REQUEST_HEADERS};
-use crate::jsonrpc::{parse, Incoming, Message, STOPLINE_REFUSED};
-use crate::pump::{self, Pump};
-use crate::reply::{json_reply, merge, stream_body};
-use crate::sse::message_event;
+use crate::jsonrpc::{parse, Id, Incoming, Message, STOPLINE_REFUSED};
+use crate::pump::{self, cut_notice, Pump};
+use crate::reply::{json_reply, stream_body};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::future::BoxFuture;
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+use stopline_core::Refusal;
+use stopline_gateway::refusal_status;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 
-/// One governed `POST`, ready to be forwarded.
+/// What every member exchange of one governed `POST` shares.
+#[derive(Clone)]
 pub(crate) struct Exchange {
     pub state: Arc<McpState>,
     pub server: String,
     pub caller: Caller,
     pub headers: HeaderMap,
     pub initialize: bool,
-    pub batch: bool,
-    /// Errors answered locally for refused members.
-    pub local: Vec<Message>,
-    /// The forwarded requests.
-    pub pending: BTreeMap<String, Pending>,
 }
 
 /// Response headers passed back to the agent.
@@ -92,75 +97,147 @@ pub(crate) fn upstream_failed(
     }
 }
 
-/// Turn an upstream answer into the agent's response, tracking what comes back.
+/// The agent's answer when a cut lands before the upstream answered: an error for each open
+/// request (their real answers are still recorded when they come).
+pub(crate) fn cut_reply(ids: Vec<Id>, refusal: &Refusal) -> Response {
+    let notice = cut_notice(refusal);
+    let status = refusal_status(&notice).as_u16();
+    let messages: Vec<Message> = ids
+        .into_iter()
+        .map(|id| refusal_response(id, &notice))
+        .collect();
+    match Incoming::from_messages(messages, false) {
+        Some(frame) => json_reply(status, frame.to_bytes()),
+        None => json_reply(
+            status,
+            Incoming::Single(refusal_response(serde_json::Value::Null, &notice)).to_bytes(),
+        ),
+    }
+}
+
+/// The detached side of one member exchange: the cut signal, the agent's pending reply, and
+/// the deadline a cut sets.
+pub(crate) struct Detached {
+    pub cut: BoxFuture<'static, Refusal>,
+    pub reply: Option<oneshot::Sender<Response>>,
+    pub deadline: Option<Instant>,
+    pub cut_wait: Duration,
+}
+
+enum Event<T> {
+    Cut(Refusal),
+    Deadline,
+    Done(T),
+}
+
+impl Detached {
+    /// Answer the agent with `response`, if it is still waiting.
+    pub fn answer(&mut self, response: Response) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(response);
+        }
+    }
+
+    /// Wait for `work`; a cut first answers the agent at once (the exchange goes on). `None`
+    /// when a cut exchange reached its deadline.
+    pub async fn wait<F: Future>(&mut self, tracker: &mut Tracker, work: F) -> Option<F::Output> {
+        tokio::pin!(work);
+        loop {
+            let cut_pending = self.deadline.is_none();
+            let deadline = self.deadline.unwrap_or_else(Instant::now);
+            let event = tokio::select! {
+                biased;
+                refusal = &mut self.cut, if cut_pending => Event::Cut(refusal),
+                _ = tokio::time::sleep_until(deadline), if !cut_pending => Event::Deadline,
+                out = work.as_mut() => Event::Done(out),
+            };
+            match event {
+                Event::Cut(refusal) => {
+                    tracing::warn!(code = %refusal.code, "answering an MCP call at once: {}", refusal.message);
+                    self.deadline = Some(Instant::now() + self.cut_wait);
+                    let ids = tracker.mute_open();
+                    self.answer(cut_reply(ids, &refusal));
+                }
+                Event::Deadline => return None,
+                Event::Done(out) => return Some(out),
+            }
+        }
+    }
+
+    /// Why a cut exchange's open operations are left in doubt.
+    pub fn too_late(&self) -> String {
+        format!(
+            "cut at a stop; the server gave no outcome within cut_outcome_wait_s ({} s)",
+            self.cut_wait.as_secs()
+        )
+    }
+}
+
+/// Turn an upstream answer to a `GET` into the agent's response (a stream, or what it said).
 pub(crate) async fn answer(
     exchange_state: &Arc<McpState>,
     caller: &Caller,
     mut tracker: Tracker,
-    local: Vec<Message>,
-    batch: bool,
     response: reqwest::Response,
 ) -> Response {
     let status =
         StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let headers = returned_headers(response.headers());
-    let is_sse = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if is_sse {
-        let prelude = local
-            .iter()
-            .map(|m| message_event(&Incoming::Single(m.clone()).to_bytes()))
-            .collect();
+    if is_sse(&headers) {
         let cut = exchange_state.governor.cut(caller);
         let stream = pump::spawn(
             response.bytes_stream(),
             Pump {
                 tracker,
                 cut,
-                prelude,
+                prelude: Vec::new(),
+                cut_wait: exchange_state.governor.cut_outcome_wait(),
             },
         );
         return (status, headers, stream_body(stream)).into_response();
     }
-    let bytes = match response.bytes().await {
-        Ok(bytes) => bytes,
+    match response.bytes().await {
+        Ok(bytes) => (status, headers, bytes).into_response(),
         Err(error) => {
             tracker.finish(&format!("the upstream's answer was lost: {error}"));
-            return upstream_failed([], local, &error.to_string());
+            upstream_failed([], Vec::new(), &error.to_string())
         }
-    };
-    let frame = (!bytes.is_empty()).then(|| parse(&bytes).ok()).flatten();
-    if let Some(frame) = &frame {
-        tracker.observe_frame(frame);
-    }
-    if status.is_client_error() {
-        // The transport refused the message (unknown session, bad request): it did not run.
-        tracker.refused_by_upstream();
-    }
-    if local.is_empty() {
-        return (status, headers, bytes).into_response();
-    }
-    match merge(frame, local, batch) {
-        Some(merged) => json_reply(200, merged.to_bytes()),
-        None => (status, headers, bytes).into_response(),
     }
 }
 
-/// Forward a governed frame to a Streamable HTTP upstream.
-pub(crate) async fn post_http(exchange: Exchange, url: &str, forward: Incoming) -> Response {
+fn is_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// Forward one member to a Streamable HTTP upstream; the exchange runs detached and this waits
+/// only for what the agent gets.
+pub(crate) async fn post_http(exchange: Exchange, url: String, member: Member) -> Response {
+    let (reply, answer) = oneshot::channel();
+    tokio::spawn(drive_http(exchange, url, member, reply));
+    answer
+        .await
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+async fn drive_http(
+    exchange: Exchange,
+    url: String,
+    mut member: Member,
+    reply: oneshot::Sender<Response>,
+) {
     let Exchange {
         state,
         server,
         caller,
         headers,
         initialize,
-        batch,
-        local,
-        pending,
     } = exchange;
-    let mut request = forward_headers(state.client.post(url), &headers)
+    let mut tracker = Tracker::new(state.catalog.clone(), &server);
+    tracker.track(member.take_pending());
+    let mut request = forward_headers(state.client.post(&url), &headers)
         .header(header::CONTENT_TYPE.as_str(), "application/json");
     if !headers.contains_key(header::ACCEPT) {
         request = request.header(
@@ -168,28 +245,74 @@ pub(crate) async fn post_http(exchange: Exchange, url: &str, forward: Incoming) 
             "application/json, text/event-stream",
         );
     }
-    let response = match request.body(forward.to_bytes()).send().await {
-        Ok(response) => response,
-        Err(error) => {
+    let request = request.body(member.frame().to_bytes());
+    let mut task = Detached {
+        cut: state.governor.cut(&caller),
+        reply: Some(reply),
+        deadline: None,
+        cut_wait: state.governor.cut_outcome_wait(),
+    };
+    let response = match task.wait(&mut tracker, request.send()).await {
+        None => return tracker.cut(&task.too_late()),
+        Some(Ok(response)) => response,
+        Some(Err(error)) => {
             // A refused connection delivered nothing; any other failure may have delivered it.
-            let ids: Vec<_> = pending.values().map(|p| p.id.clone()).collect();
-            for pending in pending.into_values() {
-                pending.admission.finish(if error.is_connect() {
-                    Outcome::UpstreamUnreachable
-                } else {
-                    Outcome::InDoubt(format!("the upstream connection failed: {error}"))
-                });
+            let ids = tracker.open_ids();
+            if error.is_connect() {
+                tracker.unreachable();
+            } else {
+                tracker.finish(&format!(
+                    "the upstream connection failed after dispatch: {error}"
+                ));
             }
-            return upstream_failed(ids, local, &error.to_string());
+            return task.answer(upstream_failed(ids, Vec::new(), &error.to_string()));
         }
     };
-    let mut tracker = Tracker::new(state.catalog.clone(), &server);
-    tracker.track(pending);
-    if initialize && response.status().is_success() {
-        let returned = returned_headers(response.headers());
+    let status =
+        StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let returned = returned_headers(response.headers());
+    if initialize && status.is_success() {
         state.sessions.bind(&server, &returned, &caller);
     }
-    answer(&state, &caller, tracker, local, batch, response).await
+    if is_sse(&returned) {
+        match (task.reply.take(), task.deadline) {
+            (Some(reply), _) => {
+                let stream = pump::spawn(
+                    response.bytes_stream(),
+                    Pump {
+                        tracker,
+                        cut: task.cut,
+                        prelude: Vec::new(),
+                        cut_wait: task.cut_wait,
+                    },
+                );
+                let _ = reply.send((status, returned, stream_body(stream)).into_response());
+            }
+            (None, deadline) => pump::drain(
+                response.bytes_stream(),
+                tracker,
+                task.cut_wait,
+                deadline.unwrap_or_else(|| Instant::now() + task.cut_wait),
+            ),
+        }
+        return;
+    }
+    let bytes = match task.wait(&mut tracker, response.bytes()).await {
+        None => return tracker.cut(&task.too_late()),
+        Some(Ok(bytes)) => bytes,
+        Some(Err(error)) => {
+            tracker.finish(&format!("the upstream's answer was lost: {error}"));
+            return task.answer(upstream_failed([], Vec::new(), &error.to_string()));
+        }
+    };
+    if let Some(frame) = (!bytes.is_empty()).then(|| parse(&bytes).ok()).flatten() {
+        tracker.observe_frame(&frame);
+    }
+    if status.is_client_error() {
+        // The transport refused the message (unknown session, bad request): it did not run.
+        tracker.refused_by_upstream();
+    }
+    task.answer((status, returned, bytes).into_response());
 }
 
 /// Open the upstream's server-to-client stream.
@@ -206,7 +329,7 @@ pub(crate) async fn get_http(
     match request.send().await {
         Ok(response) => {
             let tracker = Tracker::new(state.catalog.clone(), "");
-            answer(state, caller, tracker, Vec::new(), false, response).await
+            answer(state, caller, tracker, response).await
         }
         Err(error) => upstream_failed([], Vec::new(), &error.to_string()),
     }

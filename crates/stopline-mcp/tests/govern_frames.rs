@@ -1,7 +1,7 @@
 //! Governing frames member by member, against a scripted governor: refused requests are
 //! answered locally with the stopline code in `error.data`, refused notifications vanish, a
-//! refusal at dispatch removes the member, and what is forwarded is the re-serialized frame of
-//! the survivors only. Tool calls carry whether the upstream declared the tool read-only.
+//! refusal at dispatch removes the member, and what is forwarded is each survivor re-serialized
+//! on its own (a batch's members one by one, never as a batch). Tool calls carry whether the upstream declared the tool read-only.
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
@@ -99,10 +99,18 @@ async fn batches_are_governed_member_by_member() {
     let mut governed = govern_frame(&governor, &catalog, "s", &caller, frame).await;
     let dispatch = governed.dispatch(&caller);
 
-    let forwarded = String::from_utf8(dispatch.forward.unwrap().to_bytes()).unwrap();
+    let forwarded: Vec<String> = dispatch
+        .members
+        .iter()
+        .map(|m| String::from_utf8(m.frame().to_bytes()).unwrap())
+        .collect();
     assert_eq!(
         forwarded,
-        r#"[{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"name":"read"}},{"id":4,"jsonrpc":"2.0","method":"tools/call","params":{"name":"write"}},{"jsonrpc":"2.0","method":"notifications/initialized"}]"#
+        [
+            r#"{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"name":"read"}}"#,
+            r#"{"id":4,"jsonrpc":"2.0","method":"tools/call","params":{"name":"write"}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        ]
     );
     let answered: Vec<(Value, Value)> = governed
         .local
@@ -130,7 +138,9 @@ async fn batches_are_governed_member_by_member() {
     );
 
     let mut tracker = Tracker::new(catalog.clone(), "s");
-    tracker.track(dispatch.pending);
+    for mut member in dispatch.members {
+        tracker.track(member.take_pending());
+    }
     let reply = parse(br#"[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":4,"result":{"isError":true}}]"#).unwrap();
     tracker.observe_frame(&reply);
     assert!(tracker.is_done());
@@ -164,7 +174,9 @@ async fn what_is_still_open_when_an_exchange_ends_is_left_in_doubt_and_a_cut_is_
         let frame = Incoming::Single(Message::from_value(call(9, "a")).unwrap());
         let mut governed = govern_frame(&governor, &catalog, "s", &caller, frame).await;
         let mut tracker = Tracker::new(catalog.clone(), "s");
-        tracker.track(governed.dispatch(&caller).pending);
+        for mut member in governed.dispatch(&caller).members {
+            tracker.track(member.take_pending());
+        }
         assert_eq!(tracker.open_ids(), vec![json!(9)]);
         match ending {
             "cut" => tracker.cut("stop"),

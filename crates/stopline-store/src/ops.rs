@@ -3,8 +3,9 @@
 //! A writer (a gateway, a CLI process) records `prepared` and fsyncs it before anything is
 //! dispatched, then `dispatched`, then the outcome. Journals are named
 //! `<label>-<pid>-<starttime>.jsonl`, so a reader can tell a live writer (its in-flight
-//! operations are pending) from a dead one (its operations without outcome are in doubt and block
-//! their targets). The owner's reconciliations go to `owner.jsonl`. A torn last line is a crash's
+//! operations are pending) from a dead one (its operations without outcome are in doubt). An
+//! operation in doubt blocks whom its prepared line says ([`Blocks`]: nobody for a model request,
+//! else its agent's chain or everyone) on its target until reconciled. The owner's reconciliations go to `owner.jsonl`. A torn last line is a crash's
 //! remnant and is ignored (it was never fsynced, so nothing was dispatched on it); a broken line
 //! anywhere else is a registry error, reported, never omitted.
 
@@ -13,7 +14,8 @@ use crate::Store;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
-use stopline_core::ops::{fold, target_kind, OpKind, OpLine, Operation, Phase};
+use stopline_core::ops::{fold, target_kind, BlockScope, Blocks, OpKind, OpLine, Operation, Phase};
+use stopline_core::view::Blocker;
 use stopline_core::{Refusal, RefusalCode};
 
 /// The journal name of reconciliations.
@@ -48,6 +50,31 @@ pub struct CensusEntry {
     pub operation: Operation,
     /// True while its writer is alive and has not marked it in doubt.
     pub in_flight: bool,
+    /// True when it blocks someone now: in doubt, and not a model request.
+    pub blocking: bool,
+}
+
+/// Who an operation is prepared for (SPEC §12.2): the acting agent, the root of its delegation
+/// chain, and whom the operation blocks if its outcome is ever in doubt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpOwner {
+    /// The acting agent (the last link of the chain).
+    pub agent: Option<String>,
+    /// The root of its delegation chain (absent: the agent itself).
+    pub root: Option<String>,
+    /// Whom it blocks while in doubt.
+    pub blocks: BlockScope,
+}
+
+impl OpOwner {
+    /// An operation of `agent` alone (its own chain root), blocking only it.
+    pub fn agent(agent: &str) -> OpOwner {
+        OpOwner {
+            agent: Some(agent.to_string()),
+            root: None,
+            blocks: BlockScope::Agent,
+        }
+    }
 }
 
 impl Census {
@@ -174,8 +201,10 @@ impl Store {
             let live = *alive
                 .entry(op.writer.clone())
                 .or_insert_with(|| writer_alive(&op.writer));
+            let in_flight = live && !op.in_doubt;
             let entry = CensusEntry {
-                in_flight: live && !op.in_doubt,
+                in_flight,
+                blocking: !in_flight && op.blocks != Blocks::Nobody,
                 operation: op,
             };
             match entry.operation.kind {
@@ -187,17 +216,28 @@ impl Store {
         census
     }
 
-    /// Targets blocked by an unresolved operation that is not in flight: target → op id.
-    /// An unreadable registry blocks every target (`*`).
-    pub fn blocked_targets(&self) -> BTreeMap<String, String> {
+    /// Targets blocked by operations in doubt, with whom each blocks (model requests block
+    /// nobody and are left out). An unreadable registry blocks every target for everyone (`*`).
+    pub fn blocked_targets(&self) -> BTreeMap<String, Vec<Blocker>> {
         let census = self.census();
-        let mut blocked: BTreeMap<String, String> = census
-            .entries()
-            .filter(|e| !e.in_flight)
-            .map(|e| (e.operation.target.clone(), e.operation.op.clone()))
-            .collect();
+        let mut blocked: BTreeMap<String, Vec<Blocker>> = BTreeMap::new();
+        for entry in census.entries().filter(|e| e.blocking) {
+            blocked
+                .entry(entry.operation.target.clone())
+                .or_default()
+                .push(Blocker {
+                    op: entry.operation.op.clone(),
+                    blocks: entry.operation.blocks.clone(),
+                });
+        }
         if !census.errors.is_empty() {
-            blocked.insert("*".into(), census.errors.join("; "));
+            blocked.insert(
+                "*".into(),
+                vec![Blocker {
+                    op: census.errors.join("; "),
+                    blocks: Blocks::Everyone,
+                }],
+            );
         }
         blocked
     }
@@ -242,6 +282,8 @@ impl Store {
             target: None,
             agent: None,
             request_id: None,
+            root: None,
+            blocks: None,
             outcome: Some(outcome.to_string()),
             by: Some(by.to_string()),
             reason: Some(reason),
@@ -283,17 +325,35 @@ impl OpsJournal {
             target: None,
             agent: None,
             request_id: None,
+            root: None,
+            blocks: None,
             outcome: None,
             by: None,
             reason: None,
         }
     }
 
-    /// Record durable intent (fsynced before returning). Returns the operation id.
+    /// Record durable intent (fsynced before returning) of an operation by `agent`, which is
+    /// its own chain root and blocks only itself if in doubt. Returns the operation id.
     pub fn prepare(
         &self,
         target: &str,
         agent: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<String, StoreError> {
+        let owner = OpOwner {
+            agent: agent.map(String::from),
+            ..OpOwner::default()
+        };
+        self.prepare_for(target, &owner, request_id)
+    }
+
+    /// Record durable intent (fsynced before returning) of an operation for `owner`. Returns the
+    /// operation id.
+    pub fn prepare_for(
+        &self,
+        target: &str,
+        owner: &OpOwner,
         request_id: Option<&str>,
     ) -> Result<String, StoreError> {
         if target_kind(target).is_none() {
@@ -305,7 +365,12 @@ impl OpsJournal {
         let id = format!("op_{}", self.store.env.random_hex(8));
         let mut line = self.line(&id, Phase::Prepared);
         line.target = Some(target.to_string());
-        line.agent = agent.map(String::from);
+        line.agent = owner.agent.clone();
+        line.root = owner
+            .root
+            .clone()
+            .filter(|r| owner.agent.as_ref() != Some(r));
+        line.blocks = (owner.blocks != BlockScope::Agent).then_some(owner.blocks);
         line.request_id = request_id.map(String::from);
         self.write(&line, true, "ops.prepare")?;
         Ok(id)
@@ -323,7 +388,8 @@ impl OpsJournal {
         self.write(&line, true, "ops.outcome")
     }
 
-    /// Mark the operation in doubt (e.g. its stream was cut by a stop); it blocks its target.
+    /// Mark the operation in doubt (the upstream connection broke after dispatch, or a cut
+    /// exchange got no answer within `cut_outcome_wait_s`); it blocks whom it was prepared to.
     pub fn in_doubt(&self, op: &str, reason: &str) -> Result<(), StoreError> {
         let mut line = self.line(op, Phase::InDoubt);
         line.reason = Some(reason.to_string());

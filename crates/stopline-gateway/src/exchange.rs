@@ -1,0 +1,359 @@
+//! One model request's upstream exchange, finished by the gateway on its own (SPEC §12.2).
+//!
+//! Every model route (the OpenAI-compatible ones and the Anthropic Messages one, through
+//! `model::exchange`) hands an admitted call to [`Governor::model_exchange`]. It dispatches the call and runs the exchange
+//! in a detached task that owns the [`Admission`]: whatever happens to the agent's connection,
+//! the task reads the upstream's answer to its end and records the outcome and the usage it
+//! reported. The agent's handler only waits for what the task hands it.
+//!
+//! - The client goes away (a dropped connection, a `curl -m 1`): the task carries on and records
+//!   the outcome; nothing is left in doubt because of it.
+//! - An EMERGENCY covers the agent (or the machine is contained, or the view can no longer be
+//!   trusted): the waiting agent is answered at once with its refusal — an HTTP refusal before the
+//!   response has started, the route's own error event on a stream that has — and the exchange
+//!   goes on detached. It then has `cut_outcome_wait_s` to give its outcome; only if it does not
+//!   is the operation left in doubt (and a model operation in doubt blocks nobody: its cost
+//!   stays reserved at its bound). At HALT_ALL and HALT_NONCRITICAL nothing is cut.
+//! - The upstream connection breaks after dispatch: the outcome cannot be known, so the
+//!   operation is in doubt. A connection refused before anything was sent is `UpstreamUnreachable`.
+//!
+//! Every wait is bounded: by the upstream request timeout (`[model] timeout_s`), and after a
+//! cut by `cut_outcome_wait_s`. Nothing here retries anything.
+
+use crate::admit::{Admission, CutWatch, Outcome};
+use crate::caller::Caller;
+use crate::error::GatewayError;
+use crate::governor::Governor;
+use axum::body::{Body, Bytes};
+use axum::http::StatusCode;
+use futures::StreamExt;
+use std::future::Future;
+use std::time::Duration;
+use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_core::Refusal;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+/// How a route's upstream reports what a call used. One per call.
+pub trait Meter: Send + 'static {
+    /// See one chunk of a streamed answer as it passes (never holds it back).
+    fn feed(&mut self, chunk: &[u8]);
+    /// What a whole (non-streamed) answer used, when it says.
+    fn whole(&self, body: &[u8]) -> Option<Budgets>;
+    /// What the stream has reported so far.
+    fn streamed(&self) -> Option<Budgets>;
+}
+
+/// One admitted model call, ready to be handed upstream.
+pub struct DetachedCall {
+    /// The admission (not yet dispatched).
+    pub admission: Admission,
+    /// The upstream request, fully built (URL, upstream key, body, timeout).
+    pub request: reqwest::RequestBuilder,
+    /// True when the agent asked for a stream.
+    pub stream: bool,
+    /// The route's usage reader.
+    pub meter: Box<dyn Meter>,
+    /// The bytes that end a stream cut at EMERGENCY: the route's own error event carrying the
+    /// refusal (for OpenAI `data: {"error":{…}}`).
+    pub stream_refusal: fn(&Refusal) -> Bytes,
+}
+
+/// What the agent gets back.
+#[derive(Debug)]
+pub enum Answer {
+    /// A whole answer, passed on as the upstream gave it.
+    Whole {
+        /// The upstream's status.
+        status: StatusCode,
+        /// Its content type.
+        content_type: String,
+        /// Its body.
+        body: Bytes,
+    },
+    /// A stream, passed on chunk by chunk.
+    Stream {
+        /// The upstream's status.
+        status: StatusCode,
+        /// Its content type.
+        content_type: String,
+        /// The relayed body.
+        body: Body,
+    },
+}
+
+/// What the detached task hands the waiting handler.
+type Head = Result<Answer, GatewayError>;
+type Chunks = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+/// The agent's side of the exchange, as the task sees it.
+enum Client {
+    /// The handler waits for the head.
+    Waiting(oneshot::Sender<Head>),
+    /// The stream is being relayed.
+    Streaming(Chunks),
+    /// Answered already (cut), or gone.
+    Gone,
+}
+
+impl Governor {
+    /// Dispatch `call` and run its upstream exchange detached (see the module docs); returns
+    /// what the agent gets. A refusal at dispatch is returned and nothing is sent.
+    pub async fn model_exchange(
+        &self,
+        caller: &Caller,
+        call: DetachedCall,
+    ) -> Result<Answer, GatewayError> {
+        let DetachedCall {
+            mut admission,
+            request,
+            stream,
+            meter,
+            stream_refusal,
+        } = call;
+        let cuts = self.subscribe_cuts(caller);
+        admission.dispatch()?;
+        let (head, answer) = oneshot::channel();
+        let task = Task {
+            admission: Some(admission),
+            cuts,
+            client: Client::Waiting(head),
+            cut_deadline: None,
+            cut_wait: self.inner.config.cut_outcome_wait(),
+            stream_refusal,
+        };
+        tokio::spawn(task.run(request, stream, meter));
+        match answer.await {
+            Ok(head) => head,
+            Err(_) => Err(GatewayError::Upstream(
+                "the model exchange ended without an answer".into(),
+            )),
+        }
+    }
+}
+
+enum Event<T> {
+    Cut(Refusal),
+    Deadline,
+    Done(T),
+}
+
+struct Task {
+    admission: Option<Admission>,
+    cuts: CutWatch,
+    client: Client,
+    /// Set when the agent was answered by a cut: the exchange must end by then.
+    cut_deadline: Option<Instant>,
+    cut_wait: Duration,
+    stream_refusal: fn(&Refusal) -> Bytes,
+}
+
+impl Task {
+    /// Answer the agent with `refusal` now; the exchange goes on until the cut deadline.
+    async fn answer_cut(&mut self, refusal: Refusal) {
+        tracing::warn!(code = %refusal.code, "answering a model call at once: {}", refusal.message);
+        self.cut_deadline = Some(Instant::now() + self.cut_wait);
+        match std::mem::replace(&mut self.client, Client::Gone) {
+            Client::Waiting(head) => {
+                let _ = head.send(Err(GatewayError::Refused(refusal)));
+            }
+            Client::Streaming(chunks) => {
+                let event = (self.stream_refusal)(&refusal);
+                // Bounded: a client that stopped reading does not hold the exchange up.
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(100), chunks.send(Ok(event))).await;
+            }
+            Client::Gone => {}
+        }
+    }
+
+    /// Wait for `work`, answering the agent at once if a cut comes first; `None` when a cut
+    /// exchange reached its deadline without finishing.
+    async fn wait<F: Future>(&mut self, work: F) -> Option<F::Output> {
+        tokio::pin!(work);
+        loop {
+            match self.next_event(&mut work).await {
+                Event::Cut(refusal) => self.answer_cut(refusal).await,
+                Event::Deadline => return None,
+                Event::Done(out) => return Some(out),
+            }
+        }
+    }
+
+    async fn next_event<F: Future>(
+        &mut self,
+        work: &mut std::pin::Pin<&mut F>,
+    ) -> Event<F::Output> {
+        let cut_pending = self.cut_deadline.is_none();
+        let deadline = self.cut_deadline.unwrap_or_else(Instant::now);
+        tokio::select! {
+            biased;
+            refusal = self.cuts.cut(), if cut_pending => Event::Cut(refusal),
+            _ = tokio::time::sleep_until(deadline), if !cut_pending => Event::Deadline,
+            out = work.as_mut() => Event::Done(out),
+        }
+    }
+
+    fn finish(&mut self, outcome: Outcome, used: Option<Budgets>) {
+        if let Some(admission) = self.admission.take() {
+            admission.finish_with_usage(outcome, used);
+        }
+    }
+
+    fn answer(&mut self, head: Head) {
+        if let Client::Waiting(sender) = std::mem::replace(&mut self.client, Client::Gone) {
+            let _ = sender.send(head);
+        }
+    }
+
+    fn no_answer_in_time(&self) -> String {
+        format!(
+            "the exchange was cut at a stop and the upstream gave no outcome within cut_outcome_wait_s ({} s)",
+            self.cut_wait.as_secs()
+        )
+    }
+
+    async fn run(mut self, request: reqwest::RequestBuilder, stream: bool, meter: Box<dyn Meter>) {
+        let sent = match self.wait(request.send()).await {
+            Some(sent) => sent,
+            None => {
+                let why = self.no_answer_in_time();
+                return self.finish(Outcome::InDoubt(why), None);
+            }
+        };
+        let response = match sent {
+            Ok(response) => response,
+            Err(error) if error.is_connect() => {
+                self.finish(Outcome::UpstreamUnreachable, None);
+                return self.answer(Err(GatewayError::Upstream(format!(
+                    "the model upstream is unreachable: {error}"
+                ))));
+            }
+            Err(error) => {
+                let why = format!("the upstream connection broke after dispatch: {error}");
+                self.finish(Outcome::InDoubt(why), None);
+                return self.answer(Err(GatewayError::Upstream(format!(
+                    "the model upstream failed: {error}"
+                ))));
+            }
+        };
+        let status =
+            StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_string();
+        if stream && status.is_success() {
+            return self.relay(response, status, content_type, meter).await;
+        }
+        let bytes = match self.wait(response.bytes()).await {
+            None => {
+                let why = self.no_answer_in_time();
+                return self.finish(Outcome::InDoubt(why), None);
+            }
+            Some(Err(error)) => {
+                let why = format!("the upstream's answer was lost: {error}");
+                self.finish(Outcome::InDoubt(why), None);
+                return self.answer(Err(GatewayError::Upstream(format!(
+                    "the model response was lost: {error}"
+                ))));
+            }
+            Some(Ok(bytes)) => bytes,
+        };
+        let outcome = if status.is_success() {
+            Outcome::Committed
+        } else if status.is_server_error() {
+            Outcome::UpstreamUnreachable
+        } else {
+            Outcome::Failed
+        };
+        let used = meter
+            .whole(&bytes)
+            .or_else(|| (!status.is_success()).then(|| [(BudgetKind::Steps, 1.0)].into()));
+        self.finish(outcome, used);
+        self.answer(Ok(Answer::Whole {
+            status,
+            content_type,
+            body: bytes,
+        }));
+    }
+
+    /// Relay a stream chunk by chunk while the agent reads it, and read it to its end anyway.
+    async fn relay(
+        mut self,
+        response: reqwest::Response,
+        status: StatusCode,
+        content_type: String,
+        mut meter: Box<dyn Meter>,
+    ) {
+        if matches!(self.client, Client::Waiting(_)) {
+            let (chunks, body) = mpsc::channel(16);
+            let body = Body::from_stream(tokio_stream_of(body));
+            if let Client::Waiting(head) =
+                std::mem::replace(&mut self.client, Client::Streaming(chunks))
+            {
+                if head
+                    .send(Ok(Answer::Stream {
+                        status,
+                        content_type,
+                        body,
+                    }))
+                    .is_err()
+                {
+                    self.client = Client::Gone; // the handler is gone already
+                }
+            }
+        }
+        let mut upstream = response.bytes_stream();
+        loop {
+            let next = match self.wait(upstream.next()).await {
+                None => {
+                    let why = self.no_answer_in_time();
+                    return self.finish(Outcome::InDoubt(why), None);
+                }
+                Some(next) => next,
+            };
+            match next {
+                None => {
+                    let used = meter.streamed();
+                    return self.finish(Outcome::Committed, used);
+                }
+                Some(Err(error)) => {
+                    let why = format!("the upstream stream broke after dispatch: {error}");
+                    self.finish(Outcome::InDoubt(why), None);
+                    if let Client::Streaming(chunks) = &self.client {
+                        let _ = chunks.try_send(Err(std::io::Error::other(error.to_string())));
+                    }
+                    return;
+                }
+                Some(Ok(chunk)) => {
+                    meter.feed(&chunk);
+                    let Client::Streaming(chunks) = &self.client else {
+                        continue; // the agent was answered or is gone: read on, record
+                    };
+                    let chunks = chunks.clone();
+                    let send = chunks.send(Ok(chunk));
+                    tokio::pin!(send);
+                    match self.next_event(&mut send).await {
+                        Event::Done(Ok(())) => {}
+                        // The client went away: read on without it.
+                        Event::Done(Err(_)) => self.client = Client::Gone,
+                        // A cut while the client was not reading: the chunk is dropped, the
+                        // agent answered as far as it can be, and the exchange read on.
+                        Event::Cut(refusal) => self.answer_cut(refusal).await,
+                        Event::Deadline => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The receiving half of a relay as a body stream.
+fn tokio_stream_of(
+    mut chunks: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures::stream::poll_fn(move |cx| chunks.poll_recv(cx))
+}

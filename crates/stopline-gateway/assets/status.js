@@ -216,7 +216,8 @@ function renderStatus(s) {
   for (const kind of ["file", "destination", "model"]) {
     for (const op of unresolved[kind] || []) {
       const prepared = typeof op.prepared_ms === "number" ? age(new Date(op.prepared_ms).toISOString()) + " ago" : "?";
-      ops.push(row([kind, el("span", "mono", op.op || ""), el("span", "mono", op.target || ""), op.agent || "", prepared]));
+      const blocks = op.in_flight ? "nobody yet (in flight)" : op.blocks === "nobody" ? "nobody" : op.blocks === "everyone" ? "every agent" : String(op.blocks || "").replace(/^agent:/, "") + " and its sub-agents";
+      ops.push(row([kind, el("span", "mono", op.op || ""), el("span", "mono", op.target || ""), op.agent || "", el("span", op.blocking ? "bad" : "", blocks), prepared]));
     }
   }
   $("unresolved-count").textContent = ops.length ? "(" + ops.length + ")" : "";

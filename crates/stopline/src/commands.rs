@@ -506,9 +506,21 @@ fn ops_command(ctx: &Context, command: OpsCommand, json: bool) -> Result<i32, Re
                     .filter(|op| !unresolved || op.is_unresolved())
                     .collect(),
             };
+            // Whom each unresolved one blocks now: in doubt (its writer gone, or marked so) and
+            // not a model request. One still in flight blocks nobody yet.
+            let census = ctx.store.census();
             let list: Vec<Value> = selected
                 .iter()
-                .map(|op| serde_json::to_value(op).unwrap_or_default())
+                .map(|op| {
+                    let mut value = serde_json::to_value(op).unwrap_or_default();
+                    if op.is_unresolved() {
+                        let entry = census.entries().find(|e| e.operation.op == op.op);
+                        let in_flight = entry.is_some_and(|e| e.in_flight);
+                        value["in_flight"] = json!(in_flight);
+                        value["blocking"] = json!(entry.is_some_and(|e| e.blocking));
+                    }
+                    value
+                })
                 .collect();
             let receipt = json!({"operations": list, "errors": errors});
             output::receipt(json, &receipt, |r| {
@@ -516,14 +528,7 @@ fn ops_command(ctx: &Context, command: OpsCommand, json: bool) -> Result<i32, Re
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .map(|op| {
-                        format!(
-                            "{} {} {}",
-                            op["op"].as_str().unwrap_or_default(),
-                            op["target"].as_str().unwrap_or_default(),
-                            op["outcome"].as_str().unwrap_or("UNRESOLVED")
-                        )
-                    })
+                    .map(human_operation)
                     .collect::<Vec<_>>()
                     .join("\n")
             });
@@ -551,6 +556,31 @@ fn ops_command(ctx: &Context, command: OpsCommand, json: bool) -> Result<i32, Re
             Ok(0)
         }
     }
+}
+
+/// One operation of `ops list` (and `status`): id, target, agent, outcome, and for one without
+/// an outcome whom it blocks.
+fn human_operation(op: &Value) -> String {
+    let mut line = format!(
+        "{} {} by {} {}",
+        op["op"].as_str().unwrap_or_default(),
+        op["target"].as_str().unwrap_or_default(),
+        op["agent"].as_str().unwrap_or("?"),
+        op["outcome"].as_str().unwrap_or("UNRESOLVED")
+    );
+    if op["outcome"].is_null() {
+        let blocks = op["blocks"].as_str().unwrap_or("everyone");
+        line.push_str(&match (op["in_flight"] == true, blocks) {
+            (true, _) => " (in flight: blocks nobody yet)".to_string(),
+            (false, "nobody") => " (blocks nobody: a model request)".to_string(),
+            (false, "everyone") => " (blocks every agent on this target)".to_string(),
+            (false, agent) => format!(
+                " (blocks {} and its sub-agents on this target)",
+                agent.trim_start_matches("agent:")
+            ),
+        });
+    }
+    line
 }
 
 fn human_status(r: &Value) -> String {
@@ -589,6 +619,11 @@ fn human_status(r: &Value) -> String {
         lines.push(format!(
             "{count} unresolved operation(s); see `stopline ops list --unresolved`"
         ));
+        for kind in ["file", "destination", "model"] {
+            for op in unresolved[kind].as_array().into_iter().flatten() {
+                lines.push(format!("  {}", human_operation(op)));
+            }
+        }
     }
     lines.join("\n")
 }

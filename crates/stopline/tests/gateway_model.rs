@@ -273,35 +273,78 @@ fn a_model_without_a_price_is_refused_for_a_spend_budget() {
     assert!(upstream.executed().is_empty());
 }
 
-#[test]
-fn an_emergency_cuts_a_running_stream_and_leaves_its_operation_in_doubt() {
+/// Unix seconds now.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// An emergency lands while `stopped`'s call to a model that takes seconds to answer is in
+/// flight (`mode`: chat or stream): the stopped agent gets its refusal long before the model
+/// answers, its operation gets the model's outcome afterwards, and a bystander's call to the
+/// same model goes through. Prints the time from the engage receipt to the refusal.
+fn emergency_during_a_slow_call(mode: &str, model: &str) {
     let home = Home::new();
     let upstream = Upstream::start(&home);
     let gateway = Gateway::start(&home, &model_config(&upstream));
-    let token = home.token(&["--agent", "streamer"]);
-    let reply = std::thread::scope(|scope| {
-        let stream = scope.spawn(|| gateway.openai(&token, "stream", "slow-stream"));
-        let started = gw::within(Duration::from_secs(20), || {
+    let stopped = home.token(&["--agent", "stopped"]);
+    let bystander = home.token(&["--agent", "bystander"]);
+    let (reply, engaging, engaged_at) = std::thread::scope(|scope| {
+        let call = scope.spawn(|| gateway.openai(&stopped, mode, model));
+        let started = gw::within(Duration::from_secs(30), || {
             (!upstream.executed().is_empty()).then_some(())
         });
-        assert!(started.is_some(), "the stream reached the upstream");
-        std::thread::sleep(Duration::from_millis(300));
-        home.engage("agent:streamer", "emergency");
-        stream.join().unwrap()
+        assert!(started.is_some(), "the call reached the model");
+        let engaging = unix_now();
+        home.engage("agent:stopped", "emergency");
+        let engaged_at = unix_now();
+        (call.join().unwrap(), engaging, engaged_at)
     });
-    assert_eq!(reply["ok"], false, "the stream was cut: {reply}");
-    let ops = gw::within(Duration::from_secs(30), || {
-        let ops = home.run(&["ops", "list", "--unresolved"]).json();
-        let cut = ops["operations"]
-            .as_array()
-            .unwrap()
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert_eq!(reply["code"], "break_glass_contained", "{reply}");
+    let other = gateway.openai(&bystander, mode, model);
+    assert_eq!(
+        other["ok"], true,
+        "a bystander's call to the same model: {other}"
+    );
+    let answered_at = reply["t"].as_f64().unwrap();
+    let done = gw::within(Duration::from_secs(30), || upstream.done_at(model))
+        .expect("the model finished its answer");
+    assert!(
+        answered_at < done,
+        "the refusal came before the model's answer ({answered_at} vs {done})"
+    );
+    eprintln!(
+        "{mode}: engage took {:.0} ms; the refusal arrived {:.0} ms after engage started ({:+.0} ms from its receipt); the model answered {:.0} ms after the receipt",
+        (engaged_at - engaging) * 1000.0,
+        (answered_at - engaging) * 1000.0,
+        (answered_at - engaged_at) * 1000.0,
+        (done - engaged_at) * 1000.0
+    );
+    let recorded = gw::within(Duration::from_secs(30), || {
+        let ops = home.run(&["ops", "list"]).json();
+        let stopped_op = ops["operations"]
+            .as_array()?
             .iter()
-            .any(|o| o["target"] == "model:slow-stream" && o["in_doubt"] == true);
-        cut.then_some(ops)
+            .find(|o| o["agent"] == "stopped" && o["target"] == format!("model:{model}"))?
+            .clone();
+        (stopped_op["outcome"] == "committed").then_some(stopped_op)
     });
     assert!(
-        ops.is_some(),
-        "the cut operation is in doubt: {reply} {}",
+        recorded.is_some(),
+        "the detached exchange recorded the model's outcome: {}",
         home.run(&["ops", "list"]).stdout
     );
+}
+
+#[test]
+fn an_emergency_during_a_slow_model_call_answers_at_once_and_spares_a_bystander() {
+    emergency_during_a_slow_call("chat", "slow");
+}
+
+#[test]
+fn an_emergency_during_a_slow_stream_answers_at_once_and_spares_a_bystander() {
+    emergency_during_a_slow_call("stream", "slow-stream-4s");
 }

@@ -44,20 +44,21 @@ fn python_client_through_the_gateway_is_stopped_and_stays_stopped_after_recovery
     );
     let echo = client.call("echo", json!({"message": "hello"}));
     assert_eq!(echo["text"][0], "Echo: hello", "{echo}");
-    // A tool without readOnlyHint is a destination operation, prepared before and committed after.
+    // Every tool call is a destination operation, prepared before and committed after: the
+    // reference server marks echo `readOnlyHint: true`, but an untrusted hint spares nothing.
     let effect = client.call("toggle-simulated-logging", json!({}));
     assert_eq!(effect["ok"], true, "{effect}");
-    let recorded: Vec<Value> = ops(&home)
-        .into_iter()
-        .filter(|op| op["target"] == "mcp:everything:toggle-simulated-logging")
-        .collect();
-    assert_eq!(recorded.len(), 1, "{recorded:?}");
-    assert_eq!(recorded[0]["outcome"], "committed");
+    for tool in ["toggle-simulated-logging", "echo"] {
+        let recorded: Vec<Value> = ops(&home)
+            .into_iter()
+            .filter(|op| op["target"] == format!("mcp:everything:{tool}"))
+            .collect();
+        assert_eq!(recorded.len(), 1, "{tool}: {recorded:?}");
+        assert_eq!(recorded[0]["outcome"], "committed", "{tool}");
+    }
     assert!(
-        ops(&home)
-            .iter()
-            .all(|op| op["target"] != "mcp:everything:echo"),
-        "echo is read-only: no operation"
+        ops(&home).iter().all(|op| op["outcome"] == "committed"),
+        "every call has its outcome"
     );
 
     // A halt: the very next call is refused with the stop's code; the bystander is not.
@@ -261,5 +262,71 @@ fn a_stdio_upstream_started_by_the_gateway_is_governed_per_session() {
     assert!(
         eventually(std::time::Duration::from_secs(10), || !alive(servers[0])),
         "the session's server still runs"
+    );
+}
+
+#[test]
+fn a_client_killed_mid_call_to_a_read_only_hinted_tool_leaves_a_recorded_outcome() {
+    let home = Home::new();
+    let (_everything, port) = everything_http();
+    let (_gateway, url) = gateway(
+        &home,
+        &format!("[mcp.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
+    );
+    let endpoint = format!("{url}/mcp/everything");
+    let token = home.token(&["--agent", "worker"]);
+    let mut client = Driver::start(&["http", &endpoint, &token], &[]);
+    assert_eq!(client.list()["ok"], true);
+    // The reference server's long-running tool says `readOnlyHint: true`; it is still recorded,
+    // and a client that dies mid-call leaves its outcome, not a doubt.
+    client.send_and_die(
+        json!({"op": "call", "tool": "trigger-long-running-operation", "args": {"duration": 2, "steps": 2}}),
+        std::time::Duration::from_millis(700),
+    );
+    let target = "mcp:everything:trigger-long-running-operation";
+    let committed = eventually(std::time::Duration::from_secs(30), || {
+        let ops: Vec<Value> = ops(&home)
+            .into_iter()
+            .filter(|o| o["target"] == target)
+            .collect();
+        ops.len() == 1 && ops[0]["outcome"] == "committed"
+    });
+    assert!(committed, "{}", home.run(&["ops", "list"]).stdout);
+    let mut again = Driver::start(&["http", &endpoint, &token], &[]);
+    let done = again.call(
+        "trigger-long-running-operation",
+        json!({"duration": 0.2, "steps": 1}),
+    );
+    assert_eq!(done["ok"], true, "nobody is blocked: {done}");
+}
+
+#[test]
+fn trusted_read_only_hints_spare_the_record() {
+    let home = Home::new();
+    let (_everything, port) = everything_http();
+    let (_gateway, url) = gateway(
+        &home,
+        &format!("[mcp.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\ntrust_read_only_hints = true\n"),
+    );
+    let token = home.token(&["--agent", "worker"]);
+    let mut client = Driver::start(&["http", &format!("{url}/mcp/everything"), &token], &[]);
+    assert_eq!(
+        client.list()["ok"],
+        true,
+        "the hints are learnt from tools/list"
+    );
+    assert_eq!(client.call("echo", json!({"message": "hi"}))["ok"], true);
+    assert_eq!(
+        client.call("toggle-simulated-logging", json!({}))["ok"],
+        true
+    );
+    let targets: Vec<Value> = ops(&home)
+        .into_iter()
+        .map(|o| o["target"].clone())
+        .collect();
+    assert_eq!(
+        targets,
+        [json!("mcp:everything:toggle-simulated-logging")],
+        "only the tool without the hint is recorded"
     );
 }

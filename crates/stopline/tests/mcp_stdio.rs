@@ -175,8 +175,11 @@ fn the_proxy_forwards_only_what_it_parsed_and_admitted_re_serialized() {
     };
     let mut stdin = proxy.child.stdin.take().unwrap();
     let mut stdout = BufReader::new(proxy.child.stdout.take().unwrap());
+    // Send `line` (nothing when empty) and read one reply line.
     let mut exchange = |line: &str| -> serde_json::Value {
-        writeln!(stdin, "{line}").unwrap();
+        if !line.is_empty() {
+            writeln!(stdin, "{line}").unwrap();
+        }
         let mut reply = String::new();
         stdout.read_line(&mut reply).unwrap();
         serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{e}: {reply}"))
@@ -200,10 +203,31 @@ fn the_proxy_forwards_only_what_it_parsed_and_admitted_re_serialized() {
         batch["error"]["data"]["code"], "tool_not_allowed",
         "{batch}"
     );
-    let mut reply = String::new();
-    stdout.read_line(&mut reply).unwrap();
-    let answered: serde_json::Value = serde_json::from_str(&reply).unwrap();
-    assert_eq!(answered[0]["id"], 2, "{answered}");
+    let answered = exchange("");
+    assert_eq!(
+        answered["id"], 2,
+        "a member is answered on its own: {answered}"
+    );
+    // Frames that cannot be governed are answered here and never forwarded (SPEC §12.2).
+    for refused in [
+        r#"[{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"allowed"}},{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"allowed"}}]"#,
+        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"allowed"}}"#,
+    ] {
+        let error = exchange(refused);
+        assert_eq!(
+            (error["error"]["code"].as_i64(), error["id"].is_null()),
+            (Some(-32600), true),
+            "{refused}: {error}"
+        );
+    }
+    let pair = exchange(
+        r#"[{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"allowed"}},{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"allowed"}}]"#,
+    );
+    let second = exchange("");
+    let mut ids = [pair["id"].as_i64(), second["id"].as_i64()];
+    ids.sort();
+    assert_eq!(ids, [Some(5), Some(6)], "{pair} {second}");
+    drop(exchange);
     drop(stdin);
     let _ = proxy.child.wait();
     let received = std::fs::read_to_string(&log).unwrap();
@@ -212,9 +236,11 @@ fn the_proxy_forwards_only_what_it_parsed_and_admitted_re_serialized() {
         lines,
         [
             r#"{"id":1,"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":"2025-06-18"}}"#,
-            r#"[{"id":2,"jsonrpc":"2.0","method":"tools/call","params":{"name":"allowed"}}]"#,
+            r#"{"id":2,"jsonrpc":"2.0","method":"tools/call","params":{"name":"allowed"}}"#,
+            r#"{"id":5,"jsonrpc":"2.0","method":"tools/call","params":{"name":"allowed"}}"#,
+            r#"{"id":6,"jsonrpc":"2.0","method":"tools/call","params":{"name":"allowed"}}"#,
         ],
-        "the server saw exactly the re-serialized, admitted messages"
+        "the server saw exactly the re-serialized, admitted messages, one by one"
     );
 }
 

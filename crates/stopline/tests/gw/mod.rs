@@ -216,8 +216,18 @@ impl Upstream {
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v.get("cut").is_none())
+            .filter(|v| v.get("cut").is_none() && v.get("done").is_none())
             .collect()
+    }
+
+    /// When a slow model sent the last byte of its answer (unix seconds), if it has.
+    pub fn done_at(&self, model: &str) -> Option<f64> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["done"] == true && v["model"] == model)
+            .and_then(|v| v["t"].as_f64())
     }
 }
 
@@ -415,5 +425,81 @@ impl McpUpstream {
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .collect()
+    }
+}
+
+/// A loopback MCP upstream (Python) that records every frame it receives, before acting on it.
+pub struct FrameUpstream {
+    pub proc: Proc,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl FrameUpstream {
+    pub fn start(home: &Home) -> FrameUpstream {
+        let port_file = home.dir.path().join("frames.port");
+        let log = home.dir.path().join("frames.log");
+        std::fs::write(&log, "").unwrap();
+        let child = Command::new(python())
+            .arg(py_script("frame_counting_upstream.py"))
+            .arg(&port_file)
+            .arg(&log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start the frame-counting MCP upstream");
+        let proc = Proc(child);
+        let port = within(Duration::from_secs(20), || {
+            std::fs::read_to_string(&port_file)
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .expect("the frame-counting upstream did not start");
+        FrameUpstream { proc, port, log }
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect()
+    }
+
+    /// Every frame received, in order.
+    pub fn frames(&self) -> Vec<Value> {
+        self.lines()
+            .into_iter()
+            .filter_map(|l| l.get("frame").cloned())
+            .collect()
+    }
+
+    /// Every message received (batch members included) whose method is `method`.
+    pub fn received(&self, method: &str) -> Vec<Value> {
+        self.frames()
+            .into_iter()
+            .flat_map(|f| match f {
+                Value::Array(items) => items,
+                other => vec![other],
+            })
+            .filter(|m| m["method"] == method)
+            .collect()
+    }
+
+    /// Request ids of `slow` calls that finished.
+    pub fn done(&self) -> Vec<Value> {
+        self.lines()
+            .into_iter()
+            .filter_map(|l| l.get("done").cloned())
+            .collect()
+    }
+
+    /// The `[mcp.frames]` table for this upstream, with `extra` lines.
+    pub fn config(&self, extra: &str) -> String {
+        format!(
+            "[mcp.frames]\nurl = \"http://127.0.0.1:{}/mcp\"\n{extra}\n",
+            self.port
+        )
     }
 }

@@ -252,6 +252,15 @@ impl Driver {
     pub fn pid(&self) -> u32 {
         self.proc.pid()
     }
+
+    /// Send one command, then kill the client (SIGKILL) after `after`, mid-call.
+    pub fn send_and_die(mut self, command: Value, after: Duration) {
+        writeln!(self.stdin, "{command}").expect("driver stdin");
+        self.stdin.flush().unwrap();
+        std::thread::sleep(after);
+        let _ = self.proc.child.kill();
+        let _ = self.proc.child.wait();
+    }
 }
 
 /// The stopline refusal code a failed call carries in `error.data.code`.

@@ -6,7 +6,9 @@ Binds 127.0.0.1:0, writes the port to PORT_FILE, and appends one JSON line per r
 *executes* to LOG_FILE (path, model, stream, stream_options, authorization header). It reports
 usage in every response: prompt_tokens = PROMPT (default 100), completion_tokens = COMPLETION
 (default 10), or as `input_tokens`/`output_tokens` for /v1/responses. Model "slow-stream" streams
-one chunk every 100 ms for 10 s (for cut tests).
+one chunk every 100 ms for 10 s (for cut tests); "slow-stream-4s" one every 100 ms for 4 s; "slow"
+answers a whole (non-streamed) reply after 4 s. When a slow model has sent its last byte it logs
+{"done": true, "model": ..., "t": ...} (a line `executed()` leaves out).
 """
 import json
 import sys
@@ -60,10 +62,15 @@ class Handler(BaseHTTPRequestHandler):
                 "usage": {"input_tokens": PROMPT, "output_tokens": COMPLETION,
                           "total_tokens": PROMPT + COMPLETION}})
         if not stream:
-            return self.send_json(200, {"id": "chatcmpl-1", "object": "chat.completion",
+            if model == "slow":
+                time.sleep(4)
+            reply = self.send_json(200, {"id": "chatcmpl-1", "object": "chat.completion",
                 "created": 0, "model": model, "choices": [{"index": 0, "finish_reason": "stop",
                 "message": {"role": "assistant", "content": "hello from upstream"}}],
                 "usage": usage})
+            if model == "slow":
+                log({"done": True, "model": model, "t": time.time()})
+            return reply
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -78,6 +85,8 @@ class Handler(BaseHTTPRequestHandler):
         delay = 0.0
         if model == "slow-stream":
             words, delay = ["tick "] * 100, 0.1
+        if model == "slow-stream-4s":
+            words, delay = ["tick "] * 40, 0.1
         try:
             for word in words:
                 chunk({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0,
@@ -90,6 +99,8 @@ class Handler(BaseHTTPRequestHandler):
             chunk("[DONE]")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+            if delay:
+                log({"done": True, "model": model, "t": time.time()})
         except (BrokenPipeError, ConnectionResetError):
             log({"path": self.path, "model": model, "cut": True, "t": time.time()})
 

@@ -4,10 +4,12 @@ Usage: openai_client.py BASE_URL MODE [MODEL]
 MODE: chat | stream | responses | embeddings | completions
 The token comes from OPENAI_API_KEY (the agent's stopline token). Prints one JSON line:
 {"ok": true, "content": ..., "chunks": N, "usage": {...}} or
-{"ok": false, "status": HTTP status, "code": refusal code, "error": text}.
+{"ok": false, "status": HTTP status, "code": refusal code, "error": text}; each with "t", the
+unix time the answer arrived.
 """
 import json
 import sys
+import time
 
 import openai
 
@@ -49,5 +51,8 @@ except openai.APIStatusError as e:
         error = {}
     out = {"ok": False, "status": e.status_code, "code": error.get("code"), "error": str(e)}
 except openai.APIError as e:
-    out = {"ok": False, "status": None, "code": "transport", "error": str(e)}
+    # An error event inside a stream (e.g. a stop's refusal) carries its object in e.body.
+    body = e.body if isinstance(e.body, dict) else {}
+    out = {"ok": False, "status": None, "code": body.get("code") or "transport", "error": str(e)}
+out["t"] = time.time()  # when the answer (or the refusal) arrived, unix seconds
 print(json.dumps(out))

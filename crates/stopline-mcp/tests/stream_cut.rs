@@ -1,7 +1,9 @@
 //! The proxy passes an upstream's SSE answer through event by event (not buffered), and an
-//! emergency covering the agent cuts the stream: the open call is answered with a
-//! `break_glass_contained` error and its destination operation is left in doubt, blocking its
-//! target. Runs the real gateway (in process) and a real upstream on loopback sockets.
+//! emergency covering the agent answers the open call at once with a `break_glass_contained`
+//! error and ends the agent's stream, while the exchange goes on detached (SPEC §12.2): a call
+//! whose upstream answers within `cut_outcome_wait_s` gets its real outcome recorded; one whose
+//! upstream never answers is left in doubt when the wait ends, blocking its target for its own
+//! agent only. Runs the real gateway (in process) and a real upstream on loopback sockets.
 
 use axum::body::{Body, Bytes};
 use axum::http::header;
@@ -16,7 +18,8 @@ use stopline_core::Role;
 use stopline_gateway::{start, ServeOptions};
 use stopline_store::Store;
 
-/// An upstream whose only tool, `slow`, sends one progress event and then never finishes.
+/// An upstream whose tools send one progress event and then: `slow` never finishes, `late`
+/// answers a second later.
 async fn upstream(body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap();
     if request["method"] == "tools/list" {
@@ -31,6 +34,18 @@ async fn upstream(body: Bytes) -> Response {
     let first = futures::stream::once(async move {
         Ok::<_, std::io::Error>(Bytes::from(format!("event: message\ndata: {progress}\n\n")))
     });
+    if request["params"]["name"] == "late" {
+        let done = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"content": []}});
+        let answer = futures::stream::once(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok::<_, std::io::Error>(Bytes::from(format!("event: message\ndata: {done}\n\n")))
+        });
+        return (
+            [(header::CONTENT_TYPE, "text/event-stream")],
+            Body::from_stream(first.chain(answer)),
+        )
+            .into_response();
+    }
     let stream = first.chain(futures::stream::pending());
     (
         [(header::CONTENT_TYPE, "text/event-stream")],
@@ -59,7 +74,7 @@ async fn next_event(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sse_streams_pass_event_by_event_and_an_emergency_cuts_them_in_doubt() {
+async fn sse_streams_pass_event_by_event_and_an_emergency_answers_them_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
@@ -70,7 +85,7 @@ async fn sse_streams_pass_event_by_event_and_an_emergency_cuts_them_in_doubt() {
     });
     std::fs::write(
         home.join("config.toml"),
-        format!("ack_timeout_ms = 2000\n[mcp.slow]\nurl = \"http://{upstream_addr}/mcp\"\n"),
+        format!("ack_timeout_ms = 2000\ncut_outcome_wait_s = 3\n[mcp.slow]\nurl = \"http://{upstream_addr}/mcp\"\n"),
     )
     .unwrap();
     let options = ServeOptions {
@@ -92,15 +107,16 @@ async fn sse_streams_pass_event_by_event_and_an_emergency_cuts_them_in_doubt() {
     let token = tokens::issue(&ctx, &args).expect("token").token;
 
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "slow", "arguments": {}}});
-    let response = client
-        .post(format!("http://{}/mcp/slow", gateway.addr))
-        .bearer_auth(&token)
-        .header(header::ACCEPT, "application/json, text/event-stream")
-        .json(&call)
-        .send()
-        .await
-        .unwrap();
+    let open = |id: u64, tool: &str| {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": {}}});
+        client
+            .post(format!("http://{}/mcp/slow", gateway.addr))
+            .bearer_auth(&token)
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .json(&call)
+            .send()
+    };
+    let response = open(7, "slow").await.unwrap();
     assert_eq!(response.status(), 200);
     let mut stream = response.bytes_stream();
     let mut buffer = String::new();
@@ -108,6 +124,13 @@ async fn sse_streams_pass_event_by_event_and_an_emergency_cuts_them_in_doubt() {
     let first = next_event(&mut stream, &mut buffer)
         .await
         .expect("first event");
+    assert!(first.contains("notifications/progress"), "{first}");
+    let late = open(8, "late").await.unwrap();
+    let mut late_stream = late.bytes_stream();
+    let mut late_buffer = String::new();
+    let first = next_event(&mut late_stream, &mut late_buffer)
+        .await
+        .unwrap();
     assert!(first.contains("notifications/progress"), "{first}");
     let census = ctx.store.census();
     let op = census
@@ -148,22 +171,55 @@ async fn sse_streams_pass_event_by_event_and_an_emergency_cuts_them_in_doubt() {
         .await
         .expect("the stream ended");
     assert_eq!(end, None, "nothing after the cut");
+    let cut = next_event(&mut late_stream, &mut late_buffer)
+        .await
+        .unwrap();
+    assert!(
+        cut.contains("\"id\":8") && cut.contains("break_glass_contained"),
+        "{cut}"
+    );
+    assert_eq!(
+        next_event(&mut late_stream, &mut late_buffer).await,
+        None,
+        "the real answer, when it comes, is not shown to the stopped agent"
+    );
 
-    // The operation is in doubt: unresolved, not in flight, and it blocks its target.
-    let mut blocked = false;
-    for _ in 0..50 {
-        if ctx.store.blocked_targets().contains_key("mcp:slow:slow") {
-            blocked = true;
+    // The call whose upstream answered after the cut has that outcome recorded.
+    let mut resolved = false;
+    for _ in 0..100 {
+        let (ops, _) = ctx.store.operations();
+        if ops.values().any(|o| {
+            o.request_id.as_deref() == Some("8") && o.outcome.as_deref() == Some("committed")
+        }) {
+            resolved = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(blocked, "{:?}", ctx.store.census());
+    assert!(resolved, "{:?}", ctx.store.operations());
+
+    // The call whose upstream never answers is left in doubt once cut_outcome_wait_s (3 s)
+    // ends: unresolved, not in flight, and it blocks its target for its own agent.
+    let mut blocked = None;
+    for _ in 0..200 {
+        if let Some(blockers) = ctx.store.blocked_targets().get("mcp:slow:slow").cloned() {
+            blocked = Some(blockers);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let blocked = blocked.unwrap_or_else(|| panic!("{:?}", ctx.store.census()));
+    assert_eq!(
+        blocked.iter().map(|b| b.blocks.clone()).collect::<Vec<_>>(),
+        [stopline_core::ops::Blocks::Agent("streamer".into())]
+    );
     let census = ctx.store.census();
     let op = census
         .destination
         .iter()
-        .find(|e| e.operation.target == "mcp:slow:slow")
+        .find(|e| {
+            e.operation.target == "mcp:slow:slow" && e.operation.request_id.as_deref() == Some("7")
+        })
         .unwrap();
     assert!(
         op.operation.in_doubt && op.operation.outcome.is_none(),

@@ -34,11 +34,45 @@ pub const CASES: &[Case] = &[
         gateway_engage_accepts_stale_tokens,
     ),
     slow(
+        "gateway_mcp_frames_that_cannot_be_governed_are_refused",
+        "at /mcp/<server>, a tools/call sent as a notification and a batch with a duplicate id are HTTP 400 and nothing reaches the upstream; notifications/* pass",
+        gateway_mcp_frames_refused,
+    ),
+    slow(
         "gateway_corrupt_latch_closes_the_gate",
         "a corrupt file dropped into latches/ closes the gateway within one refresh interval (block break_glass_contained, EMERGENCY)",
         gateway_corrupt_latch_closes_the_gate,
     ),
 ];
+
+fn gateway_mcp_frames_refused(s: &Sandbox) -> Verdict {
+    let upstream = Upstream::start().map_err(harness)?;
+    let gateway = Gateway::start(s, &format!("[mcp.up]\nurl = \"{}/mcp\"\n", upstream.url()))?;
+    let token = s.token(&["--agent", "w", "--budget", "tool_calls=1"])?;
+    let call = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "write"}});
+    for (what, frame) in [
+        (
+            "a tools/call notification",
+            json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "write"}}),
+        ),
+        ("a duplicate-id batch", json!([call(1), call(1)])),
+    ] {
+        let r = gateway.post("/mcp/up", Some(&token), &frame);
+        ensure(r.status == 400, || format!("{what}: {}", r.brief()))?;
+    }
+    ensure(upstream.executed() == 0, || {
+        format!("{} request(s) reached the upstream", upstream.executed())
+    })?;
+    let note = gateway.post(
+        "/mcp/up",
+        Some(&token),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    ensure(note.status != 400, || {
+        format!("a real notification: {}", note.brief())
+    })?;
+    Ok("tools/call notification and duplicate-id batch: 400, nothing forwarded; notifications/initialized forwarded".into())
+}
 
 fn gateway_refuses_recovery(s: &Sandbox) -> Verdict {
     let gateway = Gateway::start(s, "")?;

@@ -1,6 +1,7 @@
 //! Recovery on the owner console (SPEC §4 Recovery): it clears exactly the planned latches and
 //! mints an epoch that keeps pre-stop authority dead; a stop that races it survives as
-//! FROZEN_SAFE; uncertainty is carried forward and blocks its target until reconciled; a scoped
+//! FROZEN_SAFE; uncertainty is carried forward and blocks its target until reconciled — for its
+//! own agent's chain only, and for nobody when it is a model request (SPEC §12.2); a scoped
 //! recovery touches nothing else. Repair is in `repair.rs`.
 
 use super::{case, Case};
@@ -27,13 +28,28 @@ pub const CASES: &[Case] = &[
     ),
     case(
         "recovery_carries_unresolved_operations_forward",
-        "an operation with no outcome is carried forward by the plan and still blocks its target after recovery (unresolved_operation); other targets pass",
+        "an operation with no outcome is carried forward by the plan and still blocks its agent on its target after recovery (unresolved_operation); other targets pass",
         carries_unresolved_operations,
     ),
     case(
         "unresolved_operation_blocks_until_reconciled_on_the_console",
-        "an unresolved operation blocks its target until the owner console reconciles it; reconciling off the console is refused, twice is operation_unknown",
+        "an unresolved tool operation blocks its agent on its target until the owner console reconciles it; reconciling off the console is refused, twice is operation_unknown",
         reconcile_on_the_console,
+    ),
+    case(
+        "unresolved_operation_blocks_only_its_agent",
+        "a tool operation left in doubt by a dead gateway blocks its agent and that agent's sub-agents on its target, naming the operation, the agent and `stopline ops reconcile`; a bystander passes",
+        blocks_only_its_agent,
+    ),
+    case(
+        "unresolved_operation_blocks_everyone_when_configured",
+        "a tool operation prepared under unresolved_blocks = \"everyone\" blocks every agent on its target",
+        blocks_everyone_when_configured,
+    ),
+    case(
+        "unresolved_model_operation_blocks_nobody",
+        "a model request left in doubt blocks nobody (its own agent included) and is still shown unresolved, blocking nobody",
+        model_operation_blocks_nobody,
     ),
     case(
         "scoped_recovery_spares_other_scopes",
@@ -48,8 +64,21 @@ fn crashed_journal(
     op: &str,
     target: &str,
 ) -> Result<(), crate::conformance::CaseError> {
-    let prepared = json!({"op": op, "phase": "prepared", "ts": "2026-01-01T00:00:00.000Z",
+    crashed_journal_with(s, op, target, json!({}))
+}
+
+/// [`crashed_journal`] with more fields on the prepared line (`root`, `blocks`).
+fn crashed_journal_with(
+    s: &Sandbox,
+    op: &str,
+    target: &str,
+    extra: serde_json::Value,
+) -> Result<(), crate::conformance::CaseError> {
+    let mut prepared = json!({"op": op, "phase": "prepared", "ts": "2026-01-01T00:00:00.000Z",
         "ts_ms": 1767225600000u64, "target": target, "agent": "w"});
+    if let (Some(line), Some(extra)) = (prepared.as_object_mut(), extra.as_object()) {
+        line.extend(extra.clone());
+    }
     let dispatched = json!({"op": op, "phase": "dispatched", "ts": "2026-01-01T00:00:00.001Z",
         "ts_ms": 1767225600001u64});
     // pid 4194304 is above the kernel's pid_max: this writer is certainly dead.
@@ -170,7 +199,7 @@ fn carries_unresolved_operations(s: &Sandbox) -> Verdict {
 }
 
 fn reconcile_on_the_console(s: &Sandbox) -> Verdict {
-    crashed_journal(s, "op_crashed02", "model:gpt-in-doubt")?;
+    crashed_journal(s, "op_crashed02", "mcp:everything:write-file")?;
     let token = s.token(&["--agent", "w"])?;
     let target = [
         "--class",
@@ -178,7 +207,7 @@ fn reconcile_on_the_console(s: &Sandbox) -> Verdict {
         "--token",
         &token,
         "--target",
-        "model:gpt-in-doubt",
+        "mcp:everything:write-file",
     ];
     blocked(
         &s.check(&target)?,
@@ -208,6 +237,99 @@ fn reconcile_on_the_console(s: &Sandbox) -> Verdict {
     allowed(&s.check(&target)?, "after reconciliation")?;
     refused(&s.console(&args)?, "operation_unknown", "reconciling twice")?;
     Ok("target blocked unresolved_operation; reconcile off console refused; on console ok; target allowed; twice operation_unknown".into())
+}
+
+/// `check --token T --target TARGET`.
+fn check_target(
+    s: &Sandbox,
+    token: &str,
+    target: &str,
+) -> Result<(i32, serde_json::Value), crate::conformance::CaseError> {
+    s.check(&[
+        "--class",
+        "noncritical",
+        "--token",
+        token,
+        "--target",
+        target,
+    ])
+}
+
+fn blocks_only_its_agent(s: &Sandbox) -> Verdict {
+    crashed_journal(s, "op_crashed03", "mcp:everything:write-file")?;
+    let target = "mcp:everything:write-file";
+    let w = s.token(&["--agent", "w"])?;
+    let child = s.delegate(&w, "w-helper")?;
+    let bystander = s.token(&["--agent", "b"])?;
+    let own = check_target(s, &w, target)?;
+    blocked(&own, "unresolved_operation", "its own agent")?;
+    let message = own.1["message"].as_str().unwrap_or_default().to_string();
+    ensure(
+        [
+            "op_crashed03",
+            "agent w",
+            "stopline ops reconcile op_crashed03",
+        ]
+        .iter()
+        .all(|needle| message.contains(needle)),
+        || format!("the refusal does not name the operation, the agent and the command: {message}"),
+    )?;
+    blocked(
+        &check_target(s, &child, target)?,
+        "unresolved_operation",
+        "its agent's sub-agent",
+    )?;
+    allowed(&check_target(s, &bystander, target)?, "a bystander")?;
+    let status = s.status()?;
+    ensure(
+        status["unresolved"]["destination"][0]["blocks"] == "agent:w"
+            && status["unresolved"]["destination"][0]["blocking"] == true,
+        || {
+            format!(
+                "status does not say whom it blocks: {}",
+                status["unresolved"]
+            )
+        },
+    )?;
+    Ok("w and its sub-agent blocked unresolved_operation (op, agent and command named); bystander allowed; status blocks agent:w".into())
+}
+
+fn blocks_everyone_when_configured(s: &Sandbox) -> Verdict {
+    crashed_journal_with(
+        s,
+        "op_crashed04",
+        "mcp:everything:write-file",
+        json!({"blocks": "everyone"}),
+    )?;
+    let bystander = s.token(&["--agent", "b"])?;
+    blocked(
+        &check_target(s, &bystander, "mcp:everything:write-file")?,
+        "unresolved_operation",
+        "a bystander",
+    )?;
+    allowed(
+        &check_target(s, &bystander, "mcp:everything:echo")?,
+        "another target",
+    )?;
+    Ok("a bystander blocked unresolved_operation on the target; other targets allowed".into())
+}
+
+fn model_operation_blocks_nobody(s: &Sandbox) -> Verdict {
+    crashed_journal(s, "op_crashed05", "model:gpt-in-doubt")?;
+    let w = s.token(&["--agent", "w"])?;
+    allowed(&check_target(s, &w, "model:gpt-in-doubt")?, "its own agent")?;
+    let status = s.status()?;
+    let model = &status["unresolved"]["model"][0];
+    ensure(
+        model["op"] == "op_crashed05" && model["blocks"] == "nobody" && model["blocking"] == false,
+        || {
+            format!(
+                "not shown unresolved and blocking nobody: {}",
+                status["unresolved"]
+            )
+        },
+    )?;
+    Ok("its own agent allowed on the model; status lists it unresolved, blocking nobody".into())
 }
 
 fn scoped_recovery_spares_other_scopes(s: &Sandbox) -> Verdict {

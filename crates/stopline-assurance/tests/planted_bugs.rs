@@ -1,4 +1,5 @@
-//! The checker can fail: each bug planted in the store's recovery is found, with a trace.
+//! The checker can fail: each bug planted in the store's recovery or operation registry is
+//! found, with a trace.
 
 use stopline_assurance::model_check::run;
 use stopline_assurance::protocol::{Options, Property};
@@ -62,4 +63,30 @@ fn recovery_that_skips_its_rescan_gives_a_false_all_clear() {
 fn without_a_planted_bug_the_same_scenario_passes() {
     let report = check(PlantedBug::None, "engage-vs-recover");
     assert!(report.ok(), "{}", report.text());
+}
+
+#[test]
+fn an_outcome_appended_without_fsync_is_lost_to_a_power_cut_and_found() {
+    found(
+        PlantedBug::OutcomeUnsynced,
+        "op-cut-resolves-later",
+        Property::OpsInDoubtOnlyWhenUnknown,
+    );
+}
+
+#[test]
+fn an_operation_in_doubt_that_blocks_everyone_is_found() {
+    found(
+        PlantedBug::DoubtBlocksEveryone,
+        "op-cut-resolves-later",
+        Property::DoubtBlocksOnlyItsAgent,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_operation_scenarios_pass() {
+    for only in ["op-cut-resolves-later", "op-cut-no-answer"] {
+        let report = check(PlantedBug::None, only);
+        assert!(report.ok(), "{}", report.text());
+    }
 }

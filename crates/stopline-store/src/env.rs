@@ -13,6 +13,11 @@ pub trait Env: Send + Sync {
     fn random_hex(&self, bytes: usize) -> String;
     /// This process's id.
     fn pid(&self) -> u32;
+    /// The start time of process `pid` (field 22 of `/proc/<pid>/stat`), to tell a live writer
+    /// of a journal from a dead one whose pid was reused; `None` when no such process runs.
+    fn process_start_time(&self, pid: u32) -> Option<u64> {
+        crate::ops::process_start_time(pid)
+    }
 }
 
 /// The real clock, OS randomness and pid.

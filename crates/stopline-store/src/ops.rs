@@ -27,6 +27,8 @@ pub struct OpsJournal {
     store: Store,
     writer: String,
     path: PathBuf,
+    /// Set once the journal's directory entry (and `ops/`'s own) is durable.
+    entry_durable: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The census of unresolved operations (SPEC §4 status `unresolved`).
@@ -115,6 +117,11 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 
 /// True when the journal `writer` belongs to a live process.
 pub fn writer_alive(writer: &str) -> bool {
+    writer_alive_by(writer, process_start_time)
+}
+
+/// [`writer_alive`] with `start_time` telling a process's start time.
+fn writer_alive_by(writer: &str, start_time: impl Fn(u32) -> Option<u64>) -> bool {
     let mut parts = writer.rsplitn(3, '-');
     let (Some(start), Some(pid)) = (parts.next(), parts.next()) else {
         return false;
@@ -122,7 +129,7 @@ pub fn writer_alive(writer: &str) -> bool {
     let (Ok(start), Ok(pid)) = (start.parse::<u64>(), pid.parse::<u32>()) else {
         return false;
     };
-    process_start_time(pid) == Some(start)
+    start_time(pid) == Some(start)
 }
 
 impl Store {
@@ -130,13 +137,14 @@ impl Store {
     pub fn ops_journal(&self, label: &str) -> Result<OpsJournal, StoreError> {
         self.ensure_dirs(&[&self.layout.ops()])?;
         let pid = self.env.pid();
-        let start = process_start_time(pid).unwrap_or(0);
+        let start = self.env.process_start_time(pid).unwrap_or(0);
         let writer = format!("{label}-{pid}-{start}");
         let path = self.layout.ops().join(format!("{writer}.jsonl"));
         Ok(OpsJournal {
             store: self.clone(),
             writer,
             path,
+            entry_durable: Default::default(),
         })
     }
 
@@ -200,7 +208,7 @@ impl Store {
         for op in ops.into_values().filter(Operation::is_unresolved) {
             let live = *alive
                 .entry(op.writer.clone())
-                .or_insert_with(|| writer_alive(&op.writer));
+                .or_insert_with(|| writer_alive_by(&op.writer, |p| self.env.process_start_time(p)));
             let in_flight = live && !op.in_doubt;
             let entry = CensusEntry {
                 in_flight,
@@ -222,12 +230,18 @@ impl Store {
         let census = self.census();
         let mut blocked: BTreeMap<String, Vec<Blocker>> = BTreeMap::new();
         for entry in census.entries().filter(|e| e.blocking) {
+            #[allow(unused_mut)]
+            let mut blocks = entry.operation.blocks.clone();
+            #[cfg(feature = "planted-bugs")]
+            if self.planted == crate::planted::PlantedBug::DoubtBlocksEveryone {
+                blocks = Blocks::Everyone;
+            }
             blocked
                 .entry(entry.operation.target.clone())
                 .or_default()
                 .push(Blocker {
                     op: entry.operation.op.clone(),
-                    blocks: entry.operation.blocks.clone(),
+                    blocks,
                 });
         }
         if !census.errors.is_empty() {
@@ -312,7 +326,34 @@ impl OpsJournal {
         self.store
             .fs
             .append(&self.path, &bytes, sync, fp)
-            .context(|| format!("appending to {}", self.path.display()))
+            .context(|| format!("appending to {}", self.path.display()))?;
+        if sync {
+            self.make_entry_durable()?;
+        }
+        Ok(())
+    }
+
+    /// The first synced line creates the journal: fsync `ops/` (its entry) and the home (the
+    /// entry of `ops/`), or a power cut could lose the whole journal, fsynced lines and all —
+    /// an operation dispatched with no trace, an outcome recorded and gone. Found by
+    /// `stopline model-check` (op scenarios). Done once per journal.
+    fn make_entry_durable(&self) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        if self.entry_durable.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let ops = self.store.layout.ops();
+        self.store
+            .fs
+            .sync_dir(&ops, "ops.dirsync")
+            .context(|| format!("fsyncing {}", ops.display()))?;
+        let home = self.store.layout.home().to_path_buf();
+        self.store
+            .fs
+            .sync_dir(&home, "ops.home.dirsync")
+            .context(|| format!("fsyncing {}", home.display()))?;
+        self.entry_durable.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     fn line(&self, op: &str, phase: Phase) -> OpLine {
@@ -385,7 +426,13 @@ impl OpsJournal {
     pub fn outcome(&self, op: &str, outcome: &str) -> Result<(), StoreError> {
         let mut line = self.line(op, Phase::Outcome);
         line.outcome = Some(outcome.to_string());
-        self.write(&line, true, "ops.outcome")
+        #[allow(unused_mut)]
+        let mut sync = true;
+        #[cfg(feature = "planted-bugs")]
+        if self.store.planted == crate::planted::PlantedBug::OutcomeUnsynced {
+            sync = false;
+        }
+        self.write(&line, sync, "ops.outcome")
     }
 
     /// Mark the operation in doubt (the upstream connection broke after dispatch, or a cut

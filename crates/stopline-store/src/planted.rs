@@ -1,5 +1,5 @@
-//! Known bugs that can be planted in the recovery protocol, so the model checker can show that
-//! it finds them. Compiled only with the `planted-bugs` feature, and even then off unless a
+//! Known bugs that can be planted in the recovery protocol and the operation registry, so the
+//! model checker can show that it finds them. Compiled only with the `planted-bugs` feature, and even then off unless a
 //! store is built with [`crate::Store::with_planted_bug`]. Nothing in the binary enables it.
 //!
 //! Each bug breaks exactly one rule of SPEC §4 (Recovery) and must be caught by one property of
@@ -17,4 +17,10 @@ pub enum PlantedBug {
     /// Skip the rescan after moving the planned latches and report `recovered: true`
     /// ("no false all-clear" fails when a stop raced the recovery).
     SkipRescan,
+    /// Append an operation's outcome without fsync: a power cut can lose an outcome that was
+    /// reported recorded ("an operation is in doubt only when its outcome is unknown" fails).
+    OutcomeUnsynced,
+    /// Let every operation in doubt block every agent, whatever it was prepared to block
+    /// ("an operation in doubt blocks only its own agent" fails).
+    DoubtBlocksEveryone,
 }

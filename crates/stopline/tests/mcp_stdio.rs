@@ -227,7 +227,6 @@ fn the_proxy_forwards_only_what_it_parsed_and_admitted_re_serialized() {
     let mut ids = [pair["id"].as_i64(), second["id"].as_i64()];
     ids.sort();
     assert_eq!(ids, [Some(5), Some(6)], "{pair} {second}");
-    drop(exchange);
     drop(stdin);
     let _ = proxy.child.wait();
     let received = std::fs::read_to_string(&log).unwrap();

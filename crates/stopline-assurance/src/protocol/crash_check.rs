@@ -26,7 +26,7 @@ impl Search<'_> {
                 Some(done) => done.clone(),
                 None => {
                     self.report.restarts += 1;
-                    let done = observe(self.scenario, crash.image(&state.fs), true);
+                    let done = observe(self.scenario, crash.image(&state.fs), true, self.planted());
                     if done.closed {
                         self.report.closed_after_restart += 1;
                     }

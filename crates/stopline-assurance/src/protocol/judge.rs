@@ -78,6 +78,7 @@ pub fn on_return(
                 faulted: *faulted,
                 latch_files: None,
                 cleared_files: None,
+                ops: None,
             };
             let before = earlier(search, state, began);
             let before: Vec<(String, &Outcome)> =

@@ -7,7 +7,9 @@
 
 use std::sync::{Arc, OnceLock};
 use stopline_core::latch::LatchSession;
+use stopline_core::ops::BlockScope;
 use stopline_core::{Decision, Level, Mode, RefusalCode, Scope, TaskClass};
+use stopline_store::ops::OpOwner;
 use stopline_store::{EngageRequest, Store};
 use stopline_token::{Claims, VerifyingKey};
 
@@ -36,6 +38,19 @@ pub enum ProcSpec {
         /// Seconds.
         deadline_s: u64,
     },
+    /// A gateway's governed call, journaled as the gateway does (SPEC §12.2): `prepared`
+    /// (fsynced), `dispatched`, and once the exchange ends — cut at a stop or not, its agent
+    /// answered or gone — its outcome, or `in_doubt` when a cut exchange gave none in time.
+    Operation {
+        /// `mcp:<server>:<tool>` or `model:<model>`.
+        target: String,
+        /// The acting agent.
+        agent: String,
+        /// The root of its delegation chain.
+        root: String,
+        /// How the exchange ends.
+        answer: OpAnswer,
+    },
     /// A gateway admission: `Store::load_view`, verify the token, `ControlView::decide`.
     Admission {
         /// The token minted at e0.
@@ -47,6 +62,15 @@ pub enum ProcSpec {
         /// would cost more than the rest of the search.
         verified: Arc<OnceLock<Result<Claims, String>>>,
     },
+}
+
+/// How an [`ProcSpec::Operation`]'s exchange ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpAnswer {
+    /// The upstream answered (after a cut or not): the outcome is recorded `committed`.
+    Committed,
+    /// The exchange was cut and the upstream gave no outcome within `cut_outcome_wait_s`.
+    NoAnswerInTime,
 }
 
 /// The engage request a scenario uses.
@@ -96,6 +120,13 @@ pub enum Outcome {
     },
     /// Drain returned Ok.
     Drained,
+    /// An operation's journal steps returned Ok.
+    Operated {
+        /// Its target.
+        target: String,
+        /// True when its outcome was recorded (false: recorded in doubt).
+        resolved: bool,
+    },
     /// A gate decided.
     Admitted {
         /// allow / queue / block.
@@ -127,6 +158,12 @@ impl ProcSpec {
             ProcSpec::RecoverPlanApply { scope } => format!("recover plan+apply({scope})"),
             ProcSpec::Disengage { scope } => format!("disengage({scope})"),
             ProcSpec::Drain { deadline_s } => format!("drain({deadline_s}s)"),
+            ProcSpec::Operation {
+                target,
+                agent,
+                answer,
+                ..
+            } => format!("operation({target} by {agent}, {answer:?})"),
             ProcSpec::Admission { .. } => "gateway admission".into(),
         }
     }
@@ -184,6 +221,35 @@ impl ProcSpec {
             ProcSpec::Drain { deadline_s } => {
                 match store.drain(*deadline_s, "model check", "operator") {
                     Ok(_) => Outcome::Drained,
+                    Err(e) => failed(e),
+                }
+            }
+            ProcSpec::Operation {
+                target,
+                agent,
+                root,
+                answer,
+            } => {
+                let owner = OpOwner {
+                    agent: Some(agent.clone()),
+                    root: Some(root.clone()),
+                    blocks: BlockScope::Agent,
+                };
+                let steps = || -> Result<(), stopline_store::StoreError> {
+                    let journal = store.ops_journal("gateway")?;
+                    let op = journal.prepare_for(target, &owner, Some("1"))?;
+                    journal.dispatched(&op)?;
+                    match answer {
+                        OpAnswer::Committed => journal.outcome(&op, "committed"),
+                        OpAnswer::NoAnswerInTime => journal
+                            .in_doubt(&op, "cut at a stop; no outcome within cut_outcome_wait_s"),
+                    }
+                };
+                match steps() {
+                    Ok(()) => Outcome::Operated {
+                        target: target.clone(),
+                        resolved: *answer == OpAnswer::Committed,
+                    },
                     Err(e) => failed(e),
                 }
             }

@@ -37,20 +37,27 @@ pub enum Property {
     /// Stronger than SPEC §9 (a finding): an emergency engage that returned Ok (and was not
     /// coalesced) also advanced its scope's epoch, rather than reporting a warning.
     EmergencyAdvances,
+    /// SPEC §12.2: an operation whose outcome was recorded is never in doubt, crash or not.
+    OpsInDoubtOnlyWhenUnknown,
+    /// SPEC §12.2: an operation in doubt blocks its own agent's chain on its target and nobody
+    /// else (a model request: nobody at all), crash or not.
+    DoubtBlocksOnlyItsAgent,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 9;
+pub const COUNT: usize = 11;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 6] = [
+    pub const ALL: [Property; 8] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
         Property::EpochsNeverGoBack,
         Property::EngageNeverLowers,
         Property::NoDeadlock,
+        Property::OpsInDoubtOnlyWhenUnknown,
+        Property::DoubtBlocksOnlyItsAgent,
     ];
 
     /// Findings: checked and reported, but not part of SPEC §9's verdict.
@@ -77,6 +84,12 @@ impl Property {
             }
             Property::ClearedEvidenceSurvives => {
                 "a latch a recovery cleared is kept under breakglass.cleared/ across a crash"
+            }
+            Property::OpsInDoubtOnlyWhenUnknown => {
+                "an operation whose outcome was recorded is never in doubt across crashes"
+            }
+            Property::DoubtBlocksOnlyItsAgent => {
+                "an operation in doubt blocks only its own agent (a model request nobody)"
             }
         }
     }
@@ -108,6 +121,28 @@ pub struct Observation {
     pub latch_files: Option<Vec<String>>,
     /// `epoch-<N>/<file>` under `breakglass.cleared/`, when the observation lists them.
     pub cleared_files: Option<Vec<String>>,
+    /// What the registry says of each racing operation, when the observation reads it (after
+    /// a restart and at the end; not for racing gates).
+    pub ops: Option<Vec<OpSeen>>,
+}
+
+/// One racing operation as an observation finds it in the registry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OpSeen {
+    /// Its target.
+    pub target: String,
+    /// True when it is a `model:` operation.
+    pub model: bool,
+    /// True when its prepared line is in the registry.
+    pub recorded: bool,
+    /// True when it has an outcome.
+    pub resolved: bool,
+    /// True when new operations on its target by its own agent are blocked.
+    pub agent_blocked: bool,
+    /// True when its agent's sub-agents are blocked there.
+    pub sub_agent_blocked: bool,
+    /// True when a bystander's are.
+    pub bystander_blocked: bool,
 }
 
 /// Facts the obligations need besides the outcomes.
@@ -164,6 +199,30 @@ pub fn obligations(
             )
         },
     );
+    for op in seen.ops.iter().flatten() {
+        out.judge(
+            Property::DoubtBlocksOnlyItsAgent,
+            !op.bystander_blocked,
+            || {
+                format!(
+                    "a bystander is blocked on {} by its agent's operation",
+                    op.target
+                )
+            },
+        );
+        if op.recorded && !op.resolved {
+            let blocks_its_agent =
+                op.agent_blocked == !op.model && op.sub_agent_blocked == !op.model;
+            out.judge(Property::DoubtBlocksOnlyItsAgent, blocks_its_agent, || {
+                format!(
+                    "the operation on {} is in doubt, yet its agent is {}blocked (sub-agents {}blocked)",
+                    op.target,
+                    if op.agent_blocked { "" } else { "not " },
+                    if op.sub_agent_blocked { "" } else { "not " },
+                )
+            });
+        }
+    }
     for (who, outcome) in earlier {
         match outcome {
             Outcome::Engaged {
@@ -261,6 +320,19 @@ pub fn obligations(
                         )
                     },
                 );
+            }
+            Outcome::Operated {
+                target,
+                resolved: true,
+            } => {
+                if let Some(ops) = &seen.ops {
+                    let op = ops.iter().find(|o| &o.target == target);
+                    out.judge(
+                        Property::OpsInDoubtOnlyWhenUnknown,
+                        op.is_some_and(|o| o.resolved && !o.agent_blocked),
+                        || format!("{who} recorded its outcome, but the registry now says {op:?}"),
+                    );
+                }
             }
             Outcome::Admitted {
                 epoch_seq: Some(e), ..

@@ -13,12 +13,13 @@ use crate::protocol::fs_image::{Private, View};
 use crate::protocol::fs_state::FsState;
 use crate::protocol::model_fs::ModelFs;
 use crate::protocol::op::Blob;
-use crate::protocol::properties::Observation;
+use crate::protocol::process::ProcSpec;
+use crate::protocol::properties::{Observation, OpSeen};
 use crate::protocol::scenario::{Scenario, HOME, SOLO};
 use crate::protocol::solo::{ModelEnv, Solo};
 use std::sync::Arc;
 use stopline_core::view::Authority;
-use stopline_core::{RefusalCode, TaskClass};
+use stopline_core::{ControlView, Name, RefusalCode, Subject, TaskClass};
 use stopline_store::Store;
 
 /// How the machine went down.
@@ -106,12 +107,24 @@ pub struct Restarted {
     pub closed: bool,
 }
 
+/// The bug planted in every store of a search, the restart's included (`()` without the
+/// `planted-bugs` feature).
+#[cfg(feature = "planted-bugs")]
+pub type Planted = stopline_store::planted::PlantedBug;
+/// The bug planted in every store of a search (none without the `planted-bugs` feature).
+#[cfg(not(feature = "planted-bugs"))]
+pub type Planted = ();
+
 /// Run the restart phase (with `repair`) or just look (without) at `image`.
-pub fn observe(scenario: &Scenario, image: FsState, repair: bool) -> Restarted {
+pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Planted) -> Restarted {
     let solo = Solo::new(SOLO, image);
     let now_ms = scenario.now_ms + 1000;
     let env = Arc::new(ModelEnv::new(0xf, now_ms));
     let store = Store::with_io(HOME, Arc::new(ModelFs::new(solo.clone())), env);
+    #[cfg(feature = "planted-bugs")]
+    let store = store.with_planted_bug(planted);
+    #[cfg(not(feature = "planted-bugs"))]
+    let () = planted;
     let mut view = store.load_view();
     let codes = |v: &stopline_core::ControlView| -> Vec<String> {
         v.faults.iter().map(|f| f.code.to_string()).collect()
@@ -174,6 +187,8 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool) -> Restarted {
         receipt.decision,
         receipt.code
     ));
+    let ops = operations_seen(scenario, &store, &view);
+    summary.push_str(&format!("; operations {ops:?}"));
     Restarted {
         closed: !view.faults.is_empty(),
         seen: Observation {
@@ -184,7 +199,50 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool) -> Restarted {
             faulted: !view.faults.is_empty(),
             latch_files: Some(files),
             cleared_files: Some(cleared),
+            ops: Some(ops),
         },
         summary,
     }
+}
+
+/// What the registry of `store` (and `view`'s blocked targets) says of each racing operation.
+fn operations_seen(scenario: &Scenario, store: &Store, view: &ControlView) -> Vec<OpSeen> {
+    let (ops, _) = store.operations();
+    let blocked = |target: &str, chain: &[&str]| {
+        let subject = Subject::proven(
+            chain.iter().filter_map(|n| Name::parse(n).ok()).collect(),
+            Vec::new(),
+            Vec::new(),
+        );
+        ["*", target].iter().any(|t| {
+            view.blocked_targets
+                .get(*t)
+                .is_some_and(|b| b.iter().any(|b| b.blocks.covers(&subject)))
+        })
+    };
+    scenario
+        .procs
+        .iter()
+        .filter_map(|p| match p {
+            ProcSpec::Operation {
+                target,
+                agent,
+                root,
+                ..
+            } => Some((target, agent, root)),
+            _ => None,
+        })
+        .map(|(target, agent, root)| {
+            let op = ops.values().find(|o| &o.target == target);
+            OpSeen {
+                target: target.clone(),
+                model: target.starts_with("model:"),
+                recorded: op.is_some(),
+                resolved: op.is_some_and(|o| o.outcome.is_some()),
+                agent_blocked: blocked(target, &[root.as_str(), agent.as_str()]),
+                sub_agent_blocked: blocked(target, &[root.as_str(), "another-helper"]),
+                bystander_blocked: blocked(target, &["bystander"]),
+            }
+        })
+        .collect()
 }

@@ -8,7 +8,7 @@
 
 use crate::protocol::fs_state::FsState;
 use crate::protocol::model_fs::ModelFs;
-use crate::protocol::process::{engage, ProcSpec};
+use crate::protocol::process::{engage, OpAnswer, ProcSpec};
 use crate::protocol::solo::{ModelEnv, Solo};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -235,6 +235,43 @@ pub fn standard() -> Vec<Scenario> {
         later,
         plan,
     ));
+    out
+}
+
+/// The operation scenarios (SPEC §12.2): a gateway's call by `worker` (a sub-agent of `lead`)
+/// races an emergency engage of `worker`, and every step of both is crashed. In the first the
+/// engage cuts the exchange and the upstream answers later (the outcome is recorded); in the
+/// second the cut exchange gets no answer in time (recorded in doubt), on a model this time.
+pub fn operations() -> Vec<Scenario> {
+    let later = SETUP_MS + 60_000;
+    let agent = Scope::Agent(worker());
+    let mut out = Vec::new();
+    for (name, title, target, answer) in [
+        (
+            "op-cut-resolves-later",
+            "a tool call cut by an agent emergency whose upstream answers later, crashed at every step",
+            "mcp:s:write",
+            OpAnswer::Committed,
+        ),
+        (
+            "op-cut-no-answer",
+            "a model call cut by an agent emergency whose upstream never answers, crashed at every step",
+            "model:m",
+            OpAnswer::NoAnswerInTime,
+        ),
+    ] {
+        let s = Setup::new();
+        let racers = vec![
+            ProcSpec::Operation {
+                target: target.into(),
+                agent: "worker".into(),
+                root: "lead".into(),
+                answer,
+            },
+            ProcSpec::Engage(engage(agent.clone(), Level::Emergency, "monitor-b")),
+        ];
+        out.push(s.finish(name, title, racers, later, None));
+    }
     out
 }
 

@@ -239,7 +239,7 @@ impl<'a> Search<'a> {
         }
         if state.finished() {
             self.report.terminals += 1;
-            let seen = observe(self.scenario, state.fs.clone(), false);
+            let seen = observe(self.scenario, state.fs.clone(), false, self.planted());
             let verdicts = judge::observation(self, &state, &seen.seen, state.ghost.returned.len());
             let end = format!("end: {}", seen.summary);
             self.record(verdicts, stack, &[&label], Some(end));
@@ -269,6 +269,14 @@ impl<'a> Search<'a> {
             label,
             todo,
         }
+    }
+
+    /// The bug planted in every store of this search.
+    pub(crate) fn planted(&self) -> crate::protocol::restart::Planted {
+        #[cfg(feature = "planted-bugs")]
+        return self.options.planted;
+        #[cfg(not(feature = "planted-bugs"))]
+        return ();
     }
 
     /// The judging context.

@@ -1,7 +1,8 @@
 //! Which steps are scheduling points, and the checks that keep that choice sound.
 //!
 //! Every path of the control directory follows one discipline in a scenario:
-//! *quiet* — no racing process changes it (`reserve.bin`, `keys/`, `ops/`; `breakglass.cleared/`
+//! *quiet* — no racing process changes it (`reserve.bin`, `keys/`; `ops/` unless an operation
+//! races; `breakglass.cleared/`
 //! unless a recovery races; `state.json` unless a recovery or a drain races); *guarded* — changed
 //! only under the WAL's exclusive lock and read under the WAL lock (the WAL, `epoch.json`;
 //! `state.json` when only a drain writes it); *private* — a `.<file>.tmp-<id>` in the home or an
@@ -58,11 +59,13 @@ impl Rules {
             )
         });
         let drain = procs.iter().any(|p| matches!(p, ProcSpec::Drain { .. }));
-        let mut quiet = vec![
-            owned(layout.reserve()),
-            owned(layout.keys()),
-            owned(layout.ops()),
-        ];
+        let operation = procs
+            .iter()
+            .any(|p| matches!(p, ProcSpec::Operation { .. }));
+        let mut quiet = vec![owned(layout.reserve()), owned(layout.keys())];
+        if !operation {
+            quiet.push(owned(layout.ops()));
+        }
         let mut guarded = vec![owned(layout.wal()), owned(layout.epoch())];
         if !recovery {
             quiet.push(owned(layout.cleared()));

@@ -11,11 +11,13 @@
 //! vocabulary, cache tokens included (`usage.rs`); and every refusal is written in Anthropic's
 //! error shape, `{"type":"error","error":{"type","message","stopline_code"}}`, with the status
 //! the gateway gives it everywhere (401, 403, 429, 503, …), so the SDKs raise the matching
-//! `AuthenticationError`, `PermissionDeniedError`, `RateLimitError`. A stream cut by an
-//! EMERGENCY ends with an `event: error` frame in the same shape.
+//! `AuthenticationError`, `PermissionDeniedError`, `RateLimitError`. A stream an EMERGENCY
+//! answers at once ends with an `event: error` frame in the same shape (the exchange goes on
+//! detached and its outcome is recorded, SPEC §12.2).
 //!
 //! Admission, dispatch, the cut and the settlement are not here: they are the shared
-//! `crate::model::exchange`, the same path as the OpenAI-compatible routes.
+//! `crate::model::exchange` (and `exchange.rs` behind it), the same path as the
+//! OpenAI-compatible routes.
 
 use crate::admit::Plan;
 use crate::api::parse_body;

@@ -58,7 +58,7 @@ pub fn serve(ctx: &Context) -> Result<i32, Refusal> {
             url,
             token: session_token(),
         },
-        None => Backend::Local(ctx.clone()),
+        None => Backend::Local(Box::new(ctx.clone())),
     };
     crate::serve::run(backend).map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))
 }

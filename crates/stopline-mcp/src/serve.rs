@@ -23,7 +23,7 @@ const INVALID_PARAMS: i64 = -32602;
 /// Where the verbs go.
 pub enum Backend {
     /// The local control directory.
-    Local(Context),
+    Local(Box<Context>),
     /// A gateway: its base URL and the session's token.
     Gateway {
         /// e.g. `http://127.0.0.1:7077`.

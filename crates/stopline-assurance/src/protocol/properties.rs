@@ -211,8 +211,10 @@ pub fn obligations(
             },
         );
         if op.recorded && !op.resolved {
+            // A tool operation in doubt blocks its agent's chain; a model request nobody.
+            let should_block = !op.model;
             let blocks_its_agent =
-                op.agent_blocked == !op.model && op.sub_agent_blocked == !op.model;
+                op.agent_blocked == should_block && op.sub_agent_blocked == should_block;
             out.judge(Property::DoubtBlocksOnlyItsAgent, blocks_its_agent, || {
                 format!(
                     "the operation on {} is in doubt, yet its agent is {}blocked (sub-agents {}blocked)",

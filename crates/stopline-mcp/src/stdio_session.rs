@@ -114,6 +114,7 @@ pub(crate) async fn start(
         key.clone(),
         crate::stdio_spawn::idle_bound(what.config),
         what.governor.cut(&what.caller),
+        what.governor.cut_outcome_wait(),
     );
     let weak = Arc::downgrade(&session);
     let registry = Arc::downgrade(sessions);
@@ -180,19 +181,23 @@ pub(crate) async fn start(
 
 /// End the session's server when its agent is cut (an EMERGENCY covering it, a contained
 /// machine, an untrusted control state) or when it has carried no traffic for `idle`; either
-/// way the session is forgotten, so its next request is `unknown session`.
+/// way the session is forgotten, so its next request is `unknown session`. At a cut the
+/// session is forgotten at once, but the server is ended only once every request it was
+/// handed has its answer, or `cut_wait` (`cut_outcome_wait_s`) has passed: the agent was
+/// answered already, and the calls it left running get their outcomes recorded (SPEC §12.2).
 fn watch_session(
     session: &Arc<Session>,
     sessions: &Arc<StdioSessions>,
     key: String,
     idle: std::time::Duration,
     cut: futures::future::BoxFuture<'static, stopline_core::Refusal>,
+    cut_wait: std::time::Duration,
 ) {
     let weak = Arc::downgrade(session);
     let registry = Arc::downgrade(sessions);
     tokio::spawn(async move {
         let mut cut = cut;
-        let why = loop {
+        let (why, cut_landed) = loop {
             let Some(session) = weak.upgrade() else {
                 return;
             };
@@ -203,15 +208,39 @@ fn watch_session(
                 .elapsed();
             drop(session);
             if since >= idle {
-                break format!("no traffic for {} s", idle.as_secs());
+                break (format!("no traffic for {} s", idle.as_secs()), false);
             }
             let wait = (idle - since).min(std::time::Duration::from_secs(1));
             tokio::select! {
-                refusal = &mut cut => break format!("its agent was stopped: {}", refusal.message),
+                refusal = &mut cut => break (format!("its agent was stopped: {}", refusal.message), true),
                 () = tokio::time::sleep(wait) => {}
             }
         };
-        if let Some(session) = weak.upgrade() {
+        // Kept alive through the wait: forgetting it in the registry must not end it early.
+        let kept = weak.upgrade();
+        if cut_landed {
+            if let Some(registry) = registry.upgrade() {
+                registry
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&key);
+            }
+            let deadline = tokio::time::Instant::now() + cut_wait;
+            while tokio::time::Instant::now() < deadline {
+                let open = kept.as_ref().is_some_and(|s| {
+                    !s.routes
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .is_empty()
+                });
+                if !open {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        if let Some(session) = kept {
             tracing::info!(pgid = session.pgid, "ending a stdio tool server: {why}");
             session.end();
         }

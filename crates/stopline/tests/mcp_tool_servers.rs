@@ -152,3 +152,55 @@ fn a_tool_server_ends_at_an_emergency_covering_its_agent() {
     );
     assert_eq!(children_of(gateway.pid()).len(), 1);
 }
+
+/// SPEC §12.2 with §12.3: at an emergency the stopped agent's waiting call is answered at once,
+/// but its server lives on until that call has its outcome (bounded by cut_outcome_wait_s), so
+/// the outcome is recorded and nothing is left in doubt; then the server ends.
+#[test]
+fn an_emergency_answers_a_running_call_at_once_and_its_server_ends_once_the_outcome_is_in() {
+    let home = Home::new();
+    let (gateway, url) = gateway(&home, "");
+    let token = home.token(&["--agent", "busy"]);
+    let mut client = Driver::start(&["http", &format!("{url}/mcp/local"), &token], &[]);
+    assert_eq!(client.list()["ok"], true);
+    let server = the_server(&gateway);
+    let target = "mcp:local:trigger-long-running-operation";
+    let ops = |home: &Home| -> Vec<Value> {
+        home.run(&["ops", "list"]).json()["operations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|o| o["target"] == target)
+            .collect()
+    };
+    let answer = std::thread::scope(|scope| {
+        let call = scope.spawn(|| {
+            client.call(
+                "trigger-long-running-operation",
+                json!({"duration": 3, "steps": 3}),
+            )
+        });
+        assert!(
+            eventually(Duration::from_secs(30), || ops(&home)
+                .iter()
+                .any(|o| o["dispatched"] == true)),
+            "the call reached the server"
+        );
+        home.engage("agent:busy", "emergency");
+        call.join().unwrap()
+    });
+    assert_eq!(answer["ok"], false, "{answer}");
+    assert_eq!(answer["data"]["code"], "break_glass_contained", "{answer}");
+    assert!(
+        eventually(Duration::from_secs(30), || ops(&home)
+            .first()
+            .is_some_and(|o| o["outcome"] == "committed")),
+        "the call's outcome was recorded: {:?}",
+        ops(&home)
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || !alive(server)),
+        "the server of a stopped agent ends once its call is done"
+    );
+}

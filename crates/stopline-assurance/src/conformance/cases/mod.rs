@@ -12,6 +12,7 @@ mod admission;
 mod authority;
 mod budgets;
 mod console;
+mod containment;
 mod disengage;
 mod drain;
 mod engage;
@@ -84,6 +85,7 @@ pub fn inventory() -> Vec<Case> {
         budgets::CASES,
         integrations::CASES,
         run::CASES,
+        containment::CASES,
         evidence::CASES,
     ]
     .concat()

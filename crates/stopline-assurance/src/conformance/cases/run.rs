@@ -56,6 +56,10 @@ pub(super) fn attempt(s: &Sandbox, card: &Value, gateway: &str) -> Result<(Out, 
         "--policy",
         &path.display().to_string(),
         "--unconfined",
+        // The marker lies in the sandbox under the host's /tmp, which gateway-only (the default)
+        // hides from the agent: without --net host a run that started would look as if not.
+        "--net",
+        "host",
         "--gateway",
         gateway,
         "--",

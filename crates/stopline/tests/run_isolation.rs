@@ -313,3 +313,85 @@ fn a_host_unix_socket_on_tmp_is_out_of_reach_unless_shared() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(read(out.path(), "result").as_deref(), Some("connected"));
 }
+
+#[test]
+fn an_allocation_above_the_cards_memory_limit_fails() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let out = open_dir("stopline-run-memory-");
+    let run = run_id("memory");
+    let mut c = card(&run, "agent-m");
+    c["limits"] = json!({"memory_mb": 256});
+    let card = write_card(&home, &c);
+    let script = "exec /usr/bin/python3 -c \"
+try:
+    block = bytearray(512 * 1024 * 1024)
+    open('memory', 'w').write('allocated')
+except MemoryError:
+    open('memory', 'w').write('MemoryError')
+\"";
+    let running = start_run(
+        &home,
+        &card,
+        &["--gateway", &gateway.url()],
+        out.path(),
+        script,
+    );
+    let (code, _, stderr) = running.finish(Duration::from_secs(60));
+    let worker = registration(&home, &run, "agent-m").unwrap();
+    assert_eq!(worker["limits"]["memory_mb"], 256, "{worker}");
+    // Killed by the group's memory.max, or refused by RLIMIT_AS: never allocated.
+    assert_ne!(
+        read(out.path(), "memory").as_deref(),
+        Some("allocated"),
+        "{stderr}"
+    );
+    if worker["limits"]["memory_method"] == "rlimit" {
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(read(out.path(), "memory").as_deref(), Some("MemoryError"));
+    }
+}
+
+#[test]
+fn stdin_is_dev_null_unless_asked_and_then_a_pipe_fed_by_the_supervisor() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let out = open_dir("stopline-run-stdin-");
+    let script = "readlink /proc/self/fd/0 > stdin.kind; cat > stdin.text";
+    for (flags, kind, text) in [
+        (vec![], "/dev/null", ""),
+        (vec!["--stdin"], "pipe:", "typed by the operator\n"),
+    ] {
+        let card_path = write_card(&home, &card(&run_id("stdin"), "agent-i"));
+        let card_arg = card_path.to_string_lossy().into_owned();
+        let url = gateway.url();
+        let mut args = vec!["--json", "run", "--policy", card_arg.as_str()];
+        args.extend_from_slice(&flags);
+        args.extend_from_slice(&["--gateway", &url, "--", "/bin/sh", "-c", script]);
+        let mut command = home.command(&args);
+        command
+            .current_dir(out.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut running = RunningRun {
+            child: command.spawn().unwrap(),
+        };
+        {
+            use std::io::Write;
+            let mut stdin = running.child.stdin.take().unwrap();
+            // With no --stdin the supervisor never reads it; the write lands in the pipe.
+            let _ = stdin.write_all(b"typed by the operator\n");
+        }
+        let (code, _, stderr) = running.finish(Duration::from_secs(30));
+        assert_eq!(code, 0, "{stderr}");
+        assert!(
+            read(out.path(), "stdin.kind").unwrap().starts_with(kind),
+            "{flags:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(out.path().join("stdin.text")).unwrap(),
+            text
+        );
+    }
+}

@@ -191,6 +191,54 @@ fn an_emergency_answers_a_running_messages_stream_at_once_with_an_error_event() 
 }
 
 #[test]
+fn an_emergency_answers_a_waiting_message_at_once_and_its_outcome_is_recorded_when_it_arrives() {
+    let home = Home::new();
+    let release = home.dir.path().join("release");
+    let upstream = Upstream::start_anthropic_releasing(&home, &release);
+    let gateway = Gateway::start(&home, &anthropic_config(&upstream));
+    let token = home.token(&["--agent", "waiter"]);
+    let reply = std::thread::scope(|scope| {
+        let call = scope.spawn(|| gateway.anthropic(&token, "message", "held"));
+        let held = gw::within(Duration::from_secs(20), || {
+            upstream
+                .executed()
+                .iter()
+                .any(|c| c["held"] == true)
+                .then_some(())
+        });
+        assert!(
+            held.is_some(),
+            "the call reached the upstream, which holds it"
+        );
+        home.engage("agent:waiter", "emergency");
+        // The upstream still holds the call: only the gateway can have answered it (else the
+        // SDK times out after 30 s, an APITimeoutError).
+        call.join().unwrap()
+    });
+    assert!(!release.exists());
+    assert_eq!(
+        (&reply["exception"], &reply["status"], &reply["type"]),
+        (
+            &json!("PermissionDeniedError"),
+            &json!(403),
+            &json!("permission_error")
+        ),
+        "answered at once, while the upstream still held the call: {reply}"
+    );
+    std::fs::write(&release, b"go").unwrap();
+    let recorded = gw::within(Duration::from_secs(30), || {
+        model_ops(&home, "model:held")
+            .into_iter()
+            .find(|o| o["outcome"] == "committed")
+    });
+    assert!(
+        recorded.is_some(),
+        "the detached exchange's outcome is recorded when the upstream answers: {}",
+        home.run(&["ops", "list"]).stdout
+    );
+}
+
+#[test]
 fn concurrent_messages_never_overrun_a_spend_budget() {
     let home = Home::new();
     let upstream = Upstream::start_anthropic(&home);

@@ -186,6 +186,17 @@ impl Upstream {
         )
     }
 
+    /// [`Upstream::start_anthropic`] holding every request for model `held` until `release`
+    /// exists.
+    pub fn start_anthropic_releasing(home: &Home, release: &Path) -> Upstream {
+        let release = release.to_str().unwrap();
+        Upstream::start_script(
+            home,
+            "fake_anthropic_upstream.py",
+            &[("STUB_RELEASE", release)],
+        )
+    }
+
     fn start_script(home: &Home, script: &str, env: &[(&str, &str)]) -> Upstream {
         let port_file = home.dir.path().join("upstream.port");
         let log = home.dir.path().join("upstream.log");

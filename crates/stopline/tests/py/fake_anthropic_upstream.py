@@ -17,10 +17,10 @@ Models:
 - anything else: the text "hello from upstream".
 `POST /v1/messages/count_tokens` answers {"input_tokens": 100}.
 
-With STUB_HOLD_AT=N and STUB_RELEASE=PATH in its environment, the Bash-offering request whose
-conversation carries exactly N tool results is logged as it arrives (with "held": true) and
-answered only once PATH exists (at most 120 s): a test knows the session is waiting on that call
-and can stop it there.
+With STUB_RELEASE=PATH in its environment, a request for model "held" is answered only once
+PATH exists (at most 120 s); with STUB_HOLD_AT=N as well, so is the Bash-offering request whose
+conversation carries exactly N tool results. A held request is logged as it arrives, with
+"held": true, so a test knows the caller is waiting on it and can stop it there.
 """
 import json
 import os
@@ -90,13 +90,15 @@ class Handler(BaseHTTPRequestHandler):
              "anthropic_version": self.headers.get("anthropic-version"),
              "anthropic_beta": self.headers.get("anthropic-beta"),
              "bash": offers_bash(body), "tool_results": results,
-             "held": wants_steps(body) and results == HOLD_AT, "t": time.time()})
+             "held": bool(RELEASE) and (model == "held"
+                                        or (wants_steps(body) and results == HOLD_AT)),
+             "t": time.time()})
         if self.path.startswith("/v1/messages/count_tokens"):
             return self.send_json(200, {"input_tokens": 100})
         if not self.path.startswith("/v1/messages"):
             return self.send_json(404, {"type": "error", "error": {
                 "type": "not_found_error", "message": "no route " + self.path}})
-        if wants_steps(body) and results == HOLD_AT and RELEASE:
+        if RELEASE and (model == "held" or (wants_steps(body) and results == HOLD_AT)):
             deadline = time.time() + 120
             while not os.path.exists(RELEASE) and time.time() < deadline:
                 time.sleep(0.02)

@@ -88,14 +88,17 @@ fn mcp_serve_engages_through_the_gateway_when_stopline_url_is_set() {
             .is_empty(),
         "the gateway acknowledged: {engaged}"
     );
+    // The agent's own status shows only latches covering it (SPEC §12.3); the owner sees the
+    // stop it engaged.
     let status = session.call("status", json!({}));
     let latches = status["structured"]["latches"].clone();
+    assert_eq!(latches, json!([]), "{status}");
     assert!(
-        latches
+        home.status()["latches"]
             .as_array()
             .unwrap()
             .iter()
             .any(|l| l["scope"] == "agent:rogue"),
-        "{status}"
+        "the stop stands"
     );
 }

@@ -360,6 +360,18 @@ impl Supervision {
                 // The agent may have died of a stop this loop has not read yet (an engage kills
                 // a covered group itself, SPEC §12.3): a fresh order says how the run ended.
                 self.order = read_order(&self.ctx, &self.subject);
+                if self.plane.is_some() {
+                    // The stop may live in the distributed plane only: read it now rather than
+                    // wait for the poller. An unreachable plane is not a stop of an agent that
+                    // has already ended.
+                    let mut view = self.ctx.plane.load_view();
+                    view.faults
+                        .retain(|f| f.code != RefusalCode::DistributedUnavailable);
+                    self.order = self
+                        .order
+                        .clone()
+                        .stricter(order_from_view(&view, &self.subject));
+                }
                 if self.order.level >= Some(Level::HaltAll) {
                     self.cause = self.order.cause.clone();
                 }

@@ -5,7 +5,7 @@
 //! `--agent` without a token is an unprovable identity that every agent latch covers.
 
 use crate::context::Context;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use stopline_core::view::Authority;
 use stopline_core::{CheckReceipt, Mode, Name, Refusal, Role, Subject, TaskClass};
 
@@ -41,13 +41,24 @@ pub fn check(ctx: &Context, request: &CheckRequest) -> CheckReceipt {
 fn decide(ctx: &Context, request: &CheckRequest) -> Result<CheckReceipt, Refusal> {
     let mut projects: Vec<PathBuf> = Vec::new();
     if let Some(project) = &request.project {
-        let canonical = std::fs::canonicalize(project).map_err(|e| {
-            Refusal::new(
-                stopline_core::RefusalCode::ProjectRootUnresolvable,
-                format!("{project}: {e}"),
-            )
-        })?;
-        projects.push(canonical);
+        // Both forms (SPEC §12.1): a latch on a project that vanished names it lexically, one on
+        // a live project canonically; the subject is covered by either.
+        let lexical = stopline_core::scope::lexical_absolute(Path::new(project));
+        match std::fs::canonicalize(project) {
+            Ok(canonical) => projects.push(canonical),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && lexical.is_some() => {}
+            Err(e) => {
+                return Err(Refusal::new(
+                    stopline_core::RefusalCode::ProjectRootUnresolvable,
+                    format!("{project}: {e}"),
+                ))
+            }
+        }
+        if let Some(lexical) = lexical {
+            if !projects.contains(&lexical) {
+                projects.push(lexical);
+            }
+        }
     }
     let runs: Vec<Name> = request
         .run

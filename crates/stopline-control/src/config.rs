@@ -1,14 +1,22 @@
-//! `config.toml`: operators, monitors, gateway defaults, prices, breakers (SPEC §5).
+//! `config.toml`: operators, monitors, gateway defaults, upstreams, prices, breakers (SPEC §5).
 //!
-//! Fixed keys are typed; anything else is kept in `extra` for the gateway. A config that exists
-//! but does not parse is an error (a typo must not silently drop an operator list).
+//! One typed [`Config`] for every reader (the CLI, the gateway, the etcd wiring, the hook), and
+//! it rejects what it does not know (SPEC §12.1): every struct is `deny_unknown_fields`, so a
+//! misspelled key (`operater = [...]`) is `config_invalid` naming the key, the nearest known
+//! one, and the file, line and column — never silently ignored (that once dropped an operator
+//! list). A file that exists but cannot be read or parsed is the same error.
+//!
+//! To add a key: add a typed field (with `#[serde(default…)]` when it is optional) to the
+//! struct of its section. Nothing else is needed; the did-you-mean list comes from serde.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
+use stopline_core::{Refusal, RefusalCode};
 
 /// Prices for one model, USD per million tokens.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct Price {
     /// Input tokens.
     pub input: f64,
@@ -51,8 +59,126 @@ fn default_max_output() -> u64 {
     4096
 }
 
+/// One `[mcp.<server>]` upstream.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// A Streamable HTTP upstream.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// A stdio upstream the gateway starts.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// Tools that may be called; `None` means all.
+    #[serde(default)]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Tools admitted as critical.
+    #[serde(default)]
+    pub critical_tools: Vec<String>,
+    /// The user a stdio server runs as (`command`): a name, a uid, or `auto` (as root the
+    /// default: a fresh uid of its own, SPEC §12.3).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The variables a stdio server gets besides `PATH`, `HOME` and `LANG` (nothing else of
+    /// the gateway's environment reaches it).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Seconds without traffic after which a stdio server's session ends (default 300).
+    #[serde(default)]
+    pub session_idle_s: Option<u64>,
+    /// Whom a tool call left in doubt blocks on its tool: `"agent"` (default: the chain of the
+    /// agent that made it) or `"everyone"` (SPEC §12.2).
+    #[serde(default)]
+    pub unresolved_blocks: stopline_core::ops::BlockScope,
+    /// Trust the server's `readOnlyHint` annotations (default false): only then is a tool it
+    /// declares read-only called without a recorded operation. MCP calls them untrusted hints.
+    #[serde(default)]
+    pub trust_read_only_hints: bool,
+}
+
+/// The `[model]` upstream.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The OpenAI-compatible base URL, e.g. `http://127.0.0.1:8081/v1`.
+    pub base_url: String,
+    /// The environment variable holding the upstream key (read by the gateway only).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Upstream request timeout in seconds (default 600).
+    #[serde(default = "default_model_timeout")]
+    pub timeout_s: u64,
+}
+
+/// The `[anthropic]` upstream of `/v1/messages` (SPEC §12.5).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AnthropicConfig {
+    /// The Messages API base URL without `/v1`, e.g. `https://api.anthropic.com`; the gateway
+    /// appends `/v1/messages`.
+    pub base_url: String,
+    /// The environment variable holding the upstream key, sent as `x-api-key` (read by the
+    /// gateway only).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Upstream request timeout in seconds (default 600).
+    #[serde(default = "default_model_timeout")]
+    pub timeout_s: u64,
+}
+
+fn default_model_timeout() -> u64 {
+    600
+}
+
+/// `[breakers]`: per-agent thresholds and the adapter breakers.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BreakerConfig {
+    /// Unauthorized calls before the agent's breaker trips.
+    pub unauthorized_calls: u32,
+    /// Refused egress attempts before the agent's breaker trips.
+    pub refused_egress: u32,
+    /// Anomaly score at or above which the agent's breaker trips.
+    pub anomaly_score: f64,
+    /// The level of the latch a trip engages.
+    pub trip_level: String,
+    /// Consecutive upstream failures that open an adapter breaker.
+    pub adapter_failures: u32,
+    /// How long an adapter breaker stays open before a half-open trial.
+    pub adapter_cooldown_ms: u64,
+    /// A URL that receives a JSON POST for every trip.
+    pub alert_webhook: Option<String>,
+    /// A command run for every trip, with the evidence record as JSON on stdin.
+    pub alert_command: Option<Vec<String>>,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            unauthorized_calls: 5,
+            refused_egress: 3,
+            anomaly_score: 0.9,
+            trip_level: "halt-all".into(),
+            adapter_failures: 5,
+            adapter_cooldown_ms: 5000,
+            alert_webhook: None,
+            alert_command: None,
+        }
+    }
+}
+
+/// `[run]`: how `stopline run` starts agents.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunConfig {
+    /// `uid_range = "FIRST-LAST"`: where `--user auto` takes a fresh uid from (default
+    /// `61184-65519`, SPEC §12.3).
+    pub uid_range: Option<String>,
+}
+
 /// The configuration file.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Config {
     /// Gateway listen address.
     #[serde(default = "default_listen")]
@@ -72,29 +198,34 @@ pub struct Config {
     /// Periodic full reload of a gateway's view.
     #[serde(default = "default_reload")]
     pub reload_interval_ms: u64,
+    /// The bound of one whole read of the control state (SPEC §12.1).
+    #[serde(default = "default_read_timeout")]
+    pub read_timeout_ms: u64,
     /// Seconds an upstream exchange the gateway cut (its agent answered at EMERGENCY) may
     /// still take to give its outcome before the operation is left in doubt (SPEC §12.2).
     #[serde(default = "default_cut_outcome_wait")]
     pub cut_outcome_wait_s: u64,
+    /// The distributed permit (etcd mode, SPEC §10); 2000 when absent.
+    #[serde(default)]
+    pub permit_ttl_ms: Option<u64>,
     /// Model prices.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
-    /// `[run]`: how `stopline run` starts agents.
+    /// `[mcp.<server>]` upstreams by server name.
+    #[serde(default)]
+    pub mcp: BTreeMap<String, McpServerConfig>,
+    /// The `[model]` upstream.
+    #[serde(default)]
+    pub model: Option<ModelConfig>,
+    /// The `[anthropic]` upstream.
+    #[serde(default)]
+    pub anthropic: Option<AnthropicConfig>,
+    /// `[breakers]`.
+    #[serde(default)]
+    pub breakers: BreakerConfig,
+    /// `[run]`.
     #[serde(default)]
     pub run: RunConfig,
-    /// Everything else (mcp servers, model upstream, breakers), for the gateway.
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, toml::Value>,
-}
-
-/// `[run]` of the configuration.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunConfig {
-    /// `uid_range = "FIRST-LAST"`: where `--user auto` takes a fresh uid from (default
-    /// `61184-65519`).
-    #[serde(default)]
-    pub uid_range: Option<String>,
 }
 
 fn default_listen() -> String {
@@ -115,6 +246,9 @@ fn default_ack_timeout() -> u64 {
 fn default_reload() -> u64 {
     1000
 }
+fn default_read_timeout() -> u64 {
+    5000
+}
 fn default_cut_outcome_wait() -> u64 {
     30
 }
@@ -125,27 +259,168 @@ impl Default for Config {
     }
 }
 
-/// A config file that exists but cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("config {path}: {why}")]
+/// A config file that exists but cannot be used: `config_invalid`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{path}{}: {why}", position(.line, .column))]
 pub struct ConfigError {
     /// The file.
     pub path: String,
+    /// The line of the problem (1-based), when it has one.
+    pub line: Option<usize>,
+    /// The column of the problem (1-based), when it has one.
+    pub column: Option<usize>,
     /// What is wrong.
     pub why: String,
+}
+
+fn position(line: &Option<usize>, column: &Option<usize>) -> String {
+    match (line, column) {
+        (Some(line), Some(column)) => format!(" line {line}, column {column}"),
+        (Some(line), None) => format!(" line {line}"),
+        _ => String::new(),
+    }
+}
+
+impl ConfigError {
+    /// The refusal every command but engage answers with.
+    pub fn to_refusal(&self) -> Refusal {
+        Refusal::new(RefusalCode::ConfigInvalid, self.to_string())
+    }
 }
 
 impl Config {
     /// Load `path`; a missing file gives the defaults.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let error = |why: String| ConfigError {
-            path: path.display().to_string(),
-            why,
-        };
         match std::fs::read_to_string(path) {
-            Ok(text) => toml::from_str(&text).map_err(|e| error(e.to_string())),
+            Ok(text) => Config::parse(path, &text),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
-            Err(e) => Err(error(e.to_string())),
+            Err(e) => Err(ConfigError {
+                path: path.display().to_string(),
+                line: None,
+                column: None,
+                why: format!("cannot be read: {e}"),
+            }),
         }
+    }
+
+    /// Parse `text`, the contents of `path`, strictly.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|error| {
+            let (line, column) = match error.span() {
+                Some(span) => {
+                    let (line, column) = line_column(text, span.start);
+                    (Some(line), Some(column))
+                }
+                None => (None, None),
+            };
+            ConfigError {
+                path: path.display().to_string(),
+                line,
+                column,
+                why: explain(error.message()),
+            }
+        })
+    }
+}
+
+/// The 1-based line and column of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rsplit('\n')
+        .next()
+        .map_or(0, |tail| tail.chars().count())
+        + 1;
+    (line, column)
+}
+
+/// serde's message, with the nearest known key named when it is an unknown one.
+fn explain(message: &str) -> String {
+    let message = message.trim();
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_string();
+    };
+    let Some((unknown, expected)) = rest.split_once('`') else {
+        return message.to_string();
+    };
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let nearest = known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(unknown, k), *k))
+        .min();
+    match nearest {
+        Some((_, key)) => format!(
+            "unknown key `{unknown}` (did you mean `{key}`?); known keys here: {}",
+            known.join(", ")
+        ),
+        None => format!("unknown key `{unknown}`"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("config.toml"), text)
+    }
+
+    #[test]
+    fn a_misspelled_key_names_the_key_the_nearest_one_and_where() {
+        let error = parse("listen = \"127.0.0.1:1\"\noperater = [\"alice\"]\n").unwrap_err();
+        assert_eq!((error.line, error.column), (Some(2), Some(1)));
+        assert!(error.why.contains("`operater`"), "{error}");
+        assert!(error.why.contains("did you mean `operators`"), "{error}");
+        let error = parse("[breakers]\nunauthorised_calls = 2\n").unwrap_err();
+        assert!(
+            error.why.contains("did you mean `unauthorized_calls`"),
+            "{error}"
+        );
+        let error = parse("[mcp.x]\nurl = \"http://a\"\nalowed_tools = []\n").unwrap_err();
+        assert!(
+            error.why.contains("did you mean `allowed_tools`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_syntax_error_names_line_and_column() {
+        let error = parse("operators = [\"a\"\nmonitors = 3\n").unwrap_err();
+        assert!(error.line.is_some() && error.column.is_some(), "{error}");
+        assert_eq!(error.to_refusal().code, RefusalCode::ConfigInvalid);
+    }
+
+    #[test]
+    fn every_documented_section_parses() {
+        let config = parse(
+            r#"
+            listen = "127.0.0.1:7077"
+            operators = ["operator"]
+            read_timeout_ms = 3000
+            [mcp.everything]
+            url = "http://127.0.0.1:3001/mcp"
+            allowed_tools = ["echo"]
+            [model]
+            base_url = "http://127.0.0.1:8081/v1"
+            [prices."gpt-test"]
+            input = 1.0
+            output = 2.0
+            [breakers]
+            trip_level = "halt-all"
+            [run]
+            uid_range = "61184-65519"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.read_timeout_ms, 3000);
+        assert_eq!(
+            config.mcp["everything"]
+                .allowed_tools
+                .as_ref()
+                .unwrap()
+                .len(),
+            1
+        );
     }
 }

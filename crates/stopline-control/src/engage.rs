@@ -24,9 +24,75 @@ pub struct Caller {
     pub local: bool,
 }
 
-/// Parse a scope from user input, canonicalizing project roots.
+/// Parse a scope from user input, canonicalizing project roots (a root that no longer exists
+/// is normalized lexically).
 pub fn parse_scope(text: &str) -> Result<Scope, Refusal> {
     Scope::parse_input(text, |p: &Path| std::fs::canonicalize(p))
+}
+
+/// The most active latches one token's caller may hold that it engaged itself (SPEC §12.1).
+pub const ENGAGE_LIMIT: usize = 32;
+
+/// Refuse a token caller's 33rd distinct scope (`engage_limit`), naming a wider scope that
+/// would cover all of them. `machine` always lands; console callers are not limited; a scope
+/// the caller already holds a latch of is not a new one. Counts the latches in this host's
+/// `latches/` (read without the WAL lock: it must never wait).
+fn check_engage_limit(ctx: &Context, bound: Option<&str>, scope: &Scope) -> Result<(), Refusal> {
+    let Some(agent) = bound else {
+        return Ok(());
+    };
+    if *scope == Scope::Machine {
+        return Ok(());
+    }
+    let Ok(latches) = ctx.store.scan_latches() else {
+        // An unreadable directory is the gates' fault to report; a stop is never refused for it.
+        return Ok(());
+    };
+    let held: std::collections::BTreeSet<Scope> = latches
+        .iter()
+        .filter_map(|l| l.record.as_ref())
+        .filter(|r| r.session.bound.as_deref() == Some(agent))
+        .map(|r| r.scope.clone())
+        .collect();
+    if held.len() < ENGAGE_LIMIT || held.contains(scope) {
+        return Ok(());
+    }
+    let mut all: Vec<&Scope> = held.iter().collect();
+    all.push(scope);
+    let wider = wider_scope(&all);
+    Err(Refusal::new(
+        RefusalCode::EngageLimit,
+        format!(
+            "{agent} already holds {} active latches it engaged itself (at most {ENGAGE_LIMIT}); engage one wider scope that covers them instead: --scope {wider}",
+            held.len()
+        ),
+    ))
+}
+
+/// The narrowest scope covering every one of `scopes`: their deepest common project root when
+/// all are projects (and it is not `/`), else `machine`.
+fn wider_scope(scopes: &[&Scope]) -> Scope {
+    let mut common: Option<std::path::PathBuf> = None;
+    for scope in scopes {
+        let Scope::Project(root) = scope else {
+            return Scope::Machine;
+        };
+        common = Some(match common {
+            None => root.clone(),
+            Some(prefix) => prefix
+                .components()
+                .zip(root.components())
+                .take_while(|(a, b)| a == b)
+                .map(|(a, _)| a)
+                .collect(),
+        });
+    }
+    match common {
+        Some(root) if root != Path::new("/") && root.components().count() > 1 => {
+            Scope::Project(root)
+        }
+        _ => Scope::Machine,
+    }
 }
 
 /// Verify a token's signature and expiry (not its epoch standing).
@@ -46,6 +112,16 @@ pub fn engage(
 ) -> Result<Value, Refusal> {
     let started = std::time::Instant::now();
     let scope = parse_scope(scope)?;
+    let mut early_warnings = Vec::new();
+    if let Scope::Project(root) = &scope {
+        if matches!(std::fs::symlink_metadata(root), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        {
+            early_warnings.push(format!(
+                "project_root_missing: {} does not exist; the latch names it in lexical form and covers work under it in either form",
+                root.display()
+            ));
+        }
+    }
     let level = level
         .map(Level::parse)
         .transpose()?
@@ -62,6 +138,7 @@ pub fn engage(
         .as_ref()
         .and_then(|c| c.agent())
         .map(|a| a.to_string());
+    check_engage_limit(ctx, bound.as_deref(), &scope)?;
     let tier = match caller.token.as_ref().map(|c| c.role) {
         Some(Role::Agent) => "governed",
         Some(Role::Critical) => "critical",
@@ -98,7 +175,8 @@ pub fn engage(
     let timeout = std::time::Duration::from_millis(ctx.config.ack_timeout_ms);
     let collecting = started.elapsed();
     let acks = crate::acks::collect(ctx, &outcome.latch.file_name(), timeout);
-    let mut warnings = outcome.warnings;
+    let mut warnings = early_warnings;
+    warnings.extend(outcome.warnings);
     warnings.extend(reached.warnings);
     warnings.extend(acks.warnings);
     if !acks.unacknowledged.is_empty() {
@@ -112,6 +190,10 @@ pub fn engage(
         "engaged": true,
         "latch": latch,
         "coalesced": outcome.coalesced,
+        // When this engage decided (its own clock): a coalesced receipt names the latch it
+        // joined, whose `ts` is within the coalescing window of this instant.
+        "engaged_at": outcome.engaged_at,
+        "wal_deferred": outcome.wal_deferred,
         "epoch": {"seq": outcome.epoch_seq, "scope_revision": outcome.scope_revision},
         "groups_reached": reached.groups,
         "acknowledged_by": acks.acknowledged_by,

@@ -238,8 +238,8 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
 /// at least every [`SWEEP_INTERVAL`], until the agent has exited or been observed quiescent.
 fn react(ctx: &Context, supervision: &mut Supervision) -> Progress {
     let layout = ctx.store.layout();
-    if let Err(error) = ctx.store.ensure_dirs(&[&layout.latches()]) {
-        tracing::warn!(%error, "latches/ cannot be created; relying on sweeps");
+    if let Err(error) = ctx.store.ensure_home() {
+        tracing::warn!(%error, "the control directory cannot be created whole; relying on sweeps");
     }
     let wakers = wake::Wakers::spawn(vec![layout.latches(), layout.home().to_path_buf()]);
     let mut last_sweep: Option<Instant> = None;

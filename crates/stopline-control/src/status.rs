@@ -57,6 +57,18 @@ pub(crate) fn worker_subject(worker: &Value) -> Subject {
 
 /// Build the status receipt.
 pub fn status(ctx: &Context) -> Value {
+    // Finish any WAL record an engage had to defer, if the lock is free now (never waits).
+    let mut warnings: Vec<String> = Vec::new();
+    if ctx
+        .store
+        .fs()
+        .exists(ctx.store.layout().home())
+        .unwrap_or(false)
+    {
+        if let Err(error) = ctx.store.finish_deferred() {
+            warnings.push(format!("deferred WAL records not finished: {error}"));
+        }
+    }
     let view: ControlView = ctx.plane.load_view();
     let census = ctx.store.census();
     let (mut workers, worker_census_ok) = registered_workers(ctx);
@@ -103,5 +115,6 @@ pub fn status(ctx: &Context) -> Value {
         "affected_worker_quiescence_confirmed": covered_quiescent && worker_census_ok && uncovered_servers.is_empty(),
         "uncovered_servers": uncovered_servers,
         "unresolved": census,
+        "warnings": warnings,
     })
 }

@@ -84,6 +84,14 @@ pub enum RefusalCode {
     /// The uid an agent or tool server would run as already runs another live agent or a
     /// process outside the run.
     UidInUse,
+    /// `config.toml` cannot be read or parsed, or names a key that does not exist.
+    ConfigInvalid,
+    /// The control directory does not exist: a gate refuses rather than reading "no stop".
+    ControlHomeMissing,
+    /// A reason longer than [`MAX_REASON_BYTES`] bytes.
+    ReasonInvalid,
+    /// A token's caller already holds the most active latches it may engage.
+    EngageLimit,
 }
 
 impl RefusalCode {
@@ -127,6 +135,10 @@ impl RefusalCode {
             BadRequest => "bad_request",
             DistributedUnavailable => "distributed_unavailable",
             UidInUse => "uid_in_use",
+            ConfigInvalid => "config_invalid",
+            ControlHomeMissing => "control_home_missing",
+            ReasonInvalid => "reason_invalid",
+            EngageLimit => "engage_limit",
         }
     }
 
@@ -167,8 +179,22 @@ impl Refusal {
     }
 }
 
-/// Refuse an empty or whitespace-only reason; return the trimmed reason otherwise.
+/// The longest reason accepted, in bytes of UTF-8 (SPEC §12.1): a reason is evidence, not a
+/// payload, and every status read carries it.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// Refuse an empty or whitespace-only reason (`reason_required`) and one longer than
+/// [`MAX_REASON_BYTES`] (`reason_invalid`); return the trimmed reason otherwise.
 pub fn require_reason(reason: &str) -> Result<String, Refusal> {
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(Refusal::new(
+            RefusalCode::ReasonInvalid,
+            format!(
+                "a reason is at most {MAX_REASON_BYTES} bytes of UTF-8; this one is {} bytes",
+                reason.len()
+            ),
+        ));
+    }
     let trimmed = reason.trim();
     if trimmed.is_empty() {
         return Err(Refusal::new(

@@ -82,7 +82,9 @@ pub enum Scope {
 
 impl Scope {
     /// Parse user input. `canonicalize` resolves a project root (symlinks, existence); the
-    /// result must be absolute. Nothing is written by this function.
+    /// result must be absolute. A root that does not exist (`NotFound`) is normalized lexically
+    /// instead ([`lexical_absolute`], SPEC §12.1): a project whose directory vanished can still
+    /// be stopped and recovered. Nothing is written by this function.
     pub fn parse_input(
         input: &str,
         canonicalize: impl FnOnce(&Path) -> std::io::Result<PathBuf>,
@@ -104,12 +106,20 @@ impl Scope {
                 if rest.is_empty() || !rest.starts_with('/') || rest.contains('\0') {
                     return Err(invalid(input, "a project root must be an absolute path"));
                 }
-                let resolved = canonicalize(Path::new(rest)).map_err(|error| {
-                    Refusal::new(
-                        RefusalCode::ProjectRootUnresolvable,
-                        format!("project root {rest:?} cannot be resolved: {error}"),
-                    )
-                })?;
+                let resolved = match canonicalize(Path::new(rest)) {
+                    Ok(resolved) => resolved,
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                        lexical_absolute(Path::new(rest)).ok_or_else(|| {
+                            invalid(input, "a project root must be an absolute path")
+                        })?
+                    }
+                    Err(error) => {
+                        return Err(Refusal::new(
+                            RefusalCode::ProjectRootUnresolvable,
+                            format!("project root {rest:?} cannot be resolved: {error}"),
+                        ))
+                    }
+                };
                 if !is_canonical_absolute(&resolved) {
                     return Err(Refusal::new(
                         RefusalCode::ProjectRootUnresolvable,
@@ -172,6 +182,26 @@ impl Scope {
 /// True when `path` equals `root` or lies beneath it, by whole components.
 pub fn path_within(root: &Path, path: &Path) -> bool {
     path.starts_with(root)
+}
+
+/// `path` normalized by its text alone: `.` segments and repeated `/` dropped, `..` taking
+/// away the segment before it (never above `/`), no trailing `/`. Symlinks are not resolved: this
+/// is the form of a project root that no longer exists. `None` for a relative path.
+pub fn lexical_absolute(path: &Path) -> Option<PathBuf> {
+    if !path.is_absolute() {
+        return None;
+    }
+    let mut normal = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::Normal(segment) => normal.push(segment),
+            Component::ParentDir => {
+                normal.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    Some(normal)
 }
 
 /// True when `path` is absolute and canonical in form: no `.`/`..` segments, no `//`, no trailing

@@ -230,6 +230,16 @@ impl WalLog {
         live
     }
 
+    /// Every latch file the log ever recorded as engaged (cleared ones included).
+    pub fn recorded_latches(&self) -> BTreeSet<String> {
+        self.entries
+            .iter()
+            .filter(|e| e.kind == "latch_engaged")
+            .filter_map(|e| e.body.get("file").and_then(Value::as_str))
+            .map(String::from)
+            .collect()
+    }
+
     /// The entry of kind `recovery_intent` whose `plan` is `plan_id`.
     pub fn recovery_intent(&self, plan_id: &str) -> Option<&WalEntry> {
         self.entries.iter().rev().find(|e| {

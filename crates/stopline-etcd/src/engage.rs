@@ -60,6 +60,8 @@ impl EtcdPlane {
                     scope_revision,
                     warnings: Vec::new(),
                     time_to_contained: started.elapsed(),
+                    engaged_at: stopline_store::env::rfc3339(now),
+                    wal_deferred: false,
                 });
             }
             let record = LatchRecord {
@@ -99,6 +101,8 @@ impl EtcdPlane {
                 scope_revision,
                 warnings,
                 time_to_contained,
+                engaged_at: stopline_store::env::rfc3339(now),
+                wal_deferred: false,
             });
         }
         Err(EtcdError::Contention(format!(

@@ -16,18 +16,13 @@ use stopline_gateway::Distributed;
 
 /// The permit from `config` (`permit_ttl_ms`), or the default.
 pub fn permit_ttl(config: &Config) -> Result<Duration, Refusal> {
-    match config.extra.get("permit_ttl_ms") {
+    match config.permit_ttl_ms {
         None => Ok(DEFAULT_PERMIT_TTL),
-        Some(value) => value
-            .as_integer()
-            .filter(|ms| *ms > 0)
-            .map(|ms| Duration::from_millis(ms as u64))
-            .ok_or_else(|| {
-                Refusal::new(
-                    RefusalCode::ControlStateCorrupt,
-                    format!("config.toml: permit_ttl_ms must be a positive integer, not {value}"),
-                )
-            }),
+        Some(0) => Err(Refusal::new(
+            RefusalCode::ConfigInvalid,
+            "config.toml: permit_ttl_ms must be a positive integer, not 0",
+        )),
+        Some(ms) => Ok(Duration::from_millis(ms)),
     }
 }
 

@@ -2,124 +2,18 @@
 //! and `[anthropic]` upstreams, `[breakers]`, and the alert hooks, on top of the shared
 //! [`stopline_control::config::Config`] (operators, monitors, timeouts, prices).
 //!
-//! A section that exists but does not parse is an error at start-up: a typo must not silently
+//! The sections are typed in [`stopline_control::config`] (one strict parser for every reader);
+//! this file interprets them for the gateway. A section that does not parse, or names a key
+//! that does not exist, is an error at start-up (`config_invalid`): a typo must not silently
 //! drop an `allowed_tools` list or a breaker threshold.
 
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
-use stopline_control::config::{Config, Price};
+pub use stopline_control::config::{
+    AnthropicConfig, BreakerConfig, Config, McpServerConfig, ModelConfig, Price,
+};
 use stopline_core::Level;
-
-/// One `[mcp.<server>]` upstream.
-#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
-pub struct McpServerConfig {
-    /// A Streamable HTTP upstream.
-    #[serde(default)]
-    pub url: Option<String>,
-    /// A stdio upstream the gateway starts.
-    #[serde(default)]
-    pub command: Option<Vec<String>>,
-    /// Tools that may be called; `None` means all.
-    #[serde(default)]
-    pub allowed_tools: Option<Vec<String>>,
-    /// Tools admitted as critical.
-    #[serde(default)]
-    pub critical_tools: Vec<String>,
-    /// The user a stdio server runs as (`command`): a name, a uid, or `auto` (as root the
-    /// default: a fresh uid of its own, SPEC §12.3).
-    #[serde(default)]
-    pub user: Option<String>,
-    /// The variables a stdio server gets besides `PATH`, `HOME` and `LANG` (nothing else of
-    /// the gateway's environment reaches it).
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Seconds without traffic after which a stdio server's session ends (default 300).
-    #[serde(default)]
-    pub session_idle_s: Option<u64>,
-    /// Whom a tool call left in doubt blocks on its tool: `"agent"` (default: the chain of the
-    /// agent that made it) or `"everyone"` (SPEC §12.2).
-    #[serde(default)]
-    pub unresolved_blocks: stopline_core::ops::BlockScope,
-    /// Trust the server's `readOnlyHint` annotations (default false): only then is a tool it
-    /// declares read-only called without a recorded operation. MCP calls them untrusted hints.
-    #[serde(default)]
-    pub trust_read_only_hints: bool,
-    /// Keys this crate does not know, for the MCP proxy.
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, toml::Value>,
-}
-
-/// The `[model]` upstream.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct ModelConfig {
-    /// The OpenAI-compatible base URL, e.g. `http://127.0.0.1:8081/v1`.
-    pub base_url: String,
-    /// The environment variable holding the upstream key (read by the gateway only).
-    #[serde(default)]
-    pub api_key_env: Option<String>,
-    /// Upstream request timeout in seconds (default 600).
-    #[serde(default = "default_model_timeout")]
-    pub timeout_s: u64,
-}
-
-fn default_model_timeout() -> u64 {
-    600
-}
-
-/// The `[anthropic]` upstream of `/v1/messages` (SPEC §12.5).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct AnthropicConfig {
-    /// The Messages API base URL without `/v1`, e.g. `https://api.anthropic.com`; the gateway
-    /// appends `/v1/messages`.
-    pub base_url: String,
-    /// The environment variable holding the upstream key, sent as `x-api-key` (read by the
-    /// gateway only).
-    #[serde(default)]
-    pub api_key_env: Option<String>,
-    /// Upstream request timeout in seconds (default 600).
-    #[serde(default = "default_model_timeout")]
-    pub timeout_s: u64,
-}
-
-/// `[breakers]`: per-agent thresholds and the adapter breakers.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct BreakerConfig {
-    /// Unauthorized calls before the agent's breaker trips.
-    pub unauthorized_calls: u32,
-    /// Refused egress attempts before the agent's breaker trips.
-    pub refused_egress: u32,
-    /// Anomaly score at or above which the agent's breaker trips.
-    pub anomaly_score: f64,
-    /// The level of the latch a trip engages.
-    pub trip_level: String,
-    /// Consecutive upstream failures that open an adapter breaker.
-    pub adapter_failures: u32,
-    /// How long an adapter breaker stays open before a half-open trial.
-    pub adapter_cooldown_ms: u64,
-    /// A URL that receives a JSON POST for every trip.
-    pub alert_webhook: Option<String>,
-    /// A command run for every trip, with the evidence record as JSON on stdin.
-    pub alert_command: Option<Vec<String>>,
-}
-
-impl Default for BreakerConfig {
-    fn default() -> Self {
-        BreakerConfig {
-            unauthorized_calls: 5,
-            refused_egress: 3,
-            anomaly_score: 0.9,
-            trip_level: "halt-all".into(),
-            adapter_failures: 5,
-            adapter_cooldown_ms: 5000,
-            alert_webhook: None,
-            alert_command: None,
-        }
-    }
-}
 
 /// Everything the gateway reads from its configuration file.
 #[derive(Debug, Clone)]
@@ -140,14 +34,21 @@ pub struct GatewayConfig {
     pub config_hash: String,
 }
 
-/// A configuration that cannot be used.
+/// A configuration that cannot be used (`config_invalid`).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("config {path}: {why}")]
+#[error("config_invalid: {why}")]
 pub struct GatewayConfigError {
     /// The file.
     pub path: String,
-    /// What is wrong.
+    /// What is wrong, naming the file (and line and column when there is one).
     pub why: String,
+}
+
+impl GatewayConfigError {
+    /// The refusal `serve` answers with.
+    pub fn to_refusal(&self) -> stopline_core::Refusal {
+        stopline_core::Refusal::new(stopline_core::RefusalCode::ConfigInvalid, self.why.clone())
+    }
 }
 
 impl GatewayConfig {
@@ -155,14 +56,17 @@ impl GatewayConfig {
     pub fn load(path: &Path) -> Result<GatewayConfig, GatewayConfigError> {
         let error = |why: String| GatewayConfigError {
             path: path.display().to_string(),
-            why,
+            why: format!("{}: {why}", path.display()),
         };
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(error(e.to_string())),
         };
-        let base = Config::load(path).map_err(|e| error(e.why))?;
+        let base = Config::load(path).map_err(|e| GatewayConfigError {
+            path: e.path.clone(),
+            why: e.to_string(),
+        })?;
         let mut config = GatewayConfig::from_base(base).map_err(error)?;
         config.config_hash = hex::encode(sha2::Sha256::digest(&bytes));
         Ok(config)
@@ -170,19 +74,10 @@ impl GatewayConfig {
 
     /// Interpret the gateway sections of an already parsed config.
     pub fn from_base(base: Config) -> Result<GatewayConfig, String> {
-        fn section<T: serde::de::DeserializeOwned>(
-            base: &Config,
-            key: &str,
-        ) -> Result<Option<T>, String> {
-            base.extra
-                .get(key)
-                .map(|v| v.clone().try_into().map_err(|e| format!("[{key}]: {e}")))
-                .transpose()
-        }
-        let mcp = section(&base, "mcp")?.unwrap_or_default();
-        let model = section(&base, "model")?;
-        let anthropic = section(&base, "anthropic")?;
-        let breakers: BreakerConfig = section(&base, "breakers")?.unwrap_or_default();
+        let mcp = base.mcp.clone();
+        let model = base.model.clone();
+        let anthropic = base.anthropic.clone();
+        let breakers = base.breakers.clone();
         let trip_level = Level::parse(&breakers.trip_level)
             .map_err(|r| format!("[breakers] trip_level: {}", r.message))?;
         Ok(GatewayConfig {
@@ -278,18 +173,15 @@ mod tests {
             "cache_write defaults to input"
         );
         assert_eq!(price.max_input_price(), 3.0);
-        let typo: Config =
-            toml::from_str("[anthropic]\nbase_url = \"x\"\napi_key = \"k\"\n").unwrap();
-        assert!(
-            GatewayConfig::from_base(typo).is_err(),
-            "an unknown [anthropic] key is refused"
-        );
+        let typo: Result<Config, _> =
+            toml::from_str("[anthropic]\nbase_url = \"x\"\napi_key = \"k\"\n");
+        assert!(typo.is_err(), "an unknown [anthropic] key is refused");
         assert_eq!(config.breakers.refused_egress, 3);
         assert_eq!(config.trip_level, Level::HaltAll);
         let bad: Config = toml::from_str("[breakers]\ntrip_level = \"stop\"\n").unwrap();
         assert!(GatewayConfig::from_base(bad).is_err());
-        let bad: Config =
-            toml::from_str("[mcp.x]\nurl = \"u\"\nunresolved_blocks = \"some\"\n").unwrap();
-        assert!(GatewayConfig::from_base(bad).is_err());
+        let bad: Result<Config, _> =
+            toml::from_str("[mcp.x]\nurl = \"u\"\nunresolved_blocks = \"some\"\n");
+        assert!(bad.is_err());
     }
 }

@@ -19,7 +19,8 @@ pub fn refusal_status(refusal: &Refusal) -> StatusCode {
         RefusalCode::QueuedTimeout
         | RefusalCode::ControlIo
         | RefusalCode::GatewayUnreachable
-        | RefusalCode::DistributedUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        | RefusalCode::DistributedUnavailable
+        | RefusalCode::ControlHomeMissing => StatusCode::SERVICE_UNAVAILABLE,
         RefusalCode::BreakerOpen if refusal.message.starts_with(ADAPTER_PREFIX) => {
             StatusCode::SERVICE_UNAVAILABLE
         }
@@ -27,6 +28,7 @@ pub fn refusal_status(refusal: &Refusal) -> StatusCode {
         | RefusalCode::ScopeInvalid
         | RefusalCode::LevelInvalid
         | RefusalCode::ReasonRequired
+        | RefusalCode::ReasonInvalid
         | RefusalCode::ProjectRootUnresolvable => StatusCode::BAD_REQUEST,
         _ => StatusCode::FORBIDDEN,
     }

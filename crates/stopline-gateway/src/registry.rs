@@ -119,6 +119,16 @@ impl Registry {
         // A distributed source carries the registration to its backend (queued, never blocking).
         self.view.source().publish(&self.record());
         let dir = self.store.layout().servers();
+        // A home that vanished under a running gateway is not re-created by its heartbeat: an
+        // empty new home would read as "no stop"; the view reports `control_home_missing`.
+        if !self
+            .store
+            .fs()
+            .exists(self.store.layout().home())
+            .unwrap_or(false)
+        {
+            return Ok(());
+        }
         self.store.ensure_dirs(&[&dir])?;
         let id = self
             .record

@@ -114,8 +114,9 @@ pub async fn start_with(
     let config = GatewayConfig::load(&config_path)?;
     let store = Store::open(&options.home);
     let layout = store.layout().clone();
+    store.ensure_home().map_err(|e| e.to_refusal())?;
     store
-        .ensure_dirs(&[&layout.latches(), &layout.servers(), &layout.ops()])
+        .ensure_dirs(&[&layout.servers(), &layout.ops()])
         .map_err(|e| e.to_refusal())?;
     let mut ctx = Context::new(store.clone(), config.base.clone());
     let mut view = ViewHolder::new(store.clone(), config.reload_interval());

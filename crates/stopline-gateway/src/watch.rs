@@ -143,6 +143,12 @@ pub fn spawn_periodic(view: Arc<ViewHolder>, interval: Duration, stop: Arc<Atomi
         .spawn(move || {
             while !stop.load(Ordering::SeqCst) {
                 std::thread::sleep(interval);
+                // A reader that can take the WAL lock without waiting finishes the records an
+                // engage had to defer (SPEC §12.1); never waits, and a failure is only logged:
+                // the latch itself is in force whatever the WAL says.
+                if let Err(error) = view.store().finish_deferred() {
+                    tracing::warn!(%error, "cannot finish a deferred WAL record");
+                }
                 view.refresh_full();
             }
         });

@@ -166,7 +166,7 @@ fn ask_local(
     target: Option<&str>,
 ) -> Result<(Decision, Mode, String), String> {
     let config = Config::load(&options.home.join("config.toml"))
-        .map_err(|e| format!("control_state_corrupt: {e}"))?;
+        .map_err(|e| format!("config_invalid: {e}"))?;
     let ctx = Context::new(Store::open(&options.home), config);
     let request = CheckRequest {
         class: TaskClass::Noncritical,

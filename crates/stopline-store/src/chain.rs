@@ -21,13 +21,24 @@ impl Store {
     /// power cut cannot lose the whole file's entry after records were fsynced into it (found by
     /// the model checker).
     pub(crate) fn lock_log_exclusive(&self, path: &Path) -> Result<Box<dyn LockGuard>, StoreError> {
+        self.lock_log_exclusive_within(path, self.lock_wait)
+    }
+
+    /// As [`Store::lock_log_exclusive`], waiting at most `wait` for another holder (`None`:
+    /// for as long as it holds the lock). A lock still held at the bound is an `Io` error whose
+    /// source is `WouldBlock` ([`crate::fs::lock_busy`]).
+    pub(crate) fn lock_log_exclusive_within(
+        &self,
+        path: &Path,
+        wait: Option<std::time::Duration>,
+    ) -> Result<Box<dyn LockGuard>, StoreError> {
         let existed = self
             .fs
             .exists(path)
             .context(|| format!("checking {}", path.display()))?;
         let guard = self
             .fs
-            .lock(path, true, true)
+            .lock(path, true, true, wait)
             .context(|| format!("locking {}", path.display()))?;
         if !existed {
             let dir = path.parent().unwrap_or(Path::new("/"));
@@ -43,7 +54,16 @@ impl Store {
         &self,
         path: &Path,
     ) -> Result<Option<Box<dyn LockGuard>>, StoreError> {
-        match self.fs.lock(path, false, false) {
+        self.lock_log_shared_within(path, self.lock_wait)
+    }
+
+    /// As [`Store::lock_log_shared`], waiting at most `wait` for a writer that holds the lock.
+    pub(crate) fn lock_log_shared_within(
+        &self,
+        path: &Path,
+        wait: Option<std::time::Duration>,
+    ) -> Result<Option<Box<dyn LockGuard>>, StoreError> {
+        match self.fs.lock(path, false, false, wait) {
             Ok(guard) => Ok(Some(guard)),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(error).context(|| format!("locking {}", path.display())),

@@ -14,12 +14,29 @@ use std::path::Path;
 pub const RESERVE_BYTES: usize = 256 * 1024;
 
 impl Store {
-    /// Create the control directory (0700) and `dirs` inside it.
+    /// Create the control directory whole (SPEC §12.1): the home (0700), `latches/`,
+    /// `latches.staging/` and the full-disk reserve. Every verb that writes to the home starts
+    /// here, and `stopline init` does only this, so the room a stop needs on a full disk (or a
+    /// filesystem out of inodes) is taken before anyone fills it. Returns whether the reserve
+    /// exists afterwards (making it is best effort: a stop never fails for want of it).
+    pub fn ensure_home(&self) -> Result<bool, StoreError> {
+        self.ensure_dirs(&[])?;
+        Ok(self.ensure_reserve())
+    }
+
+    /// Create the control directory (0700) with `latches/` and `latches.staging/`, and `dirs`
+    /// inside it. Everything but the reserve of [`Store::ensure_home`]: engage uses this before
+    /// its latch and makes the reserve after it, so a first stop is not delayed by 256 KiB.
     pub fn ensure_dirs(&self, dirs: &[&Path]) -> Result<(), StoreError> {
         let home = self.layout.home().to_path_buf();
         self.fs
             .create_dir_all(&home, "home.mkdir")
             .context(|| format!("creating {}", home.display()))?;
+        for dir in [self.layout.latches(), self.layout.staging()] {
+            self.fs
+                .create_dir_all(&dir, "dir.mkdir")
+                .context(|| format!("creating {}", dir.display()))?;
+        }
         for dir in dirs {
             self.fs
                 .create_dir_all(dir, "dir.mkdir")

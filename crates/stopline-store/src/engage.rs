@@ -7,9 +7,13 @@
 //! A failure after containment is a warning in the receipt; it never removes the latch and never
 //! reports "not engaged". A failed publication step is never retried on the same file: a fresh
 //! latch with a fresh id is written instead, and on a full disk the reserve is released first.
+//!
+//! Engage never waits on anyone (SPEC §12.1): every lock it takes after the latch is durable
+//! shares one bound, [`ENGAGE_LOCK_BUDGET`]. When the WAL's lock is still held at the bound (a
+//! process frozen while it reads, say), the WAL record and epoch advance are left to the next
+//! process that holds the lock (`deferred.rs`) and the receipt says `wal_deferred`; before its
+//! own record, an engage that does get the lock finishes every record deferred before it.
 
-use crate::chain::fields;
-use crate::epoch::AdvanceCause;
 use crate::error::{IoContext, StoreError};
 use crate::Store;
 use std::time::{Duration, Instant};
@@ -19,6 +23,11 @@ use stopline_core::{LatchRecord, Level, RefusalCode, Scope};
 
 /// Repeated engages of one scope and level by one caller within this window are coalesced.
 pub const COALESCE_WINDOW_MS: i64 = 1000;
+
+/// The longest an engage waits, in all, for the WAL's lock once its latch is durable. With the
+/// gateways' acknowledgement wait (250 ms by default) and the fsyncs, the receipt comes well
+/// within the 2 s of SPEC §12.1.
+pub const ENGAGE_LOCK_BUDGET: Duration = Duration::from_millis(1000);
 
 /// What to engage.
 #[derive(Debug, Clone)]
@@ -50,6 +59,12 @@ pub struct EngageOutcome {
     pub warnings: Vec<String>,
     /// From the start of `engage` to the latch being durable.
     pub time_to_contained: Duration,
+    /// When this engage started (RFC 3339, the store's clock): the instant a coalescing
+    /// decision was made against, so a coalesced receipt can be judged by its own clock.
+    pub engaged_at: String,
+    /// True when the WAL record (and epoch advance) was left to the next process (the
+    /// `wal_deferred` warning says why).
+    pub wal_deferred: bool,
 }
 
 impl Store {
@@ -57,6 +72,7 @@ impl Store {
     /// is refused before anything is written).
     pub fn engage(&self, request: &EngageRequest) -> Result<EngageOutcome, StoreError> {
         let started = Instant::now();
+        let deadline = started + ENGAGE_LOCK_BUDGET;
         let reason = require_reason(&request.reason)?;
         let now = self.env.now_ms();
         let machine = request.scope == Scope::Machine;
@@ -66,8 +82,8 @@ impl Store {
         }
         self.ensure_dirs(&dirs.iter().map(|d| d.as_path()).collect::<Vec<_>>())?;
 
-        if let Some(existing) = self.coalescible(request, now) {
-            let (epoch_seq, scope_revision) = self.epoch_figures(&request.scope);
+        if let Some(existing) = self.coalescible(request, now, deadline) {
+            let (epoch_seq, scope_revision) = self.epoch_figures(&request.scope, deadline);
             return Ok(EngageOutcome {
                 latch: existing,
                 coalesced: true,
@@ -75,6 +91,8 @@ impl Store {
                 scope_revision,
                 warnings: Vec::new(),
                 time_to_contained: started.elapsed(),
+                engaged_at: crate::env::rfc3339(now),
+                wal_deferred: false,
             });
         }
 
@@ -126,11 +144,26 @@ impl Store {
                 warnings.push(format!("staging_cleanup_failed: {error}"));
             }
         }
-        let (epoch_seq, scope_revision) = match self.record_engage(&record) {
+        let mut wal_deferred = false;
+        let (epoch_seq, scope_revision) = match self.record_engage(&record, deadline) {
             Ok(figures) => figures,
+            Err(error) if error.is_lock_busy() => {
+                // The latch stands; its record is finished by the next holder of the lock.
+                wal_deferred = true;
+                warnings.push(format!(
+                    "wal_deferred: {} is in force; its WAL record{} will be written by the next process that takes the WAL lock ({error})",
+                    record.file_name(),
+                    if record.level == Level::Emergency {
+                        " and epoch advance"
+                    } else {
+                        ""
+                    }
+                ));
+                (None, None)
+            }
             Err(error) => {
                 warnings.push(format!("epoch_or_wal_failed: {}: {error}", error.code()));
-                self.epoch_figures(&request.scope)
+                self.epoch_figures(&request.scope, deadline)
             }
         };
         if !self.ensure_reserve() {
@@ -143,6 +176,8 @@ impl Store {
             scope_revision,
             warnings,
             time_to_contained,
+            engaged_at: crate::env::rfc3339(now),
+            wal_deferred,
         })
     }
 
@@ -170,46 +205,38 @@ impl Store {
     }
 
     /// After containment: WAL `latch_engaged`, and for emergency the epoch advance, under the
-    /// WAL's exclusive lock.
+    /// WAL's exclusive lock (waited for until `deadline` at most); first, every record an
+    /// earlier engage left deferred.
     fn record_engage(
         &self,
         record: &LatchRecord,
+        deadline: Instant,
     ) -> Result<(Option<u64>, Option<u64>), StoreError> {
         let wal = self.layout.wal();
-        let _guard = self.lock_log_exclusive(&wal)?;
+        let _guard = self.lock_log_exclusive_within(&wal, Some(remaining(deadline)))?;
         let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
-        let engaged = (
-            "latch_engaged",
-            fields([
-                ("latch", record.id.clone().into()),
-                ("file", record.file_name().into()),
-                ("scope", record.scope.to_string().into()),
-                ("level", record.level.as_str().into()),
-                ("by", record.by.clone().into()),
-                ("reason", record.reason.clone().into()),
-                ("pid", record.pid.into()),
-            ]),
-        );
-        let epoch = if record.level == Level::Emergency {
-            let (_, epoch) = self.advance_epoch_locked(
-                &log,
-                &record.scope,
-                AdvanceCause::Engage,
-                &record.by,
-                &record.reason,
-                vec![engaged],
-                "engage.epoch",
-            )?;
-            epoch
-        } else {
-            let log = self.append_log(&wal, &log, vec![engaged], "engage.wal")?;
-            self.read_confirmed_epoch(&log)?
+        let own = record.file_name();
+        let log = match self.scan_latches() {
+            Ok(latches) => self.record_deferred_locked(log, &latches, Some(&own))?,
+            // An unreadable `latches/` is the gates' fault to report; this engage's own record
+            // must not wait for it.
+            Err(_) => log,
         };
+        let log = self.record_latch_locked(&log, record, false, "engage")?;
+        let epoch = self.read_confirmed_epoch(&log)?;
         Ok((Some(epoch.seq), Some(epoch.revision(&record.scope))))
     }
 
-    fn epoch_figures(&self, scope: &Scope) -> (Option<u64>, Option<u64>) {
-        match self.read_control_records().epoch {
+    fn epoch_figures(&self, scope: &Scope, deadline: Instant) -> (Option<u64>, Option<u64>) {
+        let wal = self.layout.wal();
+        let Ok(guard) = self.lock_log_shared_within(&wal, Some(remaining(deadline))) else {
+            return (None, None);
+        };
+        let epoch = self
+            .read_log(&wal, RefusalCode::ControlWalCorrupt)
+            .and_then(|log| self.read_confirmed_epoch(&log));
+        drop(guard);
+        match epoch {
             Ok(epoch) => (Some(epoch.seq), Some(epoch.revision(scope))),
             Err(_) => (None, None),
         }
@@ -217,7 +244,12 @@ impl Store {
 
     /// An identical recent latch, if any. Only entries whose id carries this request's
     /// coalescing key are read, so the cost does not grow with the number of active latches.
-    fn coalescible(&self, request: &EngageRequest, now: i64) -> Option<LatchRecord> {
+    fn coalescible(
+        &self,
+        request: &EngageRequest,
+        now: i64,
+        deadline: Instant,
+    ) -> Option<LatchRecord> {
         let prefix = format!("latch_{}", coalesce_key(request));
         let dir = self.layout.latches();
         let names = self.fs.read_dir(&dir).ok()?;
@@ -227,7 +259,7 @@ impl Store {
         }
         // Never coalesce into a latch a pending recovery plan will clear: the new stop would be
         // lost with it. (Found by the model checker.)
-        let planned = self.pending_plan_latches()?;
+        let planned = self.pending_plan_latches(deadline)?;
         candidates
             .into_iter()
             .filter(|name| !planned.contains(name.as_str()))
@@ -247,10 +279,16 @@ impl Store {
 
 impl Store {
     /// Latch files named by a `recovery_intent` that has not been applied. `None` when the WAL
-    /// cannot be read, so the caller does not coalesce at all (a fresh latch is always safe).
-    fn pending_plan_latches(&self) -> Option<std::collections::BTreeSet<String>> {
+    /// cannot be read in time, so the caller does not coalesce at all (a fresh latch is always
+    /// safe).
+    fn pending_plan_latches(
+        &self,
+        deadline: Instant,
+    ) -> Option<std::collections::BTreeSet<String>> {
         let wal = self.layout.wal();
-        let _guard = self.lock_log_shared(&wal).ok()?;
+        let _guard = self
+            .lock_log_shared_within(&wal, Some(remaining(deadline)))
+            .ok()?;
         let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt).ok()?;
         let mut planned = std::collections::BTreeSet::new();
         for entry in &log.entries {
@@ -274,6 +312,11 @@ impl Store {
         }
         Some(planned)
     }
+}
+
+/// What is left of an engage's lock budget.
+fn remaining(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
 }
 
 /// Eight hex digits naming (scope, level, caller): the first half of a latch id, so candidates

@@ -49,6 +49,12 @@ impl StoreError {
         }
     }
 
+    /// True when this is a bounded lock another process still held at its bound (a process
+    /// frozen while it holds the WAL lock, say): nothing was read or written under it.
+    pub fn is_lock_busy(&self) -> bool {
+        matches!(self, StoreError::Io { source, .. } if crate::fs::lock_busy(source))
+    }
+
     /// A refusal with `code`.
     pub fn refused(code: RefusalCode, message: impl Into<String>) -> StoreError {
         StoreError::Refused(Refusal::new(code, message))

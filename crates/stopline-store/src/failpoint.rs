@@ -4,7 +4,10 @@
 //! `STOPLINE_FAILPOINTS="name=action;other=action"` arms them, where action is `crash`
 //! (`std::process::abort`, no unwinding, no destructors — what a power cut looks like to the
 //! process), `error` (an I/O error) or `enospc` (a full disk); `error_once` and `enospc_once`
-//! fire only the first time the failpoint is reached in a process. `STOPLINE_FAILPOINT_TRACE=FILE`
+//! fire only the first time the failpoint is reached in a process; `stop_if:PATH` makes the
+//! process stop itself with SIGSTOP (as `kill -STOP` would) whenever it reaches the failpoint
+//! while `PATH` exists — a test parks a reader exactly where it holds a lock, then resumes it
+//! with SIGCONT after removing `PATH`. `STOPLINE_FAILPOINT_TRACE=FILE`
 //! appends every name reached, so a crash test can enumerate the steps of a command.
 //! A failpoint must never change behaviour when it is not armed.
 
@@ -48,6 +51,22 @@ pub fn hit(name: &str) -> io::Result<()> {
         }
         Some("enospc_once") if !FIRED_ONCE.swap(true, Ordering::SeqCst) => {
             Err(io::Error::from_raw_os_error(28))
+        }
+        Some(action) if action.starts_with("stop_if:") => {
+            let park = std::path::Path::new(&action["stop_if:".len()..]);
+            if park.exists() {
+                let _ = rustix::process::kill_process(
+                    rustix::process::getpid(),
+                    rustix::process::Signal::STOP,
+                );
+                // The stop is process-directed and may be taken by another thread a moment
+                // later: this thread stays here (holding whatever it holds) until the test
+                // removes PATH, so the stop always lands at this point.
+                while park.exists() {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+            Ok(())
         }
         _ => Ok(()),
     }

@@ -8,12 +8,19 @@
 //! `write_new`, the file's contents; a directory entry only after `sync_dir` of its directory).
 //! A failed fsync is never retried on the same descriptor: the kernel may have dropped the dirty
 //! pages and a retry would report a false success. Callers write a fresh file instead.
+//!
+//! Nothing here may block a reader for good (SPEC §12.1): every file is opened
+//! `O_NOFOLLOW | O_NONBLOCK` and must be a regular file (`fstat`), so a FIFO, socket, device,
+//! directory or symlink planted in the control directory is an error, never a wait; and every
+//! lock is taken with a bound, so a process frozen while it holds one (SIGSTOP) costs the others
+//! at most their bound, never a hang.
 
 use crate::failpoint;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// A held file lock; released on drop.
 pub trait LockGuard: Send {}
@@ -43,8 +50,75 @@ pub trait Fs: Send + Sync {
     /// Whether a path exists (without following a final symlink).
     fn exists(&self, path: &Path) -> io::Result<bool>;
     /// Take an advisory lock on `path`, exclusive or shared. With `create`, a missing file is
-    /// created 0600; without it, a missing file is `NotFound`.
-    fn lock(&self, path: &Path, exclusive: bool, create: bool) -> io::Result<Box<dyn LockGuard>>;
+    /// created 0600; without it, a missing file is `NotFound`. With `wait`, a lock another
+    /// process still holds when the bound runs out is `WouldBlock` (see [`lock_busy`]); without
+    /// it the call waits for as long as the holder keeps the lock.
+    fn lock(
+        &self,
+        path: &Path,
+        exclusive: bool,
+        create: bool,
+        wait: Option<Duration>,
+    ) -> io::Result<Box<dyn LockGuard>>;
+}
+
+/// True when `error` is a bounded lock that another process still held at its bound.
+pub fn lock_busy(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::WouldBlock
+}
+
+/// The longest a single entry of the control directory may take to open and read before the
+/// read counts as a fault (SPEC §12.1).
+pub const ENTRY_READ_BOUND: Duration = Duration::from_secs(1);
+
+/// Open `path` for reading without following a final symlink and without blocking on a FIFO or
+/// device, and refuse anything that is not a regular file.
+fn open_regular(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_flags::O_NOFOLLOW | libc_flags::O_NONBLOCK)
+        .open(path)
+        .map_err(|error| {
+            // ELOOP is what O_NOFOLLOW reports for a symlink.
+            match error.raw_os_error() {
+                Some(libc_flags::ELOOP) => not_regular(path, "a symlink"),
+                // What opening a socket (or a FIFO opened for writing without a reader) says.
+                Some(libc_flags::ENXIO) => not_regular(path, "a socket"),
+                _ => error,
+            }
+        })?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_block_device() || kind.is_char_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        return Err(not_regular(path, what));
+    }
+    Ok(file)
+}
+
+fn not_regular(path: &Path, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{} is {what}, not a regular file", path.display()),
+    )
+}
+
+/// The open(2) flags and errno this file needs, from rustix's constants.
+mod libc_flags {
+    pub const O_NOFOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+    pub const O_NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+    pub const ELOOP: i32 = rustix::io::Errno::LOOP.raw_os_error();
+    pub const ENXIO: i32 = rustix::io::Errno::NXIO.raw_os_error();
 }
 
 /// The real filesystem.
@@ -125,8 +199,20 @@ impl Fs for RealFs {
     }
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let started = Instant::now();
         let mut bytes = Vec::new();
-        File::open(path)?.read_to_end(&mut bytes)?;
+        open_regular(path)?.read_to_end(&mut bytes)?;
+        if started.elapsed() > ENTRY_READ_BOUND {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "reading {} took {} ms, more than the {} ms bound",
+                    path.display(),
+                    started.elapsed().as_millis(),
+                    ENTRY_READ_BOUND.as_millis()
+                ),
+            ));
+        }
         Ok(bytes)
     }
 
@@ -147,20 +233,62 @@ impl Fs for RealFs {
         }
     }
 
-    fn lock(&self, path: &Path, exclusive: bool, create: bool) -> io::Result<Box<dyn LockGuard>> {
+    fn lock(
+        &self,
+        path: &Path,
+        exclusive: bool,
+        create: bool,
+        wait: Option<Duration>,
+    ) -> io::Result<Box<dyn LockGuard>> {
+        use rustix::fs::FlockOperation;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(create)
             .truncate(false)
             .mode(0o600)
+            .custom_flags(libc_flags::O_NOFOLLOW | libc_flags::O_NONBLOCK)
             .open(path)?;
-        let operation = if exclusive {
-            rustix::fs::FlockOperation::LockExclusive
-        } else {
-            rustix::fs::FlockOperation::LockShared
+        if !file.metadata()?.file_type().is_file() {
+            return Err(not_regular(path, "not a regular file"));
+        }
+        let Some(wait) = wait else {
+            let operation = if exclusive {
+                FlockOperation::LockExclusive
+            } else {
+                FlockOperation::LockShared
+            };
+            rustix::fs::flock(&file, operation)?;
+            return Ok(Box::new(FlockGuard(file)));
         };
-        rustix::fs::flock(&file, operation)?;
-        Ok(Box::new(FlockGuard(file)))
+        // Poll without blocking until the bound: a blocking flock cannot be interrupted by a
+        // deadline, and a holder frozen by SIGSTOP would keep us waiting for good.
+        let operation = if exclusive {
+            FlockOperation::NonBlockingLockExclusive
+        } else {
+            FlockOperation::NonBlockingLockShared
+        };
+        let deadline = Instant::now() + wait;
+        let mut pause = Duration::from_micros(200);
+        loop {
+            match rustix::fs::flock(&file, operation) {
+                Ok(()) => return Ok(Box::new(FlockGuard(file))),
+                Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => {}
+                Err(errno) => return Err(errno.into()),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "{} is locked by another process and was not released within {} ms",
+                        path.display(),
+                        wait.as_millis()
+                    ),
+                ));
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
     }
 }

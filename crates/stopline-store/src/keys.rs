@@ -17,6 +17,8 @@ impl Store {
         if let Some(bytes) = self.read_optional(&path)? {
             return parse_seed(&bytes);
         }
+        // Minting is the first write to many homes: create the home whole (SPEC §12.1).
+        self.ensure_home()?;
         self.ensure_dirs(&[&dir])?;
         let seed_hex = self.env.random_hex(32);
         match self.fs.write_new(&path, seed_hex.as_bytes(), "keys.create") {

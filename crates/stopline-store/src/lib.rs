@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 pub mod chain;
+mod deferred;
 pub mod durable;
 pub mod engage;
 pub mod env;
@@ -40,6 +41,7 @@ pub use plane::{ControlPlane, PlaneAcks, PlaneGateway};
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A handle on one control directory.
 #[derive(Clone)]
@@ -47,9 +49,24 @@ pub struct Store {
     layout: Layout,
     fs: Arc<dyn fs::Fs>,
     env: Arc<dyn env::Env>,
+    /// How long a lock on the WAL (or another chained log) is waited for before the verb gives
+    /// up: a process frozen while it holds the lock must not hang the others (SPEC §12.1).
+    /// `None` waits for as long as the holder keeps it (the model checker's stores, whose
+    /// search never schedules a blocked process).
+    lock_wait: Option<Duration>,
+    /// The bound of one whole read of the control state (`read_timeout_ms`, SPEC §12.1); a
+    /// read that has not finished in time is a fault that closes every gate. `None` reads on
+    /// the caller's thread without a bound (the model checker's stores).
+    read_timeout: Option<Duration>,
     #[cfg(feature = "planted-bugs")]
     planted: planted::PlantedBug,
 }
+
+/// The default of `read_timeout_ms` (SPEC §12.1).
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// How long a verb other than engage waits for the WAL lock before it is refused.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_millis(5000);
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -60,9 +77,24 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// The control directory at `home`, on the real filesystem and clock.
+    /// The control directory at `home`, on the real filesystem and clock, with bounded locks
+    /// and bounded reads.
     pub fn open(home: impl Into<PathBuf>) -> Store {
-        Store::with_io(home, Arc::new(fs::RealFs), Arc::new(env::SystemEnv))
+        let mut store = Store::with_io(home, Arc::new(fs::RealFs), Arc::new(env::SystemEnv));
+        store.lock_wait = Some(DEFAULT_LOCK_WAIT);
+        store.read_timeout = Some(DEFAULT_READ_TIMEOUT);
+        store
+    }
+
+    /// This store with `timeout` as the bound of a whole read of the control state.
+    pub fn with_read_timeout(mut self, timeout: Duration) -> Store {
+        self.read_timeout = Some(timeout);
+        self
+    }
+
+    /// The bound of a whole read of the control state, if reads are bounded.
+    pub fn read_timeout(&self) -> Option<Duration> {
+        self.read_timeout
     }
 
     /// The control directory at `home` through the given seams.
@@ -71,6 +103,8 @@ impl Store {
             layout: Layout::new(home),
             fs,
             env,
+            lock_wait: None,
+            read_timeout: None,
             #[cfg(feature = "planted-bugs")]
             planted: planted::PlantedBug::None,
         }

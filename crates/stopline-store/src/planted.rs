@@ -23,4 +23,8 @@ pub enum PlantedBug {
     /// Let every operation in doubt block every agent, whatever it was prepared to block
     /// ("an operation in doubt blocks only its own agent" fails).
     DoubtBlocksEveryone,
+    /// Recovery (plan and apply) does not finish the records an engage left deferred
+    /// (`wal_deferred`): a latch is cleared whose `latch_engaged` and epoch advance the WAL
+    /// never recorded ("every stop is on the record" fails).
+    SkipDeferredRecord,
 }

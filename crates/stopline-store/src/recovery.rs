@@ -59,7 +59,7 @@ impl Store {
     ) -> Result<PlanReceipt, StoreError> {
         let reason = require_reason(reason)?;
         let wal = self.layout.wal();
-        let (_guard, log, latches) = self.lock_and_scan()?;
+        let (_guard, log, latches) = self.lock_and_scan_recording(self.records_deferred())?;
         self.read_confirmed_epoch(&log)?;
         let names: Vec<String> = latches
             .iter()
@@ -99,6 +99,17 @@ impl Store {
         let wal = self.layout.wal();
         let guard = self.lock_log_exclusive(&wal)?;
         let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
+        // Before anything is cleared: every latch an engage left unrecorded gets its record and
+        // epoch advance, so no stop leaves `latches/` without its trace in the WAL.
+        let log = if self.records_deferred() {
+            let (present, faults) = self.active_latches(Some(&log));
+            if let Some(fault) = faults.into_iter().next() {
+                return Err(StoreError::Refused(fault));
+            }
+            self.record_deferred_locked(log, &present, None)?
+        } else {
+            log
+        };
         let unknown = || {
             StoreError::refused(
                 RefusalCode::PlanUnknown,
@@ -258,6 +269,18 @@ impl Store {
             surviving,
             warnings,
         })
+    }
+}
+
+impl Store {
+    /// Whether recovery finishes deferred engage records before it clears (always, unless the
+    /// `SkipDeferredRecord` bug is planted).
+    fn records_deferred(&self) -> bool {
+        #[cfg(feature = "planted-bugs")]
+        if self.planted == crate::planted::PlantedBug::SkipDeferredRecord {
+            return false;
+        }
+        true
     }
 }
 

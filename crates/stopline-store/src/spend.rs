@@ -129,7 +129,7 @@ impl SpendJournal {
         let guard = self
             .store
             .fs
-            .lock(&dir.join(".lock"), true, true)
+            .lock(&dir.join(".lock"), true, true, None)
             .context(|| "locking spend/.lock".to_string())?;
         let elsewhere = self.fold_others()?;
         Ok(SpendLock {

@@ -54,6 +54,9 @@ impl Store {
                 return (records, None);
             }
         };
+        // Where a test parks a reader that holds the shared lock (SIGSTOP, as a frozen gateway
+        // would be); never armed outside tests, and a park point only: its result is not used.
+        let _ = crate::failpoint::hit("view.locked");
         let wal = self
             .read_log(&self.layout.wal(), RefusalCode::ControlWalCorrupt)
             .map_err(|e| e.to_refusal());
@@ -131,8 +134,19 @@ impl Store {
     }
 
     /// For verbs that change latches: take the WAL's exclusive lock, verify the WAL and list
-    /// the active latches, refusing when any of it cannot be trusted. The guard holds the lock.
+    /// the active latches, refusing when any of it cannot be trusted; then finish every record
+    /// an engage left deferred (`deferred.rs`), so the verb judges a complete ledger and
+    /// epoch. The guard holds the lock.
     pub(crate) fn lock_and_scan(&self) -> Result<LockedScan, StoreError> {
+        self.lock_and_scan_recording(true)
+    }
+
+    /// As [`Store::lock_and_scan`]; `record_deferred` false skips finishing deferred records
+    /// (only a planted bug asks for that).
+    pub(crate) fn lock_and_scan_recording(
+        &self,
+        record_deferred: bool,
+    ) -> Result<LockedScan, StoreError> {
         let wal = self.layout.wal();
         self.ensure_dirs(&[])?;
         let guard = self.lock_log_exclusive(&wal)?;
@@ -141,12 +155,71 @@ impl Store {
         if let Some(fault) = faults.into_iter().next() {
             return Err(StoreError::Refused(fault));
         }
+        let log = if record_deferred {
+            self.record_deferred_locked(log, &latches, None)?
+        } else {
+            log
+        };
         Ok((guard, log, latches))
     }
 
     /// A fresh view of latches, WAL, epoch and state (no operation census), read under one
     /// shared WAL lock; every fault closes every gate.
+    ///
+    /// With a read bound (every store the binary opens), the read runs on its own thread and a
+    /// read that has not finished within `read_timeout_ms` is a fault (SPEC §12.1): the caller
+    /// gets a view that closes every gate, never a wait. A control directory that does not
+    /// exist is the fault `control_home_missing`, never "no stop".
     pub fn load_control_view(&self) -> ControlView {
+        let Some(timeout) = self.read_timeout else {
+            return self.load_control_view_now();
+        };
+        match self.fs.exists(self.layout.home()) {
+            Ok(true) => {}
+            Ok(false) => {
+                return ControlView::closed(Refusal::new(
+                    RefusalCode::ControlHomeMissing,
+                    format!(
+                        "the control directory {} does not exist (run `stopline init`, or check --home / STOPLINE_HOME); nothing is allowed without it",
+                        self.layout.home().display()
+                    ),
+                ))
+            }
+            Err(error) => {
+                return ControlView::closed(Refusal::new(
+                    RefusalCode::ControlIo,
+                    format!("cannot look at {}: {error}", self.layout.home().display()),
+                ))
+            }
+        }
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let store = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("stopline-read".into())
+            .spawn(move || {
+                let _ = sender.send(store.load_control_view_now());
+            });
+        if let Err(error) = spawned {
+            return ControlView::closed(Refusal::new(
+                RefusalCode::ControlIo,
+                format!("cannot start the bounded read of the control state: {error}"),
+            ));
+        }
+        match receiver.recv_timeout(timeout) {
+            Ok(view) => view,
+            // The reading thread is left to finish (or not) on its own; nothing waits for it.
+            Err(_) => ControlView::closed(Refusal::new(
+                RefusalCode::ControlIo,
+                format!(
+                    "the control state could not be read within read_timeout_ms = {} ms (an entry that blocks, or a lock held by a stopped process); every gate is closed",
+                    timeout.as_millis()
+                ),
+            )),
+        }
+    }
+
+    /// [`Store::load_control_view`] on this thread, without the bound.
+    fn load_control_view_now(&self) -> ControlView {
         let (records, guard) = self.read_control_records_locked();
         let (latches, mut faults) = self.active_latches(records.wal.as_ref().ok());
         drop(guard);

@@ -103,6 +103,9 @@ pub enum Command {
     },
     /// The derived phase, latches, epochs, workers and unresolved operations.
     Status,
+    /// Create the control directory whole (0700, latches/, latches.staging/, the full-disk
+    /// reserve) and nothing else.
+    Init,
     /// One admission decision: exit 0 allow, 3 queue, 4 block.
     Check {
         /// The class asked for.

@@ -68,8 +68,33 @@ pub fn run(cli: Cli) -> i32 {
         return crate::conformance::run(json, filter.clone());
     }
     let home = cli.home.clone().unwrap_or_else(default_home);
+    if let Command::Init = &cli.command {
+        // Needs no configuration: it only makes the home whole.
+        return init(&Store::open(home), json);
+    }
+    // Engage does not depend on config.toml (SPEC §12.1): with a broken one it lands on the
+    // defaults and says `config_invalid` in its receipt. Every other command refuses.
+    let mut config_warning = None;
     let config = match Config::load(&home.join("config.toml")) {
         Ok(config) => config,
+        Err(error) if matches!(cli.command, Command::Engage { .. }) => {
+            config_warning = Some(format!(
+                "config_invalid: {error}; engaged with the default configuration"
+            ));
+            Config::default()
+        }
+        Err(error) if matches!(cli.command, Command::Check { .. }) => {
+            // `check` always answers with a decision receipt: a block, exit 4.
+            let refusal = error.to_refusal();
+            let receipt = stopline_core::CheckReceipt::block(
+                stopline_core::Mode::Emergency,
+                refusal.code,
+                refusal.message,
+                Vec::new(),
+            );
+            print_check(json, &receipt);
+            return 4;
+        }
         Err(error) => {
             if is_owner_console_verb(&cli.command) {
                 let bare = Context::new(Store::open(home.clone()), Config::default());
@@ -77,13 +102,13 @@ pub fn run(cli: Cli) -> i32 {
                     return output::refusal(json, &refusal);
                 }
             }
-            return output::refusal(
-                json,
-                &Refusal::new(RefusalCode::ControlStateCorrupt, error.to_string()),
-            );
+            return output::refusal(json, &error.to_refusal());
         }
     };
-    let ctx = Context::new(Store::open(home), config);
+    let store = Store::open(home).with_read_timeout(std::time::Duration::from_millis(
+        config.read_timeout_ms.max(1),
+    ));
+    let ctx = Context::new(store, config);
     let (ctx, distributed) = match cli.control.as_deref() {
         None => (ctx, None),
         Some(url) => match stopline_etcd::wiring::attach(ctx, url) {
@@ -91,10 +116,30 @@ pub fn run(cli: Cli) -> i32 {
             Err(refusal) => return output::refusal(json, &refusal),
         },
     };
-    match execute(&ctx, cli.command, json, distributed) {
+    if creates_home(&cli.command) {
+        // Every command that writes to the home creates it whole first (SPEC §12.1).
+        if let Err(error) = ctx.store.ensure_home() {
+            return output::refusal(json, &error.to_refusal());
+        }
+    }
+    match execute(&ctx, cli.command, json, distributed, config_warning) {
         Ok(code) => code,
         Err(refusal) => output::refusal(json, &refusal),
     }
+}
+
+/// The commands that write to the home as their purpose, and so create it whole before they
+/// read it. Engage makes it itself, after validating its input (a refused engage creates
+/// nothing); gates (`check`, the hook, `mcp proxy`) never create it: a missing home is
+/// `control_home_missing` to them.
+fn creates_home(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Token(TokenCommand::Issue { .. })
+            | Command::Token(TokenCommand::Delegate { .. })
+            | Command::Serve { .. }
+            | Command::Run { .. }
+    )
 }
 
 /// The verbs only the owner console may run (SPEC §3).
@@ -105,11 +150,54 @@ fn is_owner_console_verb(command: &Command) -> bool {
     )
 }
 
+/// Print a check receipt.
+fn print_check(json: bool, receipt: &stopline_core::CheckReceipt) {
+    let value = serde_json::to_value(receipt).unwrap_or_default();
+    output::receipt(json, &value, |r| {
+        format!(
+            "{} ({}){}",
+            r["decision"].as_str().unwrap_or_default(),
+            r["mode"].as_str().unwrap_or_default(),
+            r["code"]
+                .as_str()
+                .map(|c| format!(": {c}: {}", r["message"].as_str().unwrap_or_default()))
+                .unwrap_or_default()
+        )
+    });
+}
+
+/// `stopline init`: create the home whole (SPEC §12.1) and nothing else.
+fn init(store: &Store, json: bool) -> i32 {
+    match store.ensure_home() {
+        Ok(reserve) => {
+            let receipt = json!({
+                "home": store.layout().home().display().to_string(),
+                "created": true,
+                "reserve": reserve,
+            });
+            output::receipt(json, &receipt, |r| {
+                format!(
+                    "control directory {} is ready{}",
+                    r["home"].as_str().unwrap_or_default(),
+                    if r["reserve"] == true {
+                        ""
+                    } else {
+                        " (warning: the full-disk reserve could not be written)"
+                    }
+                )
+            });
+            0
+        }
+        Err(error) => output::refusal(json, &error.to_refusal()),
+    }
+}
+
 fn execute(
     ctx: &Context,
     command: Command,
     json: bool,
     distributed: Option<stopline_gateway::Distributed>,
+    config_warning: Option<String>,
 ) -> Result<i32, Refusal> {
     match command {
         Command::Engage {
@@ -134,7 +222,12 @@ fn execute(
                 by,
                 local: true,
             };
-            let receipt = engage::engage(ctx, &caller, &scope, level.as_deref(), &reason)?;
+            let mut receipt = engage::engage(ctx, &caller, &scope, level.as_deref(), &reason)?;
+            if let Some(warning) = config_warning {
+                if let Some(warnings) = receipt["warnings"].as_array_mut() {
+                    warnings.push(warning.into());
+                }
+            }
             output::receipt(json, &receipt, |r| {
                 let mut text = format!(
                     "engaged {} at {} ({}){}",
@@ -172,6 +265,7 @@ fn execute(
             });
             Ok(0)
         }
+        Command::Init => Ok(init(&ctx.store, json)),
         Command::Status => {
             let receipt = status::status(ctx);
             output::receipt(json, &receipt, human_status);
@@ -201,18 +295,7 @@ fn execute(
                 target,
             };
             let receipt = check::check(ctx, &request);
-            let value = serde_json::to_value(&receipt).unwrap_or_default();
-            output::receipt(json, &value, |r| {
-                format!(
-                    "{} ({}){}",
-                    r["decision"].as_str().unwrap_or_default(),
-                    r["mode"].as_str().unwrap_or_default(),
-                    r["code"]
-                        .as_str()
-                        .map(|c| format!(": {c}: {}", r["message"].as_str().unwrap_or_default()))
-                        .unwrap_or_default()
-                )
-            });
+            print_check(json, &receipt);
             // Only in a `conformance-broken` test build with the break named: allow a stale token.
             let stale = receipt.code == Some(RefusalCode::StaleControlEpoch);
             if crate::conformance::broken("stale_token") && stale {
@@ -259,8 +342,11 @@ fn execute(
                 listen,
                 mount: Some(Box::new(stopline_mcp::http::router)),
             };
-            stopline_gateway::serve_with(options, distributed)
-                .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+            stopline_gateway::serve_with(options, distributed).map_err(|e| match e {
+                stopline_gateway::ServeError::Config(error) => error.to_refusal(),
+                stopline_gateway::ServeError::Refused(refusal) => refusal,
+                other => Refusal::new(RefusalCode::ControlIo, other.to_string()),
+            })?;
             Ok(0)
         }
         Command::Run {
@@ -443,7 +529,7 @@ fn token_command(ctx: &Context, command: TokenCommand, json: bool) -> Result<i32
     if json {
         output::receipt(true, &tokens::minted_receipt(&minted), |_| String::new());
     } else {
-        println!("{}", minted.token);
+        output::line(&minted.token);
     }
     Ok(0)
 }
@@ -678,14 +764,14 @@ fn drill_command(ctx: &Context, args: crate::cli::DrillArgs, json: bool) -> Resu
     output::receipt(json, &report, stopline_drill::report::human);
     if !pass {
         let reasons = stopline_drill::report::reasons_in(&report);
-        eprintln!(
+        output::error_line(&format!(
             "error: drill failed: {}",
             if reasons.is_empty() {
                 "see the report".to_string()
             } else {
                 reasons.join("; ")
             }
-        );
+        ));
     }
     Ok(if pass { 0 } else { 1 })
 }

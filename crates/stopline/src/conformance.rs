@@ -23,11 +23,11 @@ pub fn run(json: bool, filter: Option<String>) -> i32 {
     match stopline_assurance::conformance::run(&options) {
         Ok(report) => crate::output::verdict(json, &report.json(), &report.text(), report.ok()),
         Err(error) => {
-            eprintln!("error: conformance: {error}");
+            crate::output::error_line(&format!("error: conformance: {error}"));
             if json {
                 let body = serde_json::json!({"ok": false, "total": 0, "failed": 0,
                     "error": {"code": "control_io", "message": error.to_string()}, "cases": []});
-                println!("{body}");
+                crate::output::line(&body.to_string());
             }
             1
         }

@@ -14,6 +14,7 @@ use clap::Parser;
 use stopline::cli;
 
 fn main() {
+    quiet_on_closed_output();
     let args = cli::Cli::parse();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("STOPLINE_LOG"))
@@ -21,4 +22,24 @@ fn main() {
         .try_init();
     let code = commands::run(args);
     std::process::exit(code);
+}
+
+/// A closed standard output ends any command quietly (SPEC §12.1). `output.rs` never panics on
+/// one; this is the backstop for a print anywhere else (a library's progress line, clap's own
+/// help): the panic a broken pipe raises ends the process with exit 1 and no message or
+/// backtrace. Every other panic is reported as before.
+fn quiet_on_closed_output() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if payload.contains("failed printing to std") && payload.contains("Broken pipe") {
+            std::process::exit(1);
+        }
+        previous(info);
+    }));
 }

@@ -142,7 +142,11 @@ impl FsState {
                 exclusive,
                 create,
                 handle,
+                bounded,
             } => {
+                if *bounded && !self.lock_available(path, *exclusive) {
+                    return Err(Failure::WouldBlock);
+                }
                 if self.resolve(path).is_none() {
                     if !create {
                         return Err(Failure::NotFound);

@@ -141,11 +141,19 @@ impl FsState {
     /// Whether `op` could run now: a lock held in a conflicting mode blocks it.
     pub fn enabled(&self, op: &Op) -> bool {
         let Op::Lock {
-            path, exclusive, ..
+            path,
+            exclusive,
+            bounded,
+            ..
         } = op
         else {
             return true;
         };
+        *bounded || self.lock_available(path, *exclusive)
+    }
+
+    /// Whether a lock on `path` could be granted now.
+    pub(crate) fn lock_available(&self, path: &Path, exclusive: bool) -> bool {
         match self.locks.get(path) {
             None => true,
             Some(state) => state.exclusive.is_none() && (!exclusive || state.shared.is_empty()),

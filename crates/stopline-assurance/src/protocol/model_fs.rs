@@ -182,13 +182,20 @@ impl<S: Step> Fs for ModelFs<S> {
         }
     }
 
-    fn lock(&self, path: &Path, exclusive: bool, create: bool) -> io::Result<Box<dyn LockGuard>> {
+    fn lock(
+        &self,
+        path: &Path,
+        exclusive: bool,
+        create: bool,
+        wait: Option<std::time::Duration>,
+    ) -> io::Result<Box<dyn LockGuard>> {
         let (path, handle) = (owned(path), self.handle());
         self.unit(Op::Lock {
             path: path.clone(),
             exclusive,
             create,
             handle,
+            bounded: wait.is_some(),
         })?;
         Ok(Box::new(ModelGuard {
             stepper: self.stepper.clone(),

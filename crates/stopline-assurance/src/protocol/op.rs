@@ -133,6 +133,10 @@ pub enum Op {
         exclusive: bool,
         create: bool,
         handle: u32,
+        /// Taken with a bound: when another process holds the lock, the step fails at once
+        /// (`WouldBlock`, the bound ran out) instead of waiting. Any real wait that ends in the
+        /// lock is the interleaving where the holder released it first.
+        bounded: bool,
     },
     Unlock {
         path: PathBuf,
@@ -233,6 +237,8 @@ pub enum Failure {
     AlreadyExists,
     /// Any other error (also every call of a crashed process).
     Io,
+    /// A bounded lock another process held (`EWOULDBLOCK` after the bound).
+    WouldBlock,
 }
 
 impl OpResult {
@@ -242,6 +248,10 @@ impl OpResult {
             OpResult::Failed(Failure::NotFound) => Err(io::ErrorKind::NotFound.into()),
             OpResult::Failed(Failure::AlreadyExists) => Err(io::ErrorKind::AlreadyExists.into()),
             OpResult::Failed(Failure::Io) => Err(io::Error::other("model: I/O error")),
+            OpResult::Failed(Failure::WouldBlock) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "model: the lock is held by another process",
+            )),
             other => Ok(other.clone()),
         }
     }

@@ -182,6 +182,7 @@ impl ProcSpec {
                     epoch_seq: out.epoch_seq,
                     advanced: out.latch.level == Level::Emergency
                         && !out.coalesced
+                        && !out.wal_deferred
                         && !out
                             .warnings
                             .iter()

@@ -61,13 +61,54 @@ pub fn order_from_view(view: &ControlView, subject: &Subject) -> Order {
     }
 }
 
-/// Read the order from the store; a panic while reading or judging is an `emergency` order.
+/// Read the order from the store, within a bound: a check that has not completed within the
+/// store's `read_timeout_ms` (and a second more, for the judging) is a stop order that freezes
+/// the worker (SPEC §12.1) — it cannot tell whether a stop is in force, and the next wake reads
+/// again, killing at emergency. The read runs on its own thread, so whatever blocks it (an
+/// entry that never finishes reading, a lock held by a stopped process) never wedges the
+/// reaction loop: a later emergency still kills.
+pub fn read_order(ctx: &Context, subject: &Subject) -> Order {
+    let bound = ctx
+        .store
+        .read_timeout()
+        .unwrap_or(stopline_store::DEFAULT_READ_TIMEOUT)
+        + Duration::from_secs(1);
+    let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+    let (ctx_read, subject_read) = (ctx.clone(), subject.clone());
+    let spawned = std::thread::Builder::new()
+        .name("stopline-check".into())
+        .spawn(move || {
+            let _ = sender.send(read_order_now(&ctx_read, &subject_read));
+        });
+    let timed_out = |why: String| {
+        tracing::error!(%why, "the supervisor's check did not complete: treating it as a stop order");
+        Order {
+            level: Some(Level::HaltNoncritical),
+            cause: Some(StopCause::ControlState {
+                code: RefusalCode::ControlIo,
+                message: why,
+            }),
+        }
+    };
+    if let Err(error) = spawned {
+        return timed_out(format!("cannot start the check: {error}"));
+    }
+    match receiver.recv_timeout(bound) {
+        Ok(order) => order,
+        Err(_) => timed_out(format!(
+            "the check did not complete within {} ms",
+            bound.as_millis()
+        )),
+    }
+}
+
+/// [`read_order`] on this thread; a panic while reading or judging is an `emergency` order.
 ///
 /// `latches/` is read first, on its own: a full view waits for the WAL's shared lock, which an
 /// engage holds while it fsyncs the WAL and the epoch snapshot, and a latch file is a stop
 /// whatever the WAL says. So a killing latch seen there is acted on at once (this can only
 /// over-stop, never under-stop); anything less is judged from the full view.
-pub fn read_order(ctx: &Context, subject: &Subject) -> Order {
+fn read_order_now(ctx: &Context, subject: &Subject) -> Order {
     match catch_unwind(AssertUnwindSafe(|| {
         let mut early = ControlView::empty();
         match ctx.store.scan_latches() {

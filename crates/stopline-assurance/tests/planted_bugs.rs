@@ -90,3 +90,18 @@ fn without_a_planted_bug_the_operation_scenarios_pass() {
         assert!(report.ok(), "{}", report.text());
     }
 }
+
+#[test]
+fn recovery_that_skips_deferred_records_clears_a_stop_the_wal_never_recorded() {
+    found(
+        PlantedBug::SkipDeferredRecord,
+        "deferred-vs-recover",
+        Property::EveryStopOnRecord,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_deferred_scenario_passes() {
+    let report = check(PlantedBug::None, "deferred-vs-recover");
+    assert!(report.ok(), "{}", report.text());
+}

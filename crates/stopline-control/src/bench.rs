@@ -1,5 +1,6 @@
 //! Benchmarks measured side by side in one run: time to contained against a bare fsync'd file
-//! create (SPEC §11 b), and one admission decision (c). Figures, never assertions.
+//! create (SPEC §11 b), the engage receipt with and without a stopped reader holding the WAL
+//! lock (SPEC §12.1), and one admission decision (c). Figures, never assertions.
 
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
@@ -85,7 +86,10 @@ pub fn engage(home: &Path, iterations: usize) -> std::io::Result<Value> {
             .map_err(fail)?;
         full.push(started.elapsed());
     }
+    let (mut clear, mut obstructed) = receipts_beside_a_frozen_reader(&scratch, iterations)?;
     let _ = std::fs::remove_dir_all(&scratch);
+    let (c50, c99, cmax) = percentiles_us(&mut clear);
+    let (o50, o99, omax) = percentiles_us(&mut obstructed);
     let (b50, b99, bmax) = percentiles_us(&mut bare);
     let (m50, m99, mmax) = percentiles_us(&mut machine);
     let (a50, a99, amax) = percentiles_us(&mut agent);
@@ -98,7 +102,59 @@ pub fn engage(home: &Path, iterations: usize) -> std::io::Result<Value> {
         "engage_receipt_emergency_p50_us": f50, "engage_receipt_emergency_p99_us": f99, "engage_receipt_emergency_max_us": fmax,
         "ratio_contained_machine_p50": m50 / b50,
         "ratio_contained_agent_p50": a50 / b50,
+        "engage_receipt_unobstructed_p50_us": c50, "engage_receipt_unobstructed_p99_us": c99, "engage_receipt_unobstructed_max_us": cmax,
+        "engage_receipt_frozen_reader_p50_us": o50, "engage_receipt_frozen_reader_p99_us": o99, "engage_receipt_frozen_reader_max_us": omax,
+        "ratio_frozen_reader_p50": o50 / c50,
+        "ratio_frozen_reader_p99": o99 / c99,
     }))
+}
+
+/// The receipt of an emergency agent engage in a home whose WAL lock is free, beside the same
+/// engage in a home where a real process holds the WAL's shared lock and is stopped by SIGSTOP
+/// (a gateway frozen in the middle of a read), interleaved A B A B. The obstructed engages answer
+/// `wal_deferred`; the figure is how long that answer takes.
+fn receipts_beside_a_frozen_reader(
+    scratch: &Path,
+    iterations: usize,
+) -> std::io::Result<(Vec<Duration>, Vec<Duration>)> {
+    let fail = |e: stopline_store::StoreError| std::io::Error::other(e.to_string());
+    let clear = Store::open(scratch.join("clear"));
+    let held = Store::open(scratch.join("held"));
+    let request = |i: usize| -> std::io::Result<EngageRequest> {
+        Ok(EngageRequest {
+            scope: Scope::Agent(
+                Name::parse(&format!("frozen-{i}"))
+                    .map_err(|e| std::io::Error::other(e.message))?,
+            ),
+            level: Level::Emergency,
+            by: format!("bench-{i}"),
+            reason: "benchmark".into(),
+            session: LatchSession {
+                bound: None,
+                tier: "console".into(),
+            },
+        })
+    };
+    // Each home starts with a WAL, the one to be held.
+    clear.engage(&request(usize::MAX / 2)?).map_err(fail)?;
+    held.engage(&request(usize::MAX / 2)?).map_err(fail)?;
+    let reader = stopline_supervisor::frozen::FrozenReader::hold(&held.layout().wal())?;
+    let (mut unobstructed, mut obstructed) = (Vec::new(), Vec::new());
+    for i in 0..iterations.max(1) {
+        let started = Instant::now();
+        clear.engage(&request(i)?).map_err(fail)?;
+        unobstructed.push(started.elapsed());
+        let started = Instant::now();
+        let outcome = held.engage(&request(i)?).map_err(fail)?;
+        obstructed.push(started.elapsed());
+        if !outcome.wal_deferred {
+            return Err(std::io::Error::other(
+                "an engage beside the frozen reader was not deferred: the reader holds no lock",
+            ));
+        }
+    }
+    drop(reader);
+    Ok((unobstructed, obstructed))
 }
 
 /// One admission decision against an in-memory view with a realistic handful of latches,

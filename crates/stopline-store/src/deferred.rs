@@ -99,15 +99,36 @@ impl Store {
         }
     }
 
+    /// The entries of `latches/` no `latch_engaged` of `log` names, read (only those: the
+    /// cost is the listing plus the unrecorded entries, not every latch). The caller holds the
+    /// WAL's exclusive lock. A `latches/` that cannot be listed gives none: the gates report it.
+    pub(crate) fn unrecorded_entries(&self, log: &WalLog, skip: Option<&str>) -> Vec<ActiveLatch> {
+        let dir = self.layout.latches();
+        let Ok(names) = self.fs.read_dir(&dir) else {
+            return Vec::new();
+        };
+        let recorded = log.recorded_latches();
+        names
+            .iter()
+            .filter(|name| Some(name.as_str()) != skip && !recorded.contains(*name))
+            .map(|name| {
+                let bytes = self.fs.read(&dir.join(name)).map_err(|e| e.to_string());
+                ActiveLatch::from_entry(name, bytes.as_deref().map_err(Clone::clone))
+            })
+            .collect()
+    }
+
     /// Finish deferred records if the WAL's exclusive lock is free right now; never waits.
     /// Returns how many latches were recorded (0 when the lock was busy or nothing was
     /// deferred). For readers that may write (status, a gateway's periodic reload); gates that
     /// only decide (`check`, the hook) never call it.
     pub fn finish_deferred(&self) -> Result<usize, StoreError> {
         let wal = self.layout.wal();
-        // Cheap first look without the exclusive lock: nothing to do is the common case.
-        let (latches, faults) = self.active_latches(None);
-        if !faults.is_empty() || latches.iter().all(|l| l.record.is_none()) {
+        // Without a WAL nothing was deferred (an engage defers only when another process
+        // holds the WAL's lock); without `latches/` there is nothing to record.
+        if !self.fs.exists(&wal).unwrap_or(false)
+            || !self.fs.exists(&self.layout.latches()).unwrap_or(false)
+        {
             return Ok(0);
         }
         let guard = match self.lock_log_exclusive_within(&wal, Some(std::time::Duration::ZERO)) {
@@ -116,12 +137,11 @@ impl Store {
             Err(error) => return Err(error),
         };
         let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
-        let (latches, faults) = self.active_latches(Some(&log));
-        if let Some(fault) = faults.into_iter().next() {
-            return Err(StoreError::Refused(fault));
+        let unrecorded = self.unrecorded_entries(&log, None);
+        let count = Self::unrecorded_latches(&log, &unrecorded, None).len();
+        if count > 0 {
+            self.record_deferred_locked(log, &unrecorded, None)?;
         }
-        let count = Self::unrecorded_latches(&log, &latches, None).len();
-        self.record_deferred_locked(log, &latches, None)?;
         drop(guard);
         Ok(count)
     }

@@ -216,13 +216,17 @@ impl Store {
         let _guard = self.lock_log_exclusive_within(&wal, Some(remaining(deadline)))?;
         let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
         let own = record.file_name();
-        let log = match self.scan_latches() {
-            Ok(latches) => self.record_deferred_locked(log, &latches, Some(&own))?,
-            // An unreadable `latches/` is the gates' fault to report; this engage's own record
-            // must not wait for it.
-            Err(_) => log,
+        // Only the entries the WAL does not name are read: the cost of an engage does not grow
+        // with the number of latches it finds recorded.
+        let unrecorded = self.unrecorded_entries(&log, Some(&own));
+        let log = self.record_deferred_locked(log, &unrecorded, Some(&own))?;
+        // Another holder of the lock may have found this latch and recorded it already (it was
+        // in `latches/`, unrecorded): never record it twice.
+        let log = if log.recorded_latches().contains(&own) {
+            log
+        } else {
+            self.record_latch_locked(&log, record, false, "engage")?
         };
-        let log = self.record_latch_locked(&log, record, false, "engage")?;
         let epoch = self.read_confirmed_epoch(&log)?;
         Ok((Some(epoch.seq), Some(epoch.revision(&record.scope))))
     }

@@ -106,6 +106,42 @@ fn open_regular(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// When every other process holding a lock on `file` is stopped (state `T` or `t` in
+/// `/proc/<pid>/stat`), their pids; `None` when any holder runs, none is found, or `/proc` cannot
+/// tell (then the caller just waits out its bound).
+fn holders_all_stopped(file: &File) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    let dev = meta.dev();
+    let id = format!(
+        "{:02x}:{:02x}:{}",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev),
+        meta.ino()
+    );
+    let own = std::process::id().to_string();
+    let locks = fs::read_to_string("/proc/locks").ok()?;
+    let holders: Vec<&str> = locks
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        // `N: FLOCK ADVISORY READ pid dev:ino start end`; waiters are marked `->`.
+        .filter(|f| f.len() > 5 && f[1] == "FLOCK" && f[5] == id)
+        .map(|f| f[4])
+        .filter(|pid| *pid != own)
+        .collect();
+    if holders.is_empty() {
+        return None;
+    }
+    for pid in &holders {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+        if state != "T" && state != "t" {
+            return None;
+        }
+    }
+    Some(holders.join(", "))
+}
+
 fn not_regular(path: &Path, what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
@@ -270,11 +306,27 @@ impl Fs for RealFs {
         };
         let deadline = Instant::now() + wait;
         let mut pause = Duration::from_micros(200);
+        let mut looked = None::<Instant>;
         loop {
             match rustix::fs::flock(&file, operation) {
                 Ok(()) => return Ok(Box::new(FlockGuard(file))),
                 Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => {}
                 Err(errno) => return Err(errno.into()),
+            }
+            // A holder that is stopped (SIGSTOP, a debugger) releases nothing until someone
+            // resumes it: waiting out the bound would only delay the caller. Looked at every
+            // 20 ms at most.
+            if looked.is_none_or(|at| at.elapsed() >= Duration::from_millis(20)) {
+                looked = Some(Instant::now());
+                if let Some(stopped) = holders_all_stopped(&file) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!(
+                            "{} is locked by stopped process {stopped} and will not be released until it is resumed",
+                            path.display()
+                        ),
+                    ));
+                }
             }
             let now = Instant::now();
             if now >= deadline {

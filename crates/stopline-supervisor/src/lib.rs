@@ -24,6 +24,7 @@ pub mod cgroup;
 pub mod confine;
 pub mod events;
 mod forward;
+pub mod frozen;
 pub mod hierarchy;
 pub mod limits;
 pub mod netns;

@@ -184,8 +184,11 @@ fn deleted_latch_recorded_in_the_wal_is_a_machine_emergency() {
 }
 
 #[test]
-fn missing_home_means_no_emergency() {
+fn an_empty_home_means_no_emergency() {
+    // A missing home is `control_home_missing` (SPEC §12.1, tests/home_whole.rs); one that
+    // exists with nothing in it is "no stop".
     let home = Home::new();
+    home.run(&["init"]).assert_ok();
     let (code, receipt) = home.check(&["--class", "noncritical", "--agent", "a"]);
     assert_eq!(code, 0, "{receipt}");
     assert_eq!(home.status()["phase"], "RUNNING");

@@ -195,6 +195,14 @@ impl FsState {
             .is_some_and(|ino| matches!(*self.nodes[ino], Node::Dir { .. }))
     }
 
+    /// The live bytes of the file at `path`, if there is one.
+    pub fn live_bytes(&self, path: &Path) -> Option<Vec<u8>> {
+        match &*self.nodes[self.resolve(path)?] {
+            Node::File { live, .. } => Some(live.bytes().to_vec()),
+            Node::Dir { .. } => None,
+        }
+    }
+
     /// Live names in `dir` (empty when it does not exist).
     pub fn live_names(&self, dir: &Path) -> Vec<String> {
         self.resolve(dir)

@@ -88,18 +88,27 @@ pub fn on_return(
         Outcome::Engaged {
             level: stopline_core::Level::Emergency,
             advanced,
+            deferred,
             file,
             ..
         } => {
-            out.judge(Property::EmergencyAdvances, *advanced, || {
+            out.judge(Property::EmergencyAdvances, *advanced || *deferred, || {
                 format!("{who} returned Ok with {file} but did not advance the epoch (a warning)")
             });
+        }
+        Outcome::Recovered {
+            recovered: false,
+            cleared,
+            ..
+        } => {
+            on_the_record(search, state, &who, cleared, out);
         }
         Outcome::Recovered {
             recovered: true,
             cleared,
             ..
         } => {
+            on_the_record(search, state, &who, cleared, out);
             let listing = rescan.unwrap_or_else(|| state.fs.live_names(&search.layout.latches()));
             let scope_of = |name: &str| -> Option<Scope> {
                 if let Some((scope, _)) = search.scenario.initial_latches.get(name) {
@@ -118,6 +127,62 @@ pub fn on_return(
             );
         }
         _ => {}
+    }
+}
+
+/// Every latch a recovery cleared is on the record (SPEC §12.1): before its `recovery_applied`,
+/// the WAL holds the latch's `latch_engaged` and, for an emergency, an `epoch_advance` of its
+/// scope caused by the engage. A latch whose record an engage deferred must be recorded
+/// (recovery records it) before it may be cleared. Judged for the setup's latches, which are
+/// whole before the race begins (a deferred one among them): a racing engage's entry may be
+/// planned while it is still being written, when it reads as a machine emergency and has no
+/// record to write yet — clearing such an entry is the planned-latch rule, judged by "stop wins".
+fn on_the_record(
+    search: &Search<'_>,
+    state: &State,
+    who: &str,
+    cleared: &[String],
+    out: &mut Verdicts,
+) {
+    let wal = state
+        .fs
+        .live_bytes(&search.layout.wal())
+        .unwrap_or_default();
+    let entries: Vec<serde_json::Value> = wal
+        .split(|&b| b == b'\n')
+        .filter_map(|line| serde_json::from_slice(line).ok())
+        .collect();
+    let applied = entries
+        .iter()
+        .rposition(|e| e["kind"] == "recovery_applied")
+        .unwrap_or(entries.len());
+    let whole = |file: &str| search.scenario.initial_latches.contains_key(file);
+    for file in cleared.iter().filter(|f| whole(f)) {
+        let engaged = entries[..applied]
+            .iter()
+            .position(|e| e["kind"] == "latch_engaged" && e["file"] == file.as_str());
+        let recorded = match engaged {
+            None => false,
+            Some(at) => {
+                let entry = &entries[at];
+                entry["level"] != "emergency"
+                    || entries[at..applied].iter().any(|e| {
+                        e["kind"] == "epoch_advance"
+                            && e["cause"] == "engage"
+                            && e["scope"] == entry["scope"]
+                    })
+            }
+        };
+        out.judge(Property::EveryStopOnRecord, recorded, || {
+            format!(
+                "{who} cleared {file}, whose latch_engaged{} the WAL never recorded",
+                if engaged.is_some() {
+                    "'s epoch advance"
+                } else {
+                    ""
+                }
+            )
+        });
     }
 }
 

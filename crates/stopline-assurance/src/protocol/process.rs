@@ -51,6 +51,13 @@ pub enum ProcSpec {
         /// How the exchange ends.
         answer: OpAnswer,
     },
+    /// A reader that takes the WAL's shared lock and stalls forever holding it (a gateway
+    /// frozen by SIGSTOP in the middle of a read): the lock is never released while the
+    /// machine runs.
+    StalledReader,
+    /// Another process finishing deferred records (`Store::finish_deferred`, a gateway's
+    /// periodic reload or `status`).
+    FinishDeferred,
     /// A gateway admission: `Store::load_view`, verify the token, `ControlView::decide`.
     Admission {
         /// The token minted at e0.
@@ -103,7 +110,14 @@ pub enum Outcome {
         /// True when this engage itself advanced the epoch (emergency, not coalesced, no
         /// `epoch_or_wal_failed` warning).
         advanced: bool,
+        /// True when its WAL record (and epoch advance) was left to the next process
+        /// (`wal_deferred`).
+        deferred: bool,
     },
+    /// The stalled reader holds its lock for good.
+    Stalled,
+    /// `finish_deferred` returned Ok.
+    Finished,
     /// Recover apply returned Ok.
     Recovered {
         /// The receipt's `recovered`.
@@ -165,6 +179,8 @@ impl ProcSpec {
                 ..
             } => format!("operation({target} by {agent}, {answer:?})"),
             ProcSpec::Admission { .. } => "gateway admission".into(),
+            ProcSpec::StalledReader => "reader stalled holding the WAL lock".into(),
+            ProcSpec::FinishDeferred => "finish deferred records".into(),
         }
     }
 
@@ -187,6 +203,7 @@ impl ProcSpec {
                             .warnings
                             .iter()
                             .any(|w| w.starts_with("epoch_or_wal_failed")),
+                    deferred: out.wal_deferred,
                 },
                 Err(e) => failed(e),
             },
@@ -259,6 +276,22 @@ impl ProcSpec {
                 key,
                 verified,
             } => admit(store, token, key, verified),
+            ProcSpec::StalledReader => {
+                match store.fs().lock(&store.layout().wal(), false, false, None) {
+                    // Never released: the holder is frozen for as long as the machine runs.
+                    Ok(guard) => std::mem::forget(guard),
+                    Err(e) => {
+                        return Outcome::Failed {
+                            code: e.to_string(),
+                        }
+                    }
+                }
+                Outcome::Stalled
+            }
+            ProcSpec::FinishDeferred => match store.finish_deferred() {
+                Ok(_) => Outcome::Finished,
+                Err(e) => failed(e),
+            },
         }
     }
 }

@@ -28,6 +28,10 @@ pub enum Property {
     EngageNeverLowers,
     /// Every schedule runs to completion.
     NoDeadlock,
+    /// Every latch a recovery cleared has its `latch_engaged` (and, for an emergency, its
+    /// epoch advance) in the WAL before the recovery's record (SPEC §12.1: recovery records a
+    /// deferred engage before it clears).
+    EveryStopOnRecord,
     /// Stronger than SPEC §9 (a finding, not a gate): an epoch a gate has already judged by,
     /// or a receipt reported without advancing it, is still there after a crash and restart.
     GateEpochsSurvive,
@@ -45,11 +49,11 @@ pub enum Property {
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 11;
+pub const COUNT: usize = 12;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 8] = [
+    pub const ALL: [Property; 9] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -58,6 +62,7 @@ impl Property {
         Property::NoDeadlock,
         Property::OpsInDoubtOnlyWhenUnknown,
         Property::DoubtBlocksOnlyItsAgent,
+        Property::EveryStopOnRecord,
     ];
 
     /// Findings: checked and reported, but not part of SPEC §9's verdict.
@@ -76,6 +81,9 @@ impl Property {
             Property::EpochsNeverGoBack => "epochs never go back across crashes",
             Property::EngageNeverLowers => "engage never lowers a subject's mode",
             Property::NoDeadlock => "every schedule completes (no deadlock)",
+            Property::EveryStopOnRecord => {
+                "every cleared latch was recorded, with its epoch advance, before it was cleared"
+            }
             Property::GateEpochsSurvive => {
                 "an epoch a gate judged by or a receipt reported survives a crash"
             }
@@ -233,6 +241,7 @@ pub fn obligations(
                 level,
                 epoch_seq,
                 advanced,
+                ..
             } => {
                 let lifted = (*level != Level::Emergency && ctx.disengaged.contains(file))
                     || ctx.planned.contains(file);

@@ -85,6 +85,26 @@ impl Setup {
         out.latch.file_name()
     }
 
+    /// Engage while another holder keeps the WAL's shared lock, so the engage answers
+    /// `wal_deferred`: its latch is published and the WAL never records it (the lock is
+    /// released once the engage returned, as a frozen reader that was resumed would).
+    fn engage_deferred(&mut self, scope: Scope, level: Level, by: &str) -> String {
+        let wal = self.store.layout().wal();
+        let reader = self
+            .store
+            .fs()
+            .lock(&wal, false, true, None)
+            .expect("setup: the reader's lock");
+        let out = self
+            .store
+            .engage(&engage(scope.clone(), level, by))
+            .expect("setup: engage");
+        assert!(out.wal_deferred, "setup: the engage was not deferred");
+        drop(reader);
+        self.latches.insert(out.latch.file_name(), (scope, level));
+        out.latch.file_name()
+    }
+
     fn plan(&self, scope: &Scope) -> (String, Vec<String>) {
         let receipt = self
             .store
@@ -227,7 +247,7 @@ pub fn standard() -> Vec<Scenario> {
         ProcSpec::Engage(engage(agent.clone(), Level::Emergency, "monitor-b")),
         ProcSpec::RecoverApply { plan },
     ];
-    let plan = Some((names, agent));
+    let plan = Some((names, agent.clone()));
     out.push(s.finish(
         "engage-vs-scoped-recover",
         "agent emergency engage vs agent recover apply",
@@ -235,6 +255,24 @@ pub fn standard() -> Vec<Scenario> {
         later,
         plan,
     ));
+
+    // SPEC §12.1: a reader frozen while it holds the WAL's shared lock. Engage must still
+    // return Ok with its latch in force (its record deferred), and the gate must block.
+    let s = Setup::new();
+    let racers = vec![
+        ProcSpec::StalledReader,
+        ProcSpec::Engage(engage(agent.clone(), Level::Emergency, "monitor-b")),
+        ProcSpec::FinishDeferred,
+    ];
+    out.push(s.finish(
+        "stalled-reader",
+        "a reader stalled forever holding the WAL lock vs agent emergency engage",
+        racers,
+        later,
+        None,
+    ));
+
+    out.push(deferred_vs_recover());
     out
 }
 
@@ -273,6 +311,28 @@ pub fn operations() -> Vec<Scenario> {
         out.push(s.finish(name, title, racers, later, None));
     }
     out
+}
+
+/// An emergency engage whose WAL record and epoch advance were deferred, raced by a process
+/// that finishes deferred records and by the owner's recover plan then apply of its scope:
+/// whoever comes first records it, and recovery never clears it unrecorded.
+pub fn deferred_vs_recover() -> Scenario {
+    let agent = Scope::Agent(worker());
+    let mut s = Setup::new();
+    s.engage_deferred(agent.clone(), Level::Emergency, "safety-monitor");
+    let racers = vec![
+        ProcSpec::FinishDeferred,
+        ProcSpec::RecoverPlanApply {
+            scope: agent.clone(),
+        },
+    ];
+    s.finish(
+        "deferred-vs-recover",
+        "a deferred emergency record, finished by another process, vs agent recover plan then apply",
+        racers,
+        SETUP_MS + 60_000,
+        Some((Vec::new(), agent)),
+    )
 }
 
 /// A scenario outside the standard set: the racing engage repeats the planned latch's scope,

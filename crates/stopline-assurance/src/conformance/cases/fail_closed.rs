@@ -72,11 +72,13 @@ pub const CASES: &[Case] = &[
             s.write("state.json", br#"{"state":"RECOVERY_PENDING","by":"operator","reason":"interrupted","since":"2026-01-01T00:00:00Z"}"#)
         })
     }),
-    case("missing_home_means_no_emergency", "a control directory that does not exist yet declares no emergency: allow, status RUNNING", |s| {
-        allowed(&s.check(&["--class", "noncritical", "--agent", "a"])?, "no home")?;
+    case("empty_home_means_no_emergency", "a control directory that `init` just made declares no emergency: allow, status RUNNING", |s| {
+        let init = s.run(&["init"])?;
+        ensure(init.code == 0, || format!("init: {}", init.brief()))?;
+        allowed(&s.check(&["--class", "noncritical", "--agent", "a"])?, "an empty home")?;
         let status = s.status()?;
         ensure(status["phase"] == "RUNNING", || format!("phase {}", status["phase"]))?;
-        Ok("no home: check allow, status RUNNING".into())
+        Ok("empty home: check allow, status RUNNING".into())
     }),
 ];
 

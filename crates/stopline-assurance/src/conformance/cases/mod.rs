@@ -10,6 +10,7 @@ use super::Verdict;
 
 mod admission;
 mod authority;
+mod bounds;
 mod budgets;
 mod console;
 mod containment;
@@ -71,6 +72,7 @@ pub const fn slow(
 pub fn inventory() -> Vec<Case> {
     [
         engage::CASES,
+        bounds::CASES,
         admission::CASES,
         authority::CASES,
         disengage::CASES,

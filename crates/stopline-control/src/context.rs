@@ -18,8 +18,9 @@ use stopline_token::{SigningKey, VerifyingKey};
 pub struct Context {
     /// This host's durable state (operations, runs, evidence, keys; and, locally, latches).
     pub store: Store,
-    /// The configuration.
-    pub config: Config,
+    /// The configuration (shared: it is read-only once loaded, and a context is cloned into
+    /// every thread and surface that needs one).
+    pub config: Arc<Config>,
     /// Where latches, epochs, the WAL and state are kept (the local `store` unless
     /// `--control` names a distributed backend).
     pub plane: Arc<dyn ControlPlane>,
@@ -31,7 +32,7 @@ impl Context {
         let plane: Arc<dyn ControlPlane> = Arc::new(store.clone());
         Context {
             store,
-            config,
+            config: Arc::new(config),
             plane,
         }
     }

@@ -167,7 +167,10 @@ fn ask_local(
 ) -> Result<(Decision, Mode, String), String> {
     let config = Config::load(&options.home.join("config.toml"))
         .map_err(|e| format!("config_invalid: {e}"))?;
-    let ctx = Context::new(Store::open(&options.home), config);
+    let store = Store::open(&options.home).with_read_timeout(std::time::Duration::from_millis(
+        config.read_timeout_ms.max(1),
+    ));
+    let ctx = Context::new(store, config);
     let request = CheckRequest {
         class: TaskClass::Noncritical,
         token: options.token.clone(),

@@ -51,7 +51,7 @@ pub(crate) struct Inner {
 impl LocalGovernor {
     /// A governor over `ctx`'s control directory; its `[mcp.*]` and `[breakers]` tables must parse.
     pub fn new(ctx: Context) -> Result<LocalGovernor, Refusal> {
-        let config = GatewayConfig::from_base(ctx.config.clone())
+        let config = GatewayConfig::from_base((*ctx.config).clone())
             .map_err(|why| Refusal::new(RefusalCode::ControlStateCorrupt, why))?;
         let breakers = Breakers::new(
             ctx.clone(),

@@ -340,7 +340,7 @@ impl Fs for RealFs {
                 ));
             }
             std::thread::sleep(pause.min(deadline - now));
-            pause = (pause * 2).min(Duration::from_millis(10));
+            pause = (pause * 2).min(Duration::from_millis(1));
         }
     }
 }

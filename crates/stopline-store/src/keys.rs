@@ -17,7 +17,21 @@ impl Store {
         if let Some(bytes) = self.read_optional(&path)? {
             return parse_seed(&bytes);
         }
-        // Minting is the first write to many homes: create the home whole (SPEC §12.1).
+        // A gate verifying a token must never create a home (and a fresh key no token was signed
+        // with): a missing home is `control_home_missing`. Writers make the home first.
+        if !self
+            .fs
+            .exists(self.layout.home())
+            .context(|| "looking at the control directory".into())?
+        {
+            return Err(StoreError::refused(
+                stopline_core::RefusalCode::ControlHomeMissing,
+                format!(
+                    "the control directory {} does not exist (run `stopline init`)",
+                    self.layout.home().display()
+                ),
+            ));
+        }
         self.ensure_home()?;
         self.ensure_dirs(&[&dir])?;
         let seed_hex = self.env.random_hex(32);

@@ -228,3 +228,39 @@ fn a_gateway_whose_home_vanished_refuses_with_503() {
         "the gateway re-created a vanished home"
     );
 }
+
+#[test]
+fn the_mcp_stdio_proxy_refuses_a_home_that_does_not_exist() {
+    let home = Home::new();
+    let token = home.token(&["--agent", "worker"]);
+    std::fs::remove_dir_all(home.path()).unwrap();
+    let mut child = home
+        .command(&["mcp", "proxy", "--token", &token, "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            concat!(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#,
+                "\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let reply: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap_or("null"))
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(reply["id"], 1, "{stdout}");
+    assert_eq!(
+        reply["error"]["data"]["code"], "control_home_missing",
+        "{stdout}"
+    );
+    assert!(!home.path().exists(), "the proxy created the home");
+}

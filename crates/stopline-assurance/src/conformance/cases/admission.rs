@@ -174,6 +174,10 @@ fn unprovable_identity_is_covered(s: &Sandbox) -> Verdict {
 }
 
 fn check_never_allows_on_error(s: &Sandbox) -> Verdict {
+    // A home that exists, so the refusal is about the token (a missing home is
+    // control_home_missing: `control_home_missing_refuses_gates`).
+    let init = s.run(&["init"])?;
+    ensure(init.code == 0, || format!("init: {}", init.brief()))?;
     let missing = s.dir().join("no-token-here");
     let c = s.check(&[
         "--class",

@@ -185,7 +185,7 @@ fn non_regular_entries(s: &Sandbox) -> Verdict {
     let latches = s.file("latches");
     rustix::fs::mkfifoat(
         rustix::fs::CWD,
-        &latches.join("fifo.json"),
+        latches.join("fifo.json"),
         rustix::fs::Mode::from_raw_mode(0o600),
     )
     .map_err(harness)?;

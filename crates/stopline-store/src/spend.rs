@@ -71,6 +71,8 @@ pub struct SpendJournal {
     store: Store,
     name: String,
     others: Arc<Mutex<BTreeMap<String, Folded>>>,
+    /// Whether this journal's directory entry (and `spend/`'s in the home) is durable yet.
+    entry_durable: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The spend lock, held while a reservation is decided and recorded.
@@ -90,6 +92,7 @@ impl Store {
             store: self.clone(),
             name: format!("{label}-{pid}-{start}.jsonl"),
             others: Arc::new(Mutex::new(BTreeMap::new())),
+            entry_durable: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         })
     }
 }
@@ -205,7 +208,35 @@ impl SpendJournal {
         self.store
             .fs
             .append(&path, &bytes, sync, fp)
-            .context(|| format!("appending to {}", path.display()))
+            .context(|| format!("appending to {}", path.display()))?;
+        if sync {
+            self.make_entry_durable()?;
+        }
+        Ok(())
+    }
+
+    /// The first fsynced reservation creates the journal: fsync `spend/` (its entry) and the
+    /// home (the entry of `spend/`), or a power cut could lose the whole journal with every
+    /// durable reservation in it — budget spent before the cut would be spendable again. The
+    /// same gap the model checker found in `ops/` (see `ops.rs`). Done once per journal, before
+    /// the reservation is reported durable, so before the call it pays for is dispatched.
+    fn make_entry_durable(&self) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        if self.entry_durable.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let spend = self.store.layout.spend();
+        self.store
+            .fs
+            .sync_dir(&spend, "spend.dirsync")
+            .context(|| format!("fsyncing {}", spend.display()))?;
+        let home = self.store.layout.home().to_path_buf();
+        self.store
+            .fs
+            .sync_dir(&home, "spend.home.dirsync")
+            .context(|| format!("fsyncing {}", home.display()))?;
+        self.entry_durable.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Record what reservation `id` actually used (not fsynced: a lost line over-counts).

@@ -162,6 +162,36 @@ fn a_budget_survives_a_gateway_killed_and_restarted() {
     assert_eq!(budgets.status, 200, "{}", budgets.body);
 }
 
+/// A new spending journal is durable as a directory entry before its first reservation counts:
+/// when `spend/` cannot be fsynced, the call that reservation pays for is refused and never
+/// dispatched (a power cut could otherwise lose the journal whole, and with it budget already
+/// spent). Needs `--features stopline/failpoints`, like `crash.rs`; without it this fails.
+#[test]
+fn a_reservation_whose_journal_entry_is_not_durable_dispatches_nothing() {
+    for failpoint in ["spend.dirsync", "spend.home.dirsync"] {
+        let home = Home::new();
+        let upstream = McpUpstream::start(&home);
+        let config = format!(
+            "[mcp.dest]\nurl = \"http://127.0.0.1:{}/mcp\"\n",
+            upstream.port
+        );
+        let token = home.token(&["--agent", "saver", "--budget", "tool_calls=3"]);
+        let armed = format!("{failpoint}=error");
+        let gateway =
+            Gateway::start_with_env(&home, &config, &[("STOPLINE_FAILPOINTS", armed.as_str())]);
+        let s = session(&gateway, &token);
+        assert_eq!(
+            write_call(&gateway, &token, s.as_deref(), 1),
+            "control_io",
+            "{failpoint}: a reservation not yet durable must refuse its call"
+        );
+        assert!(
+            upstream.executed().is_empty(),
+            "{failpoint}: nothing may be dispatched on a reservation that is not durable"
+        );
+    }
+}
+
 #[test]
 fn two_gateways_over_one_home_share_a_budget() {
     let home = Home::new();

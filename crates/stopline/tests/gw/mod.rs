@@ -253,6 +253,11 @@ pub const UPSTREAM_KEY: &str = "upstream-secret-key";
 impl Gateway {
     /// Write `<home>/config.toml` (`extra` appended to a listen line) and start the gateway.
     pub fn start(home: &Home, extra: &str) -> Gateway {
+        Gateway::start_with_env(home, extra, &[])
+    }
+
+    /// [`Gateway::start`] with extra environment (e.g. `STOPLINE_FAILPOINTS`).
+    pub fn start_with_env(home: &Home, extra: &str, env: &[(&str, &str)]) -> Gateway {
         let addr = format!("127.0.0.1:{}", free_port());
         std::fs::create_dir_all(home.path()).unwrap();
         std::fs::write(
@@ -264,6 +269,7 @@ impl Gateway {
             .command(&["serve"])
             .env("UPSTREAM_API_KEY", UPSTREAM_KEY)
             .env("STOPLINE_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::from(
                 std::fs::File::create(home.dir.path().join("gateway.log")).unwrap(),

@@ -11,7 +11,7 @@
 //! advance the epoch is read back and a mismatch is a warning (`control_epoch_unconfirmed`).
 
 use crate::client::EtcdError;
-use crate::plane::{EtcdPlane, CAS_ATTEMPTS};
+use crate::plane::EtcdPlane;
 use crate::read::{append, Snapshot};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use std::time::Instant;
@@ -48,12 +48,12 @@ impl EtcdPlane {
         reason: &str,
         started: Instant,
     ) -> Result<EngageOutcome, EtcdError> {
-        for _ in 0..CAS_ATTEMPTS {
+        self.retry_cas("engage", || {
             let snapshot = self.snapshot()?;
             let now = self.local.now_ms();
             if let Some(latch) = coalescible(&snapshot, request, now) {
                 let (epoch_seq, scope_revision) = figures(&snapshot, &request.scope);
-                return Ok(EngageOutcome {
+                return Ok(Some(EngageOutcome {
                     latch,
                     coalesced: true,
                     epoch_seq,
@@ -62,7 +62,7 @@ impl EtcdPlane {
                     time_to_contained: started.elapsed(),
                     engaged_at: stopline_store::env::rfc3339(now),
                     wal_deferred: false,
-                });
+                }));
             }
             let record = LatchRecord {
                 kind: "breakglass_latch".into(),
@@ -81,7 +81,7 @@ impl EtcdPlane {
             };
             let (txn, planned, mut warnings) = self.engage_txn(&snapshot, &record);
             if !self.commit("engage", txn)?.succeeded() {
-                continue;
+                return Ok(None);
             }
             let time_to_contained = started.elapsed();
             let (mut epoch_seq, mut scope_revision) = (None, None);
@@ -94,7 +94,7 @@ impl EtcdPlane {
                     }
                 }
             }
-            return Ok(EngageOutcome {
+            Ok(Some(EngageOutcome {
                 latch: record,
                 coalesced: false,
                 epoch_seq,
@@ -103,11 +103,8 @@ impl EtcdPlane {
                 time_to_contained,
                 engaged_at: stopline_store::env::rfc3339(now),
                 wal_deferred: false,
-            });
-        }
-        Err(EtcdError::Contention(format!(
-            "{CAS_ATTEMPTS} engage attempts lost the race"
-        )))
+            }))
+        })
     }
 
     /// The transaction for `record`, the epoch it leaves (when the WAL and epoch were trusted),

@@ -7,7 +7,7 @@
 //! there too. Drain needs an active machine latch and a deadline in 1..=3600 s; `drain_started`
 //! and the new `state.json` commit together. Who may call these is decided by the caller.
 
-use crate::plane::{EtcdPlane, CAS_ATTEMPTS};
+use crate::plane::EtcdPlane;
 use crate::read::append;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use stopline_core::refusal::require_reason;
@@ -15,11 +15,6 @@ use stopline_core::{ControlState, Level, RefusalCode, Scope, StateRecord};
 use stopline_store::chain::fields;
 use stopline_store::halts::{check_drain_deadline, drain_window, DisengageReceipt};
 use stopline_store::StoreError;
-
-fn contention(what: &str) -> StoreError {
-    crate::client::EtcdError::Contention(format!("{what}: {CAS_ATTEMPTS} attempts lost the race"))
-        .into()
-}
 
 impl EtcdPlane {
     /// Clear the halt-level latches of exactly `scope`, in etcd and on this host.
@@ -36,7 +31,7 @@ impl EtcdPlane {
             .latches
             .iter()
             .any(|l| &l.scope == scope);
-        for _ in 0..CAS_ATTEMPTS {
+        self.retry_cas("disengage", || {
             let snapshot = self.snapshot()?;
             let log = snapshot.log()?;
             let latches = snapshot.active_latches(Some(&log));
@@ -78,7 +73,7 @@ impl EtcdPlane {
                 }
                 let txn = Txn::new().when(compares).and_then(ops);
                 if !self.commit("disengage", txn)?.succeeded() {
-                    continue;
+                    return Ok(None);
                 }
             }
             if local_halts {
@@ -90,9 +85,8 @@ impl EtcdPlane {
                     .warnings
                     .push(format!("no halt latch of exactly {scope} was active"));
             }
-            return Ok(receipt);
-        }
-        Err(contention("disengage"))
+            Ok(Some(receipt))
+        })
     }
 
     /// Start a drain: DRAINING until `deadline_s` from now.
@@ -104,7 +98,7 @@ impl EtcdPlane {
     ) -> Result<StateRecord, StoreError> {
         let reason = require_reason(reason)?;
         check_drain_deadline(deadline_s)?;
-        for _ in 0..CAS_ATTEMPTS {
+        self.retry_cas("drain", || {
             let snapshot = self.snapshot()?;
             let log = snapshot.log()?;
             let mut latches = snapshot.active_latches(Some(&log));
@@ -137,11 +131,9 @@ impl EtcdPlane {
             let txn = Txn::new()
                 .when([guard, vec![self.state_guard(&snapshot)]].concat())
                 .and_then(ops);
-            if self.commit("drain", txn)?.succeeded() {
-                return Ok(record);
-            }
-        }
-        Err(contention("drain"))
+            let committed = self.commit("drain", txn)?.succeeded();
+            Ok(committed.then_some(record))
+        })
     }
 
     /// `state.json` is still what `snapshot` read.

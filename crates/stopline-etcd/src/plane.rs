@@ -85,6 +85,25 @@ impl EtcdPlane {
         })
     }
 
+    /// Run one compare-and-swap read-modify-write until it commits: `attempt` reads, decides
+    /// and commits, answering `Some(result)` when its transaction succeeded and `None` when it
+    /// lost the race (another writer changed what its guard pinned; it is read again). An error
+    /// ends it at once. After [`CAS_ATTEMPTS`] lost races the verb gives up with
+    /// [`EtcdError::Contention`] (`distributed_unavailable`): never a partial write, since every
+    /// attempt is one transaction.
+    pub(crate) fn retry_cas<T, E: From<EtcdError>>(
+        &self,
+        what: &str,
+        mut attempt: impl FnMut() -> Result<Option<T>, E>,
+    ) -> Result<T, E> {
+        for _ in 0..CAS_ATTEMPTS {
+            if let Some(done) = attempt()? {
+                return Ok(done);
+            }
+        }
+        Err(EtcdError::Contention(format!("{what}: {CAS_ATTEMPTS} attempts lost the race")).into())
+    }
+
     /// Now, RFC 3339, from the local store's clock.
     pub(crate) fn ts(&self) -> String {
         stopline_store::env::rfc3339(self.local.now_ms())

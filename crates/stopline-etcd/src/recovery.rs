@@ -11,7 +11,7 @@
 //! interleaving yields `recovered: true` while a covering latch exists. Latches a fallback engage
 //! left in this host's directory are planned and recovered there too, by the local protocol.
 
-use crate::plane::{EtcdPlane, CAS_ATTEMPTS};
+use crate::plane::EtcdPlane;
 use crate::read::append;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use serde_json::Value;
@@ -31,11 +31,6 @@ fn strings(value: Option<&Value>) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn contention(what: &str) -> StoreError {
-    crate::client::EtcdError::Contention(format!("{what}: {CAS_ATTEMPTS} attempts lost the race"))
-        .into()
 }
 
 impl EtcdPlane {
@@ -59,7 +54,7 @@ impl EtcdPlane {
             false => None,
         };
         let carried = census.carried_forward();
-        for _ in 0..CAS_ATTEMPTS {
+        self.retry_cas("recover plan", || {
             let snapshot = self.snapshot()?;
             let log = snapshot.log()?;
             snapshot.epoch_map(&log)?;
@@ -90,24 +85,24 @@ impl EtcdPlane {
             );
             let (_, puts, guard) = append(&self.names, &log, vec![intent], &self.ts());
             let txn = Txn::new().when(guard).and_then(puts);
-            if self.commit("recover plan", txn)?.succeeded() {
-                let mut latches = names;
-                latches.extend(local_latches);
-                return Ok(PlanReceipt {
-                    plan,
-                    scope: scope.to_string(),
-                    latches,
-                    carried_forward_operations: carried,
-                    registry_errors: census.errors.clone(),
-                });
+            if !self.commit("recover plan", txn)?.succeeded() {
+                return Ok(None);
             }
-        }
-        Err(contention("recover plan"))
+            let mut latches = names;
+            latches.extend(local_latches);
+            Ok(Some(PlanReceipt {
+                plan,
+                scope: scope.to_string(),
+                latches,
+                carried_forward_operations: carried.clone(),
+                registry_errors: census.errors.clone(),
+            }))
+        })
     }
 
     /// Apply a plan: one transaction in etcd, then this host's local part, if any.
     pub fn recover_apply(&self, plan_id: &str, by: &str) -> Result<ApplyReceipt, StoreError> {
-        for _ in 0..CAS_ATTEMPTS {
+        self.retry_cas("recover apply", || {
             let snapshot = self.snapshot()?;
             let log = snapshot.log()?;
             let unknown = |why: String| StoreError::refused(RefusalCode::PlanUnknown, why);
@@ -212,7 +207,7 @@ impl EtcdPlane {
                 .commit("recover apply", Txn::new().when(compares).and_then(ops))?
                 .succeeded()
             {
-                continue;
+                return Ok(None);
             }
             let mut receipt = ApplyReceipt {
                 recovered,
@@ -225,9 +220,8 @@ impl EtcdPlane {
             if let Some(local_plan) = intent.body.get("local_plan").and_then(Value::as_str) {
                 self.apply_local(local_plan, by, &mut receipt);
             }
-            return Ok(receipt);
-        }
-        Err(contention("recover apply"))
+            Ok(Some(receipt))
+        })
     }
 
     /// Apply the local part of a plan and fold its receipt into `receipt`.

@@ -8,7 +8,7 @@
 //! under the prefix; the evidence, the new snapshot and the `repair_applied` record commit in
 //! one transaction, and the snapshot is read back. Gates never call this.
 
-use crate::plane::{EtcdPlane, CAS_ATTEMPTS};
+use crate::plane::EtcdPlane;
 use crate::read::append;
 use etcd_client::{Txn, TxnOp};
 use stopline_core::refusal::require_reason;
@@ -30,7 +30,7 @@ impl EtcdPlane {
         highest_issued_epoch: u64,
     ) -> Result<RepairReceipt, StoreError> {
         let reason = require_reason(reason)?;
-        for _ in 0..CAS_ATTEMPTS {
+        self.retry_cas("recover repair", || {
             let snapshot = self.snapshot()?;
             let log = snapshot.log().map_err(|e| {
                 refused(format!(
@@ -41,7 +41,7 @@ impl EtcdPlane {
             if let Ok(epoch) = snapshot.epoch_map(&log) {
                 receipt.epoch_seq = epoch.seq;
                 receipt.nothing_to_repair = true;
-                return Ok(receipt);
+                return Ok(Some(receipt));
             }
             let rebuilt = stopline_store::epoch::rebuild(&log);
             if !rebuilt.is_consistent() {
@@ -85,15 +85,14 @@ impl EtcdPlane {
                 .when([guard, vec![self.epoch_guard(&snapshot)]].concat())
                 .and_then(ops);
             if !self.commit("recover repair", txn)?.succeeded() {
-                continue;
+                return Ok(None);
             }
             let back = self.snapshot()?;
             let back_log = back.log()?;
             let confirmed = back.epoch_map(&back_log)?;
             receipt.epoch_rebuilt = true;
             receipt.epoch_seq = confirmed.seq;
-            return Ok(receipt);
-        }
-        Err(crate::client::EtcdError::Contention("recover repair".into()).into())
+            Ok(Some(receipt))
+        })
     }
 }

@@ -61,11 +61,12 @@ pub struct StdioSessions {
     pub(crate) sessions: Mutex<HashMap<String, Arc<Session>>>,
 }
 
+/// A fresh session id: 128 bits from `rand`'s thread-local CSPRNG (seeded by the OS), so an
+/// agent cannot guess another's session. It cannot fail quietly into a predictable id: `rand`
+/// panics if the OS has no randomness to give, where reading `/dev/urandom` by hand used to
+/// leave all zeros.
 pub(crate) fn new_session_id() -> String {
-    let mut bytes = [0u8; 16];
-    if let Ok(mut random) = std::fs::File::open("/dev/urandom") {
-        let _ = std::io::Read::read_exact(&mut random, &mut bytes);
-    }
+    let bytes: [u8; 16] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -261,5 +262,20 @@ impl StdioSessions {
             .unwrap_or_else(|e| e.into_inner())
             .get(key)
             .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn session_ids_are_128_random_bits() {
+        let ids: std::collections::HashSet<String> =
+            (0..64).map(|_| super::new_session_id()).collect();
+        assert_eq!(ids.len(), 64, "session ids repeat: {ids:?}");
+        for id in &ids {
+            assert_eq!(id.len(), 32, "{id}");
+            assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+            assert_ne!(id, &"0".repeat(32));
+        }
     }
 }

@@ -115,7 +115,7 @@ impl Store {
             match self.publish(&record, machine) {
                 Ok(()) => break record,
                 Err(error) => {
-                    let full = matches!(&error, StoreError::Io { source, .. } if source.raw_os_error() == Some(28));
+                    let full = matches!(&error, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull);
                     warnings.push(format!("latch_publish_failed: {} ({error})", record.id));
                     if full && !reserve_released {
                         reserve_released = self.release_reserve();

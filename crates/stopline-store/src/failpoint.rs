@@ -45,13 +45,15 @@ pub fn hit(name: &str) -> io::Result<()> {
     {
         Some("crash") => std::process::abort(),
         Some("error") => Err(io::Error::other(format!("failpoint {name}"))),
-        Some("enospc") => Err(io::Error::from_raw_os_error(28)),
+        Some("enospc") => Err(io::Error::from_raw_os_error(
+            rustix::io::Errno::NOSPC.raw_os_error(),
+        )),
         Some("error_once") if !FIRED_ONCE.swap(true, Ordering::SeqCst) => {
             Err(io::Error::other(format!("failpoint {name}")))
         }
-        Some("enospc_once") if !FIRED_ONCE.swap(true, Ordering::SeqCst) => {
-            Err(io::Error::from_raw_os_error(28))
-        }
+        Some("enospc_once") if !FIRED_ONCE.swap(true, Ordering::SeqCst) => Err(
+            io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error()),
+        ),
         Some(action) if action.starts_with("stop_if:") => {
             let park = std::path::Path::new(&action["stop_if:".len()..]);
             if park.exists() {

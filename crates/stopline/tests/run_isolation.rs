@@ -356,12 +356,14 @@ except MemoryError:
 fn stdin_is_dev_null_unless_asked_and_then_a_pipe_fed_by_the_supervisor() {
     let home = Home::new();
     let gateway = TestGateway::start();
-    let out = open_dir("stopline-run-stdin-");
     let script = "readlink /proc/self/fd/0 > stdin.kind; cat > stdin.text";
     for (flags, kind, text) in [
         (vec![], "/dev/null", ""),
         (vec!["--stdin"], "pipe:", "typed by the operator\n"),
     ] {
+        // A directory per run: each run has a fresh uid of its own, which cannot overwrite the
+        // files an earlier run's uid left (seen when the second run got another uid).
+        let out = open_dir("stopline-run-stdin-");
         let card_path = write_card(&home, &card(&run_id("stdin"), "agent-i"));
         let card_arg = card_path.to_string_lossy().into_owned();
         let url = gateway.url();

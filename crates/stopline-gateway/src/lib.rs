@@ -21,6 +21,7 @@ pub mod config;
 pub mod error;
 pub mod exchange;
 mod governor;
+pub mod history;
 pub mod inflight;
 mod listener;
 pub mod metrics;

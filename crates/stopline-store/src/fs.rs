@@ -45,6 +45,15 @@ pub trait Fs: Send + Sync {
     fn truncate(&self, path: &Path, len: u64, fp: &str) -> io::Result<()>;
     /// Read a whole file.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Read a file from byte `offset` to its end (empty when it is shorter). The default reads
+    /// the whole file and keeps the part from `offset`.
+    fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
+        let bytes = self.read(path)?;
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(bytes.len());
+        Ok(bytes[start..].to_vec())
+    }
     /// The names in a directory, sorted.
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Whether a path exists (without following a final symlink).
@@ -238,6 +247,29 @@ impl Fs for RealFs {
         let started = Instant::now();
         let mut bytes = Vec::new();
         open_regular(path)?.read_to_end(&mut bytes)?;
+        if started.elapsed() > ENTRY_READ_BOUND {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "reading {} took {} ms, more than the {} ms bound",
+                    path.display(),
+                    started.elapsed().as_millis(),
+                    ENTRY_READ_BOUND.as_millis()
+                ),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
+        use std::io::{Seek, SeekFrom};
+        let started = Instant::now();
+        let mut file = open_regular(path)?;
+        let mut bytes = Vec::new();
+        if file.metadata()?.len() > offset {
+            file.seek(SeekFrom::Start(offset))?;
+            file.read_to_end(&mut bytes)?;
+        }
         if started.elapsed() > ENTRY_READ_BOUND {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,

@@ -207,6 +207,21 @@ pub enum Command {
         /// Iterations.
         #[arg(long, default_value_t = 200)]
         iterations: usize,
+        /// `history`: operations recorded in the aged home.
+        #[arg(long, default_value_t = 100_000)]
+        operations: usize,
+        /// `history`: engage/disengage cycles in the aged home.
+        #[arg(long, default_value_t = 10_000)]
+        cycles: usize,
+        /// `history`: evidence records in the aged home.
+        #[arg(long, default_value_t = 10_000)]
+        evidence: usize,
+        /// `history`: samples per measure and home (default 15).
+        #[arg(long)]
+        samples: Option<usize>,
+        /// `history`: seconds an idle gateway is sampled for CPU and RSS, on each home.
+        #[arg(long, default_value_t = 10.0)]
+        idle_window_s: f64,
     },
     /// Check the four-mode machine and the real protocol exhaustively (SPEC §9).
     ModelCheck,
@@ -245,6 +260,9 @@ pub enum BenchArg {
     Kill,
     /// A proxied MCP tool call against the same call made directly.
     Gateway,
+    /// `check`, `status`, engage, disengage, gateway reload, engage → refusal and an idle
+    /// gateway on an aged home (long history) beside a fresh one, in one run.
+    History,
 }
 
 /// `mcp …`.

@@ -400,9 +400,37 @@ fn execute(
             });
             Ok(if receipt["ok"] == true { 0 } else { 1 })
         }
-        Command::Bench { which, iterations } => {
+        Command::Bench {
+            which,
+            iterations,
+            operations,
+            cycles,
+            evidence,
+            samples,
+            idle_window_s,
+        } => {
             let home = ctx.store.layout().home().to_path_buf();
             let mut runs = serde_json::Map::new();
+            if matches!(which, Some(BenchArg::History)) {
+                let exe = std::env::current_exe()
+                    .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+                let sizes = stopline_gateway::history::HistorySizes {
+                    operations,
+                    cycles,
+                    evidence,
+                };
+                let receipt = stopline_gateway::history::history(
+                    &exe,
+                    sizes,
+                    samples.unwrap_or(15),
+                    std::time::Duration::from_secs_f64(idle_window_s.clamp(0.1, 600.0)),
+                )
+                .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+                output::receipt(json, &receipt, |r| {
+                    serde_json::to_string_pretty(r).unwrap_or_default()
+                });
+                return Ok(0);
+            }
             if matches!(which, Some(BenchArg::Kill)) {
                 let receipt = stopline_control::run::bench::kill(&home, iterations)?;
                 output::receipt(json, &receipt, |r| {

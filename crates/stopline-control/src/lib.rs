@@ -22,5 +22,6 @@ pub mod reach;
 pub mod run;
 pub mod status;
 pub mod tokens;
+pub mod trip;
 
 pub use context::Context;

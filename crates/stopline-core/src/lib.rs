@@ -12,6 +12,7 @@
 pub mod admission;
 pub mod budget;
 pub mod epoch;
+pub mod evidence;
 pub mod fourmode;
 pub mod latch;
 pub mod ops;
@@ -26,6 +27,7 @@ pub mod wal;
 
 pub use admission::{admit, Decision, Level, Mode, TaskClass};
 pub use epoch::{AuthorityStatus, EpochMap};
+pub use evidence::{BreakerKind, EvidenceRecord};
 pub use latch::{ActiveLatch, LatchRecord};
 pub use refusal::{Refusal, RefusalCode};
 pub use scope::{Name, Scope};

@@ -12,30 +12,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use stopline_core::{Refusal, RefusalCode};
 
-/// The kinds of agent breaker (SPEC §5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BreakerKind {
-    /// Calls the agent was not authorized to make.
-    UnauthorizedCalls,
-    /// Egress the gateway refused.
-    RefusedEgress,
-    /// A monitor's anomaly score.
-    AnomalyScore,
-    /// A budget ran out.
-    BudgetExhausted,
-}
-
-impl BreakerKind {
-    /// The stable name (`by: "breaker:<kind>"`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BreakerKind::UnauthorizedCalls => "unauthorized_calls",
-            BreakerKind::RefusedEgress => "refused_egress",
-            BreakerKind::AnomalyScore => "anomaly_score",
-            BreakerKind::BudgetExhausted => "budget_exhausted",
-        }
-    }
-}
+/// The kinds of agent breaker (SPEC §5), shared with every surface that trips.
+pub use stopline_core::BreakerKind;
 
 /// A trip to carry out: what crossed which threshold.
 #[derive(Debug, Clone, PartialEq)]

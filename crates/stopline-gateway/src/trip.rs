@@ -1,14 +1,15 @@
-//! Carrying out a breaker trip: an agent-scoped latch (level from `[breakers] trip_level`,
-//! `by: "breaker:<kind>"`), an `evidence-record.v1` in the evidence log, and an alert (a log line,
-//! plus the configured webhook or command).
+//! Carrying out a gateway's breaker trip: `stopline_control::trip::trip` (the agent-scoped latch,
+//! level from `[breakers] trip_level`, `by: "breaker:<kind>"`, then the `evidence-record.v1`),
+//! then what only a gateway does: remember the trip's latch, refresh the view, and raise the
+//! alert (a log line, plus the configured webhook or command).
 //!
-//! The latch comes first and through the same engage verb every surface uses; evidence and
-//! alerts follow and their failures are logged, never allowed to undo or delay the stop.
+//! The latch comes first; evidence and alerts follow and their failures are logged, never
+//! allowed to undo or delay the stop.
 
 use crate::breaker::{BreakerKind, TripOrder};
 use crate::governor::Governor;
-use serde_json::{json, Map, Value};
-use stopline_control::engage;
+use serde_json::Value;
+use stopline_control::trip::Surface;
 use stopline_core::budget::BudgetKind;
 
 /// Trip `agent`'s breaker for an exhausted budget (once).
@@ -47,61 +48,26 @@ pub(crate) fn spawn_trip(gov: Governor, order: TripOrder) {
 }
 
 fn trip(gov: &Governor, order: &TripOrder) {
-    let kind = order.kind.as_str();
-    let caller = engage::Caller {
-        token: None,
-        by: Some(format!("breaker:{kind}")),
-        local: true,
+    let trip = stopline_control::trip::Trip {
+        agent: order.agent.clone(),
+        breaker: order.kind,
+        trigger: order.trigger.clone(),
+        threshold: order.threshold,
+        observed: order.observed,
+        level: gov.inner.config.trip_level,
+        surface: Surface::Gateway(gov.server_id().to_string()),
     };
-    let reason = format!(
-        "breaker {kind} tripped: {} (observed {}, threshold {})",
-        order.trigger, order.observed, order.threshold
-    );
-    let level = gov.inner.config.trip_level.as_str();
-    let scope = format!("agent:{}", order.agent);
-    let receipt = engage::engage(&gov.inner.ctx, &caller, &scope, Some(level), &reason);
-    let latch = match &receipt {
-        Ok(receipt) => receipt["latch"]["id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        Err(refusal) => {
-            tracing::error!(agent = %order.agent, kind, %refusal, "breaker trip could not engage a latch");
-            String::new()
-        }
-    };
+    let tripped = stopline_control::trip::trip(&gov.inner.ctx, &trip);
+    let latch = tripped.latch.clone().unwrap_or_default();
     if !latch.is_empty() {
         gov.inner
             .agents
             .tripped(&order.agent, &format!("{latch}.json"));
         gov.inner.view.refresh_fast();
     }
-    let now = gov.now_ms();
-    let record = json!({
-        "schema": "evidence-record.v1",
-        "agent": order.agent,
-        "kind": if order.kind == BreakerKind::BudgetExhausted { "budget_exhausted" } else { "breaker" },
-        "breaker": kind,
-        "trigger": order.trigger,
-        "threshold": order.threshold,
-        "observed": order.observed,
-        "latch": latch,
-        "level": level,
-        "gateway": gov.server_id(),
-        "ts": stopline_store::env::rfc3339(now),
-    });
-    // The log line's own `kind` is the record's kind (the chain writes it), so it is not
-    // repeated among the fields.
-    let mut fields: Map<String, Value> = record.as_object().cloned().unwrap_or_default();
-    let evidence_kind = fields
-        .remove("kind")
-        .and_then(|k| k.as_str().map(String::from))
-        .unwrap_or_default();
-    if let Err(error) = gov.inner.ctx.store.append_evidence(&evidence_kind, fields) {
-        tracing::error!(%error, "cannot append the breaker's evidence record");
-    }
+    let kind = order.kind.as_str();
     tracing::warn!(agent = %order.agent, kind, latch, trigger = %order.trigger, "ALERT: breaker tripped");
-    alert(gov, &record);
+    alert(gov, &tripped.record.to_json());
 }
 
 fn alert(gov: &Governor, record: &Value) {

@@ -2,16 +2,16 @@
 //!
 //! The `tool_calls` budget is reserved before a call is admitted, so concurrent calls can never
 //! overrun it; `wall_clock_s` is judged from the token's issue time. Exhausting a budget, or
-//! reaching the `unauthorized_calls` threshold, trips the agent's breaker once: an agent latch
-//! at the configured level engaged `by: "breaker:<kind>"`, then an `evidence-record.v1` saying
-//! why. Counts live in this process only; the gateway's ledger is the one that spans processes.
+//! reaching the `unauthorized_calls` threshold, trips the agent's breaker once per trigger
+//! through `stopline_control::trip::trip`: an agent latch at the configured level engaged
+//! `by: "breaker:<kind>"`, then an `evidence-record.v1` saying why. Counts live in this process only; the gateway's ledger is the one that spans processes.
 
-use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use stopline_control::{engage, Context};
+use stopline_control::trip::{Surface, Trip};
+use stopline_control::Context;
 use stopline_core::budget::BudgetKind;
-use stopline_core::{Level, Refusal, RefusalCode};
+use stopline_core::{BreakerKind, Level, Refusal, RefusalCode};
 use stopline_token::Claims;
 
 /// Per-agent counters and the trip action.
@@ -43,7 +43,13 @@ impl Breakers {
         if let Some(&limit) = claims.budgets.get(&BudgetKind::WallClockS) {
             let elapsed = (now_s - claims.iat) as f64;
             if elapsed > limit {
-                self.trip(&agent, "budget_exhausted", "wall_clock_s", limit, elapsed);
+                self.trip(
+                    &agent,
+                    BreakerKind::BudgetExhausted,
+                    "wall_clock_s",
+                    limit,
+                    elapsed,
+                );
                 return Err(Refusal::new(
                     RefusalCode::BudgetExhausted,
                     format!("wall_clock_s budget {limit} exhausted"),
@@ -64,7 +70,7 @@ impl Breakers {
         };
         self.trip(
             &agent,
-            "budget_exhausted",
+            BreakerKind::BudgetExhausted,
             "tool_calls",
             limit,
             observed as f64,
@@ -86,7 +92,7 @@ impl Breakers {
         if observed >= self.unauthorized_threshold {
             self.trip(
                 agent,
-                "breaker",
+                BreakerKind::UnauthorizedCalls,
                 "unauthorized_calls",
                 self.unauthorized_threshold as f64,
                 observed as f64,
@@ -94,8 +100,16 @@ impl Breakers {
         }
     }
 
-    /// Trip `agent`'s breaker once per trigger: the latch first, then the evidence.
-    fn trip(&self, agent: &str, kind: &str, trigger: &str, threshold: f64, observed: f64) {
+    /// Trip `agent`'s breaker once per trigger: the latch first, then the evidence
+    /// (`stopline_control::trip::trip`, as the gateway and the run loop do).
+    fn trip(
+        &self,
+        agent: &str,
+        breaker: BreakerKind,
+        trigger: &str,
+        threshold: f64,
+        observed: f64,
+    ) {
         if agent.is_empty()
             || !self
                 .tripped
@@ -105,36 +119,16 @@ impl Breakers {
         {
             return;
         }
-        let caller = engage::Caller {
-            token: None,
-            by: Some(format!("breaker:{trigger}")),
-            local: true,
+        tracing::warn!(%agent, breaker = breaker.as_str(), %trigger, observed, threshold, "breaker tripped");
+        let trip = Trip {
+            agent: agent.to_string(),
+            breaker,
+            trigger: trigger.to_string(),
+            threshold,
+            observed,
+            level: self.trip_level,
+            surface: Surface::Stdio,
         };
-        let reason = format!("{kind}: {trigger} reached {observed} (threshold {threshold})");
-        let latch = match engage::engage(
-            &self.ctx,
-            &caller,
-            &format!("agent:{agent}"),
-            Some(self.trip_level.as_str()),
-            &reason,
-        ) {
-            Ok(receipt) => receipt["latch"]["id"].clone(),
-            Err(refusal) => {
-                tracing::error!(%agent, code = %refusal.code, "a breaker trip could not engage: {}", refusal.message);
-                // An empty latch id: the schema's convention for a trip whose engage failed.
-                Value::String(String::new())
-            }
-        };
-        tracing::warn!(%agent, %kind, %trigger, observed, threshold, "breaker tripped");
-        let record = json!({
-            "schema": "evidence-record.v1", "agent": agent, "kind": kind, "trigger": trigger,
-            "threshold": threshold, "observed": observed, "latch": latch,
-            "ts": stopline_store::env::rfc3339(self.ctx.store.now_ms()),
-        });
-        if let Value::Object(record) = record {
-            if let Err(error) = self.ctx.store.append_evidence(kind, record) {
-                tracing::error!(%agent, "the evidence record was not written: {error}");
-            }
-        }
+        stopline_control::trip::trip(&self.ctx, &trip);
     }
 }

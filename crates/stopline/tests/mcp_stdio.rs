@@ -354,3 +354,50 @@ fn closing_the_agents_stdin_closes_the_servers_so_it_ends_on_its_own() {
         "the server never saw its input end (it was killed instead)"
     );
 }
+
+#[test]
+fn an_exhausted_tool_call_budget_trips_the_agents_breaker_by_its_kind_with_a_valid_record() {
+    let home = Home::new();
+    std::fs::create_dir_all(home.path()).unwrap();
+    let token = home.token(&["--agent", "spender", "--budget", "tool_calls=1"]);
+    let mut client = proxied_client(&home, &token);
+    assert_eq!(
+        client.call("echo", json!({"message": "one"}))["text"][0],
+        "Echo: one"
+    );
+    assert_eq!(
+        refusal_code(&client.call("echo", json!({"message": "two"}))),
+        "budget_exhausted"
+    );
+    // The latch is named after the breaker kind, as every surface names it (SPEC §5:
+    // `breaker:<kind>`), not after the budget that ran out.
+    let status = home.status();
+    let latch = status["latches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["scope"] == "agent:spender")
+        .unwrap_or_else(|| panic!("no breaker latch: {status}"))
+        .clone();
+    assert_eq!(latch["by"], "breaker:budget_exhausted", "{latch}");
+    let records = home.valid_evidence();
+    let record = records
+        .iter()
+        .find(|r| r["agent"] == "spender")
+        .unwrap_or_else(|| panic!("no evidence record: {records:?}"));
+    assert_eq!(
+        (
+            record["kind"].as_str(),
+            record["breaker"].as_str(),
+            record["trigger"].as_str(),
+            record["latch"].as_str()
+        ),
+        (
+            Some("budget_exhausted"),
+            Some("budget_exhausted"),
+            Some("tool_calls"),
+            latch["id"].as_str()
+        ),
+        "{record}"
+    );
+}

@@ -187,36 +187,8 @@ impl Recorder {
         self.register(&registered, Some(cause));
     }
 
-    /// Append a budget-exhaustion record (`evidence-record.v1`, kind `budget_exhausted`,
-    /// trigger `wall_clock_s`, as the gateway and the stdio governor file theirs).
-    pub fn wall_clock(
-        &mut self,
-        status: &WorkerStatus,
-        budget_s: f64,
-        observed_s: f64,
-        latch: Option<&str>,
-        level: &str,
-    ) {
-        let record = json!({
-            "schema": "evidence-record.v1",
-            "agent": status.agent,
-            "run": status.run_id,
-            "breaker": "budget_exhausted",
-            "trigger": "wall_clock_s",
-            "threshold": budget_s,
-            "observed": observed_s,
-            // Empty when the engage failed (the schema's convention; the warning says why).
-            "latch": latch.unwrap_or_default(),
-            "level": level,
-            "ts": stopline_store::env::rfc3339(self.store.now_ms()),
-        });
-        let fields = record.as_object().cloned().unwrap_or_default();
-        if let Err(error) = self.store.append_evidence("budget_exhausted", fields) {
-            self.warn(format!("wall-clock evidence not appended: {error}"));
-        }
-    }
-
-    fn warn(&mut self, warning: String) {
+    /// Keep `warning` for the end of the run (and log it).
+    pub(crate) fn warn(&mut self, warning: String) {
         tracing::error!("{warning}");
         self.warnings.push(warning);
     }

@@ -486,37 +486,23 @@ impl Supervision {
             return None;
         }
         let (budget_s, level) = (wall_clock.budget_s, wall_clock.level);
-        let agent = self.worker.status().agent;
-        let caller = crate::engage::Caller {
-            token: None,
-            by: Some("breaker:wall_clock".into()),
-            local: true,
+        let status = self.worker.status();
+        let trip = crate::trip::Trip {
+            agent: status.agent,
+            breaker: stopline_core::BreakerKind::BudgetExhausted,
+            trigger: "wall_clock_s".into(),
+            threshold: budget_s,
+            observed: elapsed.as_secs_f64(),
+            level,
+            surface: crate::trip::Surface::RunWallClock(status.run_id),
         };
-        let reason = format!(
-            "breaker wall_clock tripped: the wall_clock_s budget of {budget_s} s ran out (observed {:.3} s)",
-            elapsed.as_secs_f64()
-        );
-        let scope = format!("agent:{agent}");
-        let latch = match crate::engage::engage(
-            &self.ctx,
-            &caller,
-            &scope,
-            Some(level.as_str()),
-            &reason,
-        ) {
-            Ok(receipt) => receipt["latch"]["id"].as_str().map(str::to_string),
-            Err(refusal) => {
-                tracing::error!(%refusal, "the wall-clock breaker could not engage a latch; killing anyway");
-                None
-            }
-        };
-        self.recorder.wall_clock(
-            &self.worker.status(),
-            budget_s,
-            elapsed.as_secs_f64(),
-            latch.as_deref(),
-            level.as_str(),
-        );
+        // A failed engage is logged by the trip; the run is killed anyway.
+        let tripped = crate::trip::trip(&self.ctx, &trip);
+        if let Some(error) = tripped.evidence_error {
+            self.recorder
+                .warn(format!("wall-clock evidence not appended: {error}"));
+        }
+        let latch = tripped.latch;
         let cause = StopCause::WallClock { latch, budget_s };
         self.wall_clock_tripped = Some(cause.clone());
         Some(cause)

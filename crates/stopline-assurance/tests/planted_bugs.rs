@@ -84,8 +84,17 @@ fn an_operation_in_doubt_that_blocks_everyone_is_found() {
 }
 
 #[test]
+fn a_journal_snapshot_that_drops_a_dispatched_operation_unblocks_its_agent_and_is_found() {
+    found(
+        PlantedBug::CompactionDropsDispatched,
+        "op-compaction",
+        Property::DoubtBlocksOnlyItsAgent,
+    );
+}
+
+#[test]
 fn without_a_planted_bug_the_operation_scenarios_pass() {
-    for only in ["op-cut-resolves-later", "op-cut-no-answer"] {
+    for only in ["op-cut-resolves-later", "op-cut-no-answer", "op-compaction"] {
         let report = check(PlantedBug::None, only);
         assert!(report.ok(), "{}", report.text());
     }

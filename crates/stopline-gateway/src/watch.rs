@@ -6,7 +6,9 @@
 //! (latches first, see `view.rs`). A queue overflow, a lost watch or any read error triggers a full
 //! refresh and a note in status; if the watch cannot be kept at all, the thread ends and the
 //! gateway degrades to the periodic reload, saying so. The periodic thread does a full refresh
-//! every `reload_interval_ms`. Both are OS threads so request load cannot starve them.
+//! every `reload_interval_ms` (which reads each operation journal's open-set snapshot and what
+//! follows it, never the history) and, at start and every minute, rewrites the snapshots of
+//! journals that grew. Both are OS threads so request load cannot starve them.
 
 use crate::view::ViewHolder;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
@@ -136,12 +138,27 @@ fn watch_loop(view: &ViewHolder, stop: &AtomicBool) -> std::io::Result<()> {
     Ok(())
 }
 
+/// How often the periodic thread rewrites the operation journals' open-set snapshots.
+const OPS_UPKEEP_EVERY: Duration = Duration::from_secs(60);
+
 /// Start the periodic full reload thread.
 pub fn spawn_periodic(view: Arc<ViewHolder>, interval: Duration, stop: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new()
         .name("stopline-view-reload".into())
         .spawn(move || {
+            let mut last_upkeep: Option<std::time::Instant> = None;
             while !stop.load(Ordering::SeqCst) {
+                // Upkeep of the operation journals: at start and then every minute, the open-set
+                // snapshot of every journal that grew (a gone writer's above all, which nobody
+                // else will ever snapshot), so reloads and gates read the open set, not the
+                // history. Derived data: a failure is only logged.
+                if last_upkeep.is_none_or(|t| t.elapsed() >= OPS_UPKEEP_EVERY) {
+                    last_upkeep = Some(std::time::Instant::now());
+                    let (_, errors) = view.store().snapshot_ops_journals(1);
+                    for error in errors {
+                        tracing::warn!(%error, "cannot snapshot an operation journal");
+                    }
+                }
                 std::thread::sleep(interval);
                 // A reader that can take the WAL lock without waiting finishes the records an
                 // engage had to defer (SPEC §12.1); never waits, and a failure is only logged:

@@ -24,6 +24,7 @@ pub mod halts;
 pub mod keys;
 pub mod layout;
 pub mod ops;
+pub mod ops_snapshot;
 pub mod plane;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;

@@ -29,6 +29,8 @@ pub struct OpsJournal {
     path: PathBuf,
     /// Set once the journal's directory entry (and `ops/`'s own) is durable.
     entry_durable: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Bytes appended since this writer last rewrote its journal's open-set snapshot.
+    since_snapshot: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The census of unresolved operations (SPEC §4 status `unresolved`).
@@ -145,11 +147,13 @@ impl Store {
             writer,
             path,
             entry_durable: Default::default(),
+            since_snapshot: Default::default(),
         })
     }
 
-    /// Read every journal: (writer, lines) pairs and errors.
-    fn read_journals(&self) -> (Vec<(String, Vec<OpLine>)>, Vec<String>) {
+    /// Read every journal: (writer, lines) pairs and errors. `hot` reads each journal's
+    /// open-set snapshot and only what follows it (`ops_snapshot.rs`); otherwise every line.
+    fn read_journals(&self, hot: bool) -> (Vec<(String, Vec<OpLine>)>, Vec<String>) {
         let dir = self.layout.ops();
         let names = match self.fs.read_dir(&dir) {
             Ok(names) => names,
@@ -160,37 +164,40 @@ impl Store {
         };
         let mut journals = Vec::new();
         let mut errors = Vec::new();
-        for name in names.iter().filter(|n| n.ends_with(".jsonl")) {
+        for name in names.iter().filter(|n| crate::ops_snapshot::is_journal(n)) {
             let writer = name.trim_end_matches(".jsonl").to_string();
-            let bytes = match self.fs.read(&dir.join(name)) {
-                Ok(bytes) => bytes,
-                Err(error) => {
-                    errors.push(format!("ops/{name} is unreadable: {error}"));
-                    continue;
-                }
+            let read = if hot {
+                self.read_journal_hot(name)
+            } else {
+                self.read_journal_whole(name)
             };
-            let complete = match bytes.iter().rposition(|&b| b == b'\n') {
-                Some(end) => &bytes[..=end],
-                None => &bytes[..0],
-            };
-            let mut lines = Vec::new();
-            for (number, line) in complete.split(|&b| b == b'\n').enumerate() {
-                if line.is_empty() {
-                    continue;
+            match read {
+                Ok(journal) => {
+                    errors.extend(journal.errors);
+                    journals.push((writer, journal.lines));
                 }
-                match serde_json::from_slice::<OpLine>(line) {
-                    Ok(line) => lines.push(line),
-                    Err(error) => errors.push(format!("ops/{name} line {}: {error}", number + 1)),
-                }
+                Err(error) => errors.push(error),
             }
-            journals.push((writer, lines));
         }
         (journals, errors)
     }
 
-    /// Every operation, folded across journals, with registry errors.
+    /// Every operation, folded across journals, with registry errors: the whole history
+    /// (`ops list`, evidence, drills). Gates read [`Store::open_operations`].
     pub fn operations(&self) -> (BTreeMap<String, Operation>, Vec<String>) {
-        let (journals, errors) = self.read_journals();
+        Self::fold_journals(self.read_journals(false))
+    }
+
+    /// The operations the journals leave open — every unresolved one, and whatever else their
+    /// snapshots have not yet folded away — with registry errors. What gates read: its cost
+    /// depends on the open set and the lines since each journal's snapshot, not the history.
+    pub fn open_operations(&self) -> (BTreeMap<String, Operation>, Vec<String>) {
+        Self::fold_journals(self.read_journals(true))
+    }
+
+    fn fold_journals(
+        (journals, errors): (Vec<(String, Vec<OpLine>)>, Vec<String>),
+    ) -> (BTreeMap<String, Operation>, Vec<String>) {
         let lines = journals
             .iter()
             .flat_map(|(writer, lines)| lines.iter().map(move |l| (writer.as_str(), l.clone())));
@@ -199,7 +206,7 @@ impl Store {
 
     /// The census of unresolved file, destination and model operations.
     pub fn census(&self) -> Census {
-        let (ops, errors) = self.operations();
+        let (ops, errors) = self.open_operations();
         let mut census = Census {
             errors,
             ..Census::default()
@@ -259,7 +266,7 @@ impl Store {
     /// Unresolved operations prepared more than `older_than_ms` ago (the age-based in-doubt query).
     pub fn in_doubt_older_than(&self, older_than_ms: i64) -> Vec<Operation> {
         let now = self.env.now_ms();
-        let (ops, _) = self.operations();
+        let (ops, _) = self.open_operations();
         ops.into_values()
             .filter(|op| op.is_unresolved() && now - op.prepared_ms > older_than_ms)
             .collect()
@@ -280,7 +287,7 @@ impl Store {
                 format!("outcome {outcome:?} is not committed, failed or abandoned"),
             ));
         }
-        let (ops, _) = self.operations();
+        let (ops, _) = self.open_operations();
         let Some(op) = ops.get(op_id).filter(|op| op.is_unresolved()).cloned() else {
             return Err(StoreError::refused(
                 RefusalCode::OperationUnknown,
@@ -330,7 +337,24 @@ impl OpsJournal {
         if sync {
             self.make_entry_durable()?;
         }
+        self.note_appended(bytes.len() as u64);
         Ok(())
+    }
+
+    /// Every [`crate::ops_snapshot::SNAPSHOT_EVERY_BYTES`] appended, rewrite this journal's
+    /// open-set snapshot, so readers never read more than that much of its history. The line
+    /// is durable already; a snapshot that cannot be written only leaves readers more to read.
+    fn note_appended(&self, bytes: u64) {
+        use std::sync::atomic::Ordering;
+        let total = self.since_snapshot.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        if total < crate::ops_snapshot::SNAPSHOT_EVERY_BYTES {
+            return;
+        }
+        self.since_snapshot.store(0, Ordering::SeqCst);
+        let name = format!("{}.jsonl", self.writer);
+        if let Err(error) = self.store.snapshot_ops_journal(&name, 1) {
+            tracing::warn!(%error, journal = %name, "cannot rewrite the journal's open-set snapshot");
+        }
     }
 
     /// The first synced line creates the journal: fsync `ops/` (its entry) and the home (the

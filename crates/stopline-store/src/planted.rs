@@ -27,4 +27,8 @@ pub enum PlantedBug {
     /// (`wal_deferred`): a latch is cleared whose `latch_engaged` and epoch advance the WAL
     /// never recorded ("every stop is on the record" fails).
     SkipDeferredRecord,
+    /// The operation journal's snapshot treats a dispatched operation as resolved, so a
+    /// compaction drops an operation whose outcome was never recorded: its agent is no longer
+    /// blocked on its target ("an operation in doubt blocks its own agent" fails).
+    CompactionDropsDispatched,
 }

@@ -390,6 +390,9 @@ pub enum OpsCommand {
         #[arg(long, value_name = "SECS")]
         older_than: Option<u64>,
     },
+    /// Rewrite the open-set snapshot of every journal that grew, so gates read the open
+    /// operations and not the history (a gateway does this every minute; the history stays).
+    Compact,
     /// Owner console: record the outcome of an unresolved operation.
     Reconcile {
         /// The operation id.

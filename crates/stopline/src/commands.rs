@@ -606,6 +606,22 @@ fn recover_command(ctx: &Context, command: RecoverCommand, json: bool) -> Result
 
 fn ops_command(ctx: &Context, command: OpsCommand, json: bool) -> Result<i32, Refusal> {
     match command {
+        OpsCommand::Compact => {
+            let (written, errors) = ctx.store.snapshot_ops_journals(1);
+            let receipt = json!({"snapshots_written": written, "errors": errors});
+            output::receipt(json, &receipt, |r| {
+                format!(
+                    "{} journal snapshot(s) rewritten{}",
+                    r["snapshots_written"],
+                    if errors.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; errors: {}", compact(&r["errors"]))
+                    }
+                )
+            });
+            Ok(if errors.is_empty() { 0 } else { 1 })
+        }
         OpsCommand::List {
             unresolved,
             older_than,

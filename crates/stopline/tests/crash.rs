@@ -365,3 +365,103 @@ fn crash_at_every_step_of_recovery_apply() {
         );
     }
 }
+
+/// A home whose `ops/` holds the journal of a gateway that is gone: 40 resolved tool calls by
+/// `worker`, then one dispatched on `mcp:s:write` whose outcome was never recorded.
+fn prepare_ops_home() -> Home {
+    let home = Home::new();
+    home.run(&["init"]).assert_ok();
+    let mut lines = String::new();
+    let line = |op: &str, phase: &str, extra: &str| {
+        format!("{{\"op\":\"{op}\",\"phase\":\"{phase}\",\"ts\":\"2026-12-03T00:00:00Z\",\"ts_ms\":1{extra}}}\n")
+    };
+    for i in 0..40 {
+        let op = format!("op_done{i:04}");
+        lines += &line(
+            &op,
+            "prepared",
+            ",\"target\":\"mcp:s:echo\",\"agent\":\"worker\"",
+        );
+        lines += &line(&op, "dispatched", "");
+        lines += &line(&op, "outcome", ",\"outcome\":\"committed\"");
+    }
+    lines += &line(
+        "op_open",
+        "prepared",
+        ",\"target\":\"mcp:s:write\",\"agent\":\"worker\"",
+    );
+    lines += &line("op_open", "dispatched", "");
+    std::fs::create_dir_all(home.file("ops")).unwrap();
+    util::write(&home.file("ops/gateway-1-1.jsonl"), lines.as_bytes());
+    home
+}
+
+/// The operation without outcome is still in doubt and still blocks its agent on its target.
+fn assert_open_op_kept(home: &Home, name: &str) {
+    let list = home.run(&["ops", "list", "--unresolved"]);
+    list.assert_ok();
+    let ops = list.json()["operations"].clone();
+    assert_eq!(
+        ops.as_array().map(|a| a.len()),
+        Some(1),
+        "{name}: exactly the open operation is unresolved: {ops}"
+    );
+    assert_eq!(ops[0]["op"], "op_open", "{name}: {ops}");
+    assert_eq!(ops[0]["blocking"], true, "{name}: {ops}");
+    let (code, check) = home.check(&[
+        "--class",
+        "noncritical",
+        "--agent",
+        "worker",
+        "--target",
+        "mcp:s:write",
+    ]);
+    assert_eq!(
+        code, 4,
+        "{name}: the agent is blocked on its target: {check}"
+    );
+    assert_eq!(check["code"], "unresolved_operation", "{name}: {check}");
+    let (code, check) = home.check(&[
+        "--class",
+        "noncritical",
+        "--agent",
+        "worker",
+        "--target",
+        "mcp:s:echo",
+    ]);
+    assert_eq!(
+        code, 0,
+        "{name}: resolved operations block nothing: {check}"
+    );
+}
+
+#[test]
+fn crash_at_every_step_of_an_operation_journal_snapshot() {
+    let names = trace(&prepare_ops_home(), &["ops", "compact"], false);
+    assert!(
+        names.iter().any(|n| n == "ops.snapshot.rename")
+            && names.iter().any(|n| n == "ops.snapshot.dirsync"),
+        "the snapshot's steps are failpoints: {names:?}"
+    );
+    for name in &names {
+        let home = prepare_ops_home();
+        let out = home
+            .command(&["ops", "compact"])
+            .env("STOPLINE_FAILPOINTS", format!("{name}=crash"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.signal(),
+            Some(6),
+            "{name}: the process must abort at its failpoint"
+        );
+        assert_open_op_kept(&home, name);
+        // Whatever survived, compacting again works, and keeps exactly the open operation.
+        home.run(&["ops", "compact"]).assert_ok();
+        assert_open_op_kept(&home, name);
+        assert!(
+            home.file("ops/gateway-1-1.open.json").exists(),
+            "{name}: the snapshot was written"
+        );
+    }
+}

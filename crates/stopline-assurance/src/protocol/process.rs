@@ -58,6 +58,9 @@ pub enum ProcSpec {
     /// Another process finishing deferred records (`Store::finish_deferred`, a gateway's
     /// periodic reload or `status`).
     FinishDeferred,
+    /// A gateway's journal upkeep (`Store::snapshot_ops_journals`, also `stopline ops
+    /// compact`): every operation journal's open-set snapshot rewritten at its end.
+    CompactOps,
     /// A gateway admission: `Store::load_view`, verify the token, `ControlView::decide`.
     Admission {
         /// The token minted at e0.
@@ -118,6 +121,8 @@ pub enum Outcome {
     Stalled,
     /// `finish_deferred` returned Ok.
     Finished,
+    /// `snapshot_ops_journals` returned without an error.
+    Compacted,
     /// Recover apply returned Ok.
     Recovered {
         /// The receipt's `recovered`.
@@ -181,6 +186,7 @@ impl ProcSpec {
             ProcSpec::Admission { .. } => "gateway admission".into(),
             ProcSpec::StalledReader => "reader stalled holding the WAL lock".into(),
             ProcSpec::FinishDeferred => "finish deferred records".into(),
+            ProcSpec::CompactOps => "compact the operation journals".into(),
         }
     }
 
@@ -291,6 +297,12 @@ impl ProcSpec {
             ProcSpec::FinishDeferred => match store.finish_deferred() {
                 Ok(_) => Outcome::Finished,
                 Err(e) => failed(e),
+            },
+            ProcSpec::CompactOps => match store.snapshot_ops_journals(1) {
+                (_, errors) if errors.is_empty() => Outcome::Compacted,
+                (_, errors) => Outcome::Failed {
+                    code: errors.join("; "),
+                },
             },
         }
     }

@@ -310,7 +310,31 @@ pub fn operations() -> Vec<Scenario> {
         ];
         out.push(s.finish(name, title, racers, later, None));
     }
+    out.push(op_compaction());
     out
+}
+
+/// A gateway's tool call by `worker` (a sub-agent of `lead`) raced by the journal upkeep that
+/// rewrites every journal's open-set snapshot, crashed at every step of both: whatever the
+/// snapshot folded away, an operation whose outcome was never recorded stays in doubt and keeps
+/// blocking its agent, and one whose outcome was recorded never does.
+pub fn op_compaction() -> Scenario {
+    let racers = vec![
+        ProcSpec::Operation {
+            target: "mcp:s:write".into(),
+            agent: "worker".into(),
+            root: "lead".into(),
+            answer: OpAnswer::Committed,
+        },
+        ProcSpec::CompactOps,
+    ];
+    Setup::new().finish(
+        "op-compaction",
+        "a tool call raced by the journal upkeep that snapshots its open set, crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    )
 }
 
 /// An emergency engage whose WAL record and epoch advance were deferred, raced by a process

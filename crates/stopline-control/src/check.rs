@@ -101,16 +101,17 @@ fn decide(ctx: &Context, request: &CheckRequest) -> Result<CheckReceipt, Refusal
     } else {
         TaskClass::Noncritical
     };
-    if claims.epoch > view.epoch.seq {
+    let authority = Authority {
+        issue_epoch: claims.epoch,
+    };
+    if authority.minted_after(&view) {
         // A token minted a moment ago is not refused as future: re-read before judging.
         view = ctx.plane.load_view();
     }
     Ok(view.decide(
         &subject,
         class,
-        Some(Authority {
-            issue_epoch: claims.epoch,
-        }),
+        Some(authority),
         request.target.as_deref(),
         now_ms,
     ))

@@ -112,7 +112,11 @@ pub fn verify(ctx: &Context, token: &str) -> Value {
             Err(error) => Some(error.verify_code().to_string()),
             Ok(claims) => {
                 let mut view = ctx.plane.load_view();
-                if claims.epoch > view.epoch.seq {
+                let authority = stopline_core::view::Authority {
+                    issue_epoch: claims.epoch,
+                };
+                if authority.minted_after(&view) {
+                    // A token minted a moment ago: re-read before judging it as future.
                     view = ctx.plane.load_view();
                 }
                 match view.faults.first() {

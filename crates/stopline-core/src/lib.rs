@@ -11,6 +11,7 @@
 
 pub mod admission;
 pub mod budget;
+pub mod call;
 pub mod epoch;
 pub mod evidence;
 pub mod fourmode;

@@ -18,9 +18,10 @@ use crate::caller::Caller;
 use crate::governor::Governor;
 use std::time::{Duration, Instant};
 use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_core::call::{allowed_tool, must_cut};
 use stopline_core::ops::{blocks_of, target_kind, BlockScope};
-use stopline_core::view::Blocker;
-use stopline_core::{Decision, Mode, Refusal, RefusalCode, TaskClass};
+use stopline_core::view::{Authority, Blocker};
+use stopline_core::{Decision, Refusal, RefusalCode, TaskClass};
 use stopline_store::ops::OpOwner;
 
 /// What one call asks for; built by the surfaces.
@@ -89,14 +90,9 @@ impl Governor {
             )));
         }
         let config = config.cloned().unwrap_or_default();
-        if let Some(allowed) = &config.allowed_tools {
-            if !allowed.iter().any(|t| t == tool) {
-                self.note_unauthorized(caller, &format!("tool_not_allowed mcp:{server}:{tool}"));
-                return Err(self.refused(Refusal::new(
-                    RefusalCode::ToolNotAllowed,
-                    format!("{tool:?} is not in {server}'s allowed_tools"),
-                )));
-            }
+        if let Err(refusal) = allowed_tool(config.allowed_tools.as_deref(), server, tool) {
+            self.note_unauthorized(caller, &format!("tool_not_allowed mcp:{server}:{tool}"));
+            return Err(self.refused(refusal));
         }
         let critical = config.critical_tools.iter().any(|t| t == tool);
         // `readOnlyHint` is an untrusted hint (MCP): it spares the operation record only for a
@@ -583,25 +579,18 @@ pub struct CutWatch {
 }
 
 impl CutWatch {
-    /// The reason to cut now, if any.
+    /// The reason to cut now, if any: `stopline_core::call::must_cut`, the stdio governor's rule.
     pub fn check(&self) -> Option<Refusal> {
         let snapshot = self.gov.snapshot();
-        if let Some(fault) = snapshot.view.faults.first() {
-            return Some(fault.clone());
-        }
-        let now = self.gov.now_ms();
-        if snapshot.view.state.effective(now) != stopline_core::ControlState::Running {
-            return Some(Refusal::new(
-                RefusalCode::BreakGlassContained,
-                "the machine is contained",
-            ));
-        }
-        (snapshot.view.mode_for(self.caller.subject()) == Mode::Emergency).then(|| {
-            Refusal::new(
-                RefusalCode::BreakGlassContained,
-                "an emergency stop covers this agent; the stream was cut",
-            )
-        })
+        let authority = Authority {
+            issue_epoch: self.caller.claims().epoch,
+        };
+        must_cut(
+            &snapshot.view,
+            self.caller.subject(),
+            authority,
+            self.gov.now_ms(),
+        )
     }
 
     /// Wait until the caller must be cut.

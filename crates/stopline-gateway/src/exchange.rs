@@ -8,8 +8,8 @@
 //!
 //! - The client goes away (a dropped connection, a `curl -m 1`): the task carries on and records
 //!   the outcome; nothing is left in doubt because of it.
-//! - An EMERGENCY covers the agent (or the machine is contained, or the view can no longer be
-//!   trusted): the waiting agent is answered at once with its refusal — an HTTP refusal before the
+//! - An EMERGENCY covers the agent (or the machine is contained, a stop made its token stale, or
+//!   the view can no longer be trusted: `stopline_core::call::must_cut`): the waiting agent is answered at once with its refusal — an HTTP refusal before the
 //!   response has started, the route's own error event on a stream that has — and the exchange
 //!   goes on detached. It then has `cut_outcome_wait_s` to give its outcome; only if it does not
 //!   is the operation left in doubt (and a model operation in doubt blocks nobody: its cost

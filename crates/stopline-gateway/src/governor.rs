@@ -209,7 +209,7 @@ impl Governor {
             issue_epoch: caller.claims().epoch,
         };
         let fresh;
-        let snapshot = if authority.issue_epoch > snapshot.view.epoch.seq {
+        let snapshot = if authority.minted_after(&snapshot.view) {
             // A token minted a moment ago is not refused as future: re-read before judging.
             fresh = self.inner.view.refresh_fast();
             &fresh

@@ -21,11 +21,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use stopline_control::engage::verify_token;
 use stopline_control::Context;
+use stopline_core::call::{allowed_tool, must_cut};
 use stopline_core::view::Authority;
-use stopline_core::{
-    AuthorityStatus, CheckReceipt, ControlView, Decision, Mode, Refusal, RefusalCode, Role,
-    TaskClass,
-};
+use stopline_core::{CheckReceipt, ControlView, Decision, Refusal, RefusalCode, Role, TaskClass};
 use stopline_gateway::GatewayConfig;
 use stopline_store::ops::{OpOwner, OpsJournal};
 use stopline_token::Claims;
@@ -88,8 +86,11 @@ impl Inner {
         class: TaskClass,
         target: Option<&str>,
     ) -> CheckReceipt {
+        let authority = Authority {
+            issue_epoch: claims.epoch,
+        };
         let mut view = self.ctx.plane.load_view();
-        if claims.epoch > view.epoch.seq {
+        if authority.minted_after(&view) {
             view = self.ctx.plane.load_view(); // minted a moment ago: re-read before refusing as future
         }
         if class == TaskClass::Critical {
@@ -100,9 +101,7 @@ impl Inner {
         view.decide(
             &claims.subject(),
             class,
-            Some(Authority {
-                issue_epoch: claims.epoch,
-            }),
+            Some(authority),
             target,
             self.ctx.store.now_ms(),
         )
@@ -122,32 +121,6 @@ impl Inner {
         });
         receiver.clone()
     }
-}
-
-/// Why streams to `claims`' subject must be cut now, if they must.
-fn must_cut(view: &ControlView, claims: &Claims) -> Option<Refusal> {
-    // An unreachable distributed plane is not a stop: it refuses new noncritical calls, but a
-    // stream already admitted is cut only by a stop or a state that cannot be trusted.
-    if let Some(fault) = view
-        .faults
-        .iter()
-        .find(|f| f.code != RefusalCode::DistributedUnavailable)
-    {
-        return Some(fault.clone());
-    }
-    if matches!(claims.standing(&view.epoch), AuthorityStatus::Stale { .. }) {
-        return Some(Refusal::new(
-            RefusalCode::StaleControlEpoch,
-            "the token was revoked by a stop",
-        ));
-    }
-    let emergency = view.mode_for(&claims.subject()) == Mode::Emergency;
-    emergency.then(|| {
-        Refusal::new(
-            RefusalCode::BreakGlassContained,
-            "an emergency stop covers this agent",
-        )
-    })
 }
 
 fn claims(caller: &Caller) -> Result<&Claims, Refusal> {
@@ -193,13 +166,11 @@ impl Governor for LocalGovernor {
                 .cloned()
                 .unwrap_or_default();
             let tool = call.tool.as_deref().filter(|_| call.method == "tools/call");
-            if let (Some(tool), Some(allowed)) = (tool, &server.allowed_tools) {
-                if !allowed.iter().any(|t| t == tool) {
+            if let Some(tool) = tool {
+                let allowed = allowed_tool(server.allowed_tools.as_deref(), &call.server, tool);
+                if let Err(refusal) = allowed {
                     self.inner.breakers.unauthorized(&caller.agent);
-                    return Err(Refusal::new(
-                        RefusalCode::ToolNotAllowed,
-                        format!("{tool:?} is not in {}'s allowed_tools", call.server),
-                    ));
+                    return Err(refusal);
                 }
             }
             let critical = tool.is_some_and(|t| server.critical_tools.iter().any(|c| c == t))
@@ -275,6 +246,7 @@ impl Governor for LocalGovernor {
 
     fn cut(&self, caller: &Caller) -> BoxFuture<'static, Refusal> {
         let mut rx = self.inner.watch();
+        let store = self.inner.ctx.store.clone();
         let claims = claims(caller).cloned();
         Box::pin(async move {
             let claims = match claims {
@@ -282,7 +254,13 @@ impl Governor for LocalGovernor {
                 Err(refusal) => return refusal,
             };
             loop {
-                if let Some(refusal) = must_cut(&rx.borrow_and_update(), &claims) {
+                let authority = Authority {
+                    issue_epoch: claims.epoch,
+                };
+                let now = store.now_ms();
+                if let Some(refusal) =
+                    must_cut(&rx.borrow_and_update(), &claims.subject(), authority, now)
+                {
                     return refusal;
                 }
                 if rx.changed().await.is_err() {

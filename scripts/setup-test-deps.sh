@@ -6,9 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-# protobuf-compiler: needed at build time (etcd-client runs protoc). etcd-server: the distributed
-# backend tests. chromium: the status-page browser test. curl, jq: the documented commands.
-APT_PACKAGES=(python3-venv protobuf-compiler etcd-server chromium curl jq)
+# No protobuf-compiler: the build runs the vendored protoc (scripts/protoc). etcd-server: the
+# distributed backend tests. chromium: the status-page browser test. curl, jq: the documented
+# commands. man-db: the man page test renders `stopline man`. dpkg-dev is not needed: the package
+# is built by dpkg-deb, which every Debian has.
+APT_PACKAGES=(python3-venv etcd-server chromium curl jq man-db)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -5,10 +5,15 @@
 //!
 //! It writes only under the output directory it is given, and never touches the hand-written
 //! files beside them (`dist/systemd/stopline-serve.service`).
+//!
+//! [`package`] builds the Debian package (`stopline_<version>_<arch>.deb`) from a binary: the
+//! binary, its man pages, completions and the systemd unit, packed by `dpkg-deb`. The release
+//! gate packages the binary it qualified, extracts the package and runs the extracted binary.
 
 use clap::CommandFactory;
 use clap_complete::Shell;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// Generate completions and man pages under `out` (normally `<repo>/dist`); returns the files
 /// written.
@@ -37,4 +42,189 @@ pub fn generate(out: &Path) -> std::io::Result<Vec<PathBuf>> {
     pages.sort();
     written.extend(pages);
     Ok(written)
+}
+
+/// `cargo xtask dist`: build the release binary, generate the completions and man pages under
+/// `out`, and package them with the binary as `out/stopline_<version>_<arch>.deb`. Returns every
+/// file written, the package last.
+pub fn build(repo: &Path, out: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "stopline",
+            "--bin",
+            "stopline",
+        ])
+        .current_dir(repo)
+        .status()?;
+    if !status.success() {
+        return Err(std::io::Error::other(format!(
+            "cargo build --release failed ({status})"
+        )));
+    }
+    let binary = crate::release_gate::target_dir(repo).join("release/stopline");
+    let mut written = generate(out)?;
+    written.push(package(repo, &binary, out)?);
+    Ok(written)
+}
+
+/// Where each generated or hand-written file goes in the package, relative to its root.
+const BASH_COMPLETION: &str = "usr/share/bash-completion/completions/stopline";
+const ZSH_COMPLETION: &str = "usr/share/zsh/vendor-completions/_stopline";
+const FISH_COMPLETION: &str = "usr/share/fish/vendor_completions.d/stopline.fish";
+const MAN_DIR: &str = "usr/share/man/man1";
+const UNIT: &str = "lib/systemd/system/stopline-serve.service";
+/// Where the packaged binary lives (the unit's `ExecStart` is rewritten to it).
+pub const PACKAGED_BINARY: &str = "usr/bin/stopline";
+
+/// Build `stopline_<version>_<arch>.deb` in `out` from `binary` (normally the release binary the
+/// gate qualified): the binary, gzipped man pages, completions for three shells and the systemd
+/// unit, staged in a temporary tree and packed by `dpkg-deb` with root ownership. Returns the
+/// package's path. The binary is copied byte for byte, so the package carries the qualified hash.
+pub fn package(repo: &Path, binary: &Path, out: &Path) -> std::io::Result<PathBuf> {
+    let stage = tempfile::Builder::new()
+        .prefix("stopline-deb.")
+        .tempdir_in(out_parent(out)?)?;
+    let root = stage.path().join("root");
+    let generated = stage.path().join("generated");
+    generate(&generated)?;
+    install(binary, &root.join(PACKAGED_BINARY), 0o755)?;
+    install(
+        &generated.join("completions/stopline.bash"),
+        &root.join(BASH_COMPLETION),
+        0o644,
+    )?;
+    install(
+        &generated.join("completions/_stopline"),
+        &root.join(ZSH_COMPLETION),
+        0o644,
+    )?;
+    install(
+        &generated.join("completions/stopline.fish"),
+        &root.join(FISH_COMPLETION),
+        0o644,
+    )?;
+    for page in std::fs::read_dir(generated.join("man"))? {
+        let page = page?.path();
+        let name = page.file_name().unwrap_or_default().to_string_lossy();
+        let target = root.join(MAN_DIR).join(&*name);
+        install(&page, &target, 0o644)?;
+        // Debian policy: man pages are compressed, reproducibly (no name or time stamp).
+        run(Command::new("gzip").args(["-9", "-n"]).arg(&target))?;
+    }
+    let unit = std::fs::read_to_string(repo.join("dist/systemd/stopline-serve.service"))?;
+    let unit = unit.replace(
+        "ExecStart=/usr/local/bin/stopline",
+        &format!("ExecStart=/{PACKAGED_BINARY}"),
+    );
+    write(&root.join(UNIT), unit.as_bytes(), 0o644)?;
+    let arch = output(Command::new("dpkg").arg("--print-architecture"))?;
+    let version = env!("CARGO_PKG_VERSION");
+    write(
+        &root.join("DEBIAN/control"),
+        control(version, &arch, installed_size_kib(&root)?).as_bytes(),
+        0o644,
+    )?;
+    std::fs::create_dir_all(out)?;
+    let deb = out.join(format!("stopline_{version}_{arch}.deb"));
+    run(Command::new("dpkg-deb")
+        .args(["--root-owner-group", "-Zxz", "--build"])
+        .arg(&root)
+        .arg(&deb))?;
+    Ok(deb)
+}
+
+/// The `DEBIAN/control` of the package.
+fn control(version: &str, arch: &str, installed_kib: u64) -> String {
+    format!(
+        "Package: stopline\n\
+         Version: {version}\n\
+         Architecture: {arch}\n\
+         Maintainer: stopline maintainers <maintainers@stopline.invalid>\n\
+         Installed-Size: {installed_kib}\n\
+         Depends: libc6 (>= 2.36)\n\
+         Section: admin\n\
+         Priority: optional\n\
+         Homepage: https://github.com/stopline/stopline\n\
+         Description: kill switch and containment control plane for AI agents\n \
+         stopline stops an agent, a project, a run or the whole machine in one durable,\n \
+         fsynced step; the stop reaches every tool call, write and model call through its\n \
+         gateway and every process through its supervisor. Only the owner at a local\n \
+         console can recover.\n"
+    )
+}
+
+/// Extract `deb` into `into` with `dpkg-deb -x`, as an installer would lay it out; returns the
+/// extracted binary's path.
+pub fn extract(deb: &Path, into: &Path) -> std::io::Result<PathBuf> {
+    run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(into))?;
+    Ok(into.join(PACKAGED_BINARY))
+}
+
+/// Every path the package installs (`dpkg-deb -c`), without the leading `./`.
+pub fn contents(deb: &Path) -> std::io::Result<Vec<String>> {
+    let listing = output(Command::new("dpkg-deb").arg("-c").arg(deb))?;
+    Ok(listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .map(|p| p.trim_start_matches("./").trim_end_matches('/').to_string())
+        .filter(|p| !p.is_empty())
+        .collect())
+}
+
+fn out_parent(out: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(out)?;
+    Ok(out.to_path_buf())
+}
+
+fn install(from: &Path, to: &Path, mode: u32) -> std::io::Result<()> {
+    let bytes = std::fs::read(from)?;
+    write(to, &bytes, mode)
+}
+
+fn write(to: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(to, bytes)?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode))
+}
+
+fn installed_size_kib(root: &Path) -> std::io::Result<u64> {
+    fn walk(dir: &Path, total: &mut u64) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if meta.is_dir() {
+                walk(&entry.path(), total)?;
+            } else {
+                *total += meta.len().div_ceil(1024);
+            }
+        }
+        Ok(())
+    }
+    let mut total = 0;
+    walk(root, &mut total)?;
+    Ok(total)
+}
+
+fn run(command: &mut Command) -> std::io::Result<()> {
+    output(command).map(drop)
+}
+
+/// Run `command`; its trimmed stdout, or an error naming it with its stderr.
+fn output(command: &mut Command) -> std::io::Result<String> {
+    let out = command.output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "{command:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }

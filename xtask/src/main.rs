@@ -1,6 +1,7 @@
 //! `cargo xtask lint`: check the architecture invariants of ARCHITECTURE.md.
-//! `cargo xtask dist [--out DIR]`: generate shell completions and man pages from the CLI
-//! definition into `dist/` (see `dist.rs`).
+//! `cargo xtask dist [--out DIR]`: build the release binary, generate shell completions and man
+//! pages from the CLI definition into `dist/` (or DIR), and package all of it with the systemd
+//! unit as `stopline_<version>_<arch>.deb` there (see `dist.rs`).
 //! `cargo xtask release-gate`: build the release binary, qualify it by its own conformance
 //! battery, and write `target/release-manifest.json` (see `release_gate.rs`).
 
@@ -30,7 +31,7 @@ fn main() {
                     std::process::exit(2);
                 }
             };
-            match xtask::dist::generate(&out) {
+            match xtask::dist::build(&xtask::root(), &out) {
                 Ok(files) => {
                     for file in files {
                         println!("{}", file.display());

@@ -65,12 +65,107 @@ pub fn run(root: &Path) -> Result<PathBuf, GateError> {
     if !status.success() {
         return Err(refuse(format!("cargo build --release failed ({status})")));
     }
-    qualify(
-        root,
-        &target.join("release/stopline"),
-        &manifest,
-        CONFORMANCE_TIMEOUT,
-    )
+    let binary = target.join("release/stopline");
+    qualify(root, &binary, &manifest, CONFORMANCE_TIMEOUT)?;
+    // The package ships the qualified binary: build it, extract it as an installer would and
+    // run what was extracted. A package that fails takes the manifest with it.
+    match package_and_try(root, &binary, &target.join("dist")) {
+        Ok(package) => add_package(&manifest, package),
+        Err(error) => {
+            let _ = std::fs::remove_file(&manifest);
+            Err(error)
+        }
+    }
+}
+
+/// Package `binary` into `out`, extract the package into a throwaway directory and run the
+/// extracted binary: it must be the qualified binary byte for byte, and it must stop a machine
+/// on a throwaway home (`init`, `engage --scope machine`, then `check` blocks with exit 4) and
+/// print its man page. Returns the package's manifest entry.
+pub fn package_and_try(
+    root: &Path,
+    binary: &Path,
+    out: &Path,
+) -> Result<serde_json::Value, GateError> {
+    eprintln!("release-gate: packaging {}", binary.display());
+    let deb = crate::dist::package(root, binary, out)
+        .map_err(|e| refuse(format!("cannot build the package: {e}")))?;
+    let scratch = tempfile::tempdir().map_err(|e| refuse(format!("scratch directory: {e}")))?;
+    let extracted = crate::dist::extract(&deb, &scratch.path().join("root"))
+        .map_err(|e| refuse(format!("cannot extract {}: {e}", deb.display())))?;
+    let (want, got) = (sha256(binary)?, sha256(&extracted)?);
+    if want != got {
+        return Err(refuse(format!(
+            "the packaged binary is not the qualified one: {got} != {want}"
+        )));
+    }
+    let home = scratch.path().join("home");
+    let try_it = |args: &[&str], want: i32| -> Result<String, GateError> {
+        let out = Command::new(&extracted)
+            .args(args)
+            .env("STOPLINE_HOME", &home)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| refuse(format!("cannot run the extracted binary: {e}")))?;
+        if out.status.code() != Some(want) {
+            return Err(refuse(format!(
+                "the extracted binary's `{}` exited {:?}, not {want}: {}",
+                args.join(" "),
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    try_it(&["init"], 0)?;
+    try_it(&["check", "--class", "noncritical"], 0)?;
+    try_it(
+        &[
+            "engage",
+            "--scope",
+            "machine",
+            "--level",
+            "emergency",
+            "--reason",
+            "release gate: the packaged binary stops",
+            "--by",
+            "release-gate",
+        ],
+        0,
+    )?;
+    try_it(&["check", "--class", "critical"], 4)?;
+    if !try_it(&["man"], 0)?.contains(".TH stopline 1") {
+        return Err(refuse("the extracted binary's man page is not a man page"));
+    }
+    eprintln!(
+        "release-gate: {} ships the qualified binary and stops",
+        deb.display()
+    );
+    Ok(serde_json::json!({
+        "path": deb.display().to_string(),
+        "sha256": sha256(&deb)?,
+    }))
+}
+
+/// Add the package entry to a written manifest (a temporary name, then a rename).
+fn add_package(manifest: &Path, package: serde_json::Value) -> Result<PathBuf, GateError> {
+    let fail = |e: String| {
+        let _ = std::fs::remove_file(manifest);
+        refuse(format!("cannot update {}: {e}", manifest.display()))
+    };
+    let text = std::fs::read_to_string(manifest).map_err(|e| fail(e.to_string()))?;
+    let mut body: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
+    body["package"] = package;
+    let partial = partial(manifest);
+    let text = serde_json::to_string_pretty(&body).unwrap_or_default();
+    std::fs::write(&partial, format!("{text}\n"))
+        .and_then(|()| std::fs::rename(&partial, manifest))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&partial);
+            fail(e.to_string())
+        })?;
+    Ok(manifest.to_path_buf())
 }
 
 /// The manifest and its temporary name, removed so a failure can leave neither behind.

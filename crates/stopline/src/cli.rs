@@ -225,6 +225,14 @@ pub enum Command {
     },
     /// Check the four-mode machine and the real protocol exhaustively (SPEC §9).
     ModelCheck,
+    /// Print the shell completion script for `bash`, `zsh` or `fish` on stdout (SPEC §12.5).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: ShellArg,
+    },
+    /// Print the manual page (roff) on stdout (SPEC §12.5): `stopline man | man -l -`.
+    Man,
     /// Run the boundary battery against this binary (SPEC §9); exit 1 unless every case passed.
     Conformance {
         /// Run only the cases whose id contains this text.
@@ -236,6 +244,17 @@ pub enum Command {
     /// The hash-chained evidence log (SPEC §7).
     #[command(subcommand)]
     Evidence(EvidenceCommand),
+}
+
+/// `completions`: the shells a completion script is generated for.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ShellArg {
+    /// GNU bash (`/usr/share/bash-completion/completions/stopline`).
+    Bash,
+    /// zsh (`_stopline` in a directory of `$fpath`).
+    Zsh,
+    /// fish (`~/.config/fish/completions/stopline.fish`).
+    Fish,
 }
 
 /// `run --net`.

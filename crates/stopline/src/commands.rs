@@ -63,6 +63,13 @@ pub fn run(cli: Cli) -> i32 {
         // Needs no control directory: it checks the code, in memory.
         return model_check(json);
     }
+    if let Command::Completions { shell } = &cli.command {
+        // Needs no control directory: it prints what the CLI definition says.
+        return crate::manual::completions(*shell);
+    }
+    if let Command::Man = &cli.command {
+        return crate::manual::man();
+    }
     if let Command::Conformance { filter } = &cli.command {
         // Needs no control directory: every case makes its own throwaway home.
         return crate::conformance::run(json, filter.clone());
@@ -377,6 +384,8 @@ fn execute(
             run_command(ctx, &request, json)
         }
         Command::ModelCheck => Ok(model_check(json)),
+        Command::Completions { shell } => Ok(crate::manual::completions(shell)),
+        Command::Man => Ok(crate::manual::man()),
         Command::Conformance { filter } => Ok(crate::conformance::run(json, filter)),
         Command::Drill(args) => drill_command(ctx, args, json),
         Command::Evidence(crate::cli::EvidenceCommand::List) => {

@@ -6,6 +6,7 @@
 
 mod commands;
 mod conformance;
+mod manual;
 mod output;
 
 use clap::Parser;

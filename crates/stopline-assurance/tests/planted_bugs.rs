@@ -93,6 +93,21 @@ fn a_journal_snapshot_that_drops_a_dispatched_operation_unblocks_its_agent_and_i
 }
 
 #[test]
+fn a_wal_checkpoint_that_drops_the_pending_plans_lets_a_stop_coalesce_into_a_cleared_latch() {
+    found(
+        PlantedBug::CheckpointDropsPendingPlans,
+        "checkpoint-vs-plan",
+        Property::StopWins,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_checkpoint_scenario_passes() {
+    let report = check(PlantedBug::None, "checkpoint-vs-plan");
+    assert!(report.ok(), "{}", report.text());
+}
+
+#[test]
 fn without_a_planted_bug_the_operation_scenarios_pass() {
     for only in ["op-cut-resolves-later", "op-cut-no-answer", "op-compaction"] {
         let report = check(PlantedBug::None, only);

@@ -66,8 +66,42 @@ pub enum WalFault {
 /// The verified contents of a WAL.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WalLog {
-    /// Every line, in order.
+    /// Every line, in order — or, when read from a checkpoint ([`WalLog::base`]), every line
+    /// after the checkpoint's anchor.
     pub entries: Vec<WalEntry>,
+    /// When read from a checkpoint: its anchor line and the fold of every line up to it.
+    pub base: Option<Box<WalBase>>,
+    /// Byte length of the whole log and of its last line (newline included), when it was read
+    /// from a file; what a checkpoint is anchored by.
+    pub end: Option<(u64, u64)>,
+}
+
+/// The last `epoch_advance` of a log: its seq, `new_epoch` and `scope_epochs`.
+pub type EpochAdvance = (u64, u64, Map<String, Value>);
+
+/// What a checkpoint carries: the fold of every line up to and including its anchor, as much of
+/// it as any reader of the log asks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct WalFold {
+    /// The ledger: latch files recorded engaged and not cleared.
+    pub uncleared: BTreeSet<String>,
+    /// Latch files recorded engaged that a reader must still know as recorded (the ledger's).
+    pub recorded: BTreeSet<String>,
+    /// The last `epoch_advance`.
+    pub last_epoch_advance: Option<EpochAdvance>,
+    /// Every `recovery_intent` not yet applied: seq, hash and the whole line.
+    pub pending_intents: Vec<(u64, String, Map<String, Value>)>,
+}
+
+/// A log's starting point when read from a checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WalBase {
+    /// The last line the checkpoint covers (its hash verified against the checkpoint).
+    pub anchor: WalEntry,
+    /// The fold of every line up to it.
+    pub fold: WalFold,
+    /// The fold's pending intents as entries.
+    pub intents: Vec<WalEntry>,
 }
 
 /// sha256 hex of `bytes`.
@@ -90,7 +124,90 @@ pub fn verify(bytes: &[u8]) -> Result<WalLog, WalFault> {
         entries.push(entry);
         offset += end + 1;
     }
-    Ok(WalLog { entries })
+    let last_len = entries
+        .last()
+        .map(|_| {
+            let body = &bytes[..bytes.len() - 1];
+            (body.len() - body.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1) + 1) as u64
+        })
+        .unwrap_or(0);
+    Ok(WalLog {
+        entries,
+        base: None,
+        end: Some((bytes.len() as u64, last_len)),
+    })
+}
+
+/// Verify the lines after a checkpoint: `anchor` is the checkpoint's last line (without its
+/// newline; the caller has checked its hash), `fold` what the checkpoint carries, `tail` every
+/// byte after the anchor's newline and `offset` where the tail starts in the file. Line numbers
+/// in a fault count from the anchor (line 0).
+pub fn verify_from(
+    anchor: &[u8],
+    fold: WalFold,
+    tail: &[u8],
+    offset: u64,
+) -> Result<WalLog, WalFault> {
+    let unparsable = |why: String| WalFault::Unparsable { line: 0, why };
+    let body: Map<String, Value> = match serde_json::from_slice(anchor) {
+        Ok(Value::Object(map)) => map,
+        _ => {
+            return Err(unparsable(
+                "the checkpoint's anchor line is not a JSON object".into(),
+            ))
+        }
+    };
+    let seq = body
+        .get("seq")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| unparsable("the checkpoint's anchor line has no seq".into()))?;
+    let kind = body
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let anchor_entry = WalEntry {
+        seq,
+        kind,
+        hash: sha256_hex(anchor),
+        body,
+    };
+    let intents = fold
+        .pending_intents
+        .iter()
+        .map(|(seq, hash, body)| WalEntry {
+            seq: *seq,
+            kind: "recovery_intent".into(),
+            hash: hash.clone(),
+            body: body.clone(),
+        })
+        .collect();
+    let mut entries: Vec<WalEntry> = Vec::new();
+    let mut at = 0usize;
+    let mut line_no = 0usize;
+    let mut last_len = anchor.len() as u64 + 1;
+    while at < tail.len() {
+        line_no += 1;
+        let Some(end) = tail[at..].iter().position(|&b| b == b'\n') else {
+            return Err(WalFault::TornTail {
+                offset: offset as usize + at,
+            });
+        };
+        let line = &tail[at..at + end];
+        let entry = parse_line(line, line_no, Some(entries.last().unwrap_or(&anchor_entry)))?;
+        entries.push(entry);
+        last_len = end as u64 + 1;
+        at += end + 1;
+    }
+    Ok(WalLog {
+        entries,
+        base: Some(Box::new(WalBase {
+            anchor: anchor_entry,
+            fold,
+            intents,
+        })),
+        end: Some((offset + tail.len() as u64, last_len)),
+    })
 }
 
 fn parse_line(
@@ -168,13 +285,65 @@ pub fn next_line(
 }
 
 impl WalLog {
-    /// The last entry.
+    /// The last entry (the checkpoint's anchor when nothing follows it).
     pub fn last(&self) -> Option<&WalEntry> {
-        self.entries.last()
+        self.entries
+            .last()
+            .or_else(|| self.base.as_ref().map(|b| &b.anchor))
+    }
+
+    /// Lines after the checkpoint this log was read from (all of them without one).
+    pub fn lines_since_checkpoint(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The fold a checkpoint after this log's last line carries. Of the recorded latches
+    /// only the ledger's are kept, so the fold stays as small as what is live: a latch file
+    /// left in `latches/` after its record was cleared (a crash between a disengage's record
+    /// and the removal) reads as unrecorded after the checkpoint, and is recorded again
+    /// (`deferred.rs`) — it is in force, so the record then says so.
+    pub fn fold(&self) -> WalFold {
+        let uncleared = self.uncleared_latches();
+        let recorded = uncleared.clone();
+        let pending_intents = self
+            .intents()
+            .filter(|e| {
+                let plan = e
+                    .body
+                    .get("plan")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                !self.plan_applied(plan)
+            })
+            .map(|e| (e.seq, e.hash.clone(), e.body.clone()))
+            .collect();
+        WalFold {
+            uncleared,
+            recorded,
+            last_epoch_advance: self.last_epoch_advance(),
+            pending_intents,
+        }
+    }
+
+    /// Every `recovery_intent` this log knows: the checkpoint's pending ones, then those after.
+    pub fn intents(&self) -> impl Iterator<Item = &WalEntry> {
+        self.base
+            .iter()
+            .flat_map(|b| b.intents.iter())
+            .chain(self.entries.iter().filter(|e| e.kind == "recovery_intent"))
     }
 
     /// The last `epoch_advance` entry's `new_epoch` and `scope_epochs`, with its seq.
-    pub fn last_epoch_advance(&self) -> Option<(u64, u64, Map<String, Value>)> {
+    pub fn last_epoch_advance(&self) -> Option<EpochAdvance> {
+        let after = self.last_epoch_advance_after();
+        after.or_else(|| {
+            self.base
+                .as_ref()
+                .and_then(|b| b.fold.last_epoch_advance.clone())
+        })
+    }
+
+    fn last_epoch_advance_after(&self) -> Option<EpochAdvance> {
         self.entries
             .iter()
             .rev()
@@ -198,7 +367,11 @@ impl WalLog {
     /// The ledger: latch file names recorded as engaged and not cleared since
     /// (`disengaged.latches`, `recovery_applied.cleared`).
     pub fn uncleared_latches(&self) -> BTreeSet<String> {
-        let mut live = BTreeSet::new();
+        let mut live = self
+            .base
+            .as_ref()
+            .map(|b| b.fold.uncleared.clone())
+            .unwrap_or_default();
         for entry in &self.entries {
             let names = |field: &str| -> Vec<String> {
                 entry
@@ -230,22 +403,34 @@ impl WalLog {
         live
     }
 
-    /// Every latch file the log ever recorded as engaged (cleared ones included).
+    /// Every latch file the log ever recorded as engaged (cleared ones included; from a
+    /// checkpoint, those that may still be in `latches/`).
     pub fn recorded_latches(&self) -> BTreeSet<String> {
-        self.entries
-            .iter()
-            .filter(|e| e.kind == "latch_engaged")
-            .filter_map(|e| e.body.get("file").and_then(Value::as_str))
-            .map(String::from)
-            .collect()
+        let mut recorded = self
+            .base
+            .as_ref()
+            .map(|b| b.fold.recorded.clone())
+            .unwrap_or_default();
+        recorded.extend(
+            self.entries
+                .iter()
+                .filter(|e| e.kind == "latch_engaged")
+                .filter_map(|e| e.body.get("file").and_then(Value::as_str))
+                .map(String::from),
+        );
+        recorded
     }
 
-    /// The entry of kind `recovery_intent` whose `plan` is `plan_id`.
+    /// The entry of kind `recovery_intent` whose `plan` is `plan_id` (from a checkpoint: only
+    /// a plan not applied before it).
     pub fn recovery_intent(&self, plan_id: &str) -> Option<&WalEntry> {
-        self.entries.iter().rev().find(|e| {
-            e.kind == "recovery_intent"
-                && e.body.get("plan").and_then(Value::as_str) == Some(plan_id)
-        })
+        let is = |e: &&WalEntry| e.body.get("plan").and_then(Value::as_str) == Some(plan_id);
+        self.entries
+            .iter()
+            .rev()
+            .filter(|e| e.kind == "recovery_intent")
+            .find(is)
+            .or_else(|| self.base.as_ref().and_then(|b| b.intents.iter().find(is)))
     }
 
     /// True when a `recovery_applied` entry names `plan_id`.

@@ -104,6 +104,17 @@ impl Store {
         self.fs
             .append(path, &bytes, true, fp)
             .context(|| format!("appending to {}", path.display()))?;
+        let last_len = bytes[..bytes.len().saturating_sub(1)]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(bytes.len(), |p| bytes.len() - p - 1);
+        next.end = log
+            .end
+            .filter(|_| !bytes.is_empty())
+            .map(|(len, _)| (len + bytes.len() as u64, last_len as u64));
+        if path == self.layout.wal() {
+            self.maybe_checkpoint_wal(&next);
+        }
         Ok(next)
     }
 

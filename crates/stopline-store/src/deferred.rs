@@ -26,7 +26,7 @@ use crate::epoch::AdvanceCause;
 use crate::error::StoreError;
 use crate::Store;
 use stopline_core::wal::WalLog;
-use stopline_core::{ActiveLatch, LatchRecord, Level, RefusalCode};
+use stopline_core::{ActiveLatch, LatchRecord, Level};
 
 impl Store {
     /// The well-formed latches of `latches` that `log` never recorded as engaged, except
@@ -136,7 +136,7 @@ impl Store {
             Err(error) if error.is_lock_busy() => return Ok(0),
             Err(error) => return Err(error),
         };
-        let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
+        let log = self.read_wal()?;
         let unrecorded = self.unrecorded_entries(&log, None);
         let count = Self::unrecorded_latches(&log, &unrecorded, None).len();
         if count > 0 {

@@ -214,7 +214,7 @@ impl Store {
     ) -> Result<(Option<u64>, Option<u64>), StoreError> {
         let wal = self.layout.wal();
         let _guard = self.lock_log_exclusive_within(&wal, Some(remaining(deadline)))?;
-        let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
+        let log = self.read_wal()?;
         let own = record.file_name();
         // Only the entries the WAL does not name are read: the cost of an engage does not grow
         // with the number of latches it finds recorded.
@@ -237,7 +237,7 @@ impl Store {
             return (None, None);
         };
         let epoch = self
-            .read_log(&wal, RefusalCode::ControlWalCorrupt)
+            .read_wal()
             .and_then(|log| self.read_confirmed_epoch(&log));
         drop(guard);
         match epoch {
@@ -293,9 +293,9 @@ impl Store {
         let _guard = self
             .lock_log_shared_within(&wal, Some(remaining(deadline)))
             .ok()?;
-        let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt).ok()?;
+        let log = self.read_wal().ok()?;
         let mut planned = std::collections::BTreeSet::new();
-        for entry in &log.entries {
+        for entry in log.intents() {
             let plan = entry
                 .body
                 .get("plan")

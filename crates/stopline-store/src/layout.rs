@@ -42,6 +42,10 @@ impl Layout {
     pub fn wal(&self) -> PathBuf {
         self.home.join("breakglass.wal.jsonl")
     }
+    /// `breakglass.wal.checkpoint.json`: where readers start verifying the WAL.
+    pub fn wal_checkpoint(&self) -> PathBuf {
+        self.home.join("breakglass.wal.checkpoint.json")
+    }
     /// `epoch.json`.
     pub fn epoch(&self) -> PathBuf {
         self.home.join("epoch.json")

@@ -34,6 +34,7 @@ pub mod runs;
 pub mod spend;
 pub mod state;
 pub mod view;
+pub mod wal_checkpoint;
 
 pub use engage::{EngageOutcome, EngageRequest};
 pub use error::StoreError;
@@ -59,6 +60,8 @@ pub struct Store {
     /// read that has not finished in time is a fault that closes every gate. `None` reads on
     /// the caller's thread without a bound (the model checker's stores).
     read_timeout: Option<Duration>,
+    /// Lines after the last WAL checkpoint that make a lock holder write a new one.
+    wal_checkpoint_every: usize,
     #[cfg(feature = "planted-bugs")]
     planted: planted::PlantedBug,
 }
@@ -93,6 +96,12 @@ impl Store {
         self
     }
 
+    /// This store writing a WAL checkpoint once `lines` follow the last one (at least 1).
+    pub fn with_wal_checkpoint_every(mut self, lines: usize) -> Store {
+        self.wal_checkpoint_every = lines.max(1);
+        self
+    }
+
     /// The bound of a whole read of the control state, if reads are bounded.
     pub fn read_timeout(&self) -> Option<Duration> {
         self.read_timeout
@@ -106,6 +115,7 @@ impl Store {
             env,
             lock_wait: None,
             read_timeout: None,
+            wal_checkpoint_every: wal_checkpoint::DEFAULT_CHECKPOINT_EVERY,
             #[cfg(feature = "planted-bugs")]
             planted: planted::PlantedBug::None,
         }

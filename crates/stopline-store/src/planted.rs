@@ -31,4 +31,8 @@ pub enum PlantedBug {
     /// compaction drops an operation whose outcome was never recorded: its agent is no longer
     /// blocked on its target ("an operation in doubt blocks its own agent" fails).
     CompactionDropsDispatched,
+    /// A WAL checkpoint that leaves out the recovery intents not yet applied: an engage that
+    /// reads from it no longer sees a pending plan and coalesces into a latch the plan is about
+    /// to clear ("stop wins every race" fails, the `coalesce-into-plan` scenario).
+    CheckpointDropsPendingPlans,
 }

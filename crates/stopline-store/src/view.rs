@@ -57,9 +57,7 @@ impl Store {
         // Where a test parks a reader that holds the shared lock (SIGSTOP, as a frozen gateway
         // would be); never armed outside tests, and a park point only: its result is not used.
         let _ = crate::failpoint::hit("view.locked");
-        let wal = self
-            .read_log(&self.layout.wal(), RefusalCode::ControlWalCorrupt)
-            .map_err(|e| e.to_refusal());
+        let wal = self.read_wal().map_err(|e| e.to_refusal());
         let epoch = match &wal {
             Ok(log) => self.read_confirmed_epoch(log).map_err(|e| e.to_refusal()),
             Err(refusal) => Err(Refusal::new(
@@ -150,7 +148,7 @@ impl Store {
         let wal = self.layout.wal();
         self.ensure_dirs(&[])?;
         let guard = self.lock_log_exclusive(&wal)?;
-        let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;
+        let log = self.read_wal()?;
         let (latches, faults) = self.active_latches(Some(&log));
         if let Some(fault) = faults.into_iter().next() {
             return Err(StoreError::Refused(fault));

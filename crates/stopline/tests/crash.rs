@@ -465,3 +465,88 @@ fn crash_at_every_step_of_an_operation_journal_snapshot() {
         );
     }
 }
+
+/// A home whose next emergency engage writes a WAL checkpoint: an emergency, then enough halt
+/// cycles that the engage's records cross the checkpoint interval (64 lines), built once and
+/// copied for every crash.
+fn prepare_checkpoint_template() -> Home {
+    let home = prepare_engage_home();
+    // 2 lines (latch_engaged, epoch_advance), then 2 per cycle: 126 lines, a checkpoint at 64.
+    for i in 0..62 {
+        let scope = format!("agent:cycle-{i}");
+        home.run(&[
+            "engage", "--scope", &scope, "--level", "halt-all", "--reason", "cycle", "--by",
+            "operator",
+        ])
+        .assert_ok();
+        home.run(&[
+            "disengage",
+            "--scope",
+            &scope,
+            "--reason",
+            "cycle",
+            "--by",
+            "operator",
+        ])
+        .assert_ok();
+    }
+    assert!(home.file("breakglass.wal.checkpoint.json").exists());
+    home
+}
+
+fn copy_home(template: &Home) -> Home {
+    let home = Home::new();
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(template.path())
+        .arg(home.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    home
+}
+
+#[test]
+fn crash_at_every_step_of_a_wal_checkpoint() {
+    let template = prepare_checkpoint_template();
+    let args = engage_args("agent:late");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let names = trace(&copy_home(&template), &args, false);
+    assert!(
+        names.iter().any(|n| n == "wal.checkpoint.rename")
+            && names.iter().any(|n| n == "wal.checkpoint.dirsync"),
+        "the engage writes a checkpoint, every step a failpoint: {names:?}"
+    );
+    let contained_at = names.iter().position(|n| n == "engage.dirsync").unwrap();
+    for (index, name) in names.iter().enumerate() {
+        let home = copy_home(&template);
+        let before = latch_files(&home);
+        let out = home
+            .command(&args)
+            .env("STOPLINE_FAILPOINTS", format!("{name}=crash"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(6), "{name}: must abort there");
+        let after = latch_files(&home);
+        assert!(before.is_subset(&after), "{name}: a latch was lost");
+        if index > contained_at {
+            assert_eq!(after.len(), before.len() + 1, "{name}: the stop is durable");
+            let (code, _) = home.check(&["--class", "noncritical", "--agent", "late"]);
+            assert_eq!(code, 4, "{name}: the new stop holds after the crash");
+        }
+        let epoch = epoch_after(&home);
+        assert!(epoch >= 1, "{name}: the epoch went back to {epoch}");
+        // Whatever checkpoint survived, the view read from it is the view of the whole WAL.
+        let from_checkpoint = home.status();
+        let _ = std::fs::remove_file(home.file("breakglass.wal.checkpoint.json"));
+        let whole = home.status();
+        for field in ["latches", "epoch", "faults", "phase"] {
+            assert_eq!(
+                from_checkpoint[field], whole[field],
+                "{name}: {field} differs between the checkpoint and the whole WAL"
+            );
+        }
+        let r = home.run(&args);
+        assert_eq!(r.code, 0, "{name}: engage after the crash: {}", r.stderr);
+    }
+}

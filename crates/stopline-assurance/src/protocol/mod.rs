@@ -49,6 +49,8 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     // Once a known issue of the store (an engage coalesced into a planned latch was cleared with
     // it); fixed in the store, and kept as a standard scenario so it stays fixed.
     all.push(scenario::coalesce_into_plan());
+    // A checkpoint must carry the intents not yet applied (issue 15).
+    all.push(scenario::checkpoint_vs_plan());
     all.extend(scenario::operations());
     all.retain(|s| {
         options

@@ -178,7 +178,8 @@ impl Oracle {
                 let fs = Arc::new(ModelFs::new(worker.clone()));
                 let tag = 0xa + proc as u8;
                 let env = Arc::new(ModelEnv::new(tag, setup.now_ms));
-                let store = Store::with_io(&setup.home, fs, env);
+                let store = Store::with_io(&setup.home, fs, env)
+                    .with_wal_checkpoint_every(crate::protocol::scenario::MODEL_CHECKPOINT_EVERY);
                 #[cfg(feature = "planted-bugs")]
                 let store = store.with_planted_bug(setup.planted);
                 if let OpResult::Failed(_) = worker.step(Op::Begin) {

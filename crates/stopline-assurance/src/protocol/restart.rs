@@ -120,7 +120,8 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
     let solo = Solo::new(SOLO, image);
     let now_ms = scenario.now_ms + 1000;
     let env = Arc::new(ModelEnv::new(0xf, now_ms));
-    let store = Store::with_io(HOME, Arc::new(ModelFs::new(solo.clone())), env);
+    let store = Store::with_io(HOME, Arc::new(ModelFs::new(solo.clone())), env)
+        .with_wal_checkpoint_every(crate::protocol::scenario::MODEL_CHECKPOINT_EVERY);
     #[cfg(feature = "planted-bugs")]
     let store = store.with_planted_bug(planted);
     #[cfg(not(feature = "planted-bugs"))]

@@ -24,6 +24,9 @@ pub const HOME: &str = "/stopline-home";
 pub const SETUP_MS: i64 = 1_793_477_400_000;
 /// The process number of the setup and restart phases.
 pub const SOLO: u8 = 200;
+/// Every model store writes a WAL checkpoint after every append, so every read of every
+/// scenario goes through one and every checkpoint's steps are crashed.
+pub const MODEL_CHECKPOINT_EVERY: usize = 1;
 
 /// One race to explore.
 #[derive(Clone)]
@@ -63,7 +66,8 @@ impl Setup {
     fn new() -> Setup {
         let solo = Solo::new(SOLO, FsState::new());
         let fs = Arc::new(ModelFs::new(solo.clone()));
-        let store = Store::with_io(HOME, fs, Arc::new(ModelEnv::new(0xe, SETUP_MS)));
+        let store = Store::with_io(HOME, fs, Arc::new(ModelEnv::new(0xe, SETUP_MS)))
+            .with_wal_checkpoint_every(MODEL_CHECKPOINT_EVERY);
         let layout = store.layout().clone();
         store
             .ensure_dirs(&[&layout.latches(), &layout.staging()])
@@ -374,6 +378,32 @@ pub fn coalesce_into_plan() -> Scenario {
     s.finish(
         "coalesce-into-plan",
         "engage coalesced into a planned latch vs recover apply",
+        racers,
+        SETUP_MS + 500,
+        plan,
+    )
+}
+
+/// A WAL checkpoint raced against a pending plan: the setup engages a machine emergency and
+/// plans its recovery (the plan's intent is pending), plus a halt of another agent. A lift of
+/// that halt (a WAL append, so a checkpoint), an engage repeating the planned latch within the
+/// coalescing window, and the recovery apply race: the checkpoint must carry the pending
+/// intent, or the engage coalesces into a latch the plan then clears.
+pub fn checkpoint_vs_plan() -> Scenario {
+    let mut s = Setup::new();
+    s.engage(Scope::Machine, Level::Emergency, "safety-monitor");
+    let other = Scope::Agent(Name::parse("other").expect("a valid name"));
+    s.engage(other.clone(), Level::HaltAll, "safety-monitor");
+    let (plan, names) = s.plan(&Scope::Machine);
+    let racers = vec![
+        ProcSpec::Disengage { scope: other },
+        ProcSpec::Engage(engage(Scope::Machine, Level::Emergency, "safety-monitor")),
+        ProcSpec::RecoverApply { plan },
+    ];
+    let plan = Some((names, Scope::Machine));
+    s.finish(
+        "checkpoint-vs-plan",
+        "a WAL checkpoint written while a plan is pending vs an engage coalescing vs recover apply",
         racers,
         SETUP_MS + 500,
         plan,

@@ -5,3 +5,26 @@ fn architecture_invariants_hold() {
     let problems = xtask::check();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// The thin-binary rule catches what the binary used to do: read receipts back by string keys,
+/// build JSON by hand, read files, and grow long.
+#[test]
+fn the_thin_binary_rule_refuses_logic_in_the_binary() {
+    let root = std::env::temp_dir().join(format!("xtask-thin-{}", std::process::id()));
+    let src = root.join("crates/stopline/src");
+    std::fs::create_dir_all(&src).unwrap();
+    let long: String = (0..200).map(|i| format!("// line {i}\n")).collect();
+    std::fs::write(
+        src.join("commands.rs"),
+        format!("//! x\nfn f(r: &Value) {{ r[\"latch\"][\"id\"]; json!({{}}); std::fs::read(\"p\"); }}\n{long}"),
+    )
+    .unwrap();
+    std::fs::write(src.join("cli.rs"), format!("//! the clap contract\n{long}")).unwrap();
+    let problems = xtask::thin_binary(&root);
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+    assert!(
+        problems.iter().all(|p| p.contains("commands.rs")),
+        "{problems:#?}"
+    );
+}

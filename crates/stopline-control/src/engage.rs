@@ -6,7 +6,7 @@
 //! the secondary steps run, each failure a warning.
 
 use crate::context::Context;
-use serde_json::{json, Value};
+use crate::receipts::{DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch};
 use std::path::Path;
 use stopline_core::latch::LatchSession;
 use stopline_core::{Level, Refusal, RefusalCode, Role, Scope};
@@ -109,7 +109,7 @@ pub fn engage(
     scope: &str,
     level: Option<&str>,
     reason: &str,
-) -> Result<Value, Refusal> {
+) -> Result<EngageReceipt, Refusal> {
     let started = std::time::Instant::now();
     let scope = parse_scope(scope)?;
     let mut early_warnings = Vec::new();
@@ -169,8 +169,10 @@ pub fn engage(
     let outcome = ctx.plane.engage(&request).map_err(|e| e.to_refusal())?;
     // Only after the latch is durable: reach covered supervised groups directly (SPEC §12.3).
     let reached = crate::reach::covered_groups(ctx, &outcome.latch);
-    let mut latch = serde_json::to_value(&outcome.latch).unwrap_or_default();
-    latch["file"] = outcome.latch.file_name().into();
+    let latch = EngagedLatch {
+        file: outcome.latch.file_name(),
+        record: outcome.latch.clone(),
+    };
     // Only after the latch is durable: bounded wait for every live gateway's acknowledgement.
     let timeout = std::time::Duration::from_millis(ctx.config.ack_timeout_ms);
     let collecting = started.elapsed();
@@ -178,33 +180,35 @@ pub fn engage(
     let mut warnings = early_warnings;
     warnings.extend(outcome.warnings);
     warnings.extend(reached.warnings);
-    warnings.extend(acks.warnings);
-    if !acks.unacknowledged.is_empty() {
-        warnings.push(format!(
+    let unacknowledged = (!acks.unacknowledged.is_empty()).then(|| {
+        format!(
             "gateways_unacknowledged: {} did not acknowledge within {} ms",
             acks.unacknowledged.join(", "),
             ctx.config.ack_timeout_ms
-        ));
-    }
-    Ok(json!({
-        "engaged": true,
-        "latch": latch,
-        "coalesced": outcome.coalesced,
-        // When this engage decided (its own clock): a coalesced receipt names the latch it
-        // joined, whose `ts` is within the coalescing window of this instant.
-        "engaged_at": outcome.engaged_at,
-        "wal_deferred": outcome.wal_deferred,
-        "epoch": {"seq": outcome.epoch_seq, "scope_revision": outcome.scope_revision},
-        "groups_reached": reached.groups,
-        "acknowledged_by": acks.acknowledged_by,
-        "unacknowledged": acks.unacknowledged,
-        "warnings": warnings,
-        "time_to_contained_us": outcome.time_to_contained.as_micros() as u64,
-        // From the start of this call to the last gateway acknowledgement, and the part of it
-        // spent collecting acknowledgements (null when no gateway acknowledged).
-        "last_ack_us": acks.last_ack_us.map(|us| collecting.as_micros() as u64 + us),
-        "ack_collect_us": acks.last_ack_us,
-    }))
+        )
+    });
+    let receipt = EngageReceipt {
+        engaged: true,
+        latch,
+        coalesced: outcome.coalesced,
+        engaged_at: outcome.engaged_at,
+        wal_deferred: outcome.wal_deferred,
+        epoch: EngageEpoch {
+            seq: outcome.epoch_seq,
+            scope_revision: outcome.scope_revision,
+        },
+        groups_reached: reached.groups,
+        acknowledged_by: Vec::new(),
+        unacknowledged: Vec::new(),
+        warnings,
+        time_to_contained_us: outcome.time_to_contained.as_micros() as u64,
+        last_ack_us: None,
+        ack_collect_us: None,
+    };
+    // The acknowledgement warnings, then the gateways that did not acknowledge.
+    let mut receipt = receipt.with_acks(acks, collecting.as_micros() as u64);
+    receipt.warnings.extend(unacknowledged);
+    Ok(receipt)
 }
 
 /// Disengage the halt-level latches of exactly `scope` (SPEC §4, Disengage).
@@ -219,7 +223,7 @@ pub fn disengage(
     reason: &str,
     by: Option<&str>,
     presented: Option<&str>,
-) -> Result<Value, Refusal> {
+) -> Result<DisengageReceipt, Refusal> {
     let scope = parse_scope(scope)?;
     stopline_core::refusal::require_reason(reason)?;
     let not_permitted = |why: String| Refusal::new(RefusalCode::DisengageNotPermitted, why);
@@ -264,5 +268,5 @@ pub fn disengage(
         .plane
         .disengage(&scope, reason, &by)
         .map_err(|e| e.to_refusal())?;
-    Ok(serde_json::to_value(receipt).unwrap_or_default())
+    Ok(DisengageReceipt(receipt))
 }

@@ -13,6 +13,7 @@
 //! writes anything.
 
 use crate::context::Context;
+use crate::receipts::{EvidenceListReceipt, EvidenceVerifyReceipt};
 use serde_json::{json, Value};
 use stopline_core::wal::{WalEntry, WalFault};
 use stopline_core::{Refusal, RefusalCode};
@@ -77,7 +78,7 @@ fn fault_json(fault: &WalFault) -> Value {
 }
 
 /// `evidence list`: every record, or `control_state_corrupt` naming the first break.
-pub fn list(ctx: &Context) -> Result<Value, Refusal> {
+pub fn list(ctx: &Context) -> Result<EvidenceListReceipt, Refusal> {
     let entries = ctx.store.evidence_entries().map_err(|fault| {
         Refusal::new(
             RefusalCode::ControlStateCorrupt,
@@ -85,18 +86,25 @@ pub fn list(ctx: &Context) -> Result<Value, Refusal> {
         )
     })?;
     let records: Vec<Value> = entries.into_iter().map(|e| Value::Object(e.body)).collect();
-    Ok(json!({"records": records}))
+    Ok(EvidenceListReceipt { records })
 }
 
 /// `evidence verify`: the chain, its head anchor, and operations admitted after a trip.
 /// `ok` is true only when the chain is whole, anchored (at most the newest line unanchored),
 /// the registries were read, and no operation was admitted after a trip.
-pub fn verify(ctx: &Context) -> Value {
+pub fn verify(ctx: &Context) -> EvidenceVerifyReceipt {
     let entries = match ctx.store.evidence_entries() {
         Ok(entries) => entries,
         Err(fault) => {
-            return json!({"ok": false, "records": null, "first_break": fault_json(&fault),
-                          "operations_after_trip": [], "registry_errors": []});
+            return EvidenceVerifyReceipt {
+                ok: false,
+                records: None,
+                first_break: fault_json(&fault),
+                unanchored_lines: None,
+                trips: None,
+                operations_after_trip: Vec::new(),
+                registry_errors: Vec::new(),
+            };
         }
     };
     let mut first_break = Value::Null;
@@ -144,13 +152,13 @@ pub fn verify(ctx: &Context) -> Value {
     // leave one line unanchored; more means the anchor is being lost or was removed.
     let ok =
         first_break.is_null() && unanchored <= 1 && after.is_empty() && registry_errors.is_empty();
-    json!({
-        "ok": ok,
-        "records": entries.len(),
-        "first_break": first_break,
-        "unanchored_lines": unanchored,
-        "trips": trips.len(),
-        "operations_after_trip": after,
-        "registry_errors": registry_errors,
-    })
+    EvidenceVerifyReceipt {
+        ok,
+        records: Some(entries.len()),
+        first_break,
+        unanchored_lines: Some(unanchored),
+        trips: Some(trips.len()),
+        operations_after_trip: after,
+        registry_errors,
+    }
 }

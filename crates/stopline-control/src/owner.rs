@@ -6,6 +6,9 @@
 
 use crate::console::OwnerConsole;
 use crate::context::Context;
+use crate::receipts::{
+    DrainReceipt, ReconcileReceipt, RecoverApplyReceipt, RecoverPlanReceipt, RepairReceipt,
+};
 use serde_json::Value;
 use stopline_core::{Refusal, Scope};
 
@@ -39,26 +42,37 @@ pub fn recover_plan(
     console: &OwnerConsole,
     scope: &Scope,
     reason: &str,
-) -> Result<Value, Refusal> {
+) -> Result<RecoverPlanReceipt, Refusal> {
     let census = ctx.store.census();
-    let receipt = ctx
+    let plan = ctx
         .plane
         .recover_plan(scope, reason, console.by(), &census)
         .map_err(|e| e.to_refusal())?;
-    Ok(serde_json::to_value(receipt).unwrap_or_default())
+    Ok(RecoverPlanReceipt {
+        plan,
+        by: console.by().to_string(),
+    })
 }
 
 /// `recover apply`.
-pub fn recover_apply(ctx: &Context, console: &OwnerConsole, plan: &str) -> Result<Value, Refusal> {
+pub fn recover_apply(
+    ctx: &Context,
+    console: &OwnerConsole,
+    plan: &str,
+) -> Result<RecoverApplyReceipt, Refusal> {
     let receipt = ctx
         .plane
         .recover_apply(plan, console.by())
         .map_err(|e| e.to_refusal())?;
-    Ok(serde_json::to_value(receipt).unwrap_or_default())
+    Ok(RecoverApplyReceipt(receipt))
 }
 
 /// `recover repair`.
-pub fn repair(ctx: &Context, console: &OwnerConsole, reason: &str) -> Result<Value, Refusal> {
+pub fn repair(
+    ctx: &Context,
+    console: &OwnerConsole,
+    reason: &str,
+) -> Result<RepairReceipt, Refusal> {
     let issued = ctx
         .store
         .highest_issued_epoch()
@@ -67,7 +81,7 @@ pub fn repair(ctx: &Context, console: &OwnerConsole, reason: &str) -> Result<Val
         .plane
         .repair(reason, console.by(), issued)
         .map_err(|e| e.to_refusal())?;
-    Ok(serde_json::to_value(receipt).unwrap_or_default())
+    Ok(RepairReceipt(receipt))
 }
 
 /// `drain`.
@@ -76,12 +90,15 @@ pub fn drain(
     console: &OwnerConsole,
     deadline_s: u64,
     reason: &str,
-) -> Result<Value, Refusal> {
+) -> Result<DrainReceipt, Refusal> {
     let record = ctx
         .plane
         .drain(deadline_s, reason, console.by())
         .map_err(|e| e.to_refusal())?;
-    Ok(serde_json::json!({"draining": true, "state": record}))
+    Ok(DrainReceipt {
+        draining: true,
+        state: record,
+    })
 }
 
 /// `ops reconcile`.
@@ -91,10 +108,13 @@ pub fn reconcile(
     op: &str,
     outcome: &str,
     reason: &str,
-) -> Result<Value, Refusal> {
+) -> Result<ReconcileReceipt, Refusal> {
     let operation = ctx
         .store
         .reconcile(op, outcome, reason, console.by())
         .map_err(|e| e.to_refusal())?;
-    Ok(serde_json::json!({"reconciled": true, "operation": operation}))
+    Ok(ReconcileReceipt {
+        reconciled: true,
+        operation,
+    })
 }

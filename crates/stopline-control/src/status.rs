@@ -5,7 +5,8 @@
 //! `servers/`; this file only reads what they registered and derives the phase.
 
 use crate::context::Context;
-use serde_json::{json, Value};
+use crate::receipts::StatusReceipt;
+use serde_json::Value;
 use stopline_core::phase::{derive, PhaseInputs};
 use stopline_core::{ControlView, Subject};
 
@@ -56,7 +57,7 @@ pub(crate) fn worker_subject(worker: &Value) -> Subject {
 }
 
 /// Build the status receipt.
-pub fn status(ctx: &Context) -> Value {
+pub fn status(ctx: &Context) -> StatusReceipt {
     // Finish any WAL record an engage had to defer, if the lock is free now (never waits).
     let mut warnings: Vec<String> = Vec::new();
     if ctx
@@ -104,17 +105,18 @@ pub fn status(ctx: &Context) -> Value {
         unresolved_operations: census.entries().next().is_some(),
         registry_errors: !census.errors.is_empty(),
     });
-    json!({
-        "phase": phase,
-        "state": state.as_str(),
-        "state_record": view.state,
-        "latches": view.latches.iter().map(|l| l.to_json()).collect::<Vec<_>>(),
-        "faults": view.faults,
-        "epoch": view.epoch,
-        "workers": workers,
-        "affected_worker_quiescence_confirmed": covered_quiescent && worker_census_ok && uncovered_servers.is_empty(),
-        "uncovered_servers": uncovered_servers,
-        "unresolved": census,
-        "warnings": warnings,
-    })
+    let confirmed = covered_quiescent && worker_census_ok && uncovered_servers.is_empty();
+    StatusReceipt {
+        phase,
+        state: state.as_str().into(),
+        state_record: view.state,
+        latches: view.latches,
+        faults: view.faults,
+        epoch: view.epoch,
+        workers,
+        affected_worker_quiescence_confirmed: confirmed,
+        uncovered_servers,
+        unresolved: census,
+        warnings,
+    }
 }

@@ -5,7 +5,7 @@
 //! current: a stopped agent hands out no fresh-looking tokens.
 
 use crate::context::Context;
-use serde_json::{json, Value};
+use crate::receipts::{MintedReceipt, TokenVerifyReceipt};
 use std::path::Path;
 use stopline_core::budget::Budgets;
 use stopline_core::{Name, Refusal, RefusalCode, Role};
@@ -86,20 +86,20 @@ pub fn delegate(
     )
 }
 
-/// The `token issue`/`delegate` JSON receipt.
-pub fn minted_receipt(minted: &Minted) -> Value {
-    json!({
-        "token": minted.token,
-        "subject": minted.claims.subject(),
-        "role": minted.claims.role,
-        "issue_epoch": minted.claims.epoch,
-        "exp": minted.claims.exp,
-        "budgets": minted.claims.budgets,
-    })
+/// The `token issue`/`delegate` receipt.
+pub fn minted_receipt(minted: &Minted) -> MintedReceipt {
+    MintedReceipt {
+        token: minted.token.clone(),
+        subject: minted.claims.subject(),
+        role: minted.claims.role,
+        issue_epoch: minted.claims.epoch,
+        exp: minted.claims.exp,
+        budgets: minted.claims.budgets.clone(),
+    }
 }
 
 /// The `token verify` receipt: validity including epoch standing.
-pub fn verify(ctx: &Context, token: &str) -> Value {
+pub fn verify(ctx: &Context, token: &str) -> TokenVerifyReceipt {
     let decoded = stopline_token::decode_unverified(token.trim()).ok();
     let subject = decoded.as_ref().map(|c| c.subject());
     let chain = decoded
@@ -129,12 +129,52 @@ pub fn verify(ctx: &Context, token: &str) -> Value {
             }
         },
     };
-    json!({
-        "valid": code.is_none(),
-        "code": code,
-        "subject": subject,
-        "chain": chain,
-        "issue_epoch": decoded.as_ref().map(|c| c.epoch),
-        "exp": decoded.as_ref().map(|c| c.exp),
-    })
+    TokenVerifyReceipt {
+        valid: code.is_none(),
+        code,
+        subject,
+        chain,
+        issue_epoch: decoded.as_ref().map(|c| c.epoch),
+        exp: decoded.as_ref().map(|c| c.exp),
+    }
+}
+
+/// The token a command was given: `--token`, else `--token-file`, else `STOPLINE_TOKEN` (a
+/// blank one is none). Surrounding whitespace is never part of a token.
+pub fn presented(
+    token: Option<&str>,
+    token_file: Option<&Path>,
+) -> Result<Option<String>, Refusal> {
+    if let Some(token) = token {
+        return Ok(Some(token.trim().to_string()));
+    }
+    if let Some(path) = token_file {
+        return from_file(path).map(Some);
+    }
+    Ok(std::env::var("STOPLINE_TOKEN")
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty()))
+}
+
+/// A token read from `path` (`--token-file`, `--parent-file`); unreadable is `token_invalid`.
+pub fn from_file(path: &Path) -> Result<String, Refusal> {
+    std::fs::read_to_string(path)
+        .map(|t| t.trim().to_string())
+        .map_err(|e| {
+            Refusal::new(
+                RefusalCode::TokenInvalid,
+                format!("--token-file {}: {e}", path.display()),
+            )
+        })
+}
+
+/// The parent of `token delegate`: `--parent`, else `--parent-file`, else `STOPLINE_TOKEN`.
+pub fn parent(parent: Option<String>, parent_file: Option<&Path>) -> Result<String, Refusal> {
+    match (parent, parent_file) {
+        (Some(p), _) => Ok(p),
+        (None, Some(file)) => from_file(file),
+        (None, None) => std::env::var("STOPLINE_TOKEN")
+            .map_err(|_| Refusal::new(RefusalCode::TokenInvalid, "--parent is required")),
+    }
 }

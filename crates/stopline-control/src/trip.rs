@@ -96,7 +96,7 @@ pub fn trip(ctx: &Context, trip: &Trip) -> Tripped {
         &trip.reason(),
     );
     let latch = match engaged {
-        Ok(receipt) => receipt["latch"]["id"].as_str().map(str::to_string),
+        Ok(receipt) => Some(receipt.latch.record.id),
         Err(refusal) => {
             tracing::error!(agent = %trip.agent, breaker = trip.breaker.as_str(), %refusal, "a breaker trip could not engage its latch");
             None

@@ -94,6 +94,29 @@ impl CheckReceipt {
     }
 }
 
+/// What `stopline check` prints for people: `allow (DISENGAGED)`, or `block (EMERGENCY):
+/// <code>: <message>` when it was not allowed.
+impl std::fmt::Display for CheckReceipt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.decision.as_str(), self.mode)?;
+        if let Some(code) = self.code {
+            write!(f, ": {code}: {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl CheckReceipt {
+    /// The exit code `stopline check` ends with: 0 allow, 3 queue, 4 block.
+    pub fn exit_code(&self) -> i32 {
+        match self.decision {
+            Decision::Allow => 0,
+            Decision::Queue => 3,
+            Decision::Block => 4,
+        }
+    }
+}
+
 impl ControlView {
     /// A view of an empty, healthy control directory.
     pub fn empty() -> ControlView {

@@ -11,6 +11,7 @@ use crate::destination::unix_us;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stopline_control::receipts::Receipt;
 use stopline_control::{engage, Context};
 use stopline_core::{Refusal, RefusalCode};
 
@@ -111,7 +112,8 @@ pub async fn pull(
                     let _ = shared.pulled.set(pulled);
                     let called = Instant::now();
                     let receipt = engage::engage(&ctx, &caller, &scope, Some(&level), &reason);
-                    let _ = tx.send(receipt.map(|r| finish(pulled, pulled_unix_ms, called, r)));
+                    let _ = tx
+                        .send(receipt.map(|r| finish(pulled, pulled_unix_ms, called, r.to_json())));
                 })
                 .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
             rx.await

@@ -91,3 +91,38 @@ fn collect(value: &Value, out: &mut Vec<String>) {
         _ => {}
     }
 }
+
+/// What `stopline drill` was asked for: one drill, `repeat` drills in a row, or (with `sizes`)
+/// a sweep, each size `repeat` times, its plot written to `plot`. The report, and whether every
+/// drill in it passed.
+pub fn requested(
+    options: &crate::DrillOptions,
+    sizes: &[usize],
+    repeat: usize,
+    plot: Option<&std::path::Path>,
+) -> Result<(Value, bool), crate::DrillError> {
+    if !sizes.is_empty() {
+        let (_, report) = crate::sweep(options, sizes, repeat, plot)?;
+        let pass = report["pass"] == true;
+        Ok((report, pass))
+    } else if repeat > 1 {
+        let series = crate::repeat(options, repeat)?;
+        Ok((series.to_json(), series.pass()))
+    } else {
+        let observation = crate::drill(options)?;
+        Ok((observation.to_json(), observation.pass))
+    }
+}
+
+/// The error line of a failed report: every reason it gives, or a pointer to the report.
+pub fn failure_line(report: &Value) -> String {
+    let reasons = reasons_in(report);
+    format!(
+        "error: drill failed: {}",
+        if reasons.is_empty() {
+            "see the report".to_string()
+        } else {
+            reasons.join("; ")
+        }
+    )
+}

@@ -18,6 +18,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use stopline_control::receipts::Receipt;
 use stopline_control::{engage, status};
 use stopline_core::budget::{BudgetKind, Budgets};
 use stopline_core::{AuthorityStatus, ControlView, Name, Refusal, RefusalCode, Role, TaskClass};
@@ -109,7 +110,7 @@ async fn status_route(
 ) -> Result<Json<Value>, GatewayError> {
     let caller = state.gov.authenticate(bearer(&headers))?;
     let ctx = state.gov.context().clone();
-    let mut receipt = blocking(move || Ok(status::status(&ctx))).await?;
+    let mut receipt = blocking(move || Ok(status::status(&ctx).to_json())).await?;
     let snapshot = state.gov.snapshot();
     if !sees_everything(caller.role()) {
         only_what_concerns(&mut receipt, &caller, &snapshot.view);
@@ -214,7 +215,7 @@ async fn engage_route(
         )
     })
     .await?;
-    Ok(Json(receipt))
+    Ok(Json(receipt.to_json()))
 }
 
 #[derive(Deserialize)]
@@ -241,7 +242,7 @@ async fn disengage_route(
     })
     .await?;
     state.gov.inner.view.refresh_fast();
-    Ok(Json(receipt))
+    Ok(Json(receipt.to_json()))
 }
 
 async fn owner_only(State(state): State<AppState>, headers: HeaderMap) -> GatewayError {
@@ -384,7 +385,9 @@ async fn delegate_route(
         gov.now_s(),
     )?;
     gov.inner.ledger.register_child(&minted.claims);
-    Ok(Json(stopline_control::tokens::minted_receipt(&minted)))
+    Ok(Json(
+        stopline_control::tokens::minted_receipt(&minted).to_json(),
+    ))
 }
 
 #[derive(Deserialize)]

@@ -10,6 +10,7 @@
 use crate::jsonrpc::{parse, Incoming, Message};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
+use stopline_control::receipts::Receipt;
 use stopline_control::{engage, status, Context};
 use stopline_core::{Refusal, RefusalCode};
 
@@ -87,6 +88,7 @@ impl Backend {
                     level,
                     reason,
                 )
+                .map(|receipt| receipt.to_json())
             }
             Backend::Gateway { url, token } => gateway_call(
                 url,
@@ -99,7 +101,7 @@ impl Backend {
 
     fn status(&self) -> Result<Value, Refusal> {
         match self {
-            Backend::Local(ctx) => Ok(status::status(ctx)),
+            Backend::Local(ctx) => Ok(status::status(ctx).to_json()),
             Backend::Gateway { url, token } => {
                 gateway_call(url, token.as_deref(), "/v1/status", None)
             }

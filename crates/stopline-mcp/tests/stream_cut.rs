@@ -158,6 +158,7 @@ async fn sse_streams_pass_event_by_event_and_an_emergency_answers_them_at_once()
     .await
     .unwrap()
     .expect("engage");
+    let receipt = stopline_control::receipts::Receipt::to_json(&receipt);
     assert_eq!(receipt["engaged"], true);
 
     let cut = next_event(&mut stream, &mut buffer)

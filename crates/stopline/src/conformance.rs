@@ -25,13 +25,33 @@ pub fn run(json: bool, filter: Option<String>) -> i32 {
         Err(error) => {
             crate::output::error_line(&format!("error: conformance: {error}"));
             if json {
-                let body = serde_json::json!({"ok": false, "total": 0, "failed": 0,
-                    "error": {"code": "control_io", "message": error.to_string()}, "cases": []});
-                crate::output::line(&body.to_string());
+                let refusal = stopline_core::Refusal::new(
+                    stopline_core::RefusalCode::ControlIo,
+                    error.to_string(),
+                );
+                let body = FailedToRun {
+                    ok: false,
+                    total: 0,
+                    failed: 0,
+                    error: &refusal,
+                    cases: [(); 0],
+                };
+                let value = serde_json::to_value(body).unwrap_or_default();
+                crate::output::line(&value.to_string());
             }
             1
         }
     }
+}
+
+/// The report of a battery that could not run at all: no case passed.
+#[derive(serde::Serialize)]
+struct FailedToRun<'a> {
+    ok: bool,
+    total: usize,
+    failed: usize,
+    error: &'a stopline_core::Refusal,
+    cases: [(); 0],
 }
 
 /// True when this build deliberately breaks the refusal `which` (see the module comment).

@@ -4,10 +4,15 @@
 //! its siblings only turn arguments into calls and receipts into output (JSON with `--json`).
 //! Exit codes: 0 success, 1 refused, 2 usage; `check`: 0 allow, 3 queue, 4 block.
 
+mod assurance;
 mod commands;
 mod conformance;
+mod gates;
 mod manual;
 mod output;
+mod owner;
+mod stop;
+mod tokens;
 
 use clap::Parser;
 // The definition lives in the library target so `cargo xtask dist` can generate completions and

@@ -175,7 +175,7 @@ fn measure(ctx: &Context, n: usize, iteration: usize) -> Result<Sample, Refusal>
         )
         .map(|receipt| {
             // Publication is the "contained" instant: the latch durable in latches/.
-            let contained = receipt["time_to_contained_us"].as_i64().unwrap_or(0);
+            let contained = i64::try_from(receipt.time_to_contained_us).unwrap_or(i64::MAX);
             (called, called + chrono::Duration::microseconds(contained))
         })
     });

@@ -1,0 +1,48 @@
+//! `ops list` and `ops compact` (SPEC §4, §12.2): the operation registry as the owner reads it.
+//! Reconciliation is an owner-console verb and lives in [`crate::owner`].
+
+use crate::context::Context;
+use crate::receipts::{OperationLine, OpsCompactReceipt, OpsListReceipt};
+
+/// `ops list`: every operation, only the unresolved ones, or (with `older_than_s`) the ones in
+/// doubt for longer than that. Each unresolved one says whom it blocks now: in doubt (its
+/// writer gone, or marked so) and not a model request; one still in flight blocks nobody yet.
+pub fn list(ctx: &Context, unresolved: bool, older_than_s: Option<u64>) -> OpsListReceipt {
+    let (ops, errors) = ctx.store.operations();
+    let selected: Vec<_> = match older_than_s {
+        Some(secs) => ctx
+            .store
+            .in_doubt_older_than((secs as i64).saturating_mul(1000)),
+        None => ops
+            .into_values()
+            .filter(|op| !unresolved || op.is_unresolved())
+            .collect(),
+    };
+    let census = ctx.store.census();
+    let operations = selected
+        .into_iter()
+        .map(|operation| {
+            let (mut in_flight, mut blocking) = (None, None);
+            if operation.is_unresolved() {
+                let entry = census.entries().find(|e| e.operation.op == operation.op);
+                in_flight = Some(entry.is_some_and(|e| e.in_flight));
+                blocking = Some(entry.is_some_and(|e| e.blocking));
+            }
+            OperationLine {
+                operation,
+                in_flight,
+                blocking,
+            }
+        })
+        .collect();
+    OpsListReceipt { operations, errors }
+}
+
+/// `ops compact`: rewrite the open-set snapshot of every journal that grew.
+pub fn compact(ctx: &Context) -> OpsCompactReceipt {
+    let (snapshots_written, errors) = ctx.store.snapshot_ops_journals(1);
+    OpsCompactReceipt {
+        snapshots_written,
+        errors,
+    }
+}

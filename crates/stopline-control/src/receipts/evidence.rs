@@ -1,0 +1,70 @@
+//! The receipts of `evidence list` and `evidence verify` (SPEC §7).
+
+use super::compact;
+use serde::Serialize;
+use serde_json::Value;
+use std::fmt;
+
+/// The receipt of `evidence list`: every record as written.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvidenceListReceipt {
+    /// The log's lines, in order.
+    pub records: Vec<Value>,
+}
+
+impl fmt::Display for EvidenceListReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines: Vec<String> = self.records.iter().map(compact).collect();
+        f.write_str(&lines.join("\n"))
+    }
+}
+
+/// The receipt of `evidence verify`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvidenceVerifyReceipt {
+    /// True only when the chain is whole, anchored (at most the newest line unanchored), the
+    /// registries were read, and no operation was admitted after a trip.
+    pub ok: bool,
+    /// How many lines the log has (null when it cannot be read as a chain).
+    pub records: Option<usize>,
+    /// The first break: its line, fault and message (null when there is none).
+    pub first_break: Value,
+    /// Lines after the head anchor (absent when the chain is broken).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unanchored_lines: Option<u64>,
+    /// Breaker trips and budget exhaustions in the log (absent when the chain is broken).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trips: Option<usize>,
+    /// Operations of a tripped agent admitted after its trip.
+    pub operations_after_trip: Vec<Value>,
+    /// Registries that could not be read.
+    pub registry_errors: Vec<String>,
+}
+
+impl EvidenceVerifyReceipt {
+    /// The exit code `stopline evidence verify` ends with: 0 when it holds.
+    pub fn exit_code(&self) -> i32 {
+        if self.ok {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+impl fmt::Display for EvidenceVerifyReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.first_break.is_null() {
+            write!(
+                f,
+                "{} records, chain intact; {} trip(s); operations admitted after a trip: {}",
+                compact(&self.records),
+                compact(&self.trips),
+                compact(&self.operations_after_trip)
+            )
+        } else {
+            let message = self.first_break.get("message").and_then(Value::as_str);
+            write!(f, "BROKEN: {}", message.unwrap_or_default())
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! The receipts of the owner console's verbs: `recover plan|apply|repair`, `drain`,
+//! `ops reconcile` (SPEC §4).
+
+use super::compact;
+use serde::Serialize;
+use std::fmt;
+use stopline_core::ops::Operation;
+use stopline_core::StateRecord;
+
+/// The receipt of `recover plan`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecoverPlanReceipt {
+    /// The plan the plane fixed.
+    #[serde(flatten)]
+    pub plan: stopline_store::recovery::PlanReceipt,
+    /// The console name it was planned by (shown in the `apply` command line, not in JSON).
+    #[serde(skip)]
+    pub by: String,
+}
+
+impl fmt::Display for RecoverPlanReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plan = &self.plan;
+        let registry_errors = if plan.registry_errors.is_empty() {
+            String::new()
+        } else {
+            format!("; registry errors: {}", compact(&plan.registry_errors))
+        };
+        write!(
+            f,
+            "plan {} for {}: clears {}; carries forward {} unresolved operation(s){registry_errors}\napply with: stopline recover apply --plan {} --by {}",
+            plan.plan,
+            plan.scope,
+            compact(&plan.latches),
+            plan.carried_forward_operations.len(),
+            plan.plan,
+            self.by
+        )
+    }
+}
+
+/// The receipt of `recover apply`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct RecoverApplyReceipt(pub stopline_store::recovery::ApplyReceipt);
+
+impl fmt::Display for RecoverApplyReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let applied = &self.0;
+        write!(
+            f,
+            "recovered: {} state: {} new epoch: {} cleared: {} surviving: {}",
+            applied.recovered,
+            applied.state,
+            applied.new_epoch,
+            compact(&applied.cleared),
+            compact(&applied.surviving)
+        )
+    }
+}
+
+/// The receipt of `recover repair`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct RepairReceipt(pub stopline_store::repair::RepairReceipt);
+
+impl fmt::Display for RepairReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&compact(&self.0))
+    }
+}
+
+/// The receipt of `drain`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrainReceipt {
+    /// Always true.
+    pub draining: bool,
+    /// The new `state.json`.
+    pub state: StateRecord,
+}
+
+impl fmt::Display for DrainReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "draining until {}",
+            self.state.deadline.as_deref().unwrap_or_default()
+        )
+    }
+}
+
+/// The receipt of `ops reconcile`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReconcileReceipt {
+    /// Always true.
+    pub reconciled: bool,
+    /// The operation, with its outcome.
+    pub operation: Operation,
+}
+
+impl fmt::Display for ReconcileReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "reconciled {} as {}",
+            self.operation.op,
+            self.operation.outcome.as_deref().unwrap_or_default()
+        )
+    }
+}

@@ -1,0 +1,213 @@
+//! The receipts of `status`, `ops list` and `init` (SPEC §4).
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use std::fmt;
+use stopline_core::ops::{Blocks, Operation};
+use stopline_core::phase::Phase;
+use stopline_core::{ActiveLatch, EpochMap, Refusal, StateRecord};
+use stopline_store::ops::Census;
+
+/// The receipt of `status`: the phase derived from fresh reads, and what it was derived from.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReceipt {
+    /// The derived phase.
+    pub phase: Phase,
+    /// The effective machine state (a drain past its deadline reads FROZEN_SAFE).
+    pub state: String,
+    /// `state.json` as recorded.
+    pub state_record: StateRecord,
+    /// Every active latch, fail-closed entries included.
+    #[serde(serialize_with = "latches_json")]
+    pub latches: Vec<ActiveLatch>,
+    /// Why the control state cannot be trusted.
+    pub faults: Vec<Refusal>,
+    /// The confirmed epoch map.
+    pub epoch: EpochMap,
+    /// The supervisor's worker registrations as registered, each with `covered`.
+    pub workers: Vec<Value>,
+    /// True when every covered worker was observed quiescent, the census was whole and every
+    /// live gateway covers the latches.
+    pub affected_worker_quiescence_confirmed: bool,
+    /// Live gateways that do not cover the latches.
+    pub uncovered_servers: Vec<Value>,
+    /// The census of unresolved operations.
+    pub unresolved: Census,
+    /// Notes.
+    pub warnings: Vec<String>,
+}
+
+fn latches_json<S: Serializer>(latches: &[ActiveLatch], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(latches.iter().map(ActiveLatch::to_json))
+}
+
+/// The stable name of a phase (`CONTAINED`, `RECOVERED`, …).
+fn phase_name(phase: Phase) -> String {
+    match serde_json::to_value(phase) {
+        Ok(Value::String(name)) => name,
+        _ => String::new(),
+    }
+}
+
+impl fmt::Display for StatusReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "phase: {}  state: {}  epoch: {}",
+            phase_name(self.phase),
+            self.state,
+            self.epoch.seq
+        )?;
+        for latch in &self.latches {
+            // As `ActiveLatch::to_json` shows it: the record's own fields when it parsed.
+            let (scope, level, by, why) = match &latch.record {
+                Some(r) => (&r.scope, r.level, r.by.as_str(), r.reason.as_str()),
+                None => (
+                    &latch.scope,
+                    latch.level,
+                    "?",
+                    latch.problem.as_deref().unwrap_or_default(),
+                ),
+            };
+            write!(f, "\nlatch {} {scope} {level} by {by}: {why}", latch.file)?;
+        }
+        for fault in &self.faults {
+            write!(f, "\nfault {}: {}", fault.code, fault.message)?;
+        }
+        let census = &self.unresolved;
+        let kinds = [&census.file, &census.destination, &census.model];
+        let count: usize = kinds.iter().map(|k| k.len()).sum();
+        if count > 0 {
+            write!(
+                f,
+                "\n{count} unresolved operation(s); see `stopline ops list --unresolved`"
+            )?;
+            for entry in kinds.into_iter().flatten() {
+                write!(
+                    f,
+                    "\n  {}",
+                    operation_text(&entry.operation, entry.in_flight)
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One operation as `ops list` shows it: the operation, and for one without an outcome whether
+/// it is still in flight and whether it blocks anyone now.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperationLine {
+    /// The operation.
+    #[serde(flatten)]
+    pub operation: Operation,
+    /// Unresolved only: its writer is alive and has not marked it in doubt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<bool>,
+    /// Unresolved only: it blocks someone now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocking: Option<bool>,
+}
+
+/// The receipt of `ops list`.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpsListReceipt {
+    /// The selected operations.
+    pub operations: Vec<OperationLine>,
+    /// Registries that could not be read.
+    pub errors: Vec<String>,
+}
+
+impl fmt::Display for OpsListReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines: Vec<String> = self
+            .operations
+            .iter()
+            .map(|line| operation_text(&line.operation, line.in_flight == Some(true)))
+            .collect();
+        f.write_str(&lines.join("\n"))
+    }
+}
+
+/// The receipt of `ops compact`.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpsCompactReceipt {
+    /// Journal snapshots rewritten.
+    pub snapshots_written: usize,
+    /// Journals whose snapshot could not be written.
+    pub errors: Vec<String>,
+}
+
+impl OpsCompactReceipt {
+    /// The exit code `stopline ops compact` ends with: 0 when every snapshot was written.
+    pub fn exit_code(&self) -> i32 {
+        if self.errors.is_empty() {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+impl fmt::Display for OpsCompactReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} journal snapshot(s) rewritten",
+            self.snapshots_written
+        )?;
+        if !self.errors.is_empty() {
+            write!(f, "; errors: {}", super::compact(&self.errors))?;
+        }
+        Ok(())
+    }
+}
+
+/// One operation of `ops list` (and `status`): id, target, agent, outcome, and for one without
+/// an outcome whom it blocks.
+fn operation_text(op: &Operation, in_flight: bool) -> String {
+    let mut line = format!(
+        "{} {} by {} {}",
+        op.op,
+        op.target,
+        op.agent.as_deref().unwrap_or("?"),
+        op.outcome.as_deref().unwrap_or("UNRESOLVED")
+    );
+    if op.outcome.is_none() {
+        line.push_str(&match (in_flight, &op.blocks) {
+            (true, _) => " (in flight: blocks nobody yet)".to_string(),
+            (false, Blocks::Nobody) => " (blocks nobody: a model request)".to_string(),
+            (false, Blocks::Everyone) => " (blocks every agent on this target)".to_string(),
+            (false, Blocks::Agent(root)) => {
+                format!(" (blocks {root} and its sub-agents on this target)")
+            }
+        });
+    }
+    line
+}
+
+/// The receipt of `init`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InitReceipt {
+    /// The control directory.
+    pub home: String,
+    /// Always true: the home is whole.
+    pub created: bool,
+    /// Whether the full-disk reserve could be written.
+    pub reserve: bool,
+}
+
+impl fmt::Display for InitReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "control directory {} is ready{}",
+            self.home,
+            if self.reserve {
+                ""
+            } else {
+                " (warning: the full-disk reserve could not be written)"
+            }
+        )
+    }
+}

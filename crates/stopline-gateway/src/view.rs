@@ -292,6 +292,11 @@ impl ViewHolder {
         self.install(view, false, None);
     }
 
+    /// How many reads of the control state this holder has started.
+    pub fn reads_started(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
+    }
+
     /// The store this view reads.
     pub fn store(&self) -> &Store {
         &self.store

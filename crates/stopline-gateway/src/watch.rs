@@ -173,3 +173,62 @@ pub fn spawn_periodic(view: Arc<ViewHolder>, interval: Duration, stop: Arc<Atomi
         tracing::error!(%error, "cannot start the periodic reload thread");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stopline_core::latch::LatchSession;
+    use stopline_core::{Level, Name, Scope};
+    use stopline_store::{EngageRequest, Store};
+
+    fn halt(store: &Store, agent: &str) -> Scope {
+        let scope = Scope::Agent(Name::parse(agent).unwrap());
+        store
+            .engage(&EngageRequest {
+                scope: scope.clone(),
+                level: Level::HaltAll,
+                by: "monitor".into(),
+                reason: "watch test".into(),
+                session: LatchSession {
+                    bound: None,
+                    tier: "console".into(),
+                },
+            })
+            .unwrap();
+        scope
+    }
+
+    /// Issue 15: every read took the WAL's lock on a descriptor opened for writing, whose
+    /// close is an IN_CLOSE_WRITE on the home: the watch read it as a change and read again,
+    /// for good — an idle gateway spent its CPU re-reading the control state.
+    #[test]
+    fn a_gateways_own_reads_never_wake_its_watch_and_a_stop_still_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("home"));
+        store.ensure_home().unwrap();
+        let scope = halt(&store, "earlier");
+        store.disengage(&scope, "watch test", "monitor").unwrap();
+        let view = Arc::new(ViewHolder::new(store.clone(), Duration::from_secs(1)));
+        let stop = Arc::new(AtomicBool::new(false));
+        spawn_watcher(view.clone(), stop.clone());
+        std::thread::sleep(Duration::from_millis(500));
+        let before = view.reads_started();
+        assert!(before >= 1, "the watch read the state at start");
+        std::thread::sleep(Duration::from_secs(1));
+        let quiet = view.reads_started() - before;
+        assert_eq!(
+            quiet, 0,
+            "{quiet} reads in a second in which nothing changed"
+        );
+        halt(&store, "later");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while view.reads_started() == before + quiet {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the stop was never read"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::SeqCst);
+    }
+}

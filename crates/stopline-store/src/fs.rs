@@ -309,14 +309,23 @@ impl Fs for RealFs {
         wait: Option<Duration>,
     ) -> io::Result<Box<dyn LockGuard>> {
         use rustix::fs::FlockOperation;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc_flags::O_NOFOLLOW | libc_flags::O_NONBLOCK)
-            .open(path)?;
+        // Read-only unless the file must be created: `flock` needs no write access, and closing
+        // a descriptor opened for writing is an IN_CLOSE_WRITE that every inotify watcher of the
+        // home (each gateway's) reads as a change — a gateway's own read woke it again, for good.
+        let open = |write: bool| {
+            OpenOptions::new()
+                .read(true)
+                .write(write)
+                .create(write)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc_flags::O_NOFOLLOW | libc_flags::O_NONBLOCK)
+                .open(path)
+        };
+        let file = match open(false) {
+            Err(error) if create && error.kind() == io::ErrorKind::NotFound => open(true)?,
+            other => other?,
+        };
         if !file.metadata()?.file_type().is_file() {
             return Err(not_regular(path, "not a regular file"));
         }

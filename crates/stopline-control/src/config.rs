@@ -288,7 +288,26 @@ impl ConfigError {
     }
 }
 
+/// The distributed permit when `permit_ttl_ms` is absent: how long a gateway trusts its view,
+/// and a supervisor its plane, without word from etcd (SPEC §10).
+pub const DEFAULT_PERMIT_TTL: std::time::Duration = std::time::Duration::from_millis(2000);
+
 impl Config {
+    /// The distributed permit: `permit_ttl_ms`, else [`DEFAULT_PERMIT_TTL`]. Zero is refused
+    /// (`config_invalid`) rather than silently replaced: a zero permit would close every gate
+    /// at once, a default would hide the typo. Judged where a distributed plane is attached,
+    /// so a local home never refuses over a key it does not use.
+    pub fn permit_ttl(&self) -> Result<std::time::Duration, Refusal> {
+        match self.permit_ttl_ms {
+            None => Ok(DEFAULT_PERMIT_TTL),
+            Some(0) => Err(Refusal::new(
+                RefusalCode::ConfigInvalid,
+                "config.toml: permit_ttl_ms must be a positive integer, not 0",
+            )),
+            Some(ms) => Ok(std::time::Duration::from_millis(ms)),
+        }
+    }
+
     /// Load `path`; a missing file gives the defaults.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         match std::fs::read_to_string(path) {
@@ -361,6 +380,24 @@ fn explain(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_permit_is_the_configured_one_or_the_default_and_never_zero() {
+        let permit = |text: &str| {
+            Config::parse(Path::new("c.toml"), text)
+                .unwrap()
+                .permit_ttl()
+        };
+        assert_eq!(permit(""), Ok(DEFAULT_PERMIT_TTL));
+        assert_eq!(
+            permit("permit_ttl_ms = 500\n"),
+            Ok(std::time::Duration::from_millis(500))
+        );
+        assert_eq!(
+            permit("permit_ttl_ms = 0\n").unwrap_err().code,
+            RefusalCode::ConfigInvalid
+        );
+    }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(Path::new("config.toml"), text)

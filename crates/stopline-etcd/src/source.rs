@@ -28,7 +28,7 @@ use stopline_gateway::source::{read_local, LocalSource, ViewSource};
 use stopline_gateway::view::ViewHolder;
 
 /// The default permit: how long a gateway trusts its view without word from etcd.
-pub const DEFAULT_PERMIT_TTL: Duration = Duration::from_millis(2000);
+pub const DEFAULT_PERMIT_TTL: Duration = stopline_control::config::DEFAULT_PERMIT_TTL;
 
 /// The gateway's view source in etcd mode.
 #[derive(Debug)]

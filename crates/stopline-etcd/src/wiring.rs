@@ -5,7 +5,7 @@
 //! not a positive integer is refused rather than silently replaced.
 
 use crate::plane::EtcdPlane;
-use crate::source::{EtcdSource, DEFAULT_PERMIT_TTL};
+use crate::source::EtcdSource;
 use crate::url::EtcdTarget;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,16 +14,9 @@ use stopline_control::Context;
 use stopline_core::{Refusal, RefusalCode};
 use stopline_gateway::Distributed;
 
-/// The permit from `config` (`permit_ttl_ms`), or the default.
+/// The permit from `config` (`permit_ttl_ms`), or the default ([`Config::permit_ttl`]).
 pub fn permit_ttl(config: &Config) -> Result<Duration, Refusal> {
-    match config.permit_ttl_ms {
-        None => Ok(DEFAULT_PERMIT_TTL),
-        Some(0) => Err(Refusal::new(
-            RefusalCode::ConfigInvalid,
-            "config.toml: permit_ttl_ms must be a positive integer, not 0",
-        )),
-        Some(ms) => Ok(Duration::from_millis(ms)),
-    }
+    config.permit_ttl()
 }
 
 /// `ctx` on the etcd plane named by `url`, and the gateway's distributed backend over it.

@@ -148,9 +148,9 @@ impl Order {
     }
 }
 
-/// How long a distributed plane may stay silent before the workers are frozen (the gateways'
-/// default `permit_ttl_ms`).
-pub const PLANE_PERMIT: Duration = Duration::from_millis(2000);
+/// How long a distributed plane may stay silent before the workers are frozen when
+/// `permit_ttl_ms` is absent: the gateways' default.
+pub const PLANE_PERMIT: Duration = crate::config::DEFAULT_PERMIT_TTL;
 
 /// How often the distributed plane is read.
 const PLANE_POLL: Duration = Duration::from_millis(100);
@@ -345,7 +345,10 @@ impl Supervision {
         wall_clock: Option<WallClock>,
     ) -> Supervision {
         recorder.register(&worker.status(), None);
-        let plane = PlaneWatch::start(ctx.plane.clone(), PLANE_PERMIT);
+        // The permit the gateways keep (`permit_ttl_ms`). A zero one was refused when the
+        // distributed plane was attached, before any run started; a local plane has no watch.
+        let permit = ctx.config.permit_ttl().unwrap_or(PLANE_PERMIT);
+        let plane = PlaneWatch::start(ctx.plane.clone(), permit);
         Supervision {
             plane,
             ctx,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need and nothing else: system packages through apt, the Python
-# third-party clients in .venv, the Node MCP reference server and playwright-core (which drives
+# third-party clients in .venv, the agent frameworks in .venv-frameworks (they need the mcp 1.x
+# client, .venv pins mcp 2.x), the Node MCP reference server and playwright-core (which drives
 # the system's chromium) in node_modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,10 @@ fi
 if [ -f requirements-test.txt ]; then
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q -r requirements-test.txt
+fi
+if [ -f requirements-frameworks.txt ]; then
+  [ -x .venv-frameworks/bin/python ] || python3 -m venv .venv-frameworks
+  .venv-frameworks/bin/pip install -q -r requirements-frameworks.txt
 fi
 if [ -f package-lock.json ]; then
   npm ci --no-audit --no-fund --silent

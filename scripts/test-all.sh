@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of stopline on a fresh Debian 12 machine: installs what the tests need
-# (system packages, a Python venv with the third-party clients, npm packages), then the gates
-# and the whole test suite. Idempotent; safe to run again.
+# (system packages, Python venvs with the third-party clients and agent frameworks, npm
+# packages), then the gates and the whole test suite. Idempotent; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup-test-deps.sh

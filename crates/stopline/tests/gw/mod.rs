@@ -27,6 +27,25 @@ pub fn python() -> PathBuf {
     path
 }
 
+/// The Python with the agent frameworks installed (`requirements-frameworks.txt`):
+/// `STOPLINE_FRAMEWORKS_PYTHON`, else `<repo>/.venv-frameworks`. A missing interpreter fails the
+/// test (never skips it).
+pub fn frameworks_python() -> PathBuf {
+    let path = std::env::var_os("STOPLINE_FRAMEWORKS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-frameworks/bin/python")
+        });
+    assert!(
+        path.exists(),
+        "{} is missing: run ./scripts/setup-test-deps.sh (python3 -m venv .venv-frameworks && \
+         .venv-frameworks/bin/pip install -r requirements-frameworks.txt) or set \
+         STOPLINE_FRAMEWORKS_PYTHON",
+        path.display()
+    );
+    path
+}
+
 pub fn py_script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/py")
@@ -195,6 +214,30 @@ impl Upstream {
             "fake_anthropic_upstream.py",
             &[("STUB_RELEASE", release)],
         )
+    }
+
+    /// The model that never stops calling the tool `echo` (`tool_loop_model.py`), holding its
+    /// `hold_at`-th request: it writes `held` and answers once `release` exists.
+    pub fn start_tool_loop(home: &Home, hold_at: u32, held: &Path, release: &Path) -> Upstream {
+        let hold_at = hold_at.to_string();
+        Upstream::start_script(
+            home,
+            "tool_loop_model.py",
+            &[
+                ("STUB_HOLD_AT", &hold_at),
+                ("STUB_HELD", held.to_str().unwrap()),
+                ("STUB_RELEASE", release.to_str().unwrap()),
+            ],
+        )
+    }
+
+    /// Every line of the upstream's log, as JSON.
+    pub fn log_lines(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect()
     }
 
     fn start_script(home: &Home, script: &str, env: &[(&str, &str)]) -> Upstream {

@@ -174,6 +174,33 @@ pub fn check() -> Vec<String> {
         }
     }
 
+    // Only the store reads the control directory: the verbs, gates and the drill see runs,
+    // workers and cards through `Store` (`worker_registrations`, `run_card`, …), never by
+    // walking `runs/` or listing a directory themselves.
+    for crate_dir in [
+        "crates/stopline-control/src",
+        "crates/stopline-gateway/src",
+        "crates/stopline-mcp/src",
+        "crates/stopline-drill/src",
+        "crates/stopline-etcd/src",
+    ] {
+        for file in sources(&root.join(crate_dir)) {
+            // `bench history` measures throwaway homes it built itself, never a real one.
+            if file.ends_with("stopline-gateway/src/history.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            for forbidden in ["std::fs::read_dir", ".layout().runs()"] {
+                if text.contains(forbidden) {
+                    problems.push(format!(
+                        "{}: reads the control directory itself ({forbidden}); go through the store",
+                        file.display()
+                    ));
+                }
+            }
+        }
+    }
+
     // Nothing on the recovery path is reachable from the gateway.
     for crate_dir in ["crates/stopline-gateway/src", "crates/stopline-mcp/src"] {
         for file in sources(&root.join(crate_dir)) {

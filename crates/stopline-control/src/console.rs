@@ -67,30 +67,17 @@ pub fn ancestry(pid: u32) -> Vec<u32> {
     chain
 }
 
-/// Pids registered as supervised agents under `runs/*/workers/*.json` (field `pid`).
+/// Pids registered as supervised agents under `runs/*/workers/*.json` (field `pid`), read
+/// through the store. A registration that cannot be read names no pid; the cgroup check below
+/// still finds a supervised caller by its group.
 fn registered_agent_pids(ctx: &Context) -> BTreeSet<u32> {
-    let runs = ctx.store.layout().runs();
-    let mut pids = BTreeSet::new();
-    let Ok(run_dirs) = std::fs::read_dir(&runs) else {
-        return pids;
-    };
-    for run in run_dirs.flatten() {
-        let Ok(workers) = std::fs::read_dir(run.path().join("workers")) else {
-            continue;
-        };
-        for worker in workers.flatten() {
-            let Ok(bytes) = std::fs::read(worker.path()) else {
-                continue;
-            };
-            let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
-                continue;
-            };
-            if let Some(pid) = value.get("pid").and_then(|p| p.as_u64()) {
-                pids.insert(pid as u32);
-            }
-        }
-    }
-    pids
+    ctx.store
+        .worker_registrations()
+        .into_iter()
+        .flatten()
+        .filter_map(|worker| worker.get("pid").and_then(|p| p.as_u64()))
+        .map(|pid| pid as u32)
+        .collect()
 }
 
 fn check_no_agent_session(ctx: &Context) -> Result<(), String> {

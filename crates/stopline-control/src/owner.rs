@@ -15,15 +15,7 @@ use stopline_core::{Refusal, Scope};
 /// The run's `who_may_approve_restart`, from its recorded policy card (`runs/<id>/policy-card.json`).
 pub fn run_approvers(ctx: &Context, scope: &Scope) -> Option<Vec<String>> {
     let Scope::Run(id) = scope else { return None };
-    let path = ctx
-        .store
-        .layout()
-        .runs()
-        .join(id.as_str())
-        .join("policy-card.json");
-    let card: Value = std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())?;
+    let card = ctx.store.run_card(id.as_str()).ok().flatten()?;
     Some(
         card.pointer("/stop_handle/who_may_approve_restart")
             .and_then(Value::as_array)

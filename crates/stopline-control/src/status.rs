@@ -10,30 +10,23 @@ use serde_json::Value;
 use stopline_core::phase::{derive, PhaseInputs};
 use stopline_core::{ControlView, Subject};
 
-/// A worker as registered by the supervisor under `runs/<run>/workers/<agent>.json`.
+/// The workers as registered by the supervisor under `runs/<run>/workers/<agent>.json`, read
+/// through the store, and whether every registration could be read (a census with a hole in
+/// it cannot confirm quiescence).
 fn registered_workers(ctx: &Context) -> (Vec<Value>, bool) {
-    let runs = ctx.store.layout().runs();
-    let mut workers = Vec::new();
     let mut census_ok = true;
-    let run_dirs = match std::fs::read_dir(&runs) {
-        Ok(dirs) => dirs,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (workers, true),
-        Err(_) => return (workers, false),
-    };
-    for run in run_dirs.flatten() {
-        let Ok(entries) = std::fs::read_dir(run.path().join("workers")) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            match std::fs::read(entry.path())
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            {
-                Some(worker) => workers.push(worker),
-                None => census_ok = false,
+    let workers = ctx
+        .store
+        .worker_registrations()
+        .into_iter()
+        .filter_map(|registration| match registration {
+            Ok(worker) => Some(worker),
+            Err(_) => {
+                census_ok = false;
+                None
             }
-        }
-    }
+        })
+        .collect();
     (workers, census_ok)
 }
 

@@ -52,6 +52,21 @@ impl Store {
         self.replace_json(&path, record, "runs.worker")
     }
 
+    /// The policy card a run was started with (`runs/<run>/policy-card.json`), `None` when the
+    /// run has none.
+    pub fn run_card(&self, run_id: &str) -> Result<Option<Value>, StoreError> {
+        let path = self.run_dir(run_id)?.join("policy-card.json");
+        match self.read_optional(&path)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                StoreError::corrupt(
+                    RefusalCode::ControlStateCorrupt,
+                    format!("{}: {e}", path.display()),
+                )
+            }),
+        }
+    }
+
     /// The registration of one worker, `None` when there is none.
     pub fn worker_registration(
         &self,

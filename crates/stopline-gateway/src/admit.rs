@@ -420,7 +420,9 @@ impl Admission {
                     ..
                 } = shortfall
                 {
-                    crate::trip::budget_exhausted(&gov, self.caller.agent(), kind, limit, observed);
+                    gov.inner
+                        .tripper
+                        .budget_exhausted(self.caller.agent(), kind, limit, observed);
                 }
                 self.refuse(&refusal);
                 Err(gov.refused(refusal))

@@ -14,6 +14,7 @@ use crate::caller::{Authenticator, Caller};
 use crate::config::{GatewayConfig, McpServerConfig};
 use crate::inflight::DispatchTracker;
 use crate::metrics::Metrics;
+use crate::trip::Tripper;
 use crate::view::{Snapshot, ViewHolder};
 use std::sync::Arc;
 use stopline_control::Context;
@@ -41,8 +42,10 @@ pub(crate) struct Inner {
     pub(crate) view: Arc<ViewHolder>,
     pub(crate) tracker: Arc<DispatchTracker>,
     pub(crate) ledger: Arc<Ledger>,
-    pub(crate) agents: AgentBreakers,
+    pub(crate) agents: Arc<AgentBreakers>,
     pub(crate) adapters: AdapterBreakers,
+    /// Carries out breaker trips (it shares `agents` and `view`, nothing else of this).
+    pub(crate) tripper: Tripper,
     pub(crate) journal: OpsJournal,
     pub(crate) metrics: Metrics,
     pub(crate) server_id: String,
@@ -76,6 +79,15 @@ impl Governor {
             .tcp_nodelay(true)
             .build()
             .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+        let agents = Arc::new(AgentBreakers::default());
+        let tripper = Tripper::new(
+            ctx.clone(),
+            agents.clone(),
+            view.clone(),
+            &config,
+            server_id.clone(),
+            http.clone(),
+        );
         Ok(Governor {
             inner: Arc::new(Inner {
                 auth: Authenticator::new(verifying),
@@ -85,8 +97,9 @@ impl Governor {
                 view,
                 tracker: Arc::new(DispatchTracker::default()),
                 ledger: Arc::new(ledger),
-                agents: AgentBreakers::default(),
+                agents,
                 adapters: AdapterBreakers::default(),
+                tripper,
                 journal,
                 metrics: Metrics::new(),
                 server_id,
@@ -316,7 +329,7 @@ impl Governor {
                 .agents
                 .note(&self.inner.config.breakers, agent, kind, trigger, value);
         if let Some(order) = order {
-            crate::trip::spawn_trip(self.clone(), order);
+            self.inner.tripper.spawn(order);
         }
     }
 }

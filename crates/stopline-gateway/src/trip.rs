@@ -6,104 +6,141 @@
 //! The latch comes first; evidence and alerts follow and their failures are logged, never
 //! allowed to undo or delay the stop.
 
-use crate::breaker::{BreakerKind, TripOrder};
-use crate::governor::Governor;
+use crate::breaker::{AgentBreakers, BreakerKind, TripOrder};
+use crate::config::BreakerConfig;
+use crate::view::ViewHolder;
 use serde_json::Value;
+use std::sync::Arc;
 use stopline_control::trip::Surface;
+use stopline_control::Context;
 use stopline_core::budget::BudgetKind;
+use stopline_core::Level;
 
-/// Trip `agent`'s breaker for an exhausted budget (once).
-pub(crate) fn budget_exhausted(
-    gov: &Governor,
-    agent: &str,
-    kind: BudgetKind,
-    limit: f64,
-    observed: f64,
-) {
-    let order = gov.inner.agents.note(
-        &gov.inner.config.breakers,
-        agent,
-        BreakerKind::BudgetExhausted,
-        kind.as_str(),
-        observed,
-    );
-    if let Some(mut order) = order {
-        order.threshold = limit;
-        spawn_trip(gov.clone(), order);
-    }
+/// What a gateway's trip needs, and nothing of the governor: the governor owns one and hands
+/// it orders (so this module never reaches back into the governor).
+#[derive(Debug, Clone)]
+pub(crate) struct Tripper {
+    ctx: Context,
+    agents: Arc<AgentBreakers>,
+    view: Arc<ViewHolder>,
+    breakers: BreakerConfig,
+    level: Level,
+    server_id: String,
+    http: reqwest::Client,
 }
 
-/// Carry out `order` off the request path.
-pub(crate) fn spawn_trip(gov: Governor, order: TripOrder) {
-    let handle = tokio::runtime::Handle::try_current();
-    let work = move || trip(&gov, &order);
-    match handle {
-        Ok(handle) => {
-            handle.spawn_blocking(work);
-        }
-        Err(_) => {
-            std::thread::spawn(work);
+impl Tripper {
+    /// A tripper for the gateway `server_id`, counting in `agents` and refreshing `view`.
+    pub(crate) fn new(
+        ctx: Context,
+        agents: Arc<AgentBreakers>,
+        view: Arc<ViewHolder>,
+        config: &crate::config::GatewayConfig,
+        server_id: String,
+        http: reqwest::Client,
+    ) -> Tripper {
+        Tripper {
+            ctx,
+            agents,
+            view,
+            breakers: config.breakers.clone(),
+            level: config.trip_level,
+            server_id,
+            http,
         }
     }
-}
 
-fn trip(gov: &Governor, order: &TripOrder) {
-    let trip = stopline_control::trip::Trip {
-        agent: order.agent.clone(),
-        breaker: order.kind,
-        trigger: order.trigger.clone(),
-        threshold: order.threshold,
-        observed: order.observed,
-        level: gov.inner.config.trip_level,
-        surface: Surface::Gateway(gov.server_id().to_string()),
-    };
-    let tripped = stopline_control::trip::trip(&gov.inner.ctx, &trip);
-    let latch = tripped.latch.clone().unwrap_or_default();
-    if !latch.is_empty() {
-        gov.inner
-            .agents
-            .tripped(&order.agent, &format!("{latch}.json"));
-        gov.inner.view.refresh_fast();
-    }
-    let kind = order.kind.as_str();
-    tracing::warn!(agent = %order.agent, kind, latch, trigger = %order.trigger, "ALERT: breaker tripped");
-    alert(gov, &tripped.record.to_json());
-}
-
-fn alert(gov: &Governor, record: &Value) {
-    let breakers = &gov.inner.config.breakers;
-    if let Some(url) = breakers.alert_webhook.clone() {
-        let client = gov.http_client().clone();
-        let body = record.to_string();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let sent = client
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await;
-                if let Err(error) = sent {
-                    tracing::error!(%error, url, "breaker alert webhook failed");
-                }
-            });
+    /// Trip `agent`'s breaker for an exhausted budget (once).
+    pub(crate) fn budget_exhausted(
+        &self,
+        agent: &str,
+        kind: BudgetKind,
+        limit: f64,
+        observed: f64,
+    ) {
+        let order = self.agents.note(
+            &self.breakers,
+            agent,
+            BreakerKind::BudgetExhausted,
+            kind.as_str(),
+            observed,
+        );
+        if let Some(mut order) = order {
+            order.threshold = limit;
+            self.spawn(order);
         }
     }
-    if let Some(command) = breakers.alert_command.clone().filter(|c| !c.is_empty()) {
-        use std::io::Write;
-        let spawned = std::process::Command::new(&command[0])
-            .args(&command[1..])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn();
-        match spawned {
-            Ok(mut child) => {
-                if let Some(mut stdin) = child.stdin.take() {
-                    let _ = stdin.write_all(record.to_string().as_bytes());
-                }
-                std::thread::spawn(move || child.wait());
+
+    /// Carry out `order` off the request path.
+    pub(crate) fn spawn(&self, order: TripOrder) {
+        let tripper = self.clone();
+        let work = move || tripper.trip(&order);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(work);
             }
-            Err(error) => tracing::error!(%error, "breaker alert command failed"),
+            Err(_) => {
+                std::thread::spawn(work);
+            }
+        }
+    }
+
+    fn trip(&self, order: &TripOrder) {
+        let trip = stopline_control::trip::Trip {
+            agent: order.agent.clone(),
+            breaker: order.kind,
+            trigger: order.trigger.clone(),
+            threshold: order.threshold,
+            observed: order.observed,
+            level: self.level,
+            surface: Surface::Gateway(self.server_id.clone()),
+        };
+        let tripped = stopline_control::trip::trip(&self.ctx, &trip);
+        let latch = tripped.latch.clone().unwrap_or_default();
+        if !latch.is_empty() {
+            self.agents.tripped(&order.agent, &format!("{latch}.json"));
+            self.view.refresh_fast();
+        }
+        let kind = order.kind.as_str();
+        tracing::warn!(agent = %order.agent, kind, latch, trigger = %order.trigger, "ALERT: breaker tripped");
+        self.alert(&tripped.record.to_json());
+    }
+
+    fn alert(&self, record: &Value) {
+        let breakers = &self.breakers;
+        if let Some(url) = breakers.alert_webhook.clone() {
+            let client = self.http.clone();
+            let body = record.to_string();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    let sent = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await;
+                    if let Err(error) = sent {
+                        tracing::error!(%error, url, "breaker alert webhook failed");
+                    }
+                });
+            }
+        }
+        if let Some(command) = breakers.alert_command.clone().filter(|c| !c.is_empty()) {
+            use std::io::Write;
+            let spawned = std::process::Command::new(&command[0])
+                .args(&command[1..])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .spawn();
+            match spawned {
+                Ok(mut child) => {
+                    if let Some(mut stdin) = child.stdin.take() {
+                        let _ = stdin.write_all(record.to_string().as_bytes());
+                    }
+                    std::thread::spawn(move || child.wait());
+                }
+                Err(error) => tracing::error!(%error, "breaker alert command failed"),
+            }
         }
     }
 }

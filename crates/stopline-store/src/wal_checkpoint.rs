@@ -10,7 +10,7 @@
 //! rewritten; `stopline recover repair` and recovery apply still verify the whole chain.
 //!
 //! A holder of the WAL's exclusive lock rewrites the checkpoint (`wal.checkpoint.tmp.*`,
-//! `.rename`, `.dirsync`) once [`Store::wal_checkpoint_every`] lines follow the last one. A
+//! `.rename`, `.dirsync`) once `Store::wal_checkpoint_every` lines follow the last one. A
 //! crash at any step leaves the old checkpoint or the new one, each true of its own line. A
 //! checkpoint that cannot be read or parsed, whose anchor is not the line it names, or after
 //! which the WAL does not verify, is not trusted: the WAL is read whole, as before checkpoints

@@ -127,7 +127,9 @@ pub fn verify(ctx: &Context) -> EvidenceVerifyReceipt {
             first_break = json!({"line": null, "fault": "head_unreadable", "message": why});
         }
     }
-    let wal = match ctx.store.read_control_records().wal {
+    // The whole WAL, not the lines after its checkpoint: a trip's latch may have been cleared
+    // long before it.
+    let wal = match ctx.store.read_wal_whole() {
         Ok(log) => log.entries,
         Err(_) => Vec::new(),
     };

@@ -6,9 +6,9 @@
 //! [`Fs`] that turns every sync into a plain write) so a long history can be made in seconds;
 //! the bytes on disk are exactly what the synced calls write. Every measure then alternates
 //! fresh, aged, fresh, aged … on the real binary (`check`, `status`, `engage`, `disengage`) or
-//! the gateway's own view code (a full reload, engage → refusal through the inotify watch), and
-//! an idle `stopline serve` on each home is sampled from `/proc` for CPU and RSS. Figures,
-//! never assertions.
+//! the gateway's own view code (a full reload, engage → refusal through the inotify watch). Before
+//! those, an idle `stopline serve` on each home is sampled from `/proc` for CPU and RSS (first,
+//! as a deployment's gateway starts in front of its home). Figures, never assertions.
 
 use crate::view::ViewHolder;
 use serde_json::{json, Value};
@@ -375,6 +375,10 @@ fn history_in(
     age(&aged, sizes)?;
     let build_s = building.elapsed().as_secs_f64();
     let disk_bytes = du(&aged);
+    // The idle gateways first, as a deployment's gateway starts in front of its home: its
+    // upkeep snapshots the journals the earlier, gone gateways left.
+    let idle_fresh = idle_gateway(exe, &fresh, window)?;
+    let idle_aged = idle_gateway(exe, &aged, window)?;
     let homes = [fresh.as_path(), aged.as_path()];
     let mut runs = Vec::new();
     runs.push(side_by_side("check", homes, samples, |home, _| {
@@ -468,8 +472,6 @@ fn history_in(
         },
     )?);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let idle_fresh = idle_gateway(exe, &fresh, window)?;
-    let idle_aged = idle_gateway(exe, &aged, window)?;
     Ok(json!({
         "aged": {
             "operations": sizes.operations,

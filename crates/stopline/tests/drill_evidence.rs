@@ -165,3 +165,74 @@ fn a_real_breaker_trip_files_a_valid_evidence_record() {
     assert_eq!(r.code, 0, "{}", r.stdout);
     assert_eq!(r.json()["trips"], 1);
 }
+
+/// Issue 15: the WAL is read from its checkpoint on the hot path, but the evidence verdict
+/// judges a trip's window by when its latch was cleared, which may lie before the checkpoint:
+/// `evidence verify` reads the whole WAL.
+#[test]
+fn a_trips_window_closed_before_the_wal_checkpoint_still_ends_at_its_clearing() {
+    let home = Home::new();
+    home.run(&["init"]).assert_ok();
+    let store = Store::open(home.path());
+    let receipt = home.run(&[
+        "engage",
+        "--scope",
+        "agent:agent-x",
+        "--level",
+        "halt-all",
+        "--reason",
+        "trip",
+        "--by",
+        "operator",
+    ]);
+    receipt.assert_ok();
+    let latch = receipt.json()["latch"]["id"].as_str().unwrap().to_string();
+    let trip = json!({"schema": "evidence-record.v1", "agent": "agent-x", "breaker": "unauthorized_calls",
+        "trigger": "tool_not_allowed", "threshold": 1.0, "observed": 1.0, "latch": latch, "level": "halt-all"});
+    store
+        .append_evidence("breaker", trip.as_object().unwrap().clone())
+        .unwrap();
+    home.run(&[
+        "disengage",
+        "--scope",
+        "agent:agent-x",
+        "--reason",
+        "lifted",
+        "--by",
+        "operator",
+    ])
+    .assert_ok();
+    // Enough WAL lines after the lift that a checkpoint stands after it.
+    for i in 0..40 {
+        let scope = format!("agent:cycle-{i}");
+        home.run(&[
+            "engage", "--scope", &scope, "--level", "halt-all", "--reason", "cycle", "--by",
+            "operator",
+        ])
+        .assert_ok();
+        home.run(&[
+            "disengage",
+            "--scope",
+            &scope,
+            "--reason",
+            "cycle",
+            "--by",
+            "operator",
+        ])
+        .assert_ok();
+    }
+    assert!(home.file("breakglass.wal.checkpoint.json").exists());
+    std::thread::sleep(Duration::from_millis(5));
+    let journal = store.ops_journal("test").unwrap();
+    let later = journal
+        .prepare("mcp:s:write", Some("agent-x"), Some("1"))
+        .unwrap();
+    journal.dispatched(&later).unwrap();
+    journal.outcome(&later, "committed").unwrap();
+    let r = home.run(&["evidence", "verify"]);
+    assert_eq!(
+        r.code, 0,
+        "an operation after the lift is not after the trip: {}",
+        r.stdout
+    );
+}

@@ -7,6 +7,7 @@ use std::process::Command;
 
 pub mod bounded;
 pub mod dist;
+pub mod history_plot;
 pub mod release_gate;
 
 /// The repository root.

@@ -33,6 +33,6 @@ pub enum PlantedBug {
     CompactionDropsDispatched,
     /// A WAL checkpoint that leaves out the recovery intents not yet applied: an engage that
     /// reads from it no longer sees a pending plan and coalesces into a latch the plan is about
-    /// to clear ("stop wins every race" fails, the `coalesce-into-plan` scenario).
+    /// to clear ("stop wins every race" fails, the `checkpoint-vs-plan` scenario).
     CheckpointDropsPendingPlans,
 }

@@ -50,7 +50,10 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     // it); fixed in the store, and kept as a standard scenario so it stays fixed.
     all.push(scenario::coalesce_into_plan());
     // A checkpoint must carry the intents not yet applied (issue 15).
-    all.push(scenario::checkpoint_vs_plan());
+    #[cfg(feature = "planted-bugs")]
+    all.push(scenario::checkpoint_vs_plan(options.planted));
+    #[cfg(not(feature = "planted-bugs"))]
+    all.push(scenario::checkpoint_vs_plan(()));
     all.extend(scenario::operations());
     all.retain(|s| {
         options

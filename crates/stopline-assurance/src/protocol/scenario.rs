@@ -384,31 +384,41 @@ pub fn coalesce_into_plan() -> Scenario {
     )
 }
 
-/// A WAL checkpoint raced against a pending plan: the setup engages a machine emergency and
-/// plans its recovery (the plan's intent is pending), plus a halt of another agent. A lift of
-/// that halt (a WAL append, so a checkpoint), an engage repeating the planned latch within the
-/// coalescing window, and the recovery apply race: the checkpoint must carry the pending
-/// intent, or the engage coalesces into a latch the plan then clears.
-pub fn checkpoint_vs_plan() -> Scenario {
+/// A WAL checkpoint written while a plan is pending: the setup engages a machine emergency and
+/// plans its recovery, and the plan's own append writes a checkpoint (every model append does);
+/// then an engage repeating the planned latch within the coalescing window races the recovery
+/// apply. The engage reads the WAL from that checkpoint, which must carry the pending intent, or
+/// it coalesces into a latch the plan then clears. `setup_bug` is planted in the setup's store
+/// (the checkpoint is the setup's); the racers get the checker's as always.
+pub fn checkpoint_vs_plan(#[allow(unused)] setup_bug: Planted) -> Scenario {
+    #[allow(unused_mut)]
     let mut s = Setup::new();
+    #[cfg(feature = "planted-bugs")]
+    {
+        s.store = s.store.clone().with_planted_bug(setup_bug);
+    }
     s.engage(Scope::Machine, Level::Emergency, "safety-monitor");
-    let other = Scope::Agent(Name::parse("other").expect("a valid name"));
-    s.engage(other.clone(), Level::HaltAll, "safety-monitor");
     let (plan, names) = s.plan(&Scope::Machine);
     let racers = vec![
-        ProcSpec::Disengage { scope: other },
         ProcSpec::Engage(engage(Scope::Machine, Level::Emergency, "safety-monitor")),
         ProcSpec::RecoverApply { plan },
     ];
     let plan = Some((names, Scope::Machine));
     s.finish(
         "checkpoint-vs-plan",
-        "a WAL checkpoint written while a plan is pending vs an engage coalescing vs recover apply",
+        "engage coalescing vs recover apply, the WAL read from a checkpoint written after the plan",
         racers,
         SETUP_MS + 500,
         plan,
     )
 }
+
+/// The bug a scenario's setup may carry.
+#[cfg(feature = "planted-bugs")]
+pub type Planted = stopline_store::planted::PlantedBug;
+/// The bug a scenario's setup may carry (none without the `planted-bugs` feature).
+#[cfg(not(feature = "planted-bugs"))]
+pub type Planted = ();
 
 /// The home as a path.
 pub fn home() -> PathBuf {

@@ -1,11 +1,17 @@
-//! `stopline bench gateway`: the same MCP tool call made directly and through the gateway, side
-//! by side in one run, at concurrency 1 and 32; p50/p99 of each, the added latency and the ratio.
+//! `stopline bench gateway`: the same MCP tool call made directly, through a bare proxy
+//! (`bench/bare.rs`: a minimal hyper forwarder, no admission) and through the gateway, side by
+//! side in one run, at concurrency 1 and 32; p50/p99 of each, the latency each proxy adds, the
+//! gateway's ratio to the direct call (`ratio_p50`) and to the bare proxy's added latency
+//! (`ratio_vs_bare`). Then each path alone, for throughput: direct, bare, the gateway's read-only
+//! tool and its recorded tool (a prepared record fsynced before dispatch, then an outcome).
 //!
 //! Everything is loopback and throwaway: a tiny built-in JSON-RPC upstream (`initialize`,
-//! `tools/list` with a read-only `echo`, `tools/call`), a temporary control directory, and an
+//! `tools/list` with a read-only `echo` and a recorded `record`, `tools/call`), a temporary control directory, and an
 //! in-process gateway. The gateway route is the MCP proxy when one is mounted, else a built-in
 //! governed passthrough that takes the same Governor path (authenticate, admit, dispatch,
 //! forward, finish) without MCP session handling; the receipt says which.
+
+mod bare;
 
 use crate::server::{start, MountFn, ServeOptions};
 use crate::{Governor, Outcome};
@@ -36,7 +42,10 @@ async fn upstream(body: Bytes) -> Response {
             json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "bench", "version": "1"}})
         }
         Some("tools/list") => {
-            json!({"tools": [{"name": "echo", "description": "echo", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})
+            json!({"tools": [
+                {"name": "echo", "description": "echo", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+                {"name": "record", "description": "echo, not read-only", "inputSchema": {"type": "object"}},
+            ]})
         }
         Some("tools/call") => {
             json!({"content": [{"type": "text", "text": request["params"]["arguments"]["text"].clone()}]})
@@ -57,8 +66,10 @@ async fn passthrough(
         Ok(caller) => caller,
         Err(refusal) => return crate::error::refusal_response(&refusal),
     };
+    let forwarded: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let tool = forwarded["params"]["name"].as_str().unwrap_or("echo");
     let mut admission = match gov
-        .admit_tool_call(&caller, "bench", "echo", true, None)
+        .admit_tool_call(&caller, "bench", tool, tool == "echo", None)
         .await
     {
         Ok(admission) => admission,
@@ -67,7 +78,6 @@ async fn passthrough(
     if let Err(refusal) = admission.dispatch() {
         return crate::error::refusal_response(&refusal);
     }
-    let forwarded: Value = serde_json::from_slice(&body).unwrap_or_default();
     match gov
         .http_client()
         .post(&url)
@@ -111,6 +121,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+#[derive(Clone)]
 struct Target {
     url: String,
     session: Option<String>,
@@ -165,68 +176,157 @@ async fn handshake(client: &reqwest::Client, target: &mut Target) -> Result<(), 
     .await
 }
 
-async fn measure(
+fn call(tool: &str, worker: usize, i: usize) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/call", "params": {"name": tool, "arguments": {"text": format!("w{worker} c{i}")}}})
+}
+
+/// Latencies (µs) of the same calls made to every target in turn by `concurrency` workers; each
+/// worker rotates which target goes first, so none always runs on a warmer path.
+async fn latencies(
     client: &reqwest::Client,
-    direct: &Target,
-    gateway: &Target,
+    targets: &[Target],
     concurrency: usize,
     calls: usize,
-) -> Result<Value, BenchError> {
+) -> Result<Vec<Vec<u64>>, BenchError> {
     let per_worker = calls.div_ceil(concurrency).max(1);
     let mut workers = Vec::new();
     for worker in 0..concurrency {
         let client = client.clone();
-        let direct = Target {
-            url: direct.url.clone(),
-            session: direct.session.clone(),
-            token: None,
-        };
-        let gateway = Target {
-            url: gateway.url.clone(),
-            session: gateway.session.clone(),
-            token: gateway.token.clone(),
-        };
+        let targets = targets.to_vec();
         workers.push(tokio::spawn(async move {
-            let mut times = (Vec::new(), Vec::new());
+            let mut times = vec![Vec::with_capacity(per_worker); targets.len()];
             for i in 0..per_worker {
-                let body = json!({"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": format!("w{worker} c{i}")}}});
-                // Alternate which goes first so neither side always runs on a warmer path.
-                let order = if i % 2 == 0 { [false, true] } else { [true, false] };
-                for through_gateway in order {
+                let body = call("echo", worker, i);
+                for k in 0..targets.len() {
+                    let which = (i + k) % targets.len();
                     let started = Instant::now();
-                    if through_gateway {
-                        rpc(&client, &gateway, &body).await?;
-                        times.1.push(started.elapsed().as_micros() as u64);
-                    } else {
-                        rpc(&client, &direct, &body).await?;
-                        times.0.push(started.elapsed().as_micros() as u64);
-                    }
+                    rpc(&client, &targets[which], &body).await?;
+                    times[which].push(started.elapsed().as_micros() as u64);
                 }
             }
             Ok::<_, BenchError>(times)
         }));
     }
-    let (mut direct_us, mut gateway_us) = (Vec::new(), Vec::new());
+    let mut all = vec![Vec::new(); targets.len()];
     for worker in workers {
-        let (d, g) = worker.await.map_err(err)??;
-        direct_us.extend(d);
-        gateway_us.extend(g);
+        for (into, times) in all.iter_mut().zip(worker.await.map_err(err)??) {
+            into.extend(times);
+        }
     }
-    direct_us.sort_unstable();
-    gateway_us.sort_unstable();
-    let (d50, d99) = (percentile(&direct_us, 50.0), percentile(&direct_us, 99.0));
-    let (g50, g99) = (percentile(&gateway_us, 50.0), percentile(&gateway_us, 99.0));
+    for times in &mut all {
+        times.sort_unstable();
+    }
+    Ok(all)
+}
+
+/// Calls per second `concurrency` workers sustain against one target alone, calling `tool`.
+async fn throughput(
+    client: &reqwest::Client,
+    target: &Target,
+    tool: &str,
+    concurrency: usize,
+    calls: usize,
+) -> Result<(f64, Vec<u64>), BenchError> {
+    let per_worker = calls.div_ceil(concurrency).max(1);
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for worker in 0..concurrency {
+        let (client, target, tool) = (client.clone(), target.clone(), tool.to_string());
+        workers.push(tokio::spawn(async move {
+            let mut times = Vec::with_capacity(per_worker);
+            for i in 0..per_worker {
+                let one = Instant::now();
+                rpc(&client, &target, &call(&tool, worker, i)).await?;
+                times.push(one.elapsed().as_micros() as u64);
+            }
+            Ok::<_, BenchError>(times)
+        }));
+    }
+    let mut times = Vec::new();
+    for worker in workers {
+        times.extend(worker.await.map_err(err)??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    times.sort_unstable();
+    let rate = times.len() as f64 / elapsed.max(1e-9);
+    Ok(((rate * 10.0).round() / 10.0, times))
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        (a / b * 100.0).round() / 100.0
+    } else {
+        0.0
+    }
+}
+
+/// One concurrency level: direct, the bare proxy and the gateway side by side.
+async fn measure(
+    client: &reqwest::Client,
+    direct: &Target,
+    bare: &Target,
+    gateway: &Target,
+    concurrency: usize,
+    calls: usize,
+) -> Result<Value, BenchError> {
+    let all = latencies(
+        client,
+        &[direct.clone(), bare.clone(), gateway.clone()],
+        concurrency,
+        calls,
+    )
+    .await?;
+    let (direct_us, bare_us, gateway_us) = (&all[0], &all[1], &all[2]);
+    let (d50, d99) = (percentile(direct_us, 50.0), percentile(direct_us, 99.0));
+    let (b50, b99) = (percentile(bare_us, 50.0), percentile(bare_us, 99.0));
+    let (g50, g99) = (percentile(gateway_us, 50.0), percentile(gateway_us, 99.0));
+    let added_p50 = g50 as i64 - d50 as i64;
+    let bare_added_p50 = b50 as i64 - d50 as i64;
     Ok(json!({
         "concurrency": concurrency,
         "calls": gateway_us.len(),
         "direct_p50_us": d50,
         "direct_p99_us": d99,
+        "bare_p50_us": b50,
+        "bare_p99_us": b99,
         "gateway_p50_us": g50,
         "gateway_p99_us": g99,
-        "added_p50_us": g50 as i64 - d50 as i64,
+        "added_p50_us": added_p50,
         "added_p99_us": g99 as i64 - d99 as i64,
-        "ratio_p50": if d50 > 0 { (g50 as f64 / d50 as f64 * 100.0).round() / 100.0 } else { 0.0 },
-        "ratio_p99": if d99 > 0 { (g99 as f64 / d99 as f64 * 100.0).round() / 100.0 } else { 0.0 },
+        "bare_added_p50_us": bare_added_p50,
+        "bare_added_p99_us": b99 as i64 - d99 as i64,
+        "ratio_p50": ratio(g50 as f64, d50 as f64),
+        "ratio_p99": ratio(g99 as f64, d99 as f64),
+        "ratio_vs_bare": ratio(added_p50 as f64, bare_added_p50.max(1) as f64),
+    }))
+}
+
+/// Throughput of each path alone at one concurrency level: direct, bare, the gateway's
+/// read-only tool and its recorded tool (a prepared and an outcome record, fsynced, per call).
+async fn rates(
+    client: &reqwest::Client,
+    direct: &Target,
+    bare: &Target,
+    gateway: &Target,
+    concurrency: usize,
+    calls: usize,
+) -> Result<Value, BenchError> {
+    let (direct_rps, _) = throughput(client, direct, "echo", concurrency, calls).await?;
+    let (bare_rps, _) = throughput(client, bare, "echo", concurrency, calls).await?;
+    let (read_only_rps, _) = throughput(client, gateway, "echo", concurrency, calls).await?;
+    let (recorded_rps, recorded) =
+        throughput(client, gateway, "record", concurrency, calls).await?;
+    Ok(json!({
+        "concurrency": concurrency,
+        "calls": calls,
+        "direct_rps": direct_rps,
+        "bare_rps": bare_rps,
+        "read_only_rps": read_only_rps,
+        "recorded_rps": recorded_rps,
+        "recorded_p50_us": percentile(&recorded, 50.0),
+        "recorded_p99_us": percentile(&recorded, 99.0),
+        "read_only_vs_bare": ratio(read_only_rps, bare_rps),
+        "recorded_vs_read_only": ratio(recorded_rps, read_only_rps),
     }))
 }
 
@@ -262,7 +362,7 @@ async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Valu
     std::fs::create_dir_all(&home).map_err(err)?;
     std::fs::write(
         home.join("config.toml"),
-        format!("listen = \"127.0.0.1:0\"\n[mcp.bench]\nurl = \"{upstream_url}\"\n"),
+        format!("listen = \"127.0.0.1:0\"\n[mcp.bench]\nurl = \"{upstream_url}\"\ntrust_read_only_hints = true\n"),
     )
     .map_err(err)?;
     let route = if mount.is_some() {
@@ -312,7 +412,7 @@ async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Valu
         .build()
         .map_err(err)?;
     let mut direct = Target {
-        url: upstream_url,
+        url: upstream_url.clone(),
         session: None,
         token: None,
     };
@@ -321,16 +421,38 @@ async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Valu
         session: None,
         token: Some(minted.token),
     };
+    let (bare_addr, bare_server) = bare::start(&upstream_url).await?;
+    let mut bare = Target {
+        url: format!("http://{bare_addr}/mcp"),
+        session: None,
+        token: None,
+    };
     handshake(&client, &mut direct).await?;
+    handshake(&client, &mut bare).await?;
     handshake(&client, &mut through).await?;
-    // Warm both paths (connections, token cache, catalog).
-    measure(&client, &direct, &through, 4, 64).await?;
+    // Warm every path (connections, token cache, catalog).
+    measure(&client, &direct, &bare, &through, 4, 64).await?;
     let mut runs = Vec::new();
     for concurrency in [1, 32] {
         runs.push(
             measure(
                 &client,
                 &direct,
+                &bare,
+                &through,
+                concurrency,
+                calls.max(concurrency * 8),
+            )
+            .await?,
+        );
+    }
+    let mut throughput = Vec::new();
+    for concurrency in [1, 32] {
+        throughput.push(
+            rates(
+                &client,
+                &direct,
+                &bare,
                 &through,
                 concurrency,
                 calls.max(concurrency * 8),
@@ -339,11 +461,15 @@ async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Valu
         );
     }
     gateway.shutdown().await;
+    bare_server.abort();
     upstream_server.abort();
     Ok(json!({
         "runs": runs,
+        "throughput": throughput,
         "route": route,
-        "tool": "echo (readOnlyHint: true, so no operation record and no fsync per call)",
-        "goal": {"added_p50_us_below": 200, "ratio_p50_below": 1.5},
+        "tool": "echo (readOnlyHint: true on a server with trust_read_only_hints, so no operation record and no fsync per call)",
+        "recorded_tool": "record (not read-only: a prepared record fsynced before dispatch and an outcome record, per call)",
+        "bare": "a minimal hyper forwarder on the same runtime and listener settings, no admission, same upstream",
+        "goal": {"added_p50_us_below": 200, "ratio_p50_below": 1.5, "ratio_vs_bare_at_most": 1.5, "recorded_vs_read_only_at_c32_at_least": 0.5},
     }))
 }

@@ -81,15 +81,13 @@ impl Governor {
         read_only: bool,
         request_id: Option<&str>,
     ) -> Result<Admission, Refusal> {
-        let config = self.mcp_server(server);
-        if config.is_none() {
+        let Some(config) = self.mcp_server(server) else {
             self.note_refused_egress(caller, &format!("unknown MCP server {server}"));
             return Err(self.refused(Refusal::new(
                 RefusalCode::EgressRefused,
                 format!("no MCP server {server:?} is configured"),
             )));
-        }
-        let config = config.cloned().unwrap_or_default();
+        };
         if let Err(refusal) = allowed_tool(config.allowed_tools.as_deref(), server, tool) {
             self.note_unauthorized(caller, &format!("tool_not_allowed mcp:{server}:{tool}"));
             return Err(self.refused(refusal));

@@ -188,6 +188,22 @@ impl Ledger {
         chain
     }
 
+    /// False only when every account of the caller's chain is known and none limits a kind of
+    /// `amounts`: such a reservation can never be refused for what other gateways spent, and
+    /// records nothing, so it is decided in memory without the spend lock (on every call of an
+    /// agent without budgets, that lock, the fold of every journal and a blocking-pool hand-off
+    /// were most of the read-only path's cost). An account not yet seen here (a parent whose
+    /// token never reached this gateway) may limit anything: the journal decides then.
+    fn may_draw_on_limit(&self, claims: &Claims, amounts: &Budgets) -> bool {
+        self.register(claims);
+        let accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        Ledger::chain_of(&accounts, &claims.jti).iter().any(|jti| {
+            accounts.get(jti).is_none_or(|account| {
+                !account.known_limits || amounts.keys().any(|k| account.limits.contains_key(k))
+            })
+        })
+    }
+
     /// Try to reserve `amounts` along the caller's chain at `now_s`.
     pub fn try_reserve(
         self: &Arc<Self>,
@@ -297,11 +313,11 @@ impl Ledger {
             tokio::pin!(settled);
             settled.as_mut().enable();
             let attempt = match &self.journal {
-                Some(journal) => {
+                Some(journal) if self.may_draw_on_limit(claims, amounts) => {
                     self.try_reserve_recorded(journal.clone(), claims, amounts, now_s())
                         .await
                 }
-                None => self.try_reserve(claims, amounts, now_s()),
+                _ => self.try_reserve(claims, amounts, now_s()),
             };
             match attempt {
                 Err(Shortfall::Wait) => {
@@ -511,5 +527,40 @@ mod tests {
         let use_ = rows[0].budgets["tool_calls"];
         assert_eq!((use_.limit, use_.used, use_.reserved), (3.0, 1.0, 1.0));
         drop(held);
+    }
+
+    #[test]
+    fn only_a_chain_that_may_draw_on_a_limit_goes_through_the_spend_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = stopline_store::Store::open(dir.path().join("home"));
+        store.ensure_home().unwrap();
+        let ledger = Arc::new(Ledger::durable(store.spend_journal("test").unwrap()));
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        let mut unlimited = claims('a', None, 3.0);
+        unlimited.budgets = Budgets::new();
+        assert!(!ledger.may_draw_on_limit(&unlimited, &one));
+        let limited = claims('b', None, 3.0);
+        assert!(ledger.may_draw_on_limit(&limited, &one));
+        let mut orphan = claims('c', Some('z'), 3.0);
+        orphan.budgets = Budgets::new();
+        assert!(
+            ledger.may_draw_on_limit(&orphan, &one),
+            "a parent never seen here may limit the call"
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let wait = Duration::from_millis(10);
+        let held = runtime
+            .block_on(ledger.reserve(&unlimited, &one, || 0, wait))
+            .unwrap();
+        assert!(!held.limited && held.spend_id.is_none());
+        let recorded = runtime
+            .block_on(ledger.reserve(&limited, &one, || 0, wait))
+            .unwrap();
+        assert!(
+            recorded.spend_id.is_some(),
+            "a limited reservation is recorded"
+        );
     }
 }

@@ -15,7 +15,8 @@ use stopline_token::{Claims, VerifyingKey};
 #[derive(Debug, Clone)]
 pub struct Caller {
     claims: Arc<Claims>,
-    subject: Subject,
+    /// Shared: a caller is cloned into every admission and exchange of a call.
+    subject: Arc<Subject>,
     token: Arc<str>,
 }
 
@@ -114,7 +115,7 @@ impl Authenticator {
             }
         };
         Ok(Caller {
-            subject: claims.subject(),
+            subject: Arc::new(claims.subject()),
             claims,
             token: text,
         })

@@ -201,8 +201,13 @@ impl Governor {
         target: Option<&str>,
         paths: &[std::path::PathBuf],
     ) -> CheckReceipt {
-        let mut subject = caller.subject().clone();
-        subject.projects.extend(paths.iter().cloned());
+        let subject = if paths.is_empty() {
+            std::borrow::Cow::Borrowed(caller.subject())
+        } else {
+            let mut subject = caller.subject().clone();
+            subject.projects.extend(paths.iter().cloned());
+            std::borrow::Cow::Owned(subject)
+        };
         let now = self.now_ms();
         if let Some(refusal) = self.inner.view.staleness(snapshot, now) {
             return CheckReceipt::block(Mode::Emergency, refusal.code, refusal.message, Vec::new());

@@ -18,13 +18,13 @@ use stopline_core::RefusalCode;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
-    outcome: String,
-    code: String,
+    outcome: &'static str,
+    code: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SurfaceLabels {
-    surface: String,
+    surface: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -154,31 +154,27 @@ impl Metrics {
         }
     }
 
-    /// Count one decision.
-    pub fn decision(&self, outcome: &str, code: Option<RefusalCode>) {
+    /// Count one decision (static labels: nothing is allocated on the request path).
+    pub fn decision(&self, outcome: &'static str, code: Option<RefusalCode>) {
         self.decisions
             .get_or_create(&DecisionLabels {
-                outcome: outcome.to_string(),
-                code: code.map(|c| c.as_str().to_string()).unwrap_or_default(),
+                outcome,
+                code: code.map(|c| c.as_str()).unwrap_or_default(),
             })
             .inc();
     }
 
     /// Observe the time one admission took.
-    pub fn admission_latency(&self, surface: &str, elapsed: Duration) {
+    pub fn admission_latency(&self, surface: &'static str, elapsed: Duration) {
         self.admission
-            .get_or_create(&SurfaceLabels {
-                surface: surface.into(),
-            })
+            .get_or_create(&SurfaceLabels { surface })
             .observe(elapsed.as_secs_f64());
     }
 
     /// Observe the time one call took from admission to outcome.
-    pub fn call_latency(&self, surface: &str, elapsed: Duration) {
+    pub fn call_latency(&self, surface: &'static str, elapsed: Duration) {
         self.calls
-            .get_or_create(&SurfaceLabels {
-                surface: surface.into(),
-            })
+            .get_or_create(&SurfaceLabels { surface })
             .observe(elapsed.as_secs_f64());
     }
 

@@ -47,6 +47,8 @@ pub struct McpState {
     /// Which agent opened which session.
     pub(crate) sessions: SessionBindings,
     pub(crate) stdio: Arc<upstream::StdioSessions>,
+    /// Each HTTP upstream's URL, parsed once (not on every forwarded message).
+    pub(crate) urls: std::collections::HashMap<String, reqwest::Url>,
 }
 
 /// Where a server's messages go.
@@ -84,9 +86,17 @@ pub fn router_with(
             tracing::error!(server = %name, "[mcp.{name}] names neither or both of url and command; its calls are refused");
         }
     }
+    let urls = servers
+        .iter()
+        .filter_map(|(name, server)| match upstream_of(server) {
+            Some(Upstream::Http(url)) => Some((name.clone(), reqwest::Url::parse(&url).ok()?)),
+            _ => None,
+        })
+        .collect();
     let state = Arc::new(McpState {
         governor,
         servers,
+        urls,
         catalog: Arc::new(ToolCatalog::default()),
         client: reqwest::Client::builder()
             .no_proxy()
@@ -216,7 +226,10 @@ async fn handle_post(
 /// Forward one member to the server's upstream.
 async fn forward(exchange: &Exchange, upstream: &Upstream, member: Member) -> Response {
     match upstream {
-        Upstream::Http(url) => upstream::post_http(exchange.clone(), url.clone(), member).await,
+        Upstream::Http(url) => match exchange.state.urls.get(&exchange.server) {
+            Some(parsed) => upstream::post_http(exchange.clone(), parsed.clone(), member).await,
+            None => upstream::post_http(exchange.clone(), url.clone(), member).await,
+        },
         Upstream::Stdio(command) => {
             upstream::post_stdio(exchange.clone(), command.clone(), member).await
         }

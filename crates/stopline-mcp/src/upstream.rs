@@ -214,7 +214,11 @@ fn is_sse(headers: &HeaderMap) -> bool {
 
 /// Forward one member to a Streamable HTTP upstream; the exchange runs detached and this waits
 /// only for what the agent gets.
-pub(crate) async fn post_http(exchange: Exchange, url: String, member: Member) -> Response {
+pub(crate) async fn post_http<U: reqwest::IntoUrl + Send + 'static>(
+    exchange: Exchange,
+    url: U,
+    member: Member,
+) -> Response {
     let (reply, answer) = oneshot::channel();
     tokio::spawn(drive_http(exchange, url, member, reply));
     answer
@@ -222,9 +226,9 @@ pub(crate) async fn post_http(exchange: Exchange, url: String, member: Member) -
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }
 
-async fn drive_http(
+async fn drive_http<U: reqwest::IntoUrl>(
     exchange: Exchange,
-    url: String,
+    url: U,
     mut member: Member,
     reply: oneshot::Sender<Response>,
 ) {
@@ -237,7 +241,7 @@ async fn drive_http(
     } = exchange;
     let mut tracker = Tracker::new(state.catalog.clone(), &server);
     tracker.track(member.take_pending());
-    let mut request = forward_headers(state.client.post(&url), &headers)
+    let mut request = forward_headers(state.client.post(url), &headers)
         .header(header::CONTENT_TYPE.as_str(), "application/json");
     if !headers.contains_key(header::ACCEPT) {
         request = request.header(

@@ -108,8 +108,22 @@ fn without_a_planted_bug_the_checkpoint_scenario_passes() {
 }
 
 #[test]
+fn a_batch_released_before_its_fsync_loses_a_prepared_record_and_is_found() {
+    found(
+        PlantedBug::GroupReleasedBeforeFsync,
+        "op-batch-prepared",
+        Property::PreparedSurvives,
+    );
+}
+
+#[test]
 fn without_a_planted_bug_the_operation_scenarios_pass() {
-    for only in ["op-cut-resolves-later", "op-cut-no-answer", "op-compaction"] {
+    for only in [
+        "op-cut-resolves-later",
+        "op-cut-no-answer",
+        "op-compaction",
+        "op-batch-prepared",
+    ] {
         let report = check(PlantedBug::None, only);
         assert!(report.ok(), "{}", report.text());
     }

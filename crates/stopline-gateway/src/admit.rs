@@ -296,10 +296,16 @@ impl Admission {
         };
         let journal = self.gov.inner.journal.clone();
         let owner = self.owner();
-        let request_id = self.plan.request_id.clone();
-        let mut writing = tokio::task::spawn_blocking(move || {
-            journal.prepare_for(&target, &owner, request_id.as_deref())
-        });
+        // The record joins the journal's group commit: it shares an fsync with whatever else
+        // is being recorded, and this call is not dispatched before it is durable.
+        let (op, mut writing) =
+            match journal.submit_prepare(&target, &owner, self.plan.request_id.as_deref()) {
+                Ok(submitted) => submitted,
+                Err(error) => {
+                    self.finished = true;
+                    return Err(self.gov.refused(error.to_refusal()));
+                }
+            };
         // The fsync may queue behind many others. A stop that lands meanwhile refuses the call
         // at once rather than after the queue drains; the prepared line, when it lands, is
         // closed as refused (the call is never dispatched).
@@ -307,19 +313,17 @@ impl Admission {
         let joined = loop {
             tokio::select! {
                 biased;
-                joined = &mut writing => break joined,
+                written = &mut writing => break written,
                 changed = changes.changed() => {
                     if changed.is_err() {
                         break (&mut writing).await;
                     }
                     if let Some(refusal) = self.blocked_now() {
-                        let journal = self.gov.inner.journal.clone();
                         tokio::spawn(async move {
-                            if let Ok(Ok(op)) = writing.await {
-                                let _ = tokio::task::spawn_blocking(move || {
-                                    journal.outcome(&op, "refused")
-                                })
-                                .await;
+                            if writing.await.is_ok() {
+                                if let Err(error) = journal.submit_outcome(&op, "refused").await {
+                                    tracing::error!(op, %error, "cannot close a refused operation; it stays unresolved");
+                                }
                             }
                         });
                         self.refuse(&refusal);
@@ -328,11 +332,8 @@ impl Admission {
                 }
             }
         };
-        let prepared = joined
-            .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?
-            .map_err(|e| e.to_refusal());
-        match prepared {
-            Ok(op) => {
+        match joined.map_err(|e| e.to_refusal()) {
+            Ok(()) => {
                 self.op = Some(op);
                 self.prepared_ms = Some(self.gov.now_ms());
                 Ok(())
@@ -526,21 +527,26 @@ impl Admission {
                 owner.root.as_deref().or(owner.agent.as_deref()),
             )
         });
-        tokio::task::spawn_blocking(move || {
-            let written = match &doubt {
-                Some(reason) => {
-                    if let Some(blocks) = blocks {
-                        let blocker = Blocker {
-                            op: op.clone(),
-                            blocks,
-                        };
-                        view.block_target(&target, blocker);
-                    }
-                    journal.in_doubt(&op, reason)
+        let Some(reason) = doubt else {
+            // The outcome joins the group commit; nothing waits for it but this log line.
+            let written = journal.submit_outcome(&op, outcome);
+            tokio::spawn(async move {
+                if let Err(error) = written.await {
+                    tracing::error!(op, %error, "cannot record an operation's outcome; it stays unresolved");
                 }
-                None => journal.outcome(&op, outcome),
-            };
-            if let Err(error) = written {
+            });
+            return;
+        };
+        // In doubt (rare): the view's blocked targets take a lock a refresh may hold.
+        tokio::task::spawn_blocking(move || {
+            if let Some(blocks) = blocks {
+                let blocker = Blocker {
+                    op: op.clone(),
+                    blocks,
+                };
+                view.block_target(&target, blocker);
+            }
+            if let Err(error) = journal.in_doubt(&op, &reason) {
                 tracing::error!(op, %error, "cannot record an operation's outcome; it stays unresolved");
             }
         });

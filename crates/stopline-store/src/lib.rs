@@ -20,6 +20,7 @@ pub mod error;
 pub mod evidence;
 pub mod failpoint;
 pub mod fs;
+pub mod group_commit;
 pub mod halts;
 pub mod keys;
 pub mod layout;

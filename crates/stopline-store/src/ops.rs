@@ -1,7 +1,11 @@
 //! The operation registry: one append-only journal per writer under `ops/`.
 //!
 //! A writer (a gateway, a CLI process) records `prepared` and fsyncs it before anything is
-//! dispatched, then `dispatched`, then the outcome. Journals are named
+//! dispatched, then `dispatched`, then the outcome. Fsynced records go through the journal's
+//! group commit (`group_commit.rs`): concurrent `prepared`, outcome and in-doubt records share
+//! one append and one fsync, and each caller is released only once its own record is durable.
+//! `dispatched` is not fsynced and is appended directly (one `write`, after its `prepared` is
+//! durable). Journals are named
 //! `<label>-<pid>-<starttime>.jsonl`, so a reader can tell a live writer (its in-flight
 //! operations are pending) from a dead one (its operations without outcome are in doubt). An
 //! operation in doubt blocks whom its prepared line says ([`Blocks`]: nobody for a model request,
@@ -10,6 +14,7 @@
 //! anywhere else is a registry error, reported, never omitted.
 
 use crate::error::{IoContext, StoreError};
+use crate::group_commit::{GroupCommit, Ticket};
 use crate::Store;
 use std::collections::BTreeMap;
 use std::io;
@@ -27,10 +32,42 @@ pub struct OpsJournal {
     store: Store,
     writer: String,
     path: PathBuf,
-    /// Set once the journal's directory entry (and `ops/`'s own) is durable.
-    entry_durable: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Bytes appended since this writer last rewrote its journal's open-set snapshot.
     since_snapshot: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Where fsynced records are batched (shared by every clone of this journal).
+    queue: GroupCommit,
+}
+
+/// A record on its way to the disk: resolves (or [`Durable::wait`] returns) once it is durable.
+#[derive(Debug)]
+#[must_use = "a record is durable only when this resolves Ok"]
+pub struct Durable {
+    ticket: Ticket,
+    path: std::sync::Arc<PathBuf>,
+}
+
+impl Durable {
+    /// Block until the record is durable.
+    pub fn wait(self) -> Result<(), StoreError> {
+        let path = self.path;
+        self.ticket
+            .wait()
+            .context(|| format!("appending to {}", path.display()))
+    }
+}
+
+impl std::future::Future for Durable {
+    type Output = Result<(), StoreError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let path = self.path.clone();
+        std::pin::Pin::new(&mut self.ticket)
+            .poll(cx)
+            .map(|r| r.context(|| format!("appending to {}", path.display())))
+    }
 }
 
 /// The census of unresolved operations (SPEC §4 status `unresolved`).
@@ -142,12 +179,34 @@ impl Store {
         let start = self.env.process_start_time(pid).unwrap_or(0);
         let writer = format!("{label}-{pid}-{start}");
         let path = self.layout.ops().join(format!("{writer}.jsonl"));
+        let entry_durable = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let since_snapshot = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (store, file, name) = (self.clone(), path.clone(), format!("{writer}.jsonl"));
+        let appended = since_snapshot.clone();
+        let commit = Box::new(move |bytes: &[u8], sync: bool, fp: &str| {
+            store.fs.append(&file, bytes, sync, fp)?;
+            if sync {
+                make_entry_durable(&store, &entry_durable)?;
+            }
+            note_appended(&store, &appended, &name, bytes.len() as u64);
+            Ok(())
+        });
+        #[cfg(feature = "planted-bugs")]
+        if self.planted == crate::planted::PlantedBug::GroupReleasedBeforeFsync {
+            return Ok(OpsJournal {
+                store: self.clone(),
+                writer,
+                path,
+                since_snapshot,
+                queue: GroupCommit::with_release_before_fsync("ops.batch", commit),
+            });
+        }
         Ok(OpsJournal {
             store: self.clone(),
             writer,
             path,
-            entry_durable: Default::default(),
-            since_snapshot: Default::default(),
+            since_snapshot,
+            queue: GroupCommit::new("ops.batch", commit),
         })
     }
 
@@ -327,57 +386,24 @@ impl OpsJournal {
         &self.writer
     }
 
-    fn write(&self, line: &OpLine, sync: bool, fp: &str) -> Result<(), StoreError> {
-        let mut bytes = serde_json::to_vec(line).expect("an op line always serializes");
-        bytes.push(b'\n');
+    /// Append a record that is not fsynced (`dispatched`): one `write`, not batched.
+    fn write_unsynced(&self, line: &OpLine, fp: &str) -> Result<(), StoreError> {
+        let bytes = line_bytes(line);
         self.store
             .fs
-            .append(&self.path, &bytes, sync, fp)
+            .append(&self.path, &bytes, false, fp)
             .context(|| format!("appending to {}", self.path.display()))?;
-        if sync {
-            self.make_entry_durable()?;
-        }
-        self.note_appended(bytes.len() as u64);
-        Ok(())
-    }
-
-    /// Every [`crate::ops_snapshot::SNAPSHOT_EVERY_BYTES`] appended, rewrite this journal's
-    /// open-set snapshot, so readers never read more than that much of its history. The line
-    /// is durable already; a snapshot that cannot be written only leaves readers more to read.
-    fn note_appended(&self, bytes: u64) {
-        use std::sync::atomic::Ordering;
-        let total = self.since_snapshot.fetch_add(bytes, Ordering::SeqCst) + bytes;
-        if total < crate::ops_snapshot::SNAPSHOT_EVERY_BYTES {
-            return;
-        }
-        self.since_snapshot.store(0, Ordering::SeqCst);
         let name = format!("{}.jsonl", self.writer);
-        if let Err(error) = self.store.snapshot_ops_journal(&name, 1) {
-            tracing::warn!(%error, journal = %name, "cannot rewrite the journal's open-set snapshot");
-        }
+        note_appended(&self.store, &self.since_snapshot, &name, bytes.len() as u64);
+        Ok(())
     }
 
-    /// The first synced line creates the journal: fsync `ops/` (its entry) and the home (the
-    /// entry of `ops/`), or a power cut could lose the whole journal, fsynced lines and all —
-    /// an operation dispatched with no trace, an outcome recorded and gone. Found by
-    /// `stopline model-check` (op scenarios). Done once per journal.
-    fn make_entry_durable(&self) -> Result<(), StoreError> {
-        use std::sync::atomic::Ordering;
-        if self.entry_durable.load(Ordering::SeqCst) {
-            return Ok(());
+    /// Queue a record for the group commit; `sync` asks for it to be fsynced.
+    fn submit(&self, line: &OpLine, sync: bool, fp: &'static str) -> Durable {
+        Durable {
+            ticket: self.queue.submit(line_bytes(line), sync, fp),
+            path: std::sync::Arc::new(self.path.clone()),
         }
-        let ops = self.store.layout.ops();
-        self.store
-            .fs
-            .sync_dir(&ops, "ops.dirsync")
-            .context(|| format!("fsyncing {}", ops.display()))?;
-        let home = self.store.layout.home().to_path_buf();
-        self.store
-            .fs
-            .sync_dir(&home, "ops.home.dirsync")
-            .context(|| format!("fsyncing {}", home.display()))?;
-        self.entry_durable.store(true, Ordering::SeqCst);
-        Ok(())
     }
 
     fn line(&self, op: &str, phase: Phase) -> OpLine {
@@ -421,6 +447,59 @@ impl OpsJournal {
         owner: &OpOwner,
         request_id: Option<&str>,
     ) -> Result<String, StoreError> {
+        let (id, durable) = self.submit_prepare(target, owner, request_id)?;
+        durable.wait()?;
+        Ok(id)
+    }
+
+    /// Queue the `prepared` record of an operation for `owner`: its id at once, and what
+    /// resolves once the record is durable. Nothing may be dispatched on it before that.
+    pub fn submit_prepare(
+        &self,
+        target: &str,
+        owner: &OpOwner,
+        request_id: Option<&str>,
+    ) -> Result<(String, Durable), StoreError> {
+        let (id, line) = self.prepared_line(target, owner, request_id)?;
+        Ok((id, self.submit(&line, true, "ops.prepare")))
+    }
+
+    /// Record durable intent of several operations at once (one batch: one append, one fsync),
+    /// returned once every one of them is durable. Their ids, in order.
+    pub fn prepare_batch(
+        &self,
+        operations: &[(&str, &OpOwner, Option<&str>)],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut ids = Vec::with_capacity(operations.len());
+        let mut records = Vec::with_capacity(operations.len());
+        for (target, owner, request_id) in operations {
+            let (id, line) = self.prepared_line(target, owner, *request_id)?;
+            ids.push(id);
+            records.push((line_bytes(&line), true, "ops.prepare"));
+        }
+        let path = std::sync::Arc::new(self.path.clone());
+        let mut first_error = None;
+        for ticket in self.queue.submit_all(records) {
+            let durable = Durable {
+                ticket,
+                path: path.clone(),
+            };
+            if let Err(error) = durable.wait() {
+                first_error.get_or_insert(error);
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(ids),
+        }
+    }
+
+    fn prepared_line(
+        &self,
+        target: &str,
+        owner: &OpOwner,
+        request_id: Option<&str>,
+    ) -> Result<(String, OpLine), StoreError> {
         if target_kind(target).is_none() {
             return Err(StoreError::Refused(Refusal::new(
                 RefusalCode::BadRequest,
@@ -437,17 +516,21 @@ impl OpsJournal {
             .filter(|r| owner.agent.as_ref() != Some(r));
         line.blocks = (owner.blocks != BlockScope::Agent).then_some(owner.blocks);
         line.request_id = request_id.map(String::from);
-        self.write(&line, true, "ops.prepare")?;
-        Ok(id)
+        Ok((id, line))
     }
 
     /// Record that the operation was handed upstream.
     pub fn dispatched(&self, op: &str) -> Result<(), StoreError> {
-        self.write(&self.line(op, Phase::Dispatched), false, "ops.dispatch")
+        self.write_unsynced(&self.line(op, Phase::Dispatched), "ops.dispatch")
     }
 
     /// Record the outcome (fsynced).
     pub fn outcome(&self, op: &str, outcome: &str) -> Result<(), StoreError> {
+        self.submit_outcome(op, outcome).wait()
+    }
+
+    /// Queue the outcome record: resolves once it is durable.
+    pub fn submit_outcome(&self, op: &str, outcome: &str) -> Durable {
         let mut line = self.line(op, Phase::Outcome);
         line.outcome = Some(outcome.to_string());
         #[allow(unused_mut)]
@@ -456,14 +539,69 @@ impl OpsJournal {
         if self.store.planted == crate::planted::PlantedBug::OutcomeUnsynced {
             sync = false;
         }
-        self.write(&line, sync, "ops.outcome")
+        self.submit(&line, sync, "ops.outcome")
     }
 
     /// Mark the operation in doubt (the upstream connection broke after dispatch, or a cut
     /// exchange got no answer within `cut_outcome_wait_s`); it blocks whom it was prepared to.
     pub fn in_doubt(&self, op: &str, reason: &str) -> Result<(), StoreError> {
+        self.submit_in_doubt(op, reason).wait()
+    }
+
+    /// Queue the in-doubt record: resolves once it is durable.
+    pub fn submit_in_doubt(&self, op: &str, reason: &str) -> Durable {
         let mut line = self.line(op, Phase::InDoubt);
         line.reason = Some(reason.to_string());
-        self.write(&line, true, "ops.in_doubt")
+        self.submit(&line, true, "ops.in_doubt")
     }
+
+    /// Batches the group commit has written so far (each one append and at most one fsync).
+    pub fn batches(&self) -> u64 {
+        self.queue.batches()
+    }
+}
+
+fn line_bytes(line: &OpLine) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(line).expect("an op line always serializes");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// Every [`crate::ops_snapshot::SNAPSHOT_EVERY_BYTES`] appended, rewrite the journal `name`'s
+/// open-set snapshot, so readers never read more than that much of its history. The lines are
+/// durable already; a snapshot that cannot be written only leaves readers more to read. Called
+/// after every append (a group-commit batch on the journal's writer thread, or `dispatched`).
+fn note_appended(
+    store: &Store,
+    since_snapshot: &std::sync::atomic::AtomicU64,
+    name: &str,
+    bytes: u64,
+) {
+    use std::sync::atomic::Ordering;
+    let total = since_snapshot.fetch_add(bytes, Ordering::SeqCst) + bytes;
+    if total < crate::ops_snapshot::SNAPSHOT_EVERY_BYTES {
+        return;
+    }
+    since_snapshot.store(0, Ordering::SeqCst);
+    if let Err(error) = store.snapshot_ops_journal(name, 1) {
+        tracing::warn!(%error, journal = %name, "cannot rewrite the journal's open-set snapshot");
+    }
+}
+
+/// The first synced line creates the journal: fsync `ops/` (its entry) and the home (the entry
+/// of `ops/`), or a power cut could lose the whole journal, fsynced lines and all — an
+/// operation dispatched with no trace, an outcome recorded and gone. Found by `stopline
+/// model-check` (op scenarios). Done once per journal, by its group-commit writer.
+fn make_entry_durable(
+    store: &Store,
+    entry_durable: &std::sync::atomic::AtomicBool,
+) -> io::Result<()> {
+    use std::sync::atomic::Ordering;
+    if entry_durable.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    store.fs.sync_dir(&store.layout.ops(), "ops.dirsync")?;
+    store.fs.sync_dir(store.layout.home(), "ops.home.dirsync")?;
+    entry_durable.store(true, Ordering::SeqCst);
+    Ok(())
 }

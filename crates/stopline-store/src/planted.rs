@@ -35,4 +35,9 @@ pub enum PlantedBug {
     /// reads from it no longer sees a pending plan and coalesces into a latch the plan is about
     /// to clear ("stop wins every race" fails, the `checkpoint-vs-plan` scenario).
     CheckpointDropsPendingPlans,
+    /// The operation journal's group commit releases the callers of a batch of several records
+    /// once the batch is written, leaving its fsync to a later batch: a power cut can lose a
+    /// `prepared` record whose caller was told it was durable (and dispatched on it) ("nothing
+    /// is dispatched before its prepared record is durable" fails).
+    GroupReleasedBeforeFsync,
 }

@@ -51,6 +51,17 @@ pub enum ProcSpec {
         /// How the exchange ends.
         answer: OpAnswer,
     },
+    /// A gateway preparing several operations at once through its journal's group commit
+    /// (`OpsJournal::prepare_batch`: one batch, one append, one fsync); it returns as the
+    /// gateway would dispatch them — once the journal says every `prepared` record is durable.
+    PrepareBatch {
+        /// `mcp:<server>:<tool>` targets, one operation each.
+        targets: Vec<String>,
+        /// The acting agent.
+        agent: String,
+        /// The root of its delegation chain.
+        root: String,
+    },
     /// A reader that takes the WAL's shared lock and stalls forever holding it (a gateway
     /// frozen by SIGSTOP in the middle of a read): the lock is never released while the
     /// machine runs.
@@ -146,6 +157,11 @@ pub enum Outcome {
         /// True when its outcome was recorded (false: recorded in doubt).
         resolved: bool,
     },
+    /// `prepare_batch` returned Ok: every one of these operations may now be dispatched.
+    Prepared {
+        /// Their targets.
+        targets: Vec<String>,
+    },
     /// A gate decided.
     Admitted {
         /// allow / queue / block.
@@ -183,6 +199,9 @@ impl ProcSpec {
                 answer,
                 ..
             } => format!("operation({target} by {agent}, {answer:?})"),
+            ProcSpec::PrepareBatch { targets, agent, .. } => {
+                format!("prepare batch({} by {agent})", targets.join(", "))
+            }
             ProcSpec::Admission { .. } => "gateway admission".into(),
             ProcSpec::StalledReader => "reader stalled holding the WAL lock".into(),
             ProcSpec::FinishDeferred => "finish deferred records".into(),
@@ -273,6 +292,30 @@ impl ProcSpec {
                     Ok(()) => Outcome::Operated {
                         target: target.clone(),
                         resolved: *answer == OpAnswer::Committed,
+                    },
+                    Err(e) => failed(e),
+                }
+            }
+            ProcSpec::PrepareBatch {
+                targets,
+                agent,
+                root,
+            } => {
+                let owner = OpOwner {
+                    agent: Some(agent.clone()),
+                    root: Some(root.clone()),
+                    blocks: BlockScope::Agent,
+                };
+                let batch: Vec<(&str, &OpOwner, Option<&str>)> = targets
+                    .iter()
+                    .map(|t| (t.as_str(), &owner, Some("1")))
+                    .collect();
+                let prepared = store
+                    .ops_journal("gateway")
+                    .and_then(|journal| journal.prepare_batch(&batch));
+                match prepared {
+                    Ok(_) => Outcome::Prepared {
+                        targets: targets.clone(),
                     },
                     Err(e) => failed(e),
                 }

@@ -46,14 +46,18 @@ pub enum Property {
     /// SPEC §12.2: an operation in doubt blocks its own agent's chain on its target and nobody
     /// else (a model request: nobody at all), crash or not.
     DoubtBlocksOnlyItsAgent,
+    /// SPEC §5 with group commit: a `prepared` record the journal reported durable (so its call
+    /// may be dispatched) is in the registry after any crash; nothing is dispatched on a record
+    /// a crash can lose.
+    PreparedSurvives,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 12;
+pub const COUNT: usize = 13;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 9] = [
+    pub const ALL: [Property; 10] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -62,6 +66,7 @@ impl Property {
         Property::NoDeadlock,
         Property::OpsInDoubtOnlyWhenUnknown,
         Property::DoubtBlocksOnlyItsAgent,
+        Property::PreparedSurvives,
         Property::EveryStopOnRecord,
     ];
 
@@ -98,6 +103,9 @@ impl Property {
             }
             Property::DoubtBlocksOnlyItsAgent => {
                 "an operation in doubt blocks only its own agent (a model request nobody)"
+            }
+            Property::PreparedSurvives => {
+                "a prepared record reported durable (its call dispatchable) survives a crash"
             }
         }
     }
@@ -343,6 +351,18 @@ pub fn obligations(
                         op.is_some_and(|o| o.resolved && !o.agent_blocked),
                         || format!("{who} recorded its outcome, but the registry now says {op:?}"),
                     );
+                }
+            }
+            Outcome::Prepared { targets } => {
+                if let Some(ops) = &seen.ops {
+                    for target in targets {
+                        let op = ops.iter().find(|o| &o.target == target);
+                        out.judge(
+                            Property::PreparedSurvives,
+                            op.is_some_and(|o| o.recorded),
+                            || format!("{who} was told {target}'s prepared record was durable, but the registry now says {op:?}"),
+                        );
+                    }
                 }
             }
             Outcome::Admitted {

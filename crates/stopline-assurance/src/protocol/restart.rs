@@ -224,14 +224,19 @@ fn operations_seen(scenario: &Scenario, store: &Store, view: &ControlView) -> Ve
     scenario
         .procs
         .iter()
-        .filter_map(|p| match p {
+        .flat_map(|p| match p {
             ProcSpec::Operation {
                 target,
                 agent,
                 root,
                 ..
-            } => Some((target, agent, root)),
-            _ => None,
+            } => vec![(target, agent, root)],
+            ProcSpec::PrepareBatch {
+                targets,
+                agent,
+                root,
+            } => targets.iter().map(|t| (t, agent, root)).collect(),
+            _ => Vec::new(),
         })
         .map(|(target, agent, root)| {
             let op = ops.values().find(|o| &o.target == target);

@@ -315,6 +315,22 @@ pub fn operations() -> Vec<Scenario> {
         out.push(s.finish(name, title, racers, later, None));
     }
     out.push(op_compaction());
+    let s = Setup::new();
+    let racers = vec![
+        ProcSpec::PrepareBatch {
+            targets: vec!["mcp:s:write".into(), "mcp:s:send".into()],
+            agent: "worker".into(),
+            root: "lead".into(),
+        },
+        ProcSpec::Engage(engage(agent.clone(), Level::Emergency, "monitor-b")),
+    ];
+    out.push(s.finish(
+        "op-batch-prepared",
+        "two tool calls prepared in one group-commit batch (one append, one fsync), crashed at every step",
+        racers,
+        later,
+        None,
+    ));
     out
 }
 

@@ -59,9 +59,12 @@ impl Rules {
             )
         });
         let drain = procs.iter().any(|p| matches!(p, ProcSpec::Drain { .. }));
-        let operation = procs
-            .iter()
-            .any(|p| matches!(p, ProcSpec::Operation { .. }));
+        let operation = procs.iter().any(|p| {
+            matches!(
+                p,
+                ProcSpec::Operation { .. } | ProcSpec::PrepareBatch { .. }
+            )
+        });
         let mut quiet = vec![owned(layout.reserve()), owned(layout.keys())];
         if !operation {
             quiet.push(owned(layout.ops()));

@@ -48,6 +48,78 @@ impl LatchRecord {
     }
 }
 
+/// The longest reason a refusal quotes, in characters (SPEC §12.4).
+pub const REFUSAL_REASON_CHARS: usize = 200;
+
+/// The latch a refusal names (SPEC §12.4): the error object's `latch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatchRef {
+    /// `latch_<hex>`.
+    pub id: String,
+    /// The scope it stops.
+    pub scope: String,
+    /// Its level.
+    pub level: String,
+    /// Who engaged it (`unknown` for an entry whose body cannot be trusted).
+    pub by: String,
+    /// Why, at most [`REFUSAL_REASON_CHARS`] characters (an untrusted entry: what is wrong).
+    pub reason: String,
+    /// RFC 3339 time of engagement, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engaged_at: Option<String>,
+}
+
+impl LatchRef {
+    /// How long ago the latch was engaged, in words (`42s`, `5m 3s`, `2h 5m`, `3d 4h`), from
+    /// `now_unix_ms`; `None` when its time is unknown.
+    pub fn age(&self, now_unix_ms: i64) -> Option<String> {
+        let engaged = crate::time::parse_rfc3339_ms(self.engaged_at.as_deref()?)?;
+        let seconds = (now_unix_ms - engaged).max(0) / 1000;
+        let (d, h, m, s) = (
+            seconds / 86_400,
+            seconds / 3600 % 24,
+            seconds / 60 % 60,
+            seconds % 60,
+        );
+        Some(match (d, h, m) {
+            (0, 0, 0) => format!("{s}s"),
+            (0, 0, _) => format!("{m}m {s}s"),
+            (0, _, _) => format!("{h}h {m}m"),
+            _ => format!("{d}d {h}h"),
+        })
+    }
+
+    /// Who stopped the caller and why, for a refusal's message: scope, level, `by`, age, the
+    /// latch id and the reason (SPEC §12.4).
+    pub fn describe(&self, now_unix_ms: i64) -> String {
+        let when = match self.age(now_unix_ms) {
+            Some(age) => format!("engaged {age} ago"),
+            None => "engaged at an unknown time".to_string(),
+        };
+        format!(
+            "stopped by {} (latch {}: scope {}, level {}, {when}); reason: {:?}",
+            self.by, self.id, self.scope, self.level, self.reason
+        )
+    }
+
+    /// What a caller should do about a stop at this latch's level: never retry.
+    pub fn advice(&self) -> &'static str {
+        if self.level == Level::Emergency.as_str() {
+            "do not retry: every call stays refused until the owner recovers from this stop"
+        } else {
+            "do not retry: every call stays refused until an operator disengages this stop"
+        }
+    }
+}
+
+/// The first `max` characters of `text`, with `…` when it was longer.
+fn truncate_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 /// One entry of `latches/` as the gates see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ActiveLatch {
@@ -104,6 +176,34 @@ impl ActiveLatch {
         self.file.trim_end_matches(".json").to_string()
     }
 
+    /// The latch as a refusal names it ([`LatchRef`]).
+    pub fn summary(&self) -> LatchRef {
+        match &self.record {
+            Some(record) => LatchRef {
+                id: record.id.clone(),
+                scope: record.scope.to_string(),
+                level: record.level.as_str().to_string(),
+                by: record.by.clone(),
+                reason: truncate_chars(&record.reason, REFUSAL_REASON_CHARS),
+                engaged_at: Some(record.ts.clone()),
+            },
+            None => LatchRef {
+                id: self.id(),
+                scope: self.scope.to_string(),
+                level: self.level.as_str().to_string(),
+                by: "unknown".to_string(),
+                reason: truncate_chars(
+                    &format!(
+                        "the latch entry cannot be trusted ({}), so it is enforced as a machine emergency",
+                        self.problem.as_deref().unwrap_or("no body")
+                    ),
+                    REFUSAL_REASON_CHARS,
+                ),
+                engaged_at: None,
+            },
+        }
+    }
+
     /// True when this latch covers `subject`.
     pub fn covers(&self, subject: &Subject) -> bool {
         subject.is_covered_by(&self.scope)
@@ -136,6 +236,31 @@ mod tests {
         format!(
             r#"{{"kind":"breakglass_latch","id":"{id}","scope":"{scope}","level":"{level}","by":"x","reason":"r","pid":1,"session":{{"bound":null,"tier":"console"}},"ts":"t"}}"#
         )
+    }
+
+    #[test]
+    fn a_refusal_names_who_why_and_how_long_ago() {
+        let b = format!(
+            r#"{{"kind":"breakglass_latch","id":"latch_1","scope":"agent:w","level":"halt-all","by":"safety","reason":"{}","pid":1,"session":{{"bound":null,"tier":"console"}},"ts":"2026-12-03T10:00:00.000Z"}}"#,
+            "é".repeat(250)
+        );
+        let l = ActiveLatch::from_entry("latch_1.json", Ok(b.as_bytes()));
+        let r = l.summary();
+        assert_eq!(
+            r.reason.chars().count(),
+            REFUSAL_REASON_CHARS + 1,
+            "200 and the ellipsis"
+        );
+        let at = crate::time::parse_rfc3339_ms("2026-12-03T10:00:00.000Z").unwrap();
+        assert_eq!(r.age(at + 42_000).as_deref(), Some("42s"));
+        assert_eq!(r.age(at + 3_723_000).as_deref(), Some("1h 2m"));
+        let text = r.describe(at + 303_000);
+        assert!(text.starts_with("stopped by safety (latch latch_1: scope agent:w, level halt-all, engaged 5m 3s ago)"), "{text}");
+        assert!(r.advice().starts_with("do not retry"));
+        let broken = ActiveLatch::from_entry("latch_2.json", Ok(b"{"));
+        let r = broken.summary();
+        assert_eq!((r.by.as_str(), r.level.as_str()), ("unknown", "emergency"));
+        assert!(r.describe(0).contains("unknown time"));
     }
 
     #[test]

@@ -23,13 +23,14 @@ pub mod refusal;
 pub mod scope;
 pub mod state;
 pub mod subject;
+pub mod time;
 pub mod view;
 pub mod wal;
 
 pub use admission::{admit, Decision, Level, Mode, TaskClass};
 pub use epoch::{AuthorityStatus, EpochMap};
 pub use evidence::{BreakerKind, EvidenceRecord};
-pub use latch::{ActiveLatch, LatchRecord};
+pub use latch::{ActiveLatch, LatchRecord, LatchRef};
 pub use refusal::{Refusal, RefusalCode};
 pub use scope::{Name, Scope};
 pub use state::{ControlState, StateRecord};

@@ -159,7 +159,8 @@ impl fmt::Display for RefusalCode {
     }
 }
 
-/// A typed refusal: a stable code and a human message.
+/// A typed refusal: a stable code, a human message and, when a latch caused it, that latch
+/// (SPEC §12.4: `{"code","message","latch":{id,scope,level,by,reason}}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct Refusal {
@@ -167,6 +168,10 @@ pub struct Refusal {
     pub code: RefusalCode,
     /// What happened, for a human.
     pub message: String,
+    /// The latch that caused the refusal, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (Boxed: a refusal is the error of many small results.)
+    pub latch: Option<Box<crate::latch::LatchRef>>,
 }
 
 impl Refusal {
@@ -175,8 +180,20 @@ impl Refusal {
         Refusal {
             code,
             message: message.into(),
+            latch: None,
         }
     }
+
+    /// This refusal naming `latch` as its cause.
+    pub fn with_latch(mut self, latch: Option<crate::latch::LatchRef>) -> Self {
+        self.latch = latch.map(Box::new);
+        self
+    }
+}
+
+/// `unix_s` (seconds) as RFC 3339 UTC, the form every refusal prints times in (SPEC §12.4).
+pub fn rfc3339_seconds(unix_s: i64) -> String {
+    crate::time::rfc3339_seconds(unix_s)
 }
 
 /// The longest reason accepted, in bytes of UTF-8 (SPEC §12.1): a reason is evidence, not a

@@ -6,7 +6,7 @@
 
 use crate::admission::{admit, Decision, Mode, TaskClass};
 use crate::epoch::EpochMap;
-use crate::latch::ActiveLatch;
+use crate::latch::{ActiveLatch, LatchRef};
 use crate::ops::Blocks;
 use crate::refusal::{Refusal, RefusalCode};
 use crate::state::{ControlState, StateRecord};
@@ -61,8 +61,9 @@ pub struct Authority {
     pub issue_epoch: u64,
 }
 
-/// The receipt of one admission decision (SPEC §4, check).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The receipt of one admission decision (SPEC §4, check). Its JSON also carries, when the call
+/// was not allowed, `error: {code, message, latch?}` (SPEC §12.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckReceipt {
     /// allow, queue or block.
     pub decision: Decision,
@@ -74,6 +75,32 @@ pub struct CheckReceipt {
     pub latches: Vec<String>,
     /// A human explanation.
     pub message: String,
+    /// The latch that caused the refusal, when one did (SPEC §12.4).
+    pub latch: Option<LatchRef>,
+}
+
+impl Serialize for CheckReceipt {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Wire<'a> {
+            decision: Decision,
+            mode: Mode,
+            code: Option<RefusalCode>,
+            latches: &'a [String],
+            message: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<Refusal>,
+        }
+        Wire {
+            decision: self.decision,
+            mode: self.mode,
+            code: self.code,
+            latches: &self.latches,
+            message: &self.message,
+            error: self.refusal(),
+        }
+        .serialize(serializer)
+    }
 }
 
 impl CheckReceipt {
@@ -90,15 +117,67 @@ impl CheckReceipt {
             code: Some(code),
             latches,
             message: message.into(),
+            latch: None,
         }
+    }
+
+    /// A block with `refusal`'s code, message and latch.
+    pub fn refused(mode: Mode, refusal: Refusal, latches: Vec<String>) -> Self {
+        CheckReceipt {
+            latch: refusal.latch.map(|l| *l),
+            ..CheckReceipt::block(mode, refusal.code, refusal.message, latches)
+        }
+    }
+
+    /// The refusal of a call that was not allowed (its code, message and latch); `None` when
+    /// it was allowed.
+    pub fn refusal(&self) -> Option<Refusal> {
+        let code = self.code?;
+        Some(Refusal::new(code, self.message.clone()).with_latch(self.latch.clone()))
+    }
+
+    /// [`CheckReceipt::refusal`] of a receipt known not to allow, `break_glass_contained` when
+    /// it carries no code, its message led by `context` when given.
+    pub fn to_refusal(&self, context: Option<&str>) -> Refusal {
+        let mut refusal = self.refusal().unwrap_or_else(|| {
+            Refusal::new(RefusalCode::BreakGlassContained, self.message.clone())
+        });
+        if let Some(context) = context {
+            refusal.message = format!("{context}: {}", refusal.message);
+        }
+        refusal
+    }
+
+    /// True when the text names the mode: not for a refusal about the token itself, nor for a
+    /// refused authority while no latch covers the caller (SPEC §12.4).
+    pub fn shows_mode(&self) -> bool {
+        shows_mode(self.code, self.mode)
+    }
+}
+
+/// True when a refusal with `code` for a caller in `mode` is printed with the mode label: a
+/// refusal about the token (`token_invalid`, `token_expired`) never is, a refused authority
+/// (`stale_control_epoch`, `future_control_epoch`) only while a latch covers the caller — a mode
+/// label must never name a latch that does not exist (SPEC §12.4).
+pub fn shows_mode(code: Option<RefusalCode>, mode: Mode) -> bool {
+    match code {
+        Some(RefusalCode::TokenInvalid | RefusalCode::TokenExpired) => false,
+        Some(RefusalCode::StaleControlEpoch | RefusalCode::FutureControlEpoch) => {
+            mode != Mode::Disengaged
+        }
+        _ => true,
     }
 }
 
 /// What `stopline check` prints for people: `allow (DISENGAGED)`, or `block (EMERGENCY):
-/// <code>: <message>` when it was not allowed.
+/// <code>: <message>` when it was not allowed — without the mode when it is beside the point
+/// (`block: token_invalid: …`).
 impl std::fmt::Display for CheckReceipt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.decision.as_str(), self.mode)?;
+        f.write_str(self.decision.as_str())?;
+        if self.shows_mode() {
+            write!(f, " ({})", self.mode)?;
+        }
         if let Some(code) = self.code {
             write!(f, ": {code}: {}", self.message)?;
         }
@@ -170,6 +249,37 @@ impl ControlView {
     ) -> CheckReceipt {
         let latches: Vec<String> = self.covering(subject).map(ActiveLatch::id).collect();
         let mode = self.mode_for(subject);
+        // The latch a refusal names: the highest level covering the subject, the latest of
+        // those (SPEC §12.4).
+        let cause: Option<LatchRef> = self
+            .covering(subject)
+            .max_by(|a, b| {
+                let ts = |l: &ActiveLatch| l.record.as_ref().map(|r| r.ts.clone());
+                a.level.cmp(&b.level).then_with(|| ts(a).cmp(&ts(b)))
+            })
+            .map(ActiveLatch::summary);
+        let others = latches.len().saturating_sub(1);
+        let explain = |lead: &str, advice: bool| -> String {
+            let Some(cause) = &cause else {
+                return lead.to_string();
+            };
+            let mut text = format!("{lead}: {}", cause.describe(now_unix_ms));
+            if others > 0 {
+                text.push_str(&format!(
+                    "; {others} more latch(es) cover this caller: {}",
+                    latches
+                        .iter()
+                        .filter(|l| **l != cause.id)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            if advice {
+                text.push_str(&format!("; {}", cause.advice()));
+            }
+            text
+        };
         if let Some(fault) = self.faults.first() {
             return CheckReceipt::block(
                 Mode::Emergency,
@@ -181,7 +291,17 @@ impl ControlView {
         if let Some(authority) = authority {
             let standing = self.epoch.authority_status(authority.issue_epoch, subject);
             if let Some(refusal) = standing.refusal(authority.issue_epoch) {
-                return CheckReceipt::block(mode, refusal.code, refusal.message, latches);
+                let message = match &cause {
+                    Some(_) => explain(&refusal.message, true),
+                    None => format!(
+                        "{}; do not retry: this token stays refused for good, ask an operator for a new one",
+                        refusal.message
+                    ),
+                };
+                return CheckReceipt {
+                    latch: cause.clone(),
+                    ..CheckReceipt::block(mode, refusal.code, message, latches)
+                };
             }
         }
         match self.state.effective(now_unix_ms) {
@@ -189,12 +309,15 @@ impl ControlView {
             state @ (ControlState::RecoveryPending
             | ControlState::FrozenSafe
             | ControlState::Draining) => {
-                return CheckReceipt::block(
-                    Mode::Emergency,
-                    RefusalCode::BreakGlassContained,
-                    format!("the machine is {}", state.as_str()),
-                    latches,
-                )
+                return CheckReceipt {
+                    latch: cause.clone(),
+                    ..CheckReceipt::block(
+                        Mode::Emergency,
+                        RefusalCode::BreakGlassContained,
+                        explain(&format!("the machine is {}", state.as_str()), true),
+                        latches,
+                    )
+                }
             }
         }
         let decision = admit(mode, class);
@@ -202,11 +325,14 @@ impl ControlView {
             Decision::Allow => (None, String::new()),
             Decision::Queue => (
                 Some(RefusalCode::HaltedNoncritical),
-                format!("noncritical work is held by {}", latches.join(", ")),
+                format!(
+                    "{}; it resumes when the stop is lifted",
+                    explain("noncritical work is held", false)
+                ),
             ),
             Decision::Block => (
                 Some(RefusalCode::BreakGlassContained),
-                format!("stopped by {}", latches.join(", ")),
+                explain("the call was refused", true),
             ),
         };
         if decision == Decision::Allow {
@@ -228,6 +354,11 @@ impl ControlView {
             code,
             latches,
             message,
+            latch: if decision == Decision::Allow {
+                None
+            } else {
+                cause
+            },
         }
     }
 }

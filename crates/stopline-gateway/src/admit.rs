@@ -176,12 +176,7 @@ impl Governor {
         );
         match receipt.decision {
             Decision::Allow => {}
-            Decision::Block => {
-                return Err(self.refused(Refusal::new(
-                    receipt.code.unwrap_or(RefusalCode::BreakGlassContained),
-                    receipt.message,
-                )))
-            }
+            Decision::Block => return Err(self.refused(receipt.to_refusal(None))),
             Decision::Queue => {
                 self.inner.metrics.decision("queue", receipt.code);
                 admission.prepare().await?;
@@ -231,10 +226,7 @@ impl Governor {
                     return Ok(())
                 }
                 Decision::Block => {
-                    let refusal = Refusal::new(
-                        receipt.code.unwrap_or(RefusalCode::BreakGlassContained),
-                        format!("escalated while held: {}", receipt.message),
-                    );
+                    let refusal = receipt.to_refusal(Some("escalated while held"));
                     admission.refuse(&refusal);
                     return Err(self.refused(refusal));
                 }
@@ -250,10 +242,11 @@ impl Governor {
                 let refusal = Refusal::new(
                     RefusalCode::QueuedTimeout,
                     format!(
-                        "held under HALT_NONCRITICAL for {} s; the halt was not lifted",
-                        self.inner.config.base.queue_timeout_s
+                        "held under HALT_NONCRITICAL for {} s; the halt was not lifted ({})",
+                        self.inner.config.base.queue_timeout_s, receipt.message
                     ),
-                );
+                )
+                .with_latch(receipt.latch);
                 admission.refuse(&refusal);
                 return Err(self.refused(refusal));
             }
@@ -364,12 +357,8 @@ impl Admission {
             self.plan.class,
             self.plan.target.as_deref(),
         );
-        (receipt.decision == Decision::Block).then(|| {
-            Refusal::new(
-                receipt.code.unwrap_or(RefusalCode::BreakGlassContained),
-                format!("refused while being prepared: {}", receipt.message),
-            )
-        })
+        (receipt.decision == Decision::Block)
+            .then(|| receipt.to_refusal(Some("refused while being prepared")))
     }
 
     async fn reserve(&mut self) -> Result<(), Refusal> {
@@ -444,10 +433,7 @@ impl Admission {
         let allowed = receipt.decision == Decision::Allow
             || self.gov.drain_allows(&snapshot, self.prepared_ms);
         if !allowed {
-            let refusal = Refusal::new(
-                receipt.code.unwrap_or(RefusalCode::BreakGlassContained),
-                format!("refused at dispatch: {}", receipt.message),
-            );
+            let refusal = receipt.to_refusal(Some("refused at dispatch"));
             self.refuse(&refusal);
             return Err(self.gov.refused(refusal));
         }

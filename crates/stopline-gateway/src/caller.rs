@@ -96,10 +96,7 @@ impl Authenticator {
         let (text, claims) = match cached {
             Some((text, claims)) => {
                 if claims.is_expired(now_s) {
-                    return Err(Refusal::new(
-                        RefusalCode::TokenExpired,
-                        format!("the token expired at {} (unix seconds)", claims.exp),
-                    ));
+                    return Err(stopline_token::TokenError::Expired { exp: claims.exp }.into());
                 }
                 (text, claims)
             }

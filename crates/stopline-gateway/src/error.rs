@@ -75,13 +75,20 @@ impl GatewayError {
         }
     }
 
-    /// The JSON body `{"error":{"code","message"}}`.
+    /// The JSON body `{"error":{"code","message"}}`, with `latch` when a latch caused the
+    /// refusal (SPEC §12.4).
     pub fn body(&self) -> serde_json::Value {
-        let message = match self {
-            GatewayError::Refused(refusal) => refusal.message.clone(),
-            GatewayError::Upstream(message) => message.clone(),
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            error: &'a Refusal,
+        }
+        let refusal = match self {
+            GatewayError::Refused(refusal) => refusal.clone(),
+            GatewayError::Upstream(message) => Refusal::new(RefusalCode::BadRequest, message),
         };
-        serde_json::json!({"error": {"code": self.code(), "message": message}})
+        let mut body = serde_json::to_value(Body { error: &refusal }).unwrap_or_default();
+        body["error"]["code"] = self.code().into();
+        body
     }
 }
 

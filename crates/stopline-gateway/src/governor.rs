@@ -285,12 +285,12 @@ impl Governor {
         let caller = match self.authenticate(bearer) {
             Ok(caller) => caller,
             Err(refusal) => {
-                return CheckReceipt::block(
-                    Mode::Emergency,
-                    refusal.code,
-                    refusal.message,
-                    Vec::new(),
-                )
+                // The mode an unprovable caller is in (every agent latch covers it), never a
+                // made-up EMERGENCY for a token that could not be read (SPEC §12.4).
+                let unprovable =
+                    stopline_core::Subject::unprovable(None, paths.to_vec(), Vec::new());
+                let mode = self.snapshot().view.mode_for(&unprovable);
+                return CheckReceipt::refused(mode, refusal, Vec::new());
             }
         };
         let class = if class == TaskClass::Critical {

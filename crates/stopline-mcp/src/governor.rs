@@ -109,7 +109,8 @@ pub trait Governor: Send + Sync + 'static {
     }
 }
 
-/// The JSON-RPC `error.data` of a refusal: the stable code in `code`.
+/// The JSON-RPC `error.data` of a refusal: the stable code in `code`, the message, and the
+/// latch that caused it when one did (SPEC §12.4).
 pub fn refusal_error_data(refusal: &Refusal) -> Value {
-    json!({"code": refusal.code.as_str(), "message": refusal.message})
+    serde_json::to_value(refusal).unwrap_or_else(|_| json!({"code": refusal.code.as_str()}))
 }

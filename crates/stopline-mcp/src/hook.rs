@@ -155,7 +155,16 @@ fn decide(options: &HookOptions) -> Result<(), String> {
             Decision::Queue if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(250))
             }
-            _ => return Err(format!("{tool_name} was not run ({mode}): {reason}")),
+            _ => {
+                let code = reason.split(':').next().and_then(|c| {
+                    serde_json::from_value::<stopline_core::RefusalCode>(Value::from(c)).ok()
+                });
+                return Err(if stopline_core::view::shows_mode(code, mode) {
+                    format!("{tool_name} was not run ({mode}): {reason}")
+                } else {
+                    format!("{tool_name} was not run: {reason}")
+                });
+            }
         }
     }
 }

@@ -199,7 +199,8 @@ impl Governor for LocalGovernor {
                         return Err(Refusal::new(
                             RefusalCode::QueuedTimeout,
                             format!("held past the queue timeout: {}", receipt.message),
-                        ));
+                        )
+                        .with_latch(receipt.latch));
                     }
                     Decision::Queue => tokio::time::sleep(POLL).await,
                 }

@@ -6,14 +6,11 @@
 use crate::governor::{Admission, Outcome};
 use crate::local::Inner;
 use std::sync::Arc;
-use stopline_core::{CheckReceipt, Decision, Refusal, RefusalCode, TaskClass};
+use stopline_core::{CheckReceipt, Decision, Refusal, TaskClass};
 use stopline_token::Claims;
 
 pub(crate) fn refused(receipt: CheckReceipt) -> Refusal {
-    Refusal::new(
-        receipt.code.unwrap_or(RefusalCode::BreakGlassContained),
-        receipt.message,
-    )
+    receipt.to_refusal(None)
 }
 
 /// A call admitted by [`LocalGovernor`].

@@ -116,7 +116,13 @@ impl RemoteGovernor {
         let message = value["message"].as_str().unwrap_or_default().to_string();
         let refusal = match (decision, code) {
             (Decision::Allow, _) => None,
-            (_, Some(code)) => Some(Refusal::new(code, message)),
+            // The receipt's `error` object is the typed refusal, latch included (SPEC §12.4).
+            (_, Some(code)) => Some(
+                serde_json::from_value::<Refusal>(value["error"].clone())
+                    .ok()
+                    .filter(|r| r.code == code)
+                    .unwrap_or_else(|| Refusal::new(code, message)),
+            ),
             (_, None) => Some(Refusal::new(
                 RefusalCode::BreakGlassContained,
                 format!("the gateway refused without a code: {value}"),

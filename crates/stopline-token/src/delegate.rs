@@ -59,7 +59,10 @@ pub fn delegated_claims(
     if parent.is_expired(now_unix_s) {
         return Err(Refusal::new(
             RefusalCode::TokenExpired,
-            format!("the parent token expired at {}", parent.exp),
+            format!(
+                "the parent token expired at {}",
+                stopline_core::refusal::rfc3339_seconds(parent.exp)
+            ),
         ));
     }
     if parent.chain.contains(&child) {

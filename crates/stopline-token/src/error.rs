@@ -21,7 +21,7 @@ pub enum TokenError {
     #[error("the token's signature does not verify against this control plane's key")]
     BadSignature,
     /// The token was genuine but its lifetime is over.
-    #[error("the token expired at {exp} (unix seconds)")]
+    #[error("the token expired at {}; do not retry with it: mint a new token", stopline_core::refusal::rfc3339_seconds(*exp))]
     Expired {
         /// The token's `exp` claim.
         exp: i64,

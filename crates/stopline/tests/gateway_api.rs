@@ -82,8 +82,25 @@ fn engage_through_the_api_accepts_a_stale_token_and_waits_for_the_acknowledgemen
     let gateway = Gateway::start(&home, "");
     let token = home.token(&["--agent", "w"]);
     home.engage("agent:w", "emergency");
-    let stale = gateway.post("/v1/check", Some(&token), &json!({"class": "noncritical"}));
-    assert_eq!(stale.json()["code"], "stale_control_epoch");
+    // The engage's acknowledgement confirms the gateway holds the latch, which it joins to its
+    // view at once; the epoch advance that makes this token stale arrives with the next full
+    // read (until then the check is refused break_glass_contained — the same stop). This test
+    // is about a token the gateway knows to be stale, so wait (bounded) for that read.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let stale = gateway.post("/v1/check", Some(&token), &json!({"class": "noncritical"}));
+        let code = stale.json()["code"].clone();
+        if code == "stale_control_epoch" {
+            break;
+        }
+        assert_eq!(code, "break_glass_contained", "{}", stale.body);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway never read the epoch advance: {}",
+            stale.body
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let r = gateway.post(
         "/v1/engage",
         Some(&token),

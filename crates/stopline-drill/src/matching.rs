@@ -31,6 +31,8 @@ pub struct Matched {
     pub operations_admitted_after_trip: u64,
     /// Effects executed in all.
     pub effects: u64,
+    /// Unix ms of the last admission (dispatch) the gateway made for a drill agent, if any.
+    pub last_admission_ms: Option<i64>,
     /// Up to ten after-trip effects, for the report.
     pub examples: Vec<Value>,
 }
@@ -70,6 +72,11 @@ pub fn match_effects(
             .iter()
             .filter(|op| op.dispatched && admitted_ms(op) > trip_ms)
             .count() as u64,
+        last_admission_ms: ours
+            .iter()
+            .filter(|op| op.dispatched)
+            .map(|op| admitted_ms(op))
+            .max(),
         ..Matched::default()
     };
     for effect in effects {

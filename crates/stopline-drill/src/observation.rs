@@ -52,6 +52,10 @@ pub struct Observation {
     pub engage_returned_ms: f64,
     /// Pull → last gateway acknowledgement (`null` when none acknowledged).
     pub ack_ms: Option<f64>,
+    /// Pull → the last admission (dispatch) the gateway made for any drill caller: how long
+    /// the gate took to close (0 when its last admission came before the pull; `null` when it
+    /// admitted nothing at all). Millisecond resolution (the registry's).
+    pub gate_closed_ms: Option<f64>,
     /// Over every caller (agents and sub-agents): pull → its first refused call.
     pub time_to_first_rejection_ms: Summary,
     /// Over the same callers: how long that first refused call took (send → refusal). The
@@ -109,6 +113,48 @@ pub struct Observation {
     pub calls: Calls,
     /// Up to ten effects after the trip.
     pub after_trip_examples: Vec<Value>,
+    /// With `--floor`: the same load against a gateway whose stop was engaged before it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<Floor>,
+}
+
+/// The floor of a drill: every caller refused from its first call, so the time from a "pull"
+/// (no engage: the stop was already in force) to each caller's first refusal is what the
+/// machine takes to answer that many callers at all, without any gateway reaction in it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Floor {
+    /// Over every caller: the pull moment → its first refusal after it.
+    pub time_to_first_rejection_ms: Summary,
+    /// Over the same callers: that refused call, send → refusal.
+    pub first_refused_call_ms: Summary,
+    /// Callers (agents and sub-agents).
+    pub callers: usize,
+    /// Callers never refused after the pull moment.
+    pub callers_never_rejected: usize,
+    /// Operations the gateway admitted for drill callers (must be 0: the stop came first).
+    pub operations_admitted: u64,
+}
+
+impl Floor {
+    /// The floor from the callers' reports and the operations admitted.
+    pub fn build(reports: &[CallerReport], operations_admitted: u64) -> Floor {
+        let ms = |d: &std::time::Duration| d.as_secs_f64() * 1000.0;
+        let firsts: Vec<f64> = reports
+            .iter()
+            .filter_map(|r| r.first_rejection.as_ref().map(ms))
+            .collect();
+        let calls: Vec<f64> = reports
+            .iter()
+            .filter_map(|r| r.first_refused_call.as_ref().map(ms))
+            .collect();
+        Floor {
+            callers_never_rejected: reports.len() - firsts.len(),
+            time_to_first_rejection_ms: summarize(&firsts),
+            first_refused_call_ms: summarize(&calls),
+            callers: reports.len(),
+            operations_admitted,
+        }
+    }
 }
 
 /// Everything a verdict is built from.
@@ -211,6 +257,9 @@ impl Observation {
             pulled_at: stopline_store::env::rfc3339(pull.pulled_unix_ms),
             engage_returned_ms: ms(pull.engage_returned),
             ack_ms: pull.ack.map(ms),
+            gate_closed_ms: matched
+                .last_admission_ms
+                .map(|last| round_ms(((last - pull.pulled_unix_ms) as f64).max(0.0))),
             time_to_first_rejection_ms: ttfr,
             first_refused_call_ms: summarize(&refused_calls),
             in_flight_wait_ms: summarize(&waits),
@@ -245,6 +294,7 @@ impl Observation {
             unacknowledged: pull.unacknowledged(),
             calls,
             after_trip_examples: matched.examples.clone(),
+            floor: None,
         }
     }
 

@@ -51,6 +51,9 @@ pub struct DrillOptions {
     /// Test knob: the in-process gateway swaps in a changed view this late (a gateway that
     /// refreshes its view late must fail the drill). Local mode only.
     pub slow_view: Option<Duration>,
+    /// Also measure the floor: the same load against a fresh gateway whose stop was engaged
+    /// before the load started (every call refused from the first), reported beside the drill.
+    pub floor: bool,
 }
 
 impl DrillOptions {
@@ -71,6 +74,7 @@ impl DrillOptions {
             progress: false,
             record: true,
             slow_view: None,
+            floor: false,
         }
     }
 

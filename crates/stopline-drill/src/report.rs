@@ -33,6 +33,17 @@ fn one(o: &Value) -> String {
         o["tool_calls_after_trip"], o["writes_after_trip"], o["model_calls_after_trip"],
         o["in_flight_at_trip"], o["effects"],
     );
+    text.push_str(&format!(
+        "\n  gate closed (pull → last admission) after {} ms",
+        num(&o["gate_closed_ms"])
+    ));
+    if let Some(floor) = o.get("floor") {
+        let f = &floor["time_to_first_rejection_ms"];
+        text.push_str(&format!(
+            "\n  floor (stop engaged before the load): time to first rejection p50 {} ms, p99 {} ms, max {} ms; operations admitted {}",
+            num(&f["p50"]), num(&f["p99"]), num(&f["max"]), floor["operations_admitted"]
+        ));
+    }
     for reason in o["reasons"].as_array().into_iter().flatten() {
         text.push_str(&format!(
             "\n  failed: {}",
@@ -45,9 +56,11 @@ fn one(o: &Value) -> String {
 fn series(s: &Value) -> String {
     let m = &s["median"];
     format!(
-        "{} drills at {} agents x {} sub-agents: {} passed ({})\n  medians: time to first rejection p50 {} ms, p99 {} ms; engage returned {} ms; acks {} ms\n  effects after the trip, all drills: {} (of {} effects; {} in flight at the trip)",
+        "{} drills at {} agents x {} sub-agents: {} passed ({})\n  medians: time to first rejection p50 {} ms, p99 {} ms; floor p99 {} ms; gate closed {} ms (max {}); engage returned {} ms; acks {} ms\n  effects after the trip, all drills: {} (of {} effects; {} in flight at the trip)",
         s["drills"], s["agents"], s["subagents"], s["passed"], verdict(&s["pass"]),
         num(&m["time_to_first_rejection_p50_ms"]), num(&m["time_to_first_rejection_p99_ms"]),
+        num(&m["floor_time_to_first_rejection_p99_ms"]), num(&m["gate_closed_ms"]),
+        num(&m["gate_closed_max_ms"]),
         num(&m["engage_returned_ms"]), num(&m["ack_ms"]),
         s["effects_after_trip"], s["effects"], s["in_flight_at_trip"],
     )

@@ -10,7 +10,7 @@
 use crate::agents::{run_caller, Caller, CallerReport, Endpoints, Shared};
 use crate::destination::Destination;
 use crate::matching::match_effects;
-use crate::observation::{Inputs, Observation};
+use crate::observation::{Floor, Inputs, Observation};
 use crate::options::resolve_scope;
 use crate::progress::Progress;
 use crate::pull::{pull, Puller};
@@ -77,11 +77,107 @@ pub fn drill(options: &DrillOptions) -> Result<Observation, DrillError> {
         }
         destination.shutdown();
     });
-    let observation = result?;
+    let mut observation = result?;
+    if options.floor {
+        observation.floor = Some(floor(options)?);
+    }
     if options.record {
         observation.file(&Store::open(&options.home))?;
     }
     Ok(observation)
+}
+
+/// The floor of a drill (`--floor`): a fresh environment, the callers' tokens minted and
+/// delegated, then the stop engaged *before* any caller starts, then the same load; at the same
+/// random moment the "pull" is only noted (nothing is engaged) and each caller's first refusal
+/// after it is timed. What that takes is the machine answering this many callers, with no
+/// gateway reaction in it.
+fn floor(options: &DrillOptions) -> Result<Floor, DrillError> {
+    let drill_id = hex::encode(rand::thread_rng().gen::<[u8; 4]>());
+    let servers = runtime("stopline-drill-srv")?;
+    let clients = runtime("stopline-drill-cli")?;
+    let env = servers.block_on(async {
+        match &options.mode {
+            Mode::Local => crate::local::start(options).await,
+            Mode::Against(url) => crate::remote::start(&options.home, url, &drill_id).await,
+        }
+    })?;
+    let result = clients.block_on(drive_floor(options, &drill_id, &env));
+    let Env {
+        destination,
+        teardown,
+        ..
+    } = env;
+    servers.block_on(async move {
+        if let Teardown::Local { gateway, dir } = teardown {
+            gateway.shutdown().await;
+            drop(dir);
+        }
+        destination.shutdown();
+    });
+    result
+}
+
+fn client(options: &DrillOptions) -> Result<reqwest::Client, DrillError> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(options.callers() + 8)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| crate::setup("HTTP client")(e.to_string()))
+}
+
+async fn drive_floor(
+    options: &DrillOptions,
+    drill_id: &str,
+    env: &Env,
+) -> Result<Floor, DrillError> {
+    let level = options.validate()?;
+    let run_id = format!("drill-{drill_id}");
+    let scope = resolve_scope(options.scope.as_deref(), &run_id);
+    let client = client(options)?;
+    let callers = callers(options, env, &client, drill_id).await?;
+    check_covered(&env.ctx, &scope, &callers)?;
+    // The stop, before the load: every call of every caller is refused from its first.
+    pull(
+        &env.puller,
+        &Arc::new(Shared::default()),
+        &scope,
+        level.as_str(),
+    )
+    .await?;
+    let shared = Arc::new(Shared::default());
+    let endpoints = Arc::new(env.endpoints.clone());
+    let started = Instant::now();
+    let tasks: Vec<_> = callers
+        .into_iter()
+        .enumerate()
+        .map(|(i, caller)| {
+            let task = run_caller(client.clone(), endpoints.clone(), caller, i, shared.clone());
+            tokio::spawn(task)
+        })
+        .collect();
+    let jitter = (options.pull_after_ms / 2).max(50);
+    let pull_at = options.pull_after_ms + rand::thread_rng().gen_range(0..=jitter);
+    tokio::time::sleep(Duration::from_millis(pull_at).saturating_sub(started.elapsed())).await;
+    let _ = shared.pulled.set(Instant::now());
+    tokio::time::sleep(Duration::from_millis(options.window_ms.unwrap_or(1000))).await;
+    shared.stop.store(true, Ordering::SeqCst);
+    let mut reports: Vec<CallerReport> = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        reports.push(task.await.unwrap_or_default());
+    }
+    let ctx = env.ctx.clone();
+    let (ops, _) = tokio::task::spawn_blocking(move || ctx.store.operations())
+        .await
+        .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+    let prefix = format!("drill-{drill_id}-");
+    let admitted = ops
+        .values()
+        .filter(|op| op.dispatched && op.agent.as_deref().is_some_and(|a| a.starts_with(&prefix)))
+        .count() as u64;
+    Ok(Floor::build(&reports, admitted))
 }
 
 async fn mint(ctx: &Context, agent: String, run: &str) -> Result<String, DrillError> {
@@ -191,13 +287,7 @@ async fn drive(
         )
         .into());
     }
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(options.callers() + 8)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|e| crate::setup("HTTP client")(e.to_string()))?;
+    let client = client(options)?;
     let progress = Progress::new(options.progress, options.pull_after_ms + 1000, "drill");
     progress.message(format!(
         "{} callers: minting and delegating tokens",

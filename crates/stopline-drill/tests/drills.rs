@@ -115,3 +115,32 @@ fn a_scope_that_misses_some_callers_is_refused_before_anything_is_stopped() {
     );
     assert!(!home.path().join("evidence").exists(), "nothing was filed");
 }
+
+/// `--floor`: the same load against a fresh gateway whose stop was engaged before it started.
+/// Nothing of the floor's callers is admitted, every one of them is refused after the pull
+/// moment, and the drill itself reports when its gateway made its last admission.
+#[test]
+fn the_floor_admits_nothing_and_refuses_every_caller() {
+    let home = tempfile::tempdir().unwrap();
+    let mut options = options(home.path(), 10, 2);
+    options.floor = true;
+    let o = stopline_drill::drill(&options).unwrap();
+    assert!(o.pass, "{:?}", o.reasons);
+    let floor = o.floor.as_ref().expect("--floor reports the floor");
+    assert_eq!(floor.callers, 30);
+    assert_eq!(
+        floor.operations_admitted, 0,
+        "the stop came before the load"
+    );
+    assert_eq!(floor.callers_never_rejected, 0);
+    assert!(floor.time_to_first_rejection_ms.p99 >= floor.time_to_first_rejection_ms.p50);
+    let gate_closed = o
+        .gate_closed_ms
+        .expect("the drill's gateway admitted calls");
+    assert!(gate_closed >= 0.0);
+    let json = o.to_json();
+    assert!(
+        json["gate_closed_ms"].is_number()
+            && json["floor"]["time_to_first_rejection_ms"]["p99"].is_number()
+    );
+}

@@ -127,6 +127,7 @@ fn drill(ctx: &Context, args: DrillArgs, json: bool) -> Result<i32, Refusal> {
     options.target_ms = args.target_ms;
     options.progress = !json;
     options.slow_view = args.slow_view_ms.map(std::time::Duration::from_millis);
+    options.floor = args.floor;
     if let Some(url) = args.against {
         options.mode = stopline_drill::Mode::Against(url);
     }

@@ -471,6 +471,10 @@ pub struct DrillArgs {
     /// Test knob: the drill's own gateway swaps in a changed view this many ms late.
     #[arg(long, hide = true)]
     pub slow_view_ms: Option<u64>,
+    /// Also run the floor: the same load against a fresh gateway whose stop was engaged before
+    /// the load started, its time to first rejection reported beside the drill's (`floor`).
+    #[arg(long)]
+    pub floor: bool,
 }
 
 /// `evidence …`.

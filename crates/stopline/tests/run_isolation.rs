@@ -297,6 +297,8 @@ fn a_host_unix_socket_on_tmp_is_out_of_reach_unless_shared() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(read(out.path(), "result").as_deref(), Some("ENOENT"));
     assert!(listener.accept().is_err(), "the relay saw a connection");
+    // The next run gets a fresh uid of its own, which cannot overwrite this run's file.
+    std::fs::remove_file(out.path().join("result")).unwrap();
 
     // --share maps the relay's directory in: the same agent now reaches it (the wall is the
     // private mounts, not a broken socket).

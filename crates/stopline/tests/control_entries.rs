@@ -11,31 +11,7 @@ mod run_support;
 mod util;
 
 use run_support::*;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-use util::{Home, Run};
-
-const HANG: Duration = Duration::from_secs(60);
-
-fn run_or_hang(mut cmd: Command, what: &str) -> Run {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn stopline");
-    let deadline = Instant::now() + HANG;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output").into();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} hung: no answer after {} s", HANG.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use util::{run_or_hang, Home, HANG};
 
 fn mkfifo(path: &std::path::Path) {
     rustix::fs::mkfifoat(

@@ -15,33 +15,9 @@ mod gw;
 mod util;
 
 use serde_json::Value;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-use util::{Home, Run};
-
-/// Far beyond SPEC §12.1's 2 s: only a hang detector, never a speed assertion.
-const HANG: Duration = Duration::from_secs(60);
-
-/// Run `cmd` to completion, or kill it and fail when it hangs.
-fn run_or_hang(mut cmd: Command, what: &str) -> Run {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn stopline");
-    let deadline = Instant::now() + HANG;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output").into();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} hung: no receipt after {} s", HANG.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use util::{run_or_hang, Home, HANG};
 
 /// The process state letter of `pid` (`T` when stopped).
 fn state(pid: u32) -> char {

@@ -290,3 +290,27 @@ impl Home {
             .collect()
     }
 }
+
+/// Far beyond SPEC §12.1's 2 s: only a hang detector, never a speed assertion.
+pub const HANG: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Run `cmd` to completion, or kill it and fail when it has not answered within [`HANG`].
+pub fn run_or_hang(mut cmd: Command, what: &str) -> Run {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn stopline");
+    let deadline = std::time::Instant::now() + HANG;
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output").into();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} hung: no answer after {} s", HANG.as_secs());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

@@ -64,6 +64,20 @@ fn write_call(gateway: &str, token: &str, session: Option<&str>, n: u64) -> Opti
     )
 }
 
+/// How many outcome records the home's operation journals hold (written, fsynced or not).
+fn outcome_lines(home: &Home) -> usize {
+    let mut count = 0;
+    for entry in std::fs::read_dir(home.file("ops")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
+        count += text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["phase"] == "outcome")
+            .count();
+    }
+    count
+}
+
 /// The request ids of every `prepared` record in the home's operation journals.
 fn prepared_request_ids(home: &Home) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
@@ -149,6 +163,12 @@ fn a_crash_inside_a_batch_loses_no_acknowledged_prepared_record() {
     let (home, upstream, mut gateway, token, session) = setup("ops.batch.write=crash");
     let addr = gateway.addr.clone();
     for n in 1..=5 {
+        // A call's outcome is queued after its answer: the next call's `prepared` record would
+        // share its batch (and crash) unless that outcome has been taken and written first.
+        gw::within(Duration::from_secs(10), || {
+            (outcome_lines(&home) >= n as usize - 1).then_some(())
+        })
+        .expect("the previous call's outcome is written");
         assert_eq!(
             write_call(&addr, &token, session.as_deref(), n).as_deref(),
             Some(""),

@@ -120,3 +120,50 @@ fn a_pause_freezes_the_group_while_the_supervisor_is_stopped_and_is_thawed_after
     let (code, _, stderr) = running.finish(Duration::from_secs(30));
     assert_eq!(code, 1, "{stderr}");
 }
+
+/// The supervisor has read its order (no stop yet) when an emergency lands and the engage
+/// empties the group itself; only then does the supervisor look at its agent. The agent died
+/// of the stop, not by itself: the run ends stopped (exit 1), never as the agent's own SIGKILL
+/// death (exit 137). A failpoint parks the supervisor exactly after its read.
+#[test]
+fn an_agent_killed_by_an_engage_just_after_the_supervisor_read_its_order_ends_the_run_stopped() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let out = open_dir("stopline-run-reach-race-");
+    let park = out.path().join("park");
+    let run = run_id("reach-race");
+    let card = write_card(&home, &card(&run, "agent-r"));
+    let failpoints = format!("run.wake.ordered=stop_if:{}", park.display());
+    let running = start_run_env(
+        &home,
+        &card,
+        &["--gateway", &gateway.url()],
+        out.path(),
+        AGENT,
+        &[("STOPLINE_FAILPOINTS", &failpoints)],
+    );
+    wait_for_state(&home, &run, "agent-r", "running");
+    std::fs::write(&park, "").unwrap();
+    wait_for(
+        "the supervisor parked after its read",
+        Duration::from_secs(20),
+        || process_state(running.pid()).filter(|s| s == "T"),
+    );
+
+    let receipt = home.engage(&format!("run:{run}"), "emergency");
+    assert_eq!(receipt["groups_reached"][0]["confirmed"], true, "{receipt}");
+
+    std::fs::remove_file(&park).unwrap();
+    signal(running.pid(), rustix::process::Signal::CONT);
+    let (code, _, stderr) = running.finish(Duration::from_secs(30));
+    assert_eq!(code, 1, "the run ended stopped: {stderr}");
+    let worker = registration(&home, &run, "agent-r").unwrap();
+    assert_eq!(worker["state"], "quiescent", "{worker}");
+}
+
+/// The state letter of `pid` (`/proc/<pid>/stat`), `None` once it is gone.
+fn process_state(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().next().map(String::from)
+}

@@ -331,6 +331,8 @@ pub struct Supervision {
     wall_clock: Option<WallClock>,
     wall_clock_tripped: Option<StopCause>,
     root_exit: Option<ExitStatus>,
+    /// The order was read fresh after the root exited ([`Supervision::attribute_exit`]).
+    exit_order_read: bool,
     /// The distributed plane's order (etcd mode).
     plane: Option<PlaneWatch>,
 }
@@ -363,6 +365,7 @@ impl Supervision {
             wall_clock,
             wall_clock_tripped: None,
             root_exit: None,
+            exit_order_read: false,
         }
     }
 
@@ -376,6 +379,9 @@ impl Supervision {
     pub fn wake(&mut self, reload: bool) -> Result<Progress, Refusal> {
         if reload {
             self.order = read_order(&self.ctx, &self.subject);
+            // A test seam (`stop_if:` parks the supervisor just after its read); no action of
+            // it means anything here, so its result is not a fault of the run.
+            stopline_store::failpoint::hit("run.wake.ordered").ok();
         }
         if let Some(plane) = &self.plane {
             // Every wake: the poller keeps it current, and reading it costs a lock.
@@ -389,6 +395,10 @@ impl Supervision {
         if level >= Some(Level::HaltAll) && self.cause.is_none() {
             self.cause = self.order.cause.clone();
         }
+        if self.root_exited()? {
+            self.attribute_exit();
+            level = level.max(self.order.level);
+        }
         if self.cause.is_none() && self.root_exited()? && self.alive()? {
             // The root is gone but its group is not empty: the run is over, its stragglers are not
             // left behind unsupervised.
@@ -400,26 +410,7 @@ impl Supervision {
         }
         let progress = self.enforce(level)?;
         if progress == Progress::Running && self.root_exited()? && !self.alive()? {
-            if !reload {
-                // The agent may have died of a stop this loop has not read yet (an engage kills
-                // a covered group itself, SPEC §12.3): a fresh order says how the run ended.
-                self.order = read_order(&self.ctx, &self.subject);
-                if self.plane.is_some() {
-                    // The stop may live in the distributed plane only: read it now rather than
-                    // wait for the poller. An unreachable plane is not a stop of an agent that
-                    // has already ended.
-                    let mut view = self.ctx.plane.load_view();
-                    view.faults
-                        .retain(|f| f.code != RefusalCode::DistributedUnavailable);
-                    self.order = self
-                        .order
-                        .clone()
-                        .stricter(order_from_view(&view, &self.subject));
-                }
-                if self.order.level >= Some(Level::HaltAll) {
-                    self.cause = self.order.cause.clone();
-                }
-            }
+            self.attribute_exit();
             if self.cause.is_some() {
                 return self.enforce(level.max(self.order.level).max(Some(Level::HaltAll)));
             }
@@ -431,6 +422,31 @@ impl Supervision {
             }
         }
         Ok(progress)
+    }
+
+    /// Once, when the agent's root is first seen gone with no stop cause: read the order fresh
+    /// (the distributed plane's too) before the exit is put down to the agent. An engage kills
+    /// a covered group itself (SPEC §12.3), so the root can die of a stop this wake has not read
+    /// yet, its children still dying; stop wins that race. An unreachable plane is not a stop of
+    /// an agent that has already ended.
+    fn attribute_exit(&mut self) {
+        if self.cause.is_some() || self.exit_order_read {
+            return;
+        }
+        self.exit_order_read = true;
+        self.order = read_order(&self.ctx, &self.subject);
+        if self.plane.is_some() {
+            let mut view = self.ctx.plane.load_view();
+            view.faults
+                .retain(|f| f.code != RefusalCode::DistributedUnavailable);
+            self.order = self
+                .order
+                .clone()
+                .stricter(order_from_view(&view, &self.subject));
+        }
+        if self.order.level >= Some(Level::HaltAll) {
+            self.cause = self.order.cause.clone();
+        }
     }
 
     fn enforce(&mut self, level: Option<Level>) -> Result<Progress, Refusal> {

@@ -80,12 +80,11 @@ impl AckServer {
     /// Acknowledge `latch` by `deadline`, or say why not.
     pub fn acknowledge(&self, latch: &str, deadline: Instant) -> Value {
         let id = self.registry.record().id;
-        // The watcher has usually put the latch in the view already (latches first); only
-        // read the control directory when it has not.
-        let mut snapshot = self.view.load();
-        if !snapshot.latch_files.contains(latch) {
-            snapshot = self.view.refresh_fast();
-        }
+        // A read started after the request, even when the watcher has put the latch in the
+        // view already (latches first): that addition holds the latch but not the epoch advance
+        // the engage recorded before asking, and an acknowledged stop must refuse every token
+        // minted before it as stale from the first call after the receipt.
+        let mut snapshot = self.view.refresh_fast();
         while !snapshot.latch_files.contains(latch) && !snapshot.is_faulted() {
             if Instant::now() >= deadline {
                 return json!({"ack": false, "server": id, "why": "the view does not hold the latch"});

@@ -128,6 +128,9 @@ fn watch_loop(view: &ViewHolder, stop: &AtomicBool) -> std::io::Result<()> {
         if appeared {
             // A new entry: into the view at once, before the locked read below.
             view.add_appeared_latches();
+            // A test seam (`hold_if:` keeps this thread from its locked read); no action of
+            // it means anything here.
+            stopline_store::failpoint::hit("gateway.watch.appeared").ok();
         }
         if full {
             view.refresh_full();

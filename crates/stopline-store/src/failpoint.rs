@@ -7,7 +7,9 @@
 //! fire only the first time the failpoint is reached in a process; `stop_if:PATH` makes the
 //! process stop itself with SIGSTOP (as `kill -STOP` would) whenever it reaches the failpoint
 //! while `PATH` exists — a test parks a reader exactly where it holds a lock, then resumes it
-//! with SIGCONT after removing `PATH`. `STOPLINE_FAILPOINT_TRACE=FILE`
+//! with SIGCONT after removing `PATH`; `hold_if:PATH` holds only the thread that reaches it
+//! while `PATH` exists (at most 60 s), the rest of the process running on — a test keeps one
+//! thread (a watcher) from acting while others answer. `STOPLINE_FAILPOINT_TRACE=FILE`
 //! appends every name reached, so a crash test can enumerate the steps of a command.
 //! A failpoint must never change behaviour when it is not armed.
 
@@ -67,6 +69,14 @@ pub fn hit(name: &str) -> io::Result<()> {
                 while park.exists() {
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }
+            }
+            Ok(())
+        }
+        Some(action) if action.starts_with("hold_if:") => {
+            let hold = std::path::Path::new(&action["hold_if:".len()..]);
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while hold.exists() && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(5));
             }
             Ok(())
         }

@@ -6,7 +6,7 @@ mod gw;
 mod util;
 
 use gw::{model_config, Gateway, Upstream};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use util::Home;
 
@@ -76,31 +76,90 @@ fn refusals_have_their_fixed_status_and_json_body() {
     assert!(page.body.contains("/v1/engage") && !page.body.contains("/v1/recover"));
 }
 
+/// The gateway's watcher puts a new latch in its view at once (latches first), before the
+/// engage has advanced the epoch; the engage is parked right there (a failpoint), and the
+/// watcher is then held before its locked read (another). The acknowledgement the engage asks
+/// for once its epoch advance is durable must come from a read that holds that advance too:
+/// from the first call after the receipt, a token minted before the emergency is refused as
+/// stale (`stale_control_epoch`), never only by the latch (`break_glass_contained`).
+#[test]
+fn an_acknowledged_emergency_refuses_pre_stop_tokens_as_stale_from_the_first_call() {
+    let home = Home::new();
+    let seams = tempfile::tempdir().unwrap();
+    let (park, hold) = (seams.path().join("park"), seams.path().join("hold"));
+    let gateway = Gateway::start_with_env(
+        &home,
+        "reload_interval_ms = 60000",
+        &[(
+            "STOPLINE_FAILPOINTS",
+            &format!("gateway.watch.appeared=hold_if:{}", hold.display()),
+        )],
+    );
+    let token = home.token(&["--agent", "w"]);
+    let check = || {
+        gateway
+            .post("/v1/check", Some(&token), &json!({"class": "noncritical"}))
+            .json()["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(check(), "");
+    std::fs::write(&park, "").unwrap();
+    std::fs::write(&hold, "").unwrap();
+    let engage = home
+        .command(&[
+            "--json",
+            "engage",
+            "--scope",
+            "agent:w",
+            "--level",
+            "emergency",
+            "--reason",
+            "race",
+            "--by",
+            "tester",
+        ])
+        .env(
+            "STOPLINE_FAILPOINTS",
+            format!("engage.staging.remove=stop_if:{}", park.display()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    gw::within(Duration::from_secs(20), || {
+        (check() == "break_glass_contained").then_some(())
+    })
+    .expect("the watcher put the parked engage's latch in the view");
+    std::fs::remove_file(&park).unwrap();
+    let pid = rustix::process::Pid::from_raw(engage.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    let out = engage.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let receipt: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        receipt["acknowledged_by"].as_array().map(Vec::len),
+        Some(1),
+        "{receipt}"
+    );
+    let first = check();
+    std::fs::remove_file(&hold).unwrap();
+    assert_eq!(first, "stale_control_epoch");
+}
+
 #[test]
 fn engage_through_the_api_accepts_a_stale_token_and_waits_for_the_acknowledgement() {
     let home = Home::new();
     let gateway = Gateway::start(&home, "");
     let token = home.token(&["--agent", "w"]);
     home.engage("agent:w", "emergency");
-    // The engage's acknowledgement confirms the gateway holds the latch, which it joins to its
-    // view at once; the epoch advance that makes this token stale arrives with the next full
-    // read (until then the check is refused break_glass_contained — the same stop). This test
-    // is about a token the gateway knows to be stale, so wait (bounded) for that read.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let stale = gateway.post("/v1/check", Some(&token), &json!({"class": "noncritical"}));
-        let code = stale.json()["code"].clone();
-        if code == "stale_control_epoch" {
-            break;
-        }
-        assert_eq!(code, "break_glass_contained", "{}", stale.body);
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gateway never read the epoch advance: {}",
-            stale.body
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let stale = gateway.post("/v1/check", Some(&token), &json!({"class": "noncritical"}));
+    assert_eq!(stale.json()["code"], "stale_control_epoch");
     let r = gateway.post(
         "/v1/engage",
         Some(&token),

@@ -20,13 +20,14 @@ pub trait Env: Send + Sync {
     }
 }
 
-/// The real clock, OS randomness and pid.
+/// The real clock, OS randomness and pid. In a `failpoints` build the clock is shifted by
+/// `STOPLINE_TEST_CLOCK_OFFSET_MS` (see [`crate::failpoint`]); otherwise it is the system clock.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemEnv;
 
 impl Env for SystemEnv {
     fn now_ms(&self) -> i64 {
-        Utc::now().timestamp_millis()
+        Utc::now().timestamp_millis() + crate::failpoint::clock_offset_ms()
     }
     fn random_hex(&self, bytes: usize) -> String {
         let mut buf = vec![0u8; bytes];
@@ -50,4 +51,19 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
     DateTime::parse_from_rfc3339(text)
         .ok()
         .map(|t| t.timestamp_millis())
+}
+
+/// A build without `failpoints` (every release) never shifts its clock, whatever the environment
+/// says. (Nothing else in such a build reads the variable, so setting it here cannot disturb
+/// another test.)
+#[cfg(all(test, not(feature = "failpoints")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_clock_offset_is_ignored_without_failpoints() {
+        std::env::set_var("STOPLINE_TEST_CLOCK_OFFSET_MS", "3600000");
+        let skew = SystemEnv.now_ms() - Utc::now().timestamp_millis();
+        assert!(skew.abs() < 600_000, "the clock moved by {skew} ms");
+    }
 }

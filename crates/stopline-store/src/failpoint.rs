@@ -12,6 +12,12 @@
 //! thread (a watcher) from acting while others answer. `STOPLINE_FAILPOINT_TRACE=FILE`
 //! appends every name reached, so a crash test can enumerate the steps of a command.
 //! A failpoint must never change behaviour when it is not armed.
+//!
+//! The same builds honour `STOPLINE_TEST_CLOCK_OFFSET_MS=N`: the store's clock
+//! ([`crate::env::SystemEnv`]) runs `N` milliseconds ahead (or behind, when negative), so a
+//! test sees a token expire or a drain window end without sleeping through it. A value that is
+//! not a whole number of milliseconds panics rather than being read as no offset. A release
+//! build has no such knob: without the feature the offset is an inlined `0`.
 
 use std::io;
 
@@ -89,4 +95,24 @@ pub fn hit(name: &str) -> io::Result<()> {
 #[inline(always)]
 pub fn hit(_name: &str) -> io::Result<()> {
     Ok(())
+}
+
+/// `STOPLINE_TEST_CLOCK_OFFSET_MS`, read once: the milliseconds the store's clock runs ahead.
+#[cfg(feature = "failpoints")]
+pub fn clock_offset_ms() -> i64 {
+    use std::sync::OnceLock;
+    static OFFSET: OnceLock<i64> = OnceLock::new();
+    *OFFSET.get_or_init(|| match std::env::var("STOPLINE_TEST_CLOCK_OFFSET_MS") {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| {
+            panic!("STOPLINE_TEST_CLOCK_OFFSET_MS={text:?} is not a whole number of milliseconds")
+        }),
+        Err(_) => 0,
+    })
+}
+
+/// The clock offset (disabled build: always `0`, whatever the environment says).
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn clock_offset_ms() -> i64 {
+    0
 }

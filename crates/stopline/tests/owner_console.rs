@@ -2,7 +2,7 @@
 //! operator, a foreground terminal. Each failed predicate is named. Uncertainty survives recovery.
 
 mod util;
-use util::Home;
+use util::{Home, CLOCK_OFFSET};
 
 /// An operation journal of a gateway that crashed mid-call: prepared and dispatched, no outcome.
 fn crashed_gateway_journal(home: &Home, op: &str, target: &str) {
@@ -416,11 +416,13 @@ fn drain_bounds_and_preconditions() {
     );
     r.assert_ok();
     assert_eq!(home.status()["phase"], "DRAINING");
-    std::thread::sleep(std::time::Duration::from_millis(1100));
-    let status = home.status();
+    // 1.1 s later, by the store's clock (no sleep; needs --features stopline/failpoints).
+    let after = home.run_env(&["status"], &[(CLOCK_OFFSET, "1100")]);
+    after.assert_ok();
+    let status = after.json();
     assert_eq!(
         status["state"], "FROZEN_SAFE",
-        "after the deadline: {status}"
+        "after the deadline (a build without stopline/failpoints ignores {CLOCK_OFFSET}): {status}"
     );
     assert_eq!(status["phase"], "FROZEN_SAFE");
 }

@@ -12,6 +12,12 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_stopline")
 }
 
+/// Runs the store's clock of a binary built with `--features stopline/failpoints` this many
+/// milliseconds ahead (`stopline_store::failpoint`): pass it with the offset to the one command
+/// that should see the future, so a token expires or a drain window ends without a sleep. A
+/// build without the feature ignores it, so a test relying on it fails there, never skips.
+pub const CLOCK_OFFSET: &str = "STOPLINE_TEST_CLOCK_OFFSET_MS";
+
 /// A throwaway home and helpers to run the binary against it.
 pub struct Home {
     pub dir: tempfile::TempDir,

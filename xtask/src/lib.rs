@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub mod bounded;
+pub mod cycles;
 pub mod dist;
 pub mod history_plot;
 pub mod release_gate;
@@ -241,9 +242,22 @@ pub fn check() -> Vec<String> {
         }
     }
 
+    // The gateway's modules import one another one way only (no file cycle on the stop path).
+    for crate_src in ACYCLIC_CRATES {
+        for cycle in cycles::module_cycles(&root.join(crate_src)) {
+            problems.push(format!(
+                "{crate_src}: the modules {} import one another in a cycle; split a leaf module out so dependencies point one way",
+                cycle.join(", ")
+            ));
+        }
+    }
+
     problems.extend(thin_binary(&root));
     problems
 }
+
+/// The crates whose modules must form a DAG (ARCHITECTURE.md, `stopline-gateway`).
+pub const ACYCLIC_CRATES: &[&str] = &["crates/stopline-gateway/src"];
 
 /// The binary crate stays thin (ARCHITECTURE.md: "no control logic in the binary"): every file
 /// of it only turns arguments into calls and typed receipts into output. So none of them builds

@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use stopline_control::acks::ServerRecord;
 use stopline_core::{ControlView, Refusal, RefusalCode};
+use stopline_gateway::feed::ViewFeed;
 use stopline_gateway::source::{read_local, LocalSource, ViewSource};
-use stopline_gateway::view::ViewHolder;
 
 /// The default permit: how long a gateway trusts its view without word from etcd.
 pub const DEFAULT_PERMIT_TTL: Duration = stopline_control::config::DEFAULT_PERMIT_TTL;
@@ -57,14 +57,14 @@ impl EtcdSource {
         *self.heard.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }
 
-    fn install(&self, snapshot: &Snapshot, view: &ViewHolder) {
+    fn install(&self, snapshot: &Snapshot, view: &dyn ViewFeed) {
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot.view());
         self.heard();
         view.refresh_fast();
     }
 
     /// The watch loop: connect, read, watch; on any error reconnect and read again.
-    fn run(&self, view: &ViewHolder, reload: Duration, stop: &AtomicBool) {
+    fn run(&self, view: &dyn ViewFeed, reload: Duration, stop: &AtomicBool) {
         let handle = self.plane.client.handle();
         let names = self.plane.names.clone();
         let (mut failures, mut next_note) = (0u32, 1u32);
@@ -96,7 +96,7 @@ impl EtcdSource {
         &self,
         client: &mut Client,
         names: &Names,
-        view: &ViewHolder,
+        view: &dyn ViewFeed,
         reload: Duration,
         stop: &AtomicBool,
     ) -> Result<(), String> {
@@ -197,7 +197,7 @@ impl ViewSource for EtcdSource {
 
     fn spawn_watchers(
         self: Arc<Self>,
-        view: Arc<ViewHolder>,
+        view: Arc<dyn ViewFeed>,
         reload_interval: Duration,
         stop: Arc<AtomicBool>,
     ) {
@@ -210,7 +210,7 @@ impl ViewSource for EtcdSource {
         self.registration.clone().spawn(stop.clone());
         let spawned = std::thread::Builder::new()
             .name("stopline-etcd-watch".into())
-            .spawn(move || self.run(&view, reload_interval, &stop));
+            .spawn(move || self.run(&*view, reload_interval, &stop));
         if let Err(error) = spawned {
             tracing::error!(%error, "cannot start the etcd watch thread");
         }

@@ -20,11 +20,11 @@
 //! OpenAI-compatible routes.
 
 use crate::admit::Plan;
-use crate::api::parse_body;
 use crate::error::{refusal_status, retry_after_s, GatewayError};
 use crate::governor::Governor;
 use crate::model::{self, ModelCall};
-use crate::server::AppState;
+use crate::request::parse_body;
+use crate::state::AppState;
 use crate::usage::Vocabulary;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};

@@ -1,5 +1,6 @@
-//! The JSON routes of the gateway (SPEC §5 table) and the router that mounts them all (the status
-//! page and its two data routes, `/v1/budgets` and `/v1/drills`, live in `page.rs`).
+//! The JSON routes of the gateway (SPEC §5 table); `routes.rs` mounts them with the model
+//! routes and the status page (whose two data routes, `/v1/budgets` and `/v1/drills`, live in
+//! `page.rs`).
 //!
 //! Every route but `/healthz`, `/metrics` and `/` needs a bearer token. Engage accepts any
 //! validly signed, unexpired token even when a stop made it stale; recover and drain are refused
@@ -8,13 +9,13 @@
 //! workers because they do synchronous, fsyncing I/O.
 
 use crate::error::GatewayError;
-use crate::server::AppState;
+use crate::request::{bearer, blocking, parse_body, sees_everything};
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -23,59 +24,7 @@ use stopline_control::{engage, status};
 use stopline_core::budget::{BudgetKind, Budgets};
 use stopline_core::{AuthorityStatus, ControlView, Name, Refusal, RefusalCode, Role, TaskClass};
 
-/// The full router: API, model proxy, metrics, page.
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/", get(crate::page::page))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .route("/v1/status", get(status_route))
-        .route("/v1/budgets", get(crate::page::budgets_route))
-        .route("/v1/drills", get(crate::page::drills_route))
-        .route("/v1/engage", post(engage_route))
-        .route("/v1/disengage", post(disengage_route))
-        .route("/v1/recover", post(owner_only))
-        .route("/v1/drain", post(owner_only))
-        .route("/v1/check", post(check_route))
-        .route("/v1/delegate", post(delegate_route))
-        .route("/v1/anomaly", post(anomaly_route))
-        .route("/v1/chat/completions", post(crate::model::chat_completions))
-        .route("/v1/completions", post(crate::model::completions))
-        .route("/v1/responses", post(crate::model::responses))
-        .route("/v1/embeddings", post(crate::model::embeddings))
-        .route("/v1/messages", post(crate::anthropic::messages))
-        .route(
-            "/v1/messages/count_tokens",
-            post(crate::anthropic::count_tokens),
-        )
-        .with_state(state)
-}
-
-pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-}
-
-pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, GatewayError> {
-    serde_json::from_slice(body).map_err(|e| {
-        GatewayError::Refused(Refusal::new(
-            RefusalCode::BadRequest,
-            format!("the request body is not the expected JSON: {e}"),
-        ))
-    })
-}
-
-pub(crate) async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
-) -> Result<T, GatewayError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| GatewayError::Refused(Refusal::new(RefusalCode::ControlIo, e.to_string())))?
-        .map_err(GatewayError::Refused)
-}
-
-async fn healthz(State(state): State<AppState>) -> Response {
+pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
     let snapshot = state.gov.snapshot();
     let ready = snapshot.loaded_ms > 0 && state.registry.is_registered();
     let body = json!({
@@ -92,8 +41,8 @@ async fn healthz(State(state): State<AppState>) -> Response {
     (code, Json(body)).into_response()
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
-    let text = crate::metrics::scrape(&state.gov);
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.gov.scrape_metrics();
     (
         [(
             header::CONTENT_TYPE,
@@ -104,7 +53,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-async fn status_route(
+pub(crate) async fn status_route(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, GatewayError> {
@@ -134,19 +83,6 @@ async fn status_route(
         "notes": state.registry.record().notes,
     });
     Ok(Json(receipt))
-}
-
-/// Operators and monitors see every agent's latches, workers and budgets; an agent (or
-/// critical) token sees only what concerns its own chain (SPEC §12.3).
-pub(crate) fn sees_everything(role: Role) -> bool {
-    matches!(role, Role::Operator | Role::Monitor)
-}
-
-/// True when `chain` is the caller's chain, one of its ancestors' or one of its sub-agents'
-/// (one is a prefix of the other).
-pub(crate) fn in_own_chain(caller: &[String], chain: &[String]) -> bool {
-    let shorter = caller.len().min(chain.len());
-    shorter > 0 && caller[..shorter] == chain[..shorter]
 }
 
 /// Cut a status receipt down to what an agent token may read: the latches covering it and the
@@ -189,7 +125,7 @@ struct EngageBody {
     reason: String,
 }
 
-async fn engage_route(
+pub(crate) async fn engage_route(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
@@ -225,7 +161,7 @@ struct DisengageBody {
     reason: String,
 }
 
-async fn disengage_route(
+pub(crate) async fn disengage_route(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
@@ -245,7 +181,7 @@ async fn disengage_route(
     Ok(Json(receipt.to_json()))
 }
 
-async fn owner_only(State(state): State<AppState>, headers: HeaderMap) -> GatewayError {
+pub(crate) async fn owner_only(State(state): State<AppState>, headers: HeaderMap) -> GatewayError {
     if let Ok(caller) = state.gov.authenticate(bearer(&headers)) {
         if matches!(caller.role(), Role::Agent | Role::Critical) {
             state
@@ -278,7 +214,7 @@ enum OneOrMany {
     Many(Vec<String>),
 }
 
-async fn check_route(
+pub(crate) async fn check_route(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
@@ -325,7 +261,7 @@ struct DelegateBody {
     budgets: BTreeMap<String, f64>,
 }
 
-async fn delegate_route(
+pub(crate) async fn delegate_route(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
@@ -396,7 +332,7 @@ struct AnomalyBody {
     score: f64,
 }
 
-async fn anomaly_route(
+pub(crate) async fn anomaly_route(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Bytes,

@@ -13,7 +13,7 @@ use crate::budget::Ledger;
 use crate::caller::{Authenticator, Caller};
 use crate::config::{GatewayConfig, McpServerConfig};
 use crate::inflight::DispatchTracker;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ScrapeState};
 use crate::trip::Tripper;
 use crate::view::{Snapshot, ViewHolder};
 use std::sync::Arc;
@@ -141,6 +141,38 @@ impl Governor {
     /// The current view snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.inner.view.load()
+    }
+
+    /// The Prometheus exposition (`GET /metrics`): the counters kept on the request path and
+    /// the state gauges read now from the view, the ledger and the breakers admission uses.
+    pub(crate) fn scrape_metrics(&self) -> String {
+        let inner = &self.inner;
+        let snapshot = inner.view.load();
+        let emergency = snapshot.is_faulted()
+            || snapshot.view.latches.iter().any(|l| {
+                l.scope == stopline_core::Scope::Machine
+                    && l.level == stopline_core::Level::Emergency
+            });
+        let state = ScrapeState {
+            latches: snapshot.view.latches.len(),
+            view_age_ms: self.now_ms() - snapshot.loaded_ms,
+            view_generation: snapshot.generation,
+            view_degraded: inner.view.is_degraded(),
+            budgets: inner
+                .ledger
+                .usage()
+                .into_iter()
+                .map(|(jti, kind, used, limit)| (jti, kind.as_str().to_string(), used, limit))
+                .collect(),
+            adapters: inner
+                .adapters
+                .states(&inner.config.breakers, emergency)
+                .into_iter()
+                .map(|(name, state)| (name, state.gauge()))
+                .collect(),
+            tripped_agents: inner.agents.tripped_agents(),
+        };
+        inner.metrics.render(&state)
     }
 
     /// The shared HTTP client for upstream calls.

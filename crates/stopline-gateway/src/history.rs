@@ -458,7 +458,7 @@ fn history_in(
     )?);
     let stop = Arc::new(AtomicBool::new(false));
     for view in &holders {
-        crate::watch::spawn_watcher(view.clone(), stop.clone());
+        crate::watch::spawn_watcher(view.store().clone(), view.clone(), stop.clone());
     }
     std::thread::sleep(Duration::from_millis(200));
     let stores: Vec<Store> = homes.iter().map(|h| Store::open(*h)).collect();

@@ -20,6 +20,7 @@ mod caller;
 pub mod config;
 pub mod error;
 pub mod exchange;
+pub mod feed;
 mod governor;
 pub mod history;
 pub mod inflight;
@@ -28,8 +29,11 @@ pub mod metrics;
 pub mod model;
 mod page;
 pub mod registry;
+mod request;
+mod routes;
 pub mod server;
 pub mod source;
+pub mod state;
 mod trip;
 pub mod usage;
 pub mod view;
@@ -39,6 +43,7 @@ pub use admit::{Admission, CutWatch, Outcome};
 pub use caller::{bearer_token, Caller};
 pub use config::{GatewayConfig, McpServerConfig};
 pub use error::{refusal_status, retry_after_s, GatewayError};
+pub use feed::ViewFeed;
 pub use governor::Governor;
 pub use server::{
     serve, serve_with, start, start_with, Distributed, MountFn, RunningGateway, ServeError,

@@ -236,33 +236,3 @@ pub struct ScrapeState {
     /// Tripped agents.
     pub tripped_agents: Vec<String>,
 }
-
-/// Gather the state gauges from `gov` and render the exposition.
-pub(crate) fn scrape(gov: &crate::Governor) -> String {
-    let inner = &gov.inner;
-    let snapshot = inner.view.load();
-    let emergency = snapshot.is_faulted()
-        || snapshot.view.latches.iter().any(|l| {
-            l.scope == stopline_core::Scope::Machine && l.level == stopline_core::Level::Emergency
-        });
-    let state = ScrapeState {
-        latches: snapshot.view.latches.len(),
-        view_age_ms: gov.now_ms() - snapshot.loaded_ms,
-        view_generation: snapshot.generation,
-        view_degraded: inner.view.is_degraded(),
-        budgets: inner
-            .ledger
-            .usage()
-            .into_iter()
-            .map(|(jti, kind, used, limit)| (jti, kind.as_str().to_string(), used, limit))
-            .collect(),
-        adapters: inner
-            .adapters
-            .states(&inner.config.breakers, emergency)
-            .into_iter()
-            .map(|(name, state)| (name, state.gauge()))
-            .collect(),
-        tripped_agents: inner.agents.tripped_agents(),
-    };
-    inner.metrics.render(&state)
-}

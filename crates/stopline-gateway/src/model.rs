@@ -16,12 +16,12 @@
 //! the agent stays or not, the agent answered at once at EMERGENCY while the exchange goes on.
 
 use crate::admit::Plan;
-use crate::api::{bearer, parse_body};
 use crate::caller::Caller;
 use crate::error::GatewayError;
 use crate::exchange::{Answer, DetachedCall, Meter};
 use crate::governor::Governor;
-use crate::server::AppState;
+use crate::request::{bearer, parse_body};
+use crate::state::AppState;
 use crate::usage::{SseScanner, Usage, Vocabulary};
 use axum::body::Bytes;
 use axum::extract::State;

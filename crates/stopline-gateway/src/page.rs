@@ -10,9 +10,9 @@
 //! inline script and style are pinned by hash in a Content-Security-Policy, so text an agent
 //! wrote (a latch's reason) can never run as script on the page that holds the operator's token.
 
-use crate::api::{bearer, blocking};
 use crate::error::GatewayError;
-use crate::server::AppState;
+use crate::request::{bearer, blocking, in_own_chain, sees_everything};
+use crate::state::AppState;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
@@ -89,7 +89,7 @@ pub async fn budgets_route(
     let gov = &state.gov;
     let caller = gov.authenticate(bearer(&headers))?;
     // An agent token reads only its own chain's accounts (SPEC §12.3).
-    let own_chain: Option<Vec<String>> = (!crate::api::sees_everything(caller.role())).then(|| {
+    let own_chain: Option<Vec<String>> = (!sees_everything(caller.role())).then(|| {
         caller
             .claims()
             .chain
@@ -102,7 +102,7 @@ pub async fn budgets_route(
     let mut agents: BTreeMap<String, (Vec<Value>, Value)> = BTreeMap::new();
     for account in inner.ledger.summaries(now_ms / 1000) {
         if let Some(chain) = &own_chain {
-            if !crate::api::in_own_chain(chain, &account.chain) {
+            if !in_own_chain(chain, &account.chain) {
                 continue;
             }
         }

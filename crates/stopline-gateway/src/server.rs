@@ -11,6 +11,7 @@ use crate::config::{GatewayConfig, GatewayConfigError};
 use crate::governor::Governor;
 use crate::registry::Registry;
 use crate::source::ViewSource;
+use crate::state::AppState;
 use crate::view::ViewHolder;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -61,15 +62,6 @@ pub enum ServeError {
     /// A socket or runtime could not be set up.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
-}
-
-/// The shared state of the HTTP handlers.
-#[derive(Clone, Debug)]
-pub struct AppState {
-    /// The admission path.
-    pub gov: Governor,
-    /// This gateway's registration.
-    pub registry: Arc<Registry>,
 }
 
 /// A started gateway.
@@ -177,7 +169,7 @@ pub async fn start_with(
         gov: gov.clone(),
         registry: registry.clone(),
     };
-    let mut router = crate::api::router(state);
+    let mut router = crate::routes::router(state);
     if let Some(mount) = options.mount {
         router = router.merge(mount(gov.clone()));
     }

@@ -4,12 +4,12 @@
 //!
 //! A source reads a fresh, fail-closed view without blocking on the network (a distributed
 //! source answers from what its own threads last fetched, merged with this host's directory),
-//! keeps the [`ViewHolder`] fresh from its own threads, and may hold a *permit*: when it has not
+//! keeps the view fresh from its own threads (through [`ViewFeed`]), and may hold a *permit*: when it has not
 //! heard from its backend for too long, noncritical work is refused. Distributed sources also
 //! carry this gateway's registration and acknowledgements to the backend, so that engage on any
 //! host collects them; `publish` must queue, never block.
 
-use crate::view::ViewHolder;
+use crate::feed::ViewFeed;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +34,7 @@ pub trait ViewSource: Send + Sync + std::fmt::Debug {
     /// Start the threads that keep `view` fresh until `stop`.
     fn spawn_watchers(
         self: Arc<Self>,
-        view: Arc<ViewHolder>,
+        view: Arc<dyn ViewFeed>,
         reload_interval: Duration,
         stop: Arc<AtomicBool>,
     );
@@ -99,11 +99,11 @@ impl ViewSource for LocalSource {
 
     fn spawn_watchers(
         self: Arc<Self>,
-        view: Arc<ViewHolder>,
+        view: Arc<dyn ViewFeed>,
         reload_interval: Duration,
         stop: Arc<AtomicBool>,
     ) {
-        crate::watch::spawn_watcher(view.clone(), stop.clone());
-        crate::watch::spawn_periodic(view, reload_interval, stop);
+        crate::watch::spawn_watcher(self.store.clone(), view.clone(), stop.clone());
+        crate::watch::spawn_periodic(self.store.clone(), view, reload_interval, stop);
     }
 }

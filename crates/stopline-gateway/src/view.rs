@@ -11,6 +11,7 @@
 //! latches first), before the locked read that waits while an engage advances the epoch; only
 //! additions take that path, since they can only make decisions stricter.
 
+use crate::feed::ViewFeed;
 use crate::source::{LocalSource, ViewSource};
 use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, BTreeSet};
@@ -300,6 +301,25 @@ impl ViewHolder {
     /// The store this view reads.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+}
+
+/// What the source's threads do to this holder (see `feed.rs`).
+impl ViewFeed for ViewHolder {
+    fn refresh_fast(&self) {
+        ViewHolder::refresh_fast(self);
+    }
+
+    fn refresh_full(&self) {
+        ViewHolder::refresh_full(self);
+    }
+
+    fn add_appeared_latches(&self) -> bool {
+        ViewHolder::add_appeared_latches(self)
+    }
+
+    fn note(&self, note: String, degraded: bool) {
+        ViewHolder::note(self, note, degraded);
     }
 }
 

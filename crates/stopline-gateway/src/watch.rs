@@ -10,12 +10,13 @@
 //! follows it, never the history) and, at start and every minute, rewrites the snapshots of
 //! journals that grew. Both are OS threads so request load cannot starve them.
 
-use crate::view::ViewHolder;
+use crate::feed::ViewFeed;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use stopline_store::Store;
 
 /// Names in the control directory whose change can change the view.
 fn relevant(name: Option<&OsStr>) -> bool {
@@ -41,11 +42,11 @@ fn mask() -> WatchMask {
 }
 
 /// Start the inotify thread. It ends when `stop` is set (checked after each batch of events).
-pub fn spawn_watcher(view: Arc<ViewHolder>, stop: Arc<AtomicBool>) {
+pub fn spawn_watcher(store: Store, view: Arc<dyn ViewFeed>, stop: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new()
         .name("stopline-view-watch".into())
         .spawn(move || {
-            if let Err(error) = watch_loop(&view, &stop) {
+            if let Err(error) = watch_loop(&store, &*view, &stop) {
                 view.note(
                     format!(
                         "inotify watch lost ({error}); reloading every reload_interval_ms only"
@@ -60,11 +61,11 @@ pub fn spawn_watcher(view: Arc<ViewHolder>, stop: Arc<AtomicBool>) {
     }
 }
 
-fn watch_loop(view: &ViewHolder, stop: &AtomicBool) -> std::io::Result<()> {
-    let layout = view.store().layout().clone();
+fn watch_loop(store: &Store, view: &dyn ViewFeed, stop: &AtomicBool) -> std::io::Result<()> {
+    let layout = store.layout().clone();
     let mut inotify = Inotify::init()?;
     let home_wd = inotify.watches().add(layout.home(), mask())?;
-    let add_latches = |inotify: &mut Inotify, view: &ViewHolder| -> Option<WatchDescriptor> {
+    let add_latches = |inotify: &mut Inotify, view: &dyn ViewFeed| -> Option<WatchDescriptor> {
         match inotify.watches().add(layout.latches(), mask()) {
             Ok(wd) => Some(wd),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
@@ -86,7 +87,7 @@ fn watch_loop(view: &ViewHolder, stop: &AtomicBool) -> std::io::Result<()> {
         let mut rewatch = false;
         for event in events {
             if event.mask.contains(EventMask::Q_OVERFLOW) {
-                view.note("inotify queue overflowed; full reload", false);
+                view.note("inotify queue overflowed; full reload".into(), false);
                 full = true;
                 continue;
             }
@@ -112,7 +113,7 @@ fn watch_loop(view: &ViewHolder, stop: &AtomicBool) -> std::io::Result<()> {
                     rewatch = true;
                     full = true;
                     view.note(
-                        "the watch on latches/ was lost; re-watching and reloading",
+                        "the watch on latches/ was lost; re-watching and reloading".into(),
                         false,
                     );
                 }
@@ -145,7 +146,12 @@ fn watch_loop(view: &ViewHolder, stop: &AtomicBool) -> std::io::Result<()> {
 const OPS_UPKEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// Start the periodic full reload thread.
-pub fn spawn_periodic(view: Arc<ViewHolder>, interval: Duration, stop: Arc<AtomicBool>) {
+pub fn spawn_periodic(
+    store: Store,
+    view: Arc<dyn ViewFeed>,
+    interval: Duration,
+    stop: Arc<AtomicBool>,
+) {
     let spawned = std::thread::Builder::new()
         .name("stopline-view-reload".into())
         .spawn(move || {
@@ -157,7 +163,7 @@ pub fn spawn_periodic(view: Arc<ViewHolder>, interval: Duration, stop: Arc<Atomi
                 // history. Derived data: a failure is only logged.
                 if last_upkeep.is_none_or(|t| t.elapsed() >= OPS_UPKEEP_EVERY) {
                     last_upkeep = Some(std::time::Instant::now());
-                    let (_, errors) = view.store().snapshot_ops_journals(1);
+                    let (_, errors) = store.snapshot_ops_journals(1);
                     for error in errors {
                         tracing::warn!(%error, "cannot snapshot an operation journal");
                     }
@@ -166,7 +172,7 @@ pub fn spawn_periodic(view: Arc<ViewHolder>, interval: Duration, stop: Arc<Atomi
                 // A reader that can take the WAL lock without waiting finishes the records an
                 // engage had to defer (SPEC §12.1); never waits, and a failure is only logged:
                 // the latch itself is in force whatever the WAL says.
-                if let Err(error) = view.store().finish_deferred() {
+                if let Err(error) = store.finish_deferred() {
                     tracing::warn!(%error, "cannot finish a deferred WAL record");
                 }
                 view.refresh_full();
@@ -180,9 +186,10 @@ pub fn spawn_periodic(view: Arc<ViewHolder>, interval: Duration, stop: Arc<Atomi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::view::ViewHolder;
     use stopline_core::latch::LatchSession;
     use stopline_core::{Level, Name, Scope};
-    use stopline_store::{EngageRequest, Store};
+    use stopline_store::EngageRequest;
 
     fn halt(store: &Store, agent: &str) -> Scope {
         let scope = Scope::Agent(Name::parse(agent).unwrap());
@@ -213,7 +220,7 @@ mod tests {
         store.disengage(&scope, "watch test", "monitor").unwrap();
         let view = Arc::new(ViewHolder::new(store.clone(), Duration::from_secs(1)));
         let stop = Arc::new(AtomicBool::new(false));
-        spawn_watcher(view.clone(), stop.clone());
+        spawn_watcher(store.clone(), view.clone(), stop.clone());
         std::thread::sleep(Duration::from_millis(500));
         let before = view.reads_started();
         assert!(before >= 1, "the watch read the state at start");

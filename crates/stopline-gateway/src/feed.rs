@@ -1,0 +1,22 @@
+//! What a view source's threads may do to the view they keep fresh: [`ViewFeed`], the narrow
+//! side of `ViewHolder` that `source.rs`, `watch.rs` and a distributed source see.
+//!
+//! This is a leaf on purpose: the holder owns its source (`view.rs` → `source.rs`), and the
+//! source's threads feed the holder back through this trait, so neither module needs the other
+//! to be written and the stop path's view code has no import cycle. A feed only ever asks for a
+//! read or records a note; it never decides anything.
+
+/// The view as its source's threads see it.
+pub trait ViewFeed: Send + Sync {
+    /// Re-read latches, WAL, epoch and state (something changed).
+    fn refresh_fast(&self);
+    /// Re-read everything, the census of unresolved operations included (something may have
+    /// been missed).
+    fn refresh_full(&self);
+    /// Latches first: put latches that appeared in the local `latches/` into the view at once,
+    /// before the locked read. Returns whether anything was added.
+    fn add_appeared_latches(&self) -> bool;
+    /// Record that change notification degraded (`degraded`: only periodic reloads refresh
+    /// now) or hiccupped; shown in status.
+    fn note(&self, note: String, degraded: bool);
+}

@@ -52,6 +52,37 @@ pub struct ServerRecord {
     /// Hash of its configuration file.
     #[serde(default)]
     pub config_hash: String,
+    /// Budgets of the tokens it serves that are near their limit (at least
+    /// [`NEAR_LIMIT`] of it used or reserved), as of its last heartbeat.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets_near_limit: Vec<BudgetNearLimit>,
+}
+
+/// The share of a limit at which a budget counts as near it.
+pub const NEAR_LIMIT: f64 = 0.8;
+
+/// One budget of one token near its limit, as a gateway reports it in its registration.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BudgetNearLimit {
+    /// The token's acting agent.
+    pub agent: String,
+    /// The first characters of the token's id.
+    pub token: String,
+    /// The budget kind (`tool_calls`, `usd`, …).
+    pub kind: String,
+    /// The limit signed into the token.
+    pub limit: f64,
+    /// Settled use.
+    pub used: f64,
+    /// Reserved by calls not yet settled.
+    pub reserved: f64,
+}
+
+impl BudgetNearLimit {
+    /// True when `used + reserved` is at least [`NEAR_LIMIT`] of `limit`.
+    pub fn is_near(limit: f64, used: f64, reserved: f64) -> bool {
+        limit <= 0.0 || used + reserved >= NEAR_LIMIT * limit
+    }
 }
 
 /// The result of asking the live gateways to acknowledge a latch.
@@ -212,7 +243,12 @@ fn ask(server: &ServerRecord, latch: &str, deadline: Instant) -> std::io::Result
 
 /// Live gateways that leave a latch of `view` unacknowledged or speak an older protocol.
 pub fn uncovered_servers(ctx: &Context, view: &ControlView) -> Vec<Value> {
-    let (servers, _) = live_servers(ctx);
+    uncovered_among(&live_servers(ctx).0, view)
+}
+
+/// Which of the live gateways `servers` do not cover `view`'s latches (as
+/// [`uncovered_servers`]).
+pub fn uncovered_among(servers: &[ServerRecord], view: &ControlView) -> Vec<Value> {
     let mut uncovered = Vec::new();
     for server in servers {
         let missing: Vec<String> = view

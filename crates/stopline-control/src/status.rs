@@ -86,7 +86,8 @@ pub fn status(ctx: &Context) -> StatusReceipt {
         }
         worker["covered"] = covered.into();
     }
-    let uncovered_servers: Vec<Value> = crate::acks::uncovered_servers(ctx, &view);
+    let (gateways, gateway_notes) = crate::acks::live_servers(ctx);
+    let uncovered_servers: Vec<Value> = crate::acks::uncovered_among(&gateways, &view);
     let now = ctx.store.now_ms();
     let state = view.state.effective(now);
     let phase = derive(PhaseInputs {
@@ -111,5 +112,8 @@ pub fn status(ctx: &Context) -> StatusReceipt {
         uncovered_servers,
         unresolved: census,
         warnings,
+        observed_ms: now,
+        gateways,
+        gateway_notes,
     }
 }

@@ -8,12 +8,13 @@
 //! also carries it to its backend (`servers/` and `acks/` under the etcd prefix). The heartbeat
 //! runs on its own thread so that request load cannot make a live gateway look dead.
 
+use crate::budget::Ledger;
 use crate::inflight::DispatchTracker;
 use crate::view::ViewHolder;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use stopline_control::acks::{ServerRecord, GATEWAY_PROTOCOL};
+use stopline_control::acks::{BudgetNearLimit, ServerRecord, GATEWAY_PROTOCOL};
 use stopline_store::{Store, StoreError};
 
 /// The heartbeat interval.
@@ -25,6 +26,8 @@ pub struct Registry {
     store: Store,
     view: Arc<ViewHolder>,
     tracker: Arc<DispatchTracker>,
+    /// The budgets it serves: those near their limit go into every heartbeat's record.
+    ledger: Option<Arc<Ledger>>,
     record: Mutex<ServerRecord>,
     registered: AtomicBool,
     /// Set by [`Registry::remove`]: a stopping gateway never writes its registration again.
@@ -55,15 +58,23 @@ impl Registry {
             degraded: false,
             notes: Vec::new(),
             config_hash,
+            budgets_near_limit: Vec::new(),
         };
         Registry {
             store,
             view,
             tracker,
+            ledger: None,
             record: Mutex::new(record),
             registered: AtomicBool::new(false),
             closed: Mutex::new(false),
         }
+    }
+
+    /// Report the budgets of `ledger` that are near their limit in every heartbeat.
+    pub fn with_ledger(mut self, ledger: Arc<Ledger>) -> Registry {
+        self.ledger = Some(ledger);
+        self
     }
 
     /// The registration id for a process: `gateway-<pid>-<start time>`.
@@ -110,6 +121,7 @@ impl Registry {
             record.heartbeat_ms = self.store.now_ms();
             record.degraded = self.view.is_degraded();
             record.notes = self.view.notes();
+            record.budgets_near_limit = self.near_limit(record.heartbeat_ms);
             serde_json::to_vec_pretty(&*record).unwrap_or_default()
         };
         let closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
@@ -142,6 +154,29 @@ impl Registry {
             .replace_visible(&dir.join(format!("{id}.json")), &bytes, "servers.write")?;
         self.registered.store(true, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Every budget of every account this gateway holds that is near its limit.
+    fn near_limit(&self, now_ms: i64) -> Vec<BudgetNearLimit> {
+        let mut near = Vec::new();
+        let Some(ledger) = &self.ledger else {
+            return near;
+        };
+        for account in ledger.summaries(now_ms / 1000) {
+            for (kind, usage) in &account.budgets {
+                if BudgetNearLimit::is_near(usage.limit, usage.used, usage.reserved) {
+                    near.push(BudgetNearLimit {
+                        agent: account.agent.clone(),
+                        token: account.token.clone(),
+                        kind: kind.clone(),
+                        limit: usage.limit,
+                        used: usage.used,
+                        reserved: usage.reserved,
+                    });
+                }
+            }
+        }
+        near
     }
 
     /// Remove the registration (graceful stop).

@@ -136,15 +136,18 @@ pub async fn start_with(
     let reload = config.reload_interval();
     let gov = Governor::new(ctx, config, view.clone(), id.clone())?;
     let tracker = gov.inner.tracker.clone();
-    let registry = Arc::new(Registry::new(
-        store,
-        view.clone(),
-        tracker.clone(),
-        id,
-        addr.to_string(),
-        ack_addr.to_string(),
-        config_hash,
-    ));
+    let registry = Arc::new(
+        Registry::new(
+            store,
+            view.clone(),
+            tracker.clone(),
+            id,
+            addr.to_string(),
+            ack_addr.to_string(),
+            config_hash,
+        )
+        .with_ledger(gov.inner.ledger.clone()),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     view.source()
         .clone()

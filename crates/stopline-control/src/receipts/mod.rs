@@ -9,6 +9,7 @@ mod engage;
 mod evidence;
 mod owner;
 mod status;
+mod status_text;
 mod tokens;
 
 pub use engage::{DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch};

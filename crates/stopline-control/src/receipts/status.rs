@@ -1,5 +1,6 @@
 //! The receipts of `status`, `ops list` and `init` (SPEC §4).
 
+use crate::acks::ServerRecord;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::fmt;
@@ -35,6 +36,16 @@ pub struct StatusReceipt {
     pub unresolved: Census,
     /// Notes.
     pub warnings: Vec<String>,
+    /// When it was observed (unix ms): the text's latch ages are measured from it.
+    #[serde(skip)]
+    pub observed_ms: i64,
+    /// The live gateways as registered, with what each acknowledged (the text's gateway list;
+    /// JSON shows only the uncovered ones, as it always did).
+    #[serde(skip)]
+    pub gateways: Vec<ServerRecord>,
+    /// Gateway registrations that could not be read.
+    #[serde(skip)]
+    pub gateway_notes: Vec<String>,
 }
 
 fn latches_json<S: Serializer>(latches: &[ActiveLatch], serializer: S) -> Result<S::Ok, S::Error> {
@@ -42,55 +53,10 @@ fn latches_json<S: Serializer>(latches: &[ActiveLatch], serializer: S) -> Result
 }
 
 /// The stable name of a phase (`CONTAINED`, `RECOVERED`, …).
-fn phase_name(phase: Phase) -> String {
+pub(super) fn phase_name(phase: Phase) -> String {
     match serde_json::to_value(phase) {
         Ok(Value::String(name)) => name,
         _ => String::new(),
-    }
-}
-
-impl fmt::Display for StatusReceipt {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "phase: {}  state: {}  epoch: {}",
-            phase_name(self.phase),
-            self.state,
-            self.epoch.seq
-        )?;
-        for latch in &self.latches {
-            // As `ActiveLatch::to_json` shows it: the record's own fields when it parsed.
-            let (scope, level, by, why) = match &latch.record {
-                Some(r) => (&r.scope, r.level, r.by.as_str(), r.reason.as_str()),
-                None => (
-                    &latch.scope,
-                    latch.level,
-                    "?",
-                    latch.problem.as_deref().unwrap_or_default(),
-                ),
-            };
-            write!(f, "\nlatch {} {scope} {level} by {by}: {why}", latch.file)?;
-        }
-        for fault in &self.faults {
-            write!(f, "\nfault {}: {}", fault.code, fault.message)?;
-        }
-        let census = &self.unresolved;
-        let kinds = [&census.file, &census.destination, &census.model];
-        let count: usize = kinds.iter().map(|k| k.len()).sum();
-        if count > 0 {
-            write!(
-                f,
-                "\n{count} unresolved operation(s); see `stopline ops list --unresolved`"
-            )?;
-            for entry in kinds.into_iter().flatten() {
-                write!(
-                    f,
-                    "\n  {}",
-                    operation_text(&entry.operation, entry.in_flight)
-                )?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -165,7 +131,7 @@ impl fmt::Display for OpsCompactReceipt {
 
 /// One operation of `ops list` (and `status`): id, target, agent, outcome, and for one without
 /// an outcome whom it blocks.
-fn operation_text(op: &Operation, in_flight: bool) -> String {
+pub(super) fn operation_text(op: &Operation, in_flight: bool) -> String {
     let mut line = format!(
         "{} {} by {} {}",
         op.op,

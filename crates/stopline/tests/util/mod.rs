@@ -180,6 +180,17 @@ impl Home {
     /// with the pty as controlling terminal and stdin/stdout/stderr, so it is in the foreground
     /// process group. Returns exit code and everything it printed (CR stripped).
     pub fn run_on_pty(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        self.run_on_pty_as_given(&full, env)
+    }
+
+    /// [`Home::run_on_pty`] without `--json`: the text a person reads at a terminal.
+    pub fn run_text_on_pty(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        self.run_on_pty_as_given(args, env)
+    }
+
+    fn run_on_pty_as_given(&self, full: &[&str], env: &[(&str, &str)]) -> Run {
         use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
         use std::io::Read;
         let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
@@ -194,9 +205,7 @@ impl Home {
                 .open(&slave_path)
                 .expect("open pty slave")
         };
-        let mut full = vec!["--json"];
-        full.extend_from_slice(args);
-        let mut cmd = self.command(&full);
+        let mut cmd = self.command(full);
         for (k, v) in env {
             cmd.env(k, v);
         }

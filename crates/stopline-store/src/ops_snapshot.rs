@@ -107,12 +107,16 @@ fn open_lines(lines: Vec<OpLine>, #[allow(unused)] store: &Store) -> Vec<OpLine>
         .filter(|l| l.phase == Phase::Prepared)
         .map(|l| l.op.as_str())
         .collect();
-    #[allow(unused_mut)]
-    let mut closing = vec![Phase::Outcome];
+    // The planted bug closes an operation at its dispatch already.
     #[cfg(feature = "planted-bugs")]
-    if store.planted == crate::planted::PlantedBug::CompactionDropsDispatched {
-        closing.push(Phase::Dispatched);
-    }
+    let closing: &[Phase] =
+        if store.planted == crate::planted::PlantedBug::CompactionDropsDispatched {
+            &[Phase::Outcome, Phase::Dispatched]
+        } else {
+            &[Phase::Outcome]
+        };
+    #[cfg(not(feature = "planted-bugs"))]
+    let closing: &[Phase] = &[Phase::Outcome];
     let resolved: BTreeSet<String> = lines
         .iter()
         .filter(|l| closing.contains(&l.phase) && prepared.contains(l.op.as_str()))

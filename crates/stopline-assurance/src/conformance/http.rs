@@ -1,5 +1,6 @@
-//! Loopback HTTP for the gateway cases: a small blocking HTTP/1.1 client, and a tiny in-process
-//! upstream that plays an OpenAI-compatible model API (and answers `/healthz`).
+//! Loopback HTTP for the gateway cases: requests through the test kit's client (the one the
+//! integration tests use), and a tiny in-process upstream that plays an OpenAI-compatible model
+//! API (and answers `/healthz`).
 //!
 //! Both speak only to 127.0.0.1, with timeouts on every socket, so a gateway that hangs makes
 //! the case fail on time instead of hanging the battery. The upstream counts what it executes:
@@ -9,49 +10,20 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use stopline_testkit::http::Client;
 
-/// One HTTP reply.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    /// The status code (0 when no reply could be read).
-    pub status: u16,
-    /// The response headers (names as sent).
-    pub headers: Vec<(String, String)>,
-    /// The body (de-chunked).
-    pub body: String,
+pub use stopline_testkit::http::{free_port, Reply};
+
+/// The battery's bounds: a connect gives up after 5 s, every wait for the answer after 20 s.
+fn client() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| Client::new(Some(Duration::from_secs(5)), Duration::from_secs(20)))
 }
 
-impl Reply {
-    /// The body as JSON (`Null` when it is not).
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or(Value::Null)
-    }
-
-    /// `error.code` of a refusal body.
-    pub fn code(&self) -> String {
-        self.json()["error"]["code"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-
-    /// A header's value (case-insensitive name).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// `status code` for observations.
-    pub fn brief(&self) -> String {
-        format!("{} {}", self.status, self.code())
-    }
-}
-
-/// `METHOD path` with an optional bearer token and JSON body; `Connection: close`.
+/// `METHOD path` with an optional bearer token and JSON body; `Connection: close`. Status 0
+/// (the reason in the body) when no answer could be read.
 pub fn request(
     addr: &str,
     method: &str,
@@ -59,82 +31,7 @@ pub fn request(
     token: Option<&str>,
     body: Option<&Value>,
 ) -> Reply {
-    let failed = |why: String| Reply {
-        status: 0,
-        headers: Vec::new(),
-        body: why,
-    };
-    let target: SocketAddr = match addr.parse() {
-        Ok(a) => a,
-        Err(e) => return failed(format!("bad address {addr}: {e}")),
-    };
-    let mut stream = match TcpStream::connect_timeout(&target, Duration::from_secs(5)) {
-        Ok(s) => s,
-        Err(e) => return failed(format!("connect {addr}: {e}")),
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(token) = token {
-        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    head.push_str("\r\n");
-    if let Err(e) = stream.write_all(format!("{head}{body}").as_bytes()) {
-        return failed(format!("write to {addr}: {e}"));
-    }
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let headers: Vec<(String, String)> = head
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let chunked = headers.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("transfer-encoding") && v.to_ascii_lowercase().contains("chunked")
-    });
-    let body = if chunked {
-        dechunk(rest)
-    } else {
-        rest.to_string()
-    };
-    Reply {
-        status,
-        headers,
-        body,
-    }
-}
-
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || tail.len() < n {
-            break;
-        }
-        out.push_str(&tail[..n]);
-        rest = tail[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// A free loopback port (bound, then released).
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    client().send(addr, method, path, token, body, &[])
 }
 
 /// The in-process OpenAI-compatible upstream: every POST is a chat completion reporting

@@ -1,15 +1,15 @@
 //! Harness for the gateway tests: `stopline serve` as a child on a free loopback port, a
 //! loopback OpenAI-compatible or Anthropic Messages upstream (Python, real sockets), the real
-//! `openai` and `anthropic` clients, and a small blocking HTTP/1.1 client. Children are killed
-//! by pid when dropped.
+//! `openai` and `anthropic` clients, and the test kit's blocking HTTP/1.1 client (the one the
+//! conformance battery uses). Children are killed by pid when dropped.
 #![allow(dead_code)]
 
 use crate::util::{bin, Home};
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The Python with `openai` and `mcp` installed: `STOPLINE_TEST_PYTHON`, else `<repo>/.venv`.
@@ -53,37 +53,16 @@ pub fn py_script(name: &str) -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    stopline_testkit::http::free_port().expect("a free loopback port")
 }
 
-/// One HTTP response.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-}
+pub use stopline_testkit::http::Reply;
+use stopline_testkit::http::{Client, Failure};
 
-impl Reply {
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-    pub fn code(&self) -> String {
-        self.json()["error"]["code"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
+/// The tests' bounds: the system's connect bound, every wait for the answer 60 s.
+fn client() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| Client::new(None, Duration::from_secs(60)))
 }
 
 /// A blocking HTTP/1.1 request with `Connection: close`.
@@ -97,7 +76,8 @@ pub fn http(
     http_with(addr, method, path, token, body, &[])
 }
 
-/// [`http`] with extra request headers.
+/// [`http`] with extra request headers. Panics when no connection can be made (nothing was
+/// sent); a gateway that connected and then gave no answer is status 0.
 pub fn http_with(
     addr: &str,
     method: &str,
@@ -106,64 +86,12 @@ pub fn http_with(
     body: Option<&Value>,
     extra: &[(&str, &str)],
 ) -> Reply {
-    let mut stream = TcpStream::connect(addr).expect("connect to the gateway");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n", body.len());
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    let reply = client().send(addr, method, path, token, body, extra);
+    match reply.failure {
+        Some(Failure::Connect) => panic!("connect to the gateway: {}", reply.body),
+        Some(Failure::Request) => panic!("a request the test cannot send: {}", reply.body),
+        _ => reply,
     }
-    for (name, value) in extra {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(&body);
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    let body = if chunked {
-        dechunk(rest)
-    } else {
-        rest.to_string()
-    };
-    Reply {
-        status,
-        headers,
-        body,
-    }
-}
-
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || tail.len() < n {
-            out.push_str(&tail[..n.min(tail.len())]);
-            break;
-        }
-        out.push_str(&tail[..n]);
-        rest = tail[n..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 /// A child process killed (by pid) when dropped.
@@ -435,18 +363,7 @@ pub fn bin_path() -> &'static str {
 
 /// The JSON-RPC messages of an MCP reply (a JSON body or server-sent events).
 pub fn rpc_messages(reply: &Reply) -> Vec<Value> {
-    let body = reply.body.trim();
-    if body.starts_with('{') || body.starts_with('[') {
-        return match serde_json::from_str::<Value>(body) {
-            Ok(Value::Array(items)) => items,
-            Ok(value) => vec![value],
-            Err(_) => Vec::new(),
-        };
-    }
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .collect()
+    reply.rpc_messages()
 }
 
 /// A loopback MCP upstream (Python) that records every tool call it executes.

@@ -86,9 +86,12 @@ fn steps_hold_under_concurrency(s: &Sandbox) -> Verdict {
     })?;
     let refusals_ok = replies.iter().all(|r| {
         r.status == 200
-            || (r.status == 429 && r.code() == "budget_exhausted")
+            || (r.status == 429 && r.code_or_empty() == "budget_exhausted")
             || (r.status == 403
-                && matches!(r.code().as_str(), "breaker_open" | "break_glass_contained"))
+                && matches!(
+                    r.code_or_empty().as_str(),
+                    "breaker_open" | "break_glass_contained"
+                ))
     });
     ensure(
         refusals_ok && replies.iter().any(|r| r.status == 429),
@@ -118,7 +121,7 @@ fn spend_holds_and_trips(s: &Sandbox) -> Verdict {
     ensure(
         replies
             .iter()
-            .any(|r| r.status == 429 && r.code() == "budget_exhausted"),
+            .any(|r| r.status == 429 && r.code_or_empty() == "budget_exhausted"),
         || format!("no budget_exhausted: {}", statuses(&replies)),
     )?;
     let latch = latch_by(s, "breaker:budget_exhausted")?;
@@ -157,9 +160,10 @@ fn unpriced_model_refused(s: &Sandbox) -> Verdict {
     let gateway = Gateway::start(s, &model_config(&upstream.url()))?;
     let token = s.token(&["--agent", "w", "--budget", "spend_usd=1"])?;
     let r = gateway.chat(&token, "unpriced-model");
-    ensure(r.status == 429 && r.code() == "budget_exhausted", || {
-        r.brief()
-    })?;
+    ensure(
+        r.status == 429 && r.code_or_empty() == "budget_exhausted",
+        || r.brief(),
+    )?;
     ensure(upstream.executed() == 0, || {
         "the call reached the upstream".into()
     })?;
@@ -188,7 +192,7 @@ fn breaker_trips_on_unauthorized_calls(s: &Sandbox) -> Verdict {
     ensure(
         next.status == 403
             && matches!(
-                next.code().as_str(),
+                next.code_or_empty().as_str(),
                 "breaker_open" | "break_glass_contained"
             ),
         || format!("the tripped agent's next call: {}", next.brief()),
@@ -210,13 +214,15 @@ fn breaker_open_after_upstream_failures(s: &Sandbox) -> Verdict {
     let token = s.token(&["--agent", "w"])?;
     for i in 0..2 {
         let r = gateway.chat(&token, "gpt-test");
-        ensure(r.status >= 500 && r.code() != "breaker_open", || {
-            format!("failure {i}: {}", r.brief())
-        })?;
+        ensure(
+            r.status >= 500 && r.code_or_empty() != "breaker_open",
+            || format!("failure {i}: {}", r.brief()),
+        )?;
     }
     let r = gateway.chat(&token, "gpt-test");
-    ensure(r.status == 503 && r.code() == "breaker_open", || {
-        format!("after 2 failures: {}", r.brief())
-    })?;
+    ensure(
+        r.status == 503 && r.code_or_empty() == "breaker_open",
+        || format!("after 2 failures: {}", r.brief()),
+    )?;
     Ok("2 failed dispatches to a dead upstream, then 503 breaker_open".into())
 }

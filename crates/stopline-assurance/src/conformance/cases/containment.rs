@@ -121,7 +121,7 @@ fn agent_token_sees_only_its_latches(s: &Sandbox) -> Verdict {
     let operator = s.token(&["--agent", "ops", "--role", "operator"])?;
     s.engage("agent:bob", "halt-noncritical")?;
     let count = |token: &str| {
-        gateway.get("/v1/status", Some(token)).json()["latches"]
+        gateway.get("/v1/status", Some(token)).json_or_null()["latches"]
             .as_array()
             .map(Vec::len)
             .unwrap_or(usize::MAX)
@@ -131,7 +131,7 @@ fn agent_token_sees_only_its_latches(s: &Sandbox) -> Verdict {
         format!("latches seen: alice {for_alice}, bob {for_bob}, operator {for_operator} (wanted 0, 1, 1)")
     })?;
     let refused = gateway.post("/v1/delegate", Some(&bob), &json!({"agent": "bob-sub"}));
-    let code = refused.json()["error"]["code"]
+    let code = refused.json_or_null()["error"]["code"]
         .as_str()
         .unwrap_or_default()
         .to_string();

@@ -87,7 +87,7 @@ fn gateway_refuses_recovery(s: &Sandbox) -> Verdict {
                 &json!({"scope": "machine", "reason": "x", "deadline": 30}),
             );
             ensure(
-                r.status == 403 && r.code() == "owner_control_required",
+                r.status == 403 && r.code_or_empty() == "owner_control_required",
                 || {
                     format!(
                         "{route} with {}: {}",
@@ -117,9 +117,10 @@ fn gateway_token_refusals(s: &Sandbox) -> Verdict {
         ("forged", Some(forged.as_str())),
     ] {
         let r = gateway.post("/v1/chat/completions", bad, &body);
-        ensure(r.status == 401 && r.code() == "token_invalid", || {
-            format!("{name}: {}", r.brief())
-        })?;
+        ensure(
+            r.status == 401 && r.code_or_empty() == "token_invalid",
+            || format!("{name}: {}", r.brief()),
+        )?;
     }
     let r = gateway.post(
         "/v1/check",
@@ -127,7 +128,9 @@ fn gateway_token_refusals(s: &Sandbox) -> Verdict {
         &json!({"class": "noncritical", "action": "tool_call"}),
     );
     ensure(
-        r.status == 200 && r.json()["decision"] == "block" && r.json()["code"] == "token_invalid",
+        r.status == 200
+            && r.json_or_null()["decision"] == "block"
+            && r.json_or_null()["code"] == "token_invalid",
         || format!("/v1/check with garbage: {} {}", r.status, r.body),
     )?;
     let ok = gateway.get("/v1/status", Some(&token));
@@ -152,7 +155,7 @@ fn gateway_stop_refuses_the_next_model_call(s: &Sandbox) -> Verdict {
     })?;
     let next = gateway.chat(&token, "gpt-test");
     ensure(
-        next.status == 403 && next.code() == "stale_control_epoch",
+        next.status == 403 && next.code_or_empty() == "stale_control_epoch",
         || format!("the next call: {}", next.brief()),
     )?;
     ensure(upstream.executed() == 1, || {
@@ -171,16 +174,17 @@ fn gateway_engage_accepts_stale_tokens(s: &Sandbox) -> Verdict {
         Some(&token),
         &json!({"scope": "machine", "level": "halt-all", "reason": "stale but signed"}),
     );
-    ensure(r.status == 200 && r.json()["engaged"] == true, || {
-        format!("engage with a stale token: {}", r.brief())
-    })?;
+    ensure(
+        r.status == 200 && r.json_or_null()["engaged"] == true,
+        || format!("engage with a stale token: {}", r.brief()),
+    )?;
     let blank = gateway.post(
         "/v1/engage",
         Some(&token),
         &json!({"scope": "machine", "reason": "  "}),
     );
     ensure(
-        blank.status == 400 && blank.code() == "reason_required",
+        blank.status == 400 && blank.code_or_empty() == "reason_required",
         || format!("blank reason: {}", blank.brief()),
     )?;
     let lift = gateway.post(
@@ -215,7 +219,7 @@ fn gateway_corrupt_latch_closes_the_gate(s: &Sandbox) -> Verdict {
                 Some(&token),
                 &json!({"class": "noncritical", "action": "tool_call"}),
             )
-            .json()
+            .json_or_null()
     };
     ensure(check()["decision"] == "allow", || {
         "the gate was closed before the damage".into()

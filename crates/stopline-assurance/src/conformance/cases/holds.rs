@@ -34,7 +34,9 @@ fn queued_timeout(s: &Sandbox) -> Verdict {
     let r = gateway.chat(&token, "gpt-test");
     let held = started.elapsed();
     ensure(
-        r.status == 503 && r.code() == "queued_timeout" && r.header("retry-after").is_some(),
+        r.status == 503
+            && r.code_or_empty() == "queued_timeout"
+            && r.header("retry-after").is_some(),
         || {
             format!(
                 "a held call after the queue timeout: {} {:?}",
@@ -58,7 +60,7 @@ fn queued_timeout(s: &Sandbox) -> Verdict {
     engaged?;
     let (r, waited_for) = held_call.map_err(|_| harness("the held call panicked"))?;
     ensure(
-        r.status == 403 && r.code() == "break_glass_contained",
+        r.status == 403 && r.code_or_empty() == "break_glass_contained",
         || format!("the held call after the escalation: {}", r.brief()),
     )?;
     ensure(waited_for < Duration::from_millis(1500), || {
@@ -81,7 +83,7 @@ fn egress_refused(s: &Sandbox) -> Verdict {
     for i in 0..2 {
         let r = gateway.post("/mcp/nowhere", Some(&token), &call);
         ensure(
-            r.status == 403 && r.json()["error"]["data"]["code"] == "egress_refused",
+            r.status == 403 && r.json_or_null()["error"]["data"]["code"] == "egress_refused",
             || format!("call {i} to an unknown server: {} {}", r.status, r.body),
         )?;
     }

@@ -39,7 +39,7 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
             };
             let idle = std::time::Duration::from_secs_f64(idle_window_s.clamp(0.1, 600.0));
             let report = bench(ctx, which, iterations, sizes, samples.unwrap_or(15), idle)?;
-            output::pretty(&report);
+            output::report(json, &report);
             Ok(0)
         }
         _ => unreachable!("not an assurance verb"),
@@ -135,7 +135,7 @@ fn drill(ctx: &Context, args: DrillArgs, json: bool) -> Result<i32, Refusal> {
         stopline_drill::report::requested(&options, &args.sweep, args.repeat, args.plot.as_deref())
             .map_err(|e| e.to_refusal())?;
     if json {
-        output::pretty(&report);
+        output::json(&report);
     } else {
         output::line(&stopline_drill::report::human(&report));
     }

@@ -73,7 +73,7 @@ fn run(ctx: &Context, request: &RunRequest, json: bool) -> Result<i32, Refusal> 
         return Err(stopped);
     }
     if json {
-        output::pretty(&outcome.record);
+        output::json(&outcome.record);
     }
     Ok(outcome.exit_code)
 }

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use stopline_control::receipts::Receipt;
 use stopline_core::Refusal;
 
@@ -27,25 +27,77 @@ pub fn error_line(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
-/// Print a receipt: pretty JSON on stdout with `--json`, else its `Display`.
+/// Print a receipt: JSON with `--json` (see [`json`]), else its `Display`.
 pub fn receipt(json: bool, receipt: &impl Receipt) {
     if json {
-        pretty(&receipt.to_json());
+        self::json(&receipt.to_json());
     } else {
         line(&receipt.to_string());
     }
 }
 
-/// Print `value` as pretty JSON (reports that read the same for people: benchmarks).
-pub fn pretty(value: &Value) {
-    line(&serde_json::to_string_pretty(value).unwrap_or_default());
+/// Print `value` as JSON: pretty on a terminal, one line when stdout is a pipe or a file (what
+/// a script reads line by line). Only the whitespace differs.
+pub fn json(value: &Value) {
+    if std::io::stdout().is_terminal() {
+        line(&serde_json::to_string_pretty(value).unwrap_or_default());
+    } else {
+        line(&value.to_string());
+    }
 }
 
-/// Print a verdict report (pretty JSON with `--json`, else its text as it is) and return its
-/// exit code: 0 when it holds, 1 when it does not.
+/// Print a report (benchmarks): JSON with `--json`, else its figures as indented `key: value`
+/// lines.
+pub fn report(json: bool, value: &Value) {
+    if json {
+        self::json(value);
+    } else {
+        let mut text = String::new();
+        figures(value, 0, &mut text);
+        self::text(&text);
+    }
+}
+
+/// `value` as indented `key: value` lines; a list of records is numbered.
+fn figures(value: &Value, depth: usize, out: &mut String) {
+    let pad = "  ".repeat(depth);
+    let scalar = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut entry = |key: String, v: &Value| match v {
+        Value::Object(_) | Value::Array(_) if !is_flat_list(v) => {
+            out.push_str(&format!("{pad}{key}:\n"));
+            figures(v, depth + 1, out);
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(scalar).collect();
+            out.push_str(&format!("{pad}{key}: {}\n", items.join(", ")));
+        }
+        _ => out.push_str(&format!("{pad}{key}: {}\n", scalar(v))),
+    };
+    match value {
+        Value::Object(map) => map.iter().for_each(|(k, v)| entry(k.clone(), v)),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| entry(format!("[{}]", i + 1), v)),
+        other => out.push_str(&format!("{pad}{}\n", scalar(other))),
+    }
+}
+
+/// A list with no record or list in it (printed on one line).
+fn is_flat_list(value: &Value) -> bool {
+    value
+        .as_array()
+        .is_some_and(|items| items.iter().all(|v| !v.is_object() && !v.is_array()))
+}
+
+/// Print a verdict report (JSON with `--json`, else its text as it is) and return its exit
+/// code: 0 when it holds, 1 when it does not.
 pub fn verdict(json: bool, value: &Value, text: &str, ok: bool) -> i32 {
     if json {
-        pretty(value);
+        self::json(value);
     } else {
         self::text(text);
     }
@@ -63,12 +115,11 @@ struct ErrorBody<'a> {
 }
 
 /// Print a refusal (stderr `error: <code>: <message>`; with `--json` also the JSON body on
-/// stdout) and return exit code 1.
+/// stdout, as [`json`] prints it) and return exit code 1.
 pub fn refusal(json: bool, refusal: &Refusal) -> i32 {
     error_line(&format!("error: {}: {}", refusal.code, refusal.message));
     if json {
-        let body = serde_json::to_value(ErrorBody { error: refusal }).unwrap_or_default();
-        line(&body.to_string());
+        self::json(&serde_json::to_value(ErrorBody { error: refusal }).unwrap_or_default());
     }
     1
 }

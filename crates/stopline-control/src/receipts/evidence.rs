@@ -14,9 +14,39 @@ pub struct EvidenceListReceipt {
 
 impl fmt::Display for EvidenceListReceipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let lines: Vec<String> = self.records.iter().map(compact).collect();
+        if self.records.is_empty() {
+            return f.write_str("no evidence records");
+        }
+        let lines: Vec<String> = self.records.iter().map(record_text).collect();
         f.write_str(&lines.join("\n"))
     }
+}
+
+/// The chain's own fields, which the text does not repeat per record.
+const CHAIN_FIELDS: [&str; 6] = ["seq", "ts", "schema", "kind", "prev", "hash"];
+
+/// One evidence record in a line: `#seq ts schema (kind): field=value …`, strings unquoted,
+/// nested values as compact JSON.
+fn record_text(record: &Value) -> String {
+    let get = |key: &str| record.get(key).and_then(Value::as_str).unwrap_or("?");
+    let seq = record.get("seq").map_or("?".to_string(), Value::to_string);
+    let fields: Vec<String> = record
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| !CHAIN_FIELDS.contains(&key.as_str()))
+        .map(|(key, value)| match value {
+            Value::String(text) => format!("{key}={text}"),
+            other => format!("{key}={}", compact(other)),
+        })
+        .collect();
+    format!(
+        "#{seq} {} {} ({}): {}",
+        get("ts"),
+        get("schema"),
+        get("kind"),
+        fields.join(" ")
+    )
 }
 
 /// The receipt of `evidence verify`.

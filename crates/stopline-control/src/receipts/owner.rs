@@ -66,7 +66,27 @@ pub struct RepairReceipt(pub stopline_store::repair::RepairReceipt);
 
 impl fmt::Display for RepairReceipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&compact(&self.0))
+        let repaired = &self.0;
+        if repaired.nothing_to_repair {
+            return write!(f, "nothing to repair; epoch {}", repaired.epoch_seq);
+        }
+        let mut done = Vec::new();
+        if repaired.wal_truncated_bytes > 0 {
+            done.push(format!(
+                "truncated the WAL's torn last line ({} bytes)",
+                repaired.wal_truncated_bytes
+            ));
+        }
+        if repaired.epoch_rebuilt {
+            done.push("rebuilt epoch.json from the WAL".to_string());
+        }
+        write!(
+            f,
+            "repaired: {}; epoch {}; the old bytes are kept in recovery-evidence/: {}",
+            done.join(", "),
+            repaired.epoch_seq,
+            repaired.evidence.join(", ")
+        )
     }
 }
 

@@ -86,11 +86,19 @@ pub struct OpsListReceipt {
 
 impl fmt::Display for OpsListReceipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let lines: Vec<String> = self
+        let mut lines: Vec<String> = self
             .operations
             .iter()
             .map(|line| operation_text(&line.operation, line.in_flight == Some(true)))
             .collect();
+        if lines.is_empty() {
+            lines.push("no operations match".to_string());
+        }
+        lines.extend(
+            self.errors
+                .iter()
+                .map(|error| format!("journal unreadable: {error}")),
+        );
         f.write_str(&lines.join("\n"))
     }
 }

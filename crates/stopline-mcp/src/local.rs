@@ -18,7 +18,7 @@ use crate::governor::{Admission, Call, Caller, Governor, Proof};
 use crate::local_admission::{refused, LocalAdmission};
 use futures::future::BoxFuture;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use stopline_control::engage::verify_token;
 use stopline_control::Context;
 use stopline_core::call::{allowed_tool, must_cut};
@@ -28,6 +28,9 @@ use stopline_gateway::GatewayConfig;
 use stopline_store::ops::{OpOwner, OpsJournal};
 use stopline_token::Claims;
 use tokio::sync::watch;
+// Tokio's clock (the system clock unless a test paused it), like the gateway's hold: a paused
+// test then sees the queue timeout pass without waiting for it.
+use tokio::time::Instant;
 
 /// How often held calls and the stream-cut watcher re-read the control directory.
 const POLL: Duration = Duration::from_millis(100);

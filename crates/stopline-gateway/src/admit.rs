@@ -142,19 +142,10 @@ impl Governor {
         self.admit(caller, plan).await
     }
 
-    pub(crate) fn refused(&self, refusal: Refusal) -> Refusal {
-        self.inner.metrics.decision("block", Some(refusal.code));
-        refusal
-    }
-
     pub(crate) async fn admit(&self, caller: &Caller, plan: Plan) -> Result<Admission, Refusal> {
         let started = Instant::now();
         let snapshot = self.snapshot();
-        let agent_tripped = self
-            .inner
-            .agents
-            .check(caller.agent(), |latch| snapshot.latch_files.contains(latch));
-        if let Some(refusal) = agent_tripped {
+        if let Some(refusal) = self.agent_breaker_refusal(caller, &snapshot) {
             return Err(self.refused(refusal));
         }
         let mut admission = Admission {
@@ -178,40 +169,29 @@ impl Governor {
             Decision::Allow => {}
             Decision::Block => return Err(self.refused(receipt.to_refusal(None))),
             Decision::Queue => {
-                self.inner.metrics.decision("queue", receipt.code);
+                self.count_decision("queue", receipt.code);
                 admission.prepare().await?;
                 self.hold(&mut admission).await?;
             }
         }
         admission.reserve().await?;
-        let emergency = snapshot.view.has_machine_latch()
-            && snapshot.view.latches.iter().any(|l| {
-                l.scope == stopline_core::Scope::Machine
-                    && l.level == stopline_core::Level::Emergency
-            });
         if let Some(upstream) = &admission.plan.upstream {
-            if let Err(refusal) = self.inner.adapters.admit(
-                &self.inner.config.breakers,
-                upstream,
-                emergency || snapshot.is_faulted(),
-            ) {
+            if let Err(refusal) = self.admit_upstream(upstream, &snapshot) {
                 admission.refuse(&refusal);
                 return Err(self.refused(refusal));
             }
         }
         admission.prepare().await?;
-        self.inner.metrics.decision("allow", None);
-        self.inner
-            .metrics
-            .admission_latency(admission.plan.surface, started.elapsed());
+        self.count_decision("allow", None);
+        self.count_admission_latency(admission.plan.surface, started.elapsed());
         Ok(admission)
     }
 
     /// Hold a queued call until the mode drops (re-admitted), an escalation (refused at once)
     /// or the queue timeout (`queued_timeout`).
     async fn hold(&self, admission: &mut Admission) -> Result<(), Refusal> {
-        let deadline = tokio::time::Instant::now() + self.inner.config.queue_timeout();
-        let mut changes = self.inner.view.subscribe();
+        let deadline = tokio::time::Instant::now() + self.config().queue_timeout();
+        let mut changes = self.subscribe_view();
         loop {
             let snapshot = self.snapshot();
             let receipt = self.judge(
@@ -243,7 +223,8 @@ impl Governor {
                     RefusalCode::QueuedTimeout,
                     format!(
                         "held under HALT_NONCRITICAL for {} s; the halt was not lifted ({})",
-                        self.inner.config.base.queue_timeout_s, receipt.message
+                        self.config().base.queue_timeout_s,
+                        receipt.message
                     ),
                 )
                 .with_latch(receipt.latch);
@@ -258,7 +239,7 @@ impl Governor {
     pub fn subscribe_cuts(&self, caller: &Caller) -> CutWatch {
         CutWatch {
             gov: self.clone(),
-            changes: self.inner.view.subscribe(),
+            changes: self.subscribe_view(),
             caller: caller.clone(),
         }
     }
@@ -287,7 +268,7 @@ impl Admission {
         let Some(target) = self.plan.target.clone() else {
             return Ok(());
         };
-        let journal = self.gov.inner.journal.clone();
+        let journal = self.gov.journal().clone();
         let owner = self.owner();
         // The record joins the journal's group commit: it shares an fsync with whatever else
         // is being recorded, and this call is not dispatched before it is durable.
@@ -302,7 +283,7 @@ impl Admission {
         // The fsync may queue behind many others. A stop that lands meanwhile refuses the call
         // at once rather than after the queue drains; the prepared line, when it lands, is
         // closed as refused (the call is never dispatched).
-        let mut changes = self.gov.inner.view.subscribe();
+        let mut changes = self.gov.subscribe_view();
         let joined = loop {
             tokio::select! {
                 biased;
@@ -367,14 +348,7 @@ impl Admission {
         }
         let gov = self.gov.clone();
         let result = gov
-            .inner
-            .ledger
-            .reserve(
-                self.caller.claims(),
-                &self.plan.budget,
-                || gov.now_s(),
-                gov.inner.config.queue_timeout(),
-            )
+            .reserve_budget(self.caller.claims(), &self.plan.budget)
             .await;
         match result {
             Ok(reservation) => {
@@ -408,9 +382,7 @@ impl Admission {
                     ..
                 } = shortfall
                 {
-                    gov.inner
-                        .tripper
-                        .budget_exhausted(self.caller.agent(), kind, limit, observed);
+                    gov.budget_exhausted(self.caller.agent(), kind, limit, observed);
                 }
                 self.refuse(&refusal);
                 Err(gov.refused(refusal))
@@ -421,9 +393,8 @@ impl Admission {
     /// Re-check admission against the current view and record `dispatched`. Call it right before
     /// handing the call upstream; on `Err` the call must not be sent (its outcome is recorded).
     pub fn dispatch(&mut self) -> Result<(), Refusal> {
-        let inner = &self.gov.inner;
-        let _ticket = inner.tracker.enter(inner.view.load().generation);
-        let snapshot = inner.view.load();
+        let _ticket = self.gov.enter_dispatch();
+        let snapshot = self.gov.snapshot();
         let receipt = self.gov.judge(
             &snapshot,
             &self.caller,
@@ -438,7 +409,7 @@ impl Admission {
             return Err(self.gov.refused(refusal));
         }
         if let Some(op) = &self.op {
-            if let Err(error) = inner.journal.dispatched(op) {
+            if let Err(error) = self.gov.journal().dispatched(op) {
                 let refusal = error.to_refusal();
                 self.refuse(&refusal);
                 return Err(self.gov.refused(refusal));
@@ -457,10 +428,9 @@ impl Admission {
     /// End the call with `outcome` and the budget actually used (`None`: settle at the bound).
     pub fn finish_with_usage(mut self, outcome: Outcome, used: Option<Budgets>) {
         self.finished = true;
-        let inner = &self.gov.inner;
         if let Some(upstream) = &self.plan.upstream {
-            let ok = !matches!(outcome, Outcome::UpstreamUnreachable);
-            inner.adapters.record(&inner.config.breakers, upstream, ok);
+            let reached = !matches!(outcome, Outcome::UpstreamUnreachable);
+            self.gov.record_upstream(upstream, reached);
         }
         if let Some(reservation) = self.reservation.take() {
             match (&outcome, used) {
@@ -469,9 +439,8 @@ impl Admission {
                 (_, None) => reservation.settle_at_bound(),
             }
         }
-        inner
-            .metrics
-            .call_latency(self.plan.surface, self.started.elapsed());
+        self.gov
+            .count_call_latency(self.plan.surface, self.started.elapsed());
         if let Some(op) = self.op.clone() {
             let (text, doubt) = match &outcome {
                 Outcome::Committed => ("committed", None),
@@ -502,8 +471,8 @@ impl Admission {
     }
 
     fn record(&self, op: String, outcome: &'static str, doubt: Option<String>) {
-        let journal = self.gov.inner.journal.clone();
-        let view = self.gov.inner.view.clone();
+        let journal = self.gov.journal().clone();
+        let gov = self.gov.clone();
         let target = self.plan.target.clone().unwrap_or_default();
         let owner = self.owner();
         let blocks = target_kind(&target).map(|kind| {
@@ -530,7 +499,7 @@ impl Admission {
                     op: op.clone(),
                     blocks,
                 };
-                view.block_target(&target, blocker);
+                gov.block_target(&target, blocker);
             }
             if let Err(error) = journal.in_doubt(&op, &reason) {
                 tracing::error!(op, %error, "cannot record an operation's outcome; it stays unresolved");

@@ -64,7 +64,7 @@ pub(crate) async fn status_route(
     if !sees_everything(caller.role()) {
         only_what_concerns(&mut receipt, &caller, &snapshot.view);
     }
-    if let Some(lapsed) = state.gov.inner.view.source().permit_lapsed() {
+    if let Some(lapsed) = state.gov.permit_lapsed() {
         // No word from the distributed backend: this gateway cannot vouch for stops engaged
         // elsewhere since, so it reports itself uncovered.
         if let Some(list) = receipt["uncovered_servers"].as_array_mut() {
@@ -177,7 +177,7 @@ pub(crate) async fn disengage_route(
         engage::disengage(&ctx, &request.scope, &request.reason, None, Some(&token))
     })
     .await?;
-    state.gov.inner.view.refresh_fast();
+    state.gov.refresh_view();
     Ok(Json(receipt.to_json()))
 }
 
@@ -299,7 +299,7 @@ pub(crate) async fn delegate_route(
                 format!("unknown budget kind {kind:?}"),
             )
         })?;
-        if let Some(remaining) = gov.inner.ledger.remaining(&caller.claims().jti, kind) {
+        if let Some(remaining) = gov.budget_remaining(&caller.claims().jti, kind) {
             if *limit > remaining {
                 return Err(Refusal::new(
                     RefusalCode::BudgetExhausted,
@@ -310,7 +310,7 @@ pub(crate) async fn delegate_route(
         }
         budgets.insert(kind, *limit);
     }
-    gov.inner.ledger.register(caller.claims());
+    gov.register_budgets(caller.claims());
     let child = Name::parse(&request.agent)?;
     let minted = stopline_token::delegate(
         gov.signing_key()?,
@@ -320,7 +320,7 @@ pub(crate) async fn delegate_route(
         &budgets,
         gov.now_s(),
     )?;
-    gov.inner.ledger.register_child(&minted.claims);
+    gov.register_child_budgets(&minted.claims);
     Ok(Json(
         stopline_control::tokens::minted_receipt(&minted).to_json(),
     ))

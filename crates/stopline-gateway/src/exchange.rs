@@ -119,7 +119,7 @@ impl Governor {
             cuts,
             client: Client::Waiting(head),
             cut_deadline: None,
-            cut_wait: self.inner.config.cut_outcome_wait(),
+            cut_wait: self.config().cut_outcome_wait(),
             stream_refusal,
         };
         tokio::spawn(task.run(request, stream, meter));

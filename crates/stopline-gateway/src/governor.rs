@@ -8,48 +8,54 @@
 //! before dispatch, and re-checks admission at dispatch. Calls are admitted in `admit.rs`; this
 //! file holds the shared state and the decision itself.
 
-use crate::breaker::{AdapterBreakers, AgentBreakers, BreakerKind};
-use crate::budget::Ledger;
+use crate::breaker::{
+    AdapterBreakers, AdapterState, AgentBreakerSummary, AgentBreakers, BreakerKind,
+};
+use crate::budget::{AccountSummary, Ledger, Reservation, Shortfall};
 use crate::caller::{Authenticator, Caller};
 use crate::config::{GatewayConfig, McpServerConfig};
-use crate::inflight::DispatchTracker;
+use crate::inflight::{DispatchTracker, Ticket};
 use crate::metrics::{Metrics, ScrapeState};
 use crate::trip::Tripper;
 use crate::view::{Snapshot, ViewHolder};
 use std::sync::Arc;
+use std::time::Duration;
 use stopline_control::Context;
-use stopline_core::view::Authority;
+use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_core::view::{Authority, Blocker};
 use stopline_core::{
     CheckReceipt, ControlState, Decision, Mode, Refusal, RefusalCode, Role, TaskClass,
 };
 use stopline_store::ops::OpsJournal;
-use stopline_token::SigningKey;
+use stopline_token::{Claims, SigningKey};
 
-/// The cloneable handle on the gateway's admission machinery.
+/// The cloneable handle on the gateway's admission machinery. Its parts are private: the other
+/// modules (admission, routes, the page, the exchange) use the methods below, so what a call
+/// may do to the view, the ledger, the breakers and the journal is written down here.
 #[derive(Clone, Debug)]
 pub struct Governor {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) ctx: Context,
-    pub(crate) config: GatewayConfig,
-    pub(crate) auth: Authenticator,
+struct Inner {
+    ctx: Context,
+    config: GatewayConfig,
+    auth: Authenticator,
     /// This host's signing key, when it is the key every host verifies with (`None` on a host
     /// of a distributed plane whose published key is another host's: it cannot delegate).
-    pub(crate) signing: Option<SigningKey>,
-    pub(crate) view: Arc<ViewHolder>,
-    pub(crate) tracker: Arc<DispatchTracker>,
-    pub(crate) ledger: Arc<Ledger>,
-    pub(crate) agents: Arc<AgentBreakers>,
-    pub(crate) adapters: AdapterBreakers,
+    signing: Option<SigningKey>,
+    view: Arc<ViewHolder>,
+    tracker: Arc<DispatchTracker>,
+    ledger: Arc<Ledger>,
+    agents: Arc<AgentBreakers>,
+    adapters: AdapterBreakers,
     /// Carries out breaker trips (it shares `agents` and `view`, nothing else of this).
-    pub(crate) tripper: Tripper,
-    pub(crate) journal: OpsJournal,
-    pub(crate) metrics: Metrics,
-    pub(crate) server_id: String,
-    pub(crate) http: reqwest::Client,
+    tripper: Tripper,
+    journal: OpsJournal,
+    metrics: Metrics,
+    server_id: String,
+    http: reqwest::Client,
 }
 
 impl Governor {
@@ -57,6 +63,7 @@ impl Governor {
         ctx: Context,
         config: GatewayConfig,
         view: Arc<ViewHolder>,
+        tracker: Arc<DispatchTracker>,
         server_id: String,
     ) -> Result<Governor, Refusal> {
         let signing = ctx.signing_key()?;
@@ -95,7 +102,7 @@ impl Governor {
                 ctx,
                 config,
                 view,
-                tracker: Arc::new(DispatchTracker::default()),
+                tracker,
                 ledger: Arc::new(ledger),
                 agents,
                 adapters: AdapterBreakers::default(),
@@ -148,11 +155,6 @@ impl Governor {
     pub(crate) fn scrape_metrics(&self) -> String {
         let inner = &self.inner;
         let snapshot = inner.view.load();
-        let emergency = snapshot.is_faulted()
-            || snapshot.view.latches.iter().any(|l| {
-                l.scope == stopline_core::Scope::Machine
-                    && l.level == stopline_core::Level::Emergency
-            });
         let state = ScrapeState {
             latches: snapshot.view.latches.len(),
             view_age_ms: self.now_ms() - snapshot.loaded_ms,
@@ -164,9 +166,8 @@ impl Governor {
                 .into_iter()
                 .map(|(jti, kind, used, limit)| (jti, kind.as_str().to_string(), used, limit))
                 .collect(),
-            adapters: inner
-                .adapters
-                .states(&inner.config.breakers, emergency)
+            adapters: self
+                .adapter_states(&snapshot)
                 .into_iter()
                 .map(|(name, state)| (name, state.gauge()))
                 .collect(),
@@ -246,7 +247,7 @@ impl Governor {
         }
         if class == TaskClass::Noncritical {
             // A distributed source that has not heard from its backend within its permit.
-            if let Some(refusal) = self.inner.view.source().permit_lapsed() {
+            if let Some(refusal) = self.permit_lapsed() {
                 return CheckReceipt::block(
                     Mode::HaltAll,
                     refusal.code,
@@ -357,6 +358,165 @@ impl Governor {
         );
     }
 
+    /// Why noncritical work must be refused now: the view's source has not heard from its
+    /// distributed backend within its permit (`None` for the local directory).
+    pub(crate) fn permit_lapsed(&self) -> Option<Refusal> {
+        self.inner.view.source().permit_lapsed()
+    }
+
+    /// Re-read the view now (after this gateway changed the control state itself).
+    pub(crate) fn refresh_view(&self) -> Arc<Snapshot> {
+        self.inner.view.refresh_fast()
+    }
+
+    /// A receiver woken with the generation whenever the view changes.
+    pub(crate) fn subscribe_view(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.view.subscribe()
+    }
+
+    /// Block `target` in the view at once: an operation this gateway marked in doubt.
+    pub(crate) fn block_target(&self, target: &str, blocker: Blocker) {
+        self.inner.view.block_target(target, blocker);
+    }
+
+    /// Make every changed view swap in `delay` late (the drill's slow gateway only).
+    pub(crate) fn delay_view_swaps_for_drill(&self, delay: std::time::Duration) {
+        self.inner.view.delay_swaps_for_drill(delay);
+    }
+
+    /// A dispatch ticket under the current view's generation (see `inflight.rs`): a latch is
+    /// acknowledged only once every call admitted under an older view has been handed upstream.
+    pub(crate) fn enter_dispatch(&self) -> Ticket {
+        self.inner.tracker.enter(self.inner.view.load().generation)
+    }
+
+    /// This gateway's operation journal (`ops/gateway…`).
+    pub(crate) fn journal(&self) -> &OpsJournal {
+        &self.inner.journal
+    }
+
+    /// Count `refusal` as a blocked decision, and hand it back.
+    pub(crate) fn refused(&self, refusal: Refusal) -> Refusal {
+        self.count_decision("block", Some(refusal.code));
+        refusal
+    }
+
+    /// Count a decision (`allow`, `queue`, `block`) in the metrics.
+    pub(crate) fn count_decision(&self, outcome: &'static str, code: Option<RefusalCode>) {
+        self.inner.metrics.decision(outcome, code);
+    }
+
+    /// Count how long admitting a call on `surface` took.
+    pub(crate) fn count_admission_latency(&self, surface: &'static str, elapsed: Duration) {
+        self.inner.metrics.admission_latency(surface, elapsed);
+    }
+
+    /// Count how long a call on `surface` took, admission to outcome.
+    pub(crate) fn count_call_latency(&self, surface: &'static str, elapsed: Duration) {
+        self.inner.metrics.call_latency(surface, elapsed);
+    }
+
+    /// The refusal `caller`'s agent breaker gives while the latch it tripped stands in
+    /// `snapshot`.
+    pub(crate) fn agent_breaker_refusal(
+        &self,
+        caller: &Caller,
+        snapshot: &Snapshot,
+    ) -> Option<Refusal> {
+        self.inner
+            .agents
+            .check(caller.agent(), |latch| snapshot.latch_files.contains(latch))
+    }
+
+    /// Consult the adapter breaker of `upstream` (`model`, `mcp:<server>`) under `snapshot`.
+    pub(crate) fn admit_upstream(
+        &self,
+        upstream: &str,
+        snapshot: &Snapshot,
+    ) -> Result<(), Refusal> {
+        self.inner.adapters.admit(
+            &self.inner.config.breakers,
+            upstream,
+            closes_adapters(snapshot),
+        )
+    }
+
+    /// Tell the adapter breaker of `upstream` whether it was reached.
+    pub(crate) fn record_upstream(&self, upstream: &str, reached: bool) {
+        self.inner
+            .adapters
+            .record(&self.inner.config.breakers, upstream, reached);
+    }
+
+    /// Every adapter breaker's state under `snapshot`.
+    pub(crate) fn adapter_states(&self, snapshot: &Snapshot) -> Vec<(String, AdapterState)> {
+        self.inner
+            .adapters
+            .states(&self.inner.config.breakers, closes_adapters(snapshot))
+    }
+
+    /// Every agent breaker, for the status page.
+    pub(crate) fn agent_breaker_summaries(&self) -> Vec<AgentBreakerSummary> {
+        self.inner.agents.summaries()
+    }
+
+    /// Reserve `amounts` along `claims`' chain before dispatch, waiting up to the queue timeout
+    /// for calls in flight to settle.
+    pub(crate) async fn reserve_budget(
+        &self,
+        claims: &Claims,
+        amounts: &Budgets,
+    ) -> Result<Reservation, Shortfall> {
+        self.inner
+            .ledger
+            .reserve(
+                claims,
+                amounts,
+                || self.now_s(),
+                self.inner.config.queue_timeout(),
+            )
+            .await
+    }
+
+    /// What is left of `kind` on the account of token `jti`, if it has a limit.
+    pub(crate) fn budget_remaining(&self, jti: &str, kind: BudgetKind) -> Option<f64> {
+        self.inner.ledger.remaining(jti, kind)
+    }
+
+    /// Open the accounts of `claims` (a parent about to delegate).
+    pub(crate) fn register_budgets(&self, claims: &Claims) {
+        self.inner.ledger.register(claims);
+    }
+
+    /// Open the accounts of a delegated token under its parent's.
+    pub(crate) fn register_child_budgets(&self, child: &Claims) {
+        self.inner.ledger.register_child(child);
+    }
+
+    /// The budget ledger itself, for the registration (which reports the budgets near their
+    /// limit in every heartbeat); it only reads it.
+    pub(crate) fn shared_ledger(&self) -> Arc<Ledger> {
+        self.inner.ledger.clone()
+    }
+
+    /// Every budget account at `now_s`, for the status page.
+    pub(crate) fn budget_summaries(&self, now_s: i64) -> Vec<AccountSummary> {
+        self.inner.ledger.summaries(now_s)
+    }
+
+    /// A budget ran out: trip `agent`'s breaker with its evidence (see `trip.rs`).
+    pub(crate) fn budget_exhausted(
+        &self,
+        agent: &str,
+        kind: BudgetKind,
+        limit: f64,
+        observed: f64,
+    ) {
+        self.inner
+            .tripper
+            .budget_exhausted(agent, kind, limit, observed);
+    }
+
     pub(crate) fn note_breaker(&self, agent: &str, kind: BreakerKind, trigger: &str, value: f64) {
         if agent.is_empty() {
             return;
@@ -369,4 +529,13 @@ impl Governor {
             self.inner.tripper.spawn(order);
         }
     }
+}
+
+/// True when the adapter breakers stand aside: a machine EMERGENCY or a view that closes every
+/// gate (nothing reaches an upstream anyway, so a failure then says nothing about it).
+fn closes_adapters(snapshot: &Snapshot) -> bool {
+    snapshot.is_faulted()
+        || snapshot.view.latches.iter().any(|l| {
+            l.scope == stopline_core::Scope::Machine && l.level == stopline_core::Level::Emergency
+        })
 }

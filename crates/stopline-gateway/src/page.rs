@@ -97,10 +97,9 @@ pub async fn budgets_route(
             .map(|n| n.to_string())
             .collect()
     });
-    let inner = &gov.inner;
     let now_ms = gov.now_ms();
     let mut agents: BTreeMap<String, (Vec<Value>, Value)> = BTreeMap::new();
-    for account in inner.ledger.summaries(now_ms / 1000) {
+    for account in gov.budget_summaries(now_ms / 1000) {
         if let Some(chain) = &own_chain {
             if !in_own_chain(chain, &account.chain) {
                 continue;
@@ -111,7 +110,7 @@ pub async fn budgets_route(
             .0
             .push(serde_json::to_value(&account).unwrap_or_default());
     }
-    for breaker in inner.agents.summaries() {
+    for breaker in gov.agent_breaker_summaries() {
         let visible = match &own_chain {
             None => true,
             Some(chain) => agents.contains_key(&breaker.agent) || chain.contains(&breaker.agent),
@@ -122,14 +121,9 @@ pub async fn budgets_route(
         }
     }
     let snapshot = gov.snapshot();
-    let emergency = snapshot.is_faulted()
-        || snapshot.view.latches.iter().any(|l| {
-            l.scope == stopline_core::Scope::Machine && l.level == stopline_core::Level::Emergency
-        });
-    let breakers = &inner.config.breakers;
-    let mut adapters: Vec<Value> = inner
-        .adapters
-        .states(breakers, emergency)
+    let breakers = &gov.config().breakers;
+    let mut adapters: Vec<Value> = gov
+        .adapter_states(&snapshot)
         .into_iter()
         .map(|(upstream, state)| json!({"upstream": upstream, "state": state.as_str()}))
         .collect();

@@ -9,6 +9,7 @@
 use crate::acks::AckServer;
 use crate::config::{GatewayConfig, GatewayConfigError};
 use crate::governor::Governor;
+use crate::inflight::DispatchTracker;
 use crate::registry::Registry;
 use crate::source::ViewSource;
 use crate::state::AppState;
@@ -134,8 +135,8 @@ pub async fn start_with(
     let ack_addr = ack_listener.local_addr()?;
     let config_hash = config.config_hash.clone();
     let reload = config.reload_interval();
-    let gov = Governor::new(ctx, config, view.clone(), id.clone())?;
-    let tracker = gov.inner.tracker.clone();
+    let tracker = Arc::new(DispatchTracker::default());
+    let gov = Governor::new(ctx, config, view.clone(), tracker.clone(), id.clone())?;
     let registry = Arc::new(
         Registry::new(
             store,
@@ -146,7 +147,7 @@ pub async fn start_with(
             ack_addr.to_string(),
             config_hash,
         )
-        .with_ledger(gov.inner.ledger.clone()),
+        .with_ledger(gov.shared_ledger()),
     );
     let stop = Arc::new(AtomicBool::new(false));
     view.source()
@@ -198,7 +199,7 @@ impl RunningGateway {
     /// Make this in-process gateway swap in every changed view `delay` late (the drill's
     /// deliberately slow gateway, which must fail the drill). `stopline serve` never calls it.
     pub fn delay_view_swaps_for_drill(&self, delay: Duration) {
-        self.governor.inner.view.delay_swaps_for_drill(delay);
+        self.governor.delay_view_swaps_for_drill(delay);
     }
 
     /// Stop: deregister, stop accepting, give in-flight calls up to 5 s.

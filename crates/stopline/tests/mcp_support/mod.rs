@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use stopline_testkit::http::Client;
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -154,14 +155,16 @@ pub fn gateway(home: &Home, mcp: &str) -> (Proc, String) {
     };
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(30);
+    // The test kit's client (the battery's and the gateway tests'); status 0 until it listens.
+    let client = Client::new(Some(Duration::from_secs(5)), Duration::from_secs(10));
+    let addr = format!("127.0.0.1:{port}");
     loop {
-        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            let _ = stream.write_all(b"GET /healthz HTTP/1.0\r\n\r\n");
-            let mut reply = String::new();
-            let _ = std::io::Read::read_to_string(&mut stream, &mut reply);
-            if reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200") {
-                return (proc, url);
-            }
+        if client
+            .send(&addr, "GET", "/healthz", None, None, &[])
+            .status
+            == 200
+        {
+            return (proc, url);
         }
         assert!(
             Instant::now() < deadline,

@@ -86,6 +86,11 @@ pub struct McpServerConfig {
     /// Seconds without traffic after which a stdio server's session ends (default 300).
     #[serde(default)]
     pub session_idle_s: Option<u64>,
+    /// Keep one stdio server started ahead of the next session (default true), so a session
+    /// does not wait for the server's own start-up. Each spare serves exactly one session:
+    /// it is never shared between agents.
+    #[serde(default)]
+    pub warm_spare: Option<bool>,
     /// Whom a tool call left in doubt blocks on its tool: `"agent"` (default: the chain of the
     /// agent that made it) or `"everyone"` (SPEC §12.2).
     #[serde(default)]

@@ -106,6 +106,12 @@ pub fn router_with(
         sessions: SessionBindings::default(),
         stdio: Arc::default(),
     });
+    // Each stdio server's first warm spare, so even the first session finds one.
+    for (name, server) in &state.servers {
+        if let Some(Upstream::Stdio(command)) = upstream_of(server) {
+            state.stdio.refill(name, &command, server);
+        }
+    }
     Router::new()
         .route(
             "/mcp/{server}",

@@ -3,6 +3,12 @@
 //! reader task routes what the child prints: a response to the stream that carries its
 //! request, anything the server initiates to the session's `GET` stream (else to an open
 //! `POST` stream). When the child dies every stream of its session ends.
+//!
+//! A tool server can take seconds to start (a Node server loads its modules before it reads
+//! `initialize`), so each server keeps one *warm spare* ([`StdioSessions::claim`]): a child
+//! started ahead, with its own session id, uid and cgroup, that has read nothing yet. A new
+//! session takes it and a fresh spare is started for the next one; a spare serves exactly one
+//! session, so nothing an agent left in a server ever reaches another agent.
 
 use crate::govern::id_key;
 use crate::jsonrpc::{parse, Message};
@@ -10,7 +16,7 @@ use futures::channel::mpsc;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::ChildStdin;
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 pub(crate) type Route = mpsc::Sender<Message>;
 
@@ -55,10 +61,55 @@ pub(crate) fn kill_group(pgid: u32) {
     }
 }
 
-/// The live stdio sessions, by `<server>\0<session id>`.
+/// The live stdio sessions, by `<server>\0<session id>`, and each server's warm spare.
 #[derive(Default)]
 pub struct StdioSessions {
     pub(crate) sessions: Mutex<HashMap<String, Arc<Session>>>,
+    spares: Mutex<HashMap<String, Spawned>>,
+}
+
+/// A started tool server that serves no session yet: the child, its pipes and its hold, and
+/// the session id it will serve under. Dropped unused, it is killed (the child on drop, its
+/// group by [`crate::stdio_spawn::Held`]).
+pub(crate) struct Spawned {
+    pub(crate) id: String,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    pgid: u32,
+    held: crate::stdio_spawn::Held,
+}
+
+/// Start `command` for a session of `server` that has no id yet.
+fn spawn(
+    server: &str,
+    command: &[String],
+    config: &stopline_gateway::config::McpServerConfig,
+) -> std::io::Result<Spawned> {
+    let id = new_session_id();
+    let (mut command, held) = crate::stdio_spawn::prepare(server, &id, command, config)?;
+    let mut child = command.spawn()?;
+    let pgid = child.id().unwrap_or_default();
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("no stdin"))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| std::io::Error::other("no stdout"))?;
+    Ok(Spawned {
+        id,
+        child,
+        stdin,
+        stdout,
+        pgid,
+        held,
+    })
+}
+
+fn warm(config: &stopline_gateway::config::McpServerConfig) -> bool {
+    config.warm_spare != Some(false)
 }
 
 /// A fresh session id: 128 bits from `rand`'s thread-local CSPRNG (seeded by the OS), so an
@@ -74,33 +125,29 @@ fn deliver(route: &Route, message: Message) {
     let _ = route.clone().try_send(message);
 }
 
-/// What a session's server is and whom it serves.
+/// Whom a session's server serves, under which configuration.
 pub(crate) struct Start<'a> {
-    pub(crate) server: &'a str,
-    pub(crate) session: &'a str,
-    pub(crate) command: &'a [String],
     pub(crate) config: &'a stopline_gateway::config::McpServerConfig,
     pub(crate) governor: Arc<dyn crate::governor::Governor>,
     pub(crate) caller: crate::governor::Caller,
 }
 
-pub(crate) async fn start(
+/// Make `spawned` the server of the session `key` (`<server>\0<spawned.id>`).
+pub(crate) fn start(
     what: Start<'_>,
     sessions: &Arc<StdioSessions>,
+    spawned: Spawned,
     key: String,
-) -> std::io::Result<Arc<Session>> {
-    let (mut command, held) =
-        crate::stdio_spawn::prepare(what.server, what.session, what.command, what.config)?;
-    let mut child = command.spawn()?;
-    let pgid = child.id().unwrap_or_default();
-    let stdin = child
-        .stdin
-        .take()
-        .ok_or_else(|| std::io::Error::other("no stdin"))?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| std::io::Error::other("no stdout"))?;
+) -> Arc<Session> {
+    let Spawned {
+        child,
+        stdin,
+        stdout,
+        pgid,
+        held,
+        ..
+    } = spawned;
+    let mut child = child;
     let session = Arc::new(Session {
         stdin: tokio::sync::Mutex::new(stdin),
         routes: Mutex::default(),
@@ -177,7 +224,7 @@ pub(crate) async fn start(
         }
         let _ = child.wait().await;
     });
-    Ok(session)
+    session
 }
 
 /// End the session's server when its agent is cut (an EMERGENCY covering it, a contained
@@ -256,6 +303,80 @@ fn watch_session(
 }
 
 impl StdioSessions {
+    /// A server for a new session of `server`: its warm spare when one is alive, else one
+    /// started now; then (unless `warm_spare = false`) a fresh spare is started in the
+    /// background for the next session.
+    pub(crate) fn claim(
+        self: &Arc<Self>,
+        server: &str,
+        command: &[String],
+        config: &stopline_gateway::config::McpServerConfig,
+    ) -> std::io::Result<Spawned> {
+        let spare = self
+            .spares
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(server);
+        // A spare that died (it failed to start, or was killed) is dropped.
+        let alive =
+            spare.and_then(|mut spare| matches!(spare.child.try_wait(), Ok(None)).then_some(spare));
+        let spawned = match alive {
+            Some(spare) => Ok(spare),
+            None => spawn(server, command, config),
+        };
+        if warm(config) {
+            self.refill(server, command, config);
+        }
+        spawned
+    }
+
+    /// Start `server`'s spare in the background when it has none (each configured stdio
+    /// server at the gateway's start, and after every claim). A spare that cannot start is
+    /// logged; the next session then starts its own server and reports the failure.
+    pub(crate) fn refill(
+        self: &Arc<Self>,
+        server: &str,
+        command: &[String],
+        config: &stopline_gateway::config::McpServerConfig,
+    ) {
+        if !warm(config) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (sessions, server, command, config) = (
+            Arc::downgrade(self),
+            server.to_string(),
+            command.to_vec(),
+            config.clone(),
+        );
+        // Off the async workers: preparing a server leases a uid and makes a cgroup.
+        runtime.spawn_blocking(move || {
+            let Some(sessions) = sessions.upgrade() else {
+                return;
+            };
+            if sessions
+                .spares
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(&server)
+            {
+                return;
+            }
+            match spawn(&server, &command, &config) {
+                Ok(spare) => {
+                    let mut spares = sessions.spares.lock().unwrap_or_else(|e| e.into_inner());
+                    // Another refill may have won the race: keep one spare, end this one.
+                    spares.entry(server).or_insert(spare);
+                }
+                Err(error) => {
+                    tracing::warn!(server, %error, "cannot start a warm spare tool server")
+                }
+            }
+        });
+    }
+
     pub(crate) fn get(&self, key: &str) -> Option<Arc<Session>> {
         self.sessions
             .lock()

@@ -15,7 +15,7 @@ use crate::pump::{self, Pump};
 use crate::reply::{json_reply, refusal_reply, stream_body};
 use crate::sse::message_event;
 pub use crate::stdio_session::StdioSessions;
-use crate::stdio_session::{new_session_id, start, Start};
+use crate::stdio_session::{start, Start};
 use crate::upstream::{upstream_failed, Exchange};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -98,19 +98,17 @@ pub(crate) async fn post_stdio(
             None => return no_session(),
         },
         None if initialize => {
-            let id = new_session_id();
-            let key = format!("{server}\0{id}");
             let config = state.servers.get(&server).cloned().unwrap_or_default();
-            let what = Start {
-                server: &server,
-                session: &id,
-                command,
-                config: &config,
-                governor: state.governor.clone(),
-                caller: caller.clone(),
-            };
-            match start(what, &state.stdio, key.clone()).await {
-                Ok(session) => {
+            match state.stdio.claim(&server, command, &config) {
+                Ok(spawned) => {
+                    let id = spawned.id.clone();
+                    let key = format!("{server}\0{id}");
+                    let what = Start {
+                        config: &config,
+                        governor: state.governor.clone(),
+                        caller: caller.clone(),
+                    };
+                    let session = start(what, &state.stdio, spawned, key.clone());
                     state
                         .stdio
                         .sessions

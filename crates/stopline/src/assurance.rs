@@ -31,6 +31,7 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
             evidence,
             samples,
             idle_window_s,
+            server_command,
         } => {
             let sizes = stopline_gateway::history::HistorySizes {
                 operations,
@@ -38,7 +39,16 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
                 evidence,
             };
             let idle = std::time::Duration::from_secs_f64(idle_window_s.clamp(0.1, 600.0));
-            let report = bench(ctx, which, iterations, sizes, samples.unwrap_or(15), idle)?;
+            let sessions = server_command;
+            let report = bench(
+                ctx,
+                which,
+                iterations,
+                sizes,
+                samples.unwrap_or(15),
+                idle,
+                sessions,
+            )?;
             output::report(json, &report);
             Ok(0)
         }
@@ -60,7 +70,7 @@ fn io(error: impl std::fmt::Display) -> Refusal {
     Refusal::new(RefusalCode::ControlIo, error.to_string())
 }
 
-/// `bench` (SPEC §11): one measure, or (without `which`) all four side by side. A measure this
+/// `bench` (SPEC §11): one measure, or (without `which`) the four of SPEC §11 side by side. A measure this
 /// machine cannot take (the kill needs cgroup v2 and root) is reported as such, never left out.
 fn bench(
     ctx: &Context,
@@ -69,6 +79,7 @@ fn bench(
     sizes: stopline_gateway::history::HistorySizes,
     samples: usize,
     idle: std::time::Duration,
+    server_command: Option<String>,
 ) -> Result<Value, Refusal> {
     let home = ctx.store.layout().home().to_path_buf();
     let router = || Some(Box::new(stopline_mcp::http::router) as _);
@@ -85,6 +96,14 @@ fn bench(
         Some(BenchArg::Engage) => {
             let engage = stopline_control::bench::engage(&home, iterations).map_err(io)?;
             Ok(Value::Object(Map::from_iter([("engage".into(), engage)])))
+        }
+        Some(BenchArg::Sessions) => {
+            let command = server_command
+                .map(|c| c.split_whitespace().map(String::from).collect::<Vec<_>>())
+                .filter(|c| !c.is_empty())
+                .unwrap_or_else(stopline_mcp::bench_sessions::default_command);
+            stopline_mcp::bench_sessions::sessions(command, iterations)
+                .map_err(|e| Refusal::new(RefusalCode::ControlIo, e))
         }
         Some(BenchArg::Admission) => {
             let admission = stopline_control::bench::admission(iterations.max(1) * 1000);

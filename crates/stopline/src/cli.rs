@@ -222,6 +222,10 @@ pub enum Command {
         /// `history`: seconds an idle gateway is sampled for CPU and RSS, on each home.
         #[arg(long, default_value_t = 10.0)]
         idle_window_s: f64,
+        /// `sessions`: the stdio tool server to start, as one string split at spaces
+        /// (default: a minimal POSIX sh MCP server, so only the gateway's own cost is timed).
+        #[arg(long)]
+        server_command: Option<String>,
     },
     /// Check the four-mode machine and the real protocol exhaustively (SPEC §9).
     ModelCheck,
@@ -279,6 +283,9 @@ pub enum BenchArg {
     Kill,
     /// A proxied MCP tool call against the same call made directly.
     Gateway,
+    /// Opening an MCP session through the gateway with a stdio tool server started ahead
+    /// (the warm spare) against one started for the session, side by side.
+    Sessions,
     /// `check`, `status`, engage, disengage, gateway reload, engage → refusal and an idle
     /// gateway on an aged home (long history) beside a fresh one, in one run.
     History,

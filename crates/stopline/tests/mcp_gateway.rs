@@ -242,7 +242,7 @@ fn a_stdio_upstream_started_by_the_gateway_is_governed_per_session() {
     let home = Home::new();
     let everything = everything();
     let config = format!(
-        "[mcp.local]\ncommand = [\"node\", \"{}\", \"stdio\"]\n",
+        "[mcp.local]\ncommand = [\"node\", \"{}\", \"stdio\"]\nwarm_spare = false\n",
         everything.display()
     );
     let (gateway_proc, url) = gateway(&home, &config);

@@ -3,8 +3,11 @@
 //! through the gateway, shows no provider key (only `PATH`, `HOME`, `LANG` and the configured
 //! `env` reach it); the server runs under a uid of its own in a cgroup of its own; and it ends
 //! with its session — when an agent that never said goodbye stops talking (`session_idle_s`) and
-//! at an EMERGENCY covering its agent — instead of living on after the agent was killed.
+//! at an EMERGENCY covering its agent — instead of living on after the agent was killed. With
+//! `warm_spare` (the default) a session takes a server started ahead, and every such spare
+//! serves one agent only.
 
+mod gw;
 mod mcp_support;
 mod util;
 
@@ -71,7 +74,10 @@ fn the_server(gateway: &Proc) -> u32 {
 #[test]
 fn a_tool_server_gets_no_provider_key_and_runs_as_its_own_uid_in_its_own_group() {
     let home = Home::new();
-    let (gateway, url) = gateway(&home, "env = { SERVER_MODE = \"test\" }");
+    let (gateway, url) = gateway(
+        &home,
+        "env = { SERVER_MODE = \"test\" }\nwarm_spare = false",
+    );
     let token = home.token(&["--agent", "worker"]);
     let mut client = Driver::start(&["http", &format!("{url}/mcp/local"), &token], &[]);
     let reply = client.call("get-env", json!({}));
@@ -108,7 +114,7 @@ fn a_tool_server_gets_no_provider_key_and_runs_as_its_own_uid_in_its_own_group()
 #[test]
 fn a_tool_server_ends_when_its_agent_goes_silent() {
     let home = Home::new();
-    let (gateway, url) = gateway(&home, "session_idle_s = 2");
+    let (gateway, url) = gateway(&home, "session_idle_s = 2\nwarm_spare = false");
     // An agent killed without ending its session (no DELETE): the idle bound ends the server.
     let token = home.token(&["--agent", "gone"]);
     let client = Driver::start(&["http", &format!("{url}/mcp/local"), &token], &[]);
@@ -127,7 +133,7 @@ fn a_tool_server_ends_when_its_agent_goes_silent() {
 #[test]
 fn a_tool_server_ends_at_an_emergency_covering_its_agent() {
     let home = Home::new();
-    let (gateway, url) = gateway(&home, "");
+    let (gateway, url) = gateway(&home, "warm_spare = false");
     let token = home.token(&["--agent", "busy"]);
     let bystander_token = home.token(&["--agent", "bystander"]);
     let mut client = Driver::start(&["http", &format!("{url}/mcp/local"), &token], &[]);
@@ -159,7 +165,7 @@ fn a_tool_server_ends_at_an_emergency_covering_its_agent() {
 #[test]
 fn an_emergency_answers_a_running_call_at_once_and_its_server_ends_once_the_outcome_is_in() {
     let home = Home::new();
-    let (gateway, url) = gateway(&home, "");
+    let (gateway, url) = gateway(&home, "warm_spare = false");
     let token = home.token(&["--agent", "busy"]);
     let mut client = Driver::start(&["http", &format!("{url}/mcp/local"), &token], &[]);
     assert_eq!(client.list()["ok"], true);
@@ -203,4 +209,102 @@ fn an_emergency_answers_a_running_call_at_once_and_its_server_ends_once_the_outc
         eventually(Duration::from_secs(30), || !alive(server)),
         "the server of a stopped agent ends once its call is done"
     );
+}
+
+/// The start time of `pid` (field 22 of `/proc/<pid>/stat`).
+fn started_at(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+fn cgroup_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default()
+}
+
+/// True once `pid` runs the server's own program (before its exec, a child forked by the
+/// gateway still has the gateway's uid and command line).
+fn execed(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains("index.js"))
+}
+
+/// The gateway's children once there are `n`, each running the server, oldest first.
+fn servers(gateway: &Proc, n: usize) -> Vec<u32> {
+    let mut found = Vec::new();
+    let there = eventually(Duration::from_secs(30), || {
+        found = children_of(gateway.pid());
+        found.len() == n && found.iter().all(|pid| execed(*pid))
+    });
+    assert!(there, "expected {n} tool servers, found {found:?}");
+    found.sort_by_key(|pid| started_at(*pid));
+    found
+}
+
+/// `initialize` on `/mcp/local` as `token`: the session id the gateway answers with.
+fn open_session(url: &str, token: &str) -> String {
+    let addr = url.trim_start_matches("http://");
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let reply = gw::http_with(
+        addr,
+        "POST",
+        "/mcp/local",
+        Some(token),
+        Some(&init),
+        &[("Accept", "application/json, text/event-stream")],
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains("serverInfo"), "{}", reply.body);
+    reply.header("mcp-session-id").unwrap().to_string()
+}
+
+/// The group a session's server lives in is named after the session.
+fn serves(pid: u32, session: &str) -> bool {
+    cgroup_of(pid).contains(&format!("/stopline-mcp-local-{}", &session[..12]))
+}
+
+#[test]
+fn a_session_takes_the_warm_spare_and_each_agent_gets_a_server_of_its_own() {
+    let home = Home::new();
+    let (gateway, url) = gateway(&home, "");
+    // Before any session, one server is started ahead, in a group and under a uid of its own.
+    let spare = servers(&gateway, 1)[0];
+    assert!(
+        cgroup_of(spare).contains("/stopline-mcp-local-"),
+        "{}",
+        cgroup_of(spare)
+    );
+    assert!((61184..=65519).contains(&status_uid(spare)));
+
+    // The first agent's session is that server; a fresh spare is started for the next one.
+    let first = open_session(&url, &home.token(&["--agent", "first"]));
+    let [a, next] = servers(&gateway, 2)[..] else {
+        unreachable!()
+    };
+    assert_eq!(a, spare, "the session took the server started ahead");
+    assert!(serves(a, &first), "{}", cgroup_of(a));
+    assert!(!serves(next, &first), "the new spare serves no session yet");
+
+    // The second agent gets that spare, never the first agent's server.
+    let second = open_session(&url, &home.token(&["--agent", "second"]));
+    assert_ne!(first, second);
+    let [a2, b, _spare] = servers(&gateway, 3)[..] else {
+        unreachable!()
+    };
+    assert_eq!((a2, b), (a, next));
+    assert!(serves(b, &second) && !serves(b, &first), "{}", cgroup_of(b));
+    assert_ne!(
+        status_uid(a),
+        status_uid(b),
+        "each agent's server has a uid of its own"
+    );
+
+    // An emergency covering the first agent ends its server only.
+    home.engage("agent:first", "emergency");
+    assert!(
+        eventually(Duration::from_secs(10), || !alive(a)),
+        "the stopped agent's server still runs"
+    );
+    assert!(alive(b), "the other agent's server ended too");
 }

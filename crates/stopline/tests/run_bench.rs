@@ -49,3 +49,36 @@ fn bench_kill_reports_percentiles_for_every_size() {
         .collect();
     assert!(leftovers.is_empty());
 }
+
+/// `stopline bench sessions` opens sessions through a real gateway with a stdio server started
+/// ahead and one started per session, and reports both; a server command that cannot start is
+/// a failed bench (exit non-zero, the error named), never figures of nothing.
+#[test]
+fn bench_sessions_reports_warm_and_cold_session_starts() {
+    let home = Home::new();
+    let r = home.run(&["bench", "sessions", "--iterations", "5"]);
+    r.assert_ok();
+    let report = r.json();
+    eprintln!("{}", serde_json::to_string_pretty(&report).unwrap());
+    let sessions = &report["sessions"];
+    assert_eq!(sessions["iterations"], 5, "{report}");
+    for field in ["warm_p50_ms", "warm_p99_ms", "cold_p50_ms", "cold_p99_ms"] {
+        assert!(
+            sessions[field].as_f64().is_some_and(|v| v > 0.0),
+            "{field} in {report}"
+        );
+    }
+    assert!(sessions["warm_vs_cold"].as_f64().is_some(), "{report}");
+    assert!(!home.path().exists(), "the real home was never touched");
+
+    let broken = home.run(&[
+        "bench",
+        "sessions",
+        "--iterations",
+        "5",
+        "--server-command",
+        "/nonexistent/mcp-server",
+    ]);
+    assert_ne!(broken.code, 0, "{}", broken.stdout);
+    assert!(broken.stderr.contains("initialize"), "{}", broken.stderr);
+}

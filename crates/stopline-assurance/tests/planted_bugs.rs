@@ -117,12 +117,22 @@ fn a_batch_released_before_its_fsync_loses_a_prepared_record_and_is_found() {
 }
 
 #[test]
+fn an_archive_that_moves_a_journal_before_its_open_set_loses_a_doubt_and_is_found() {
+    found(
+        PlantedBug::ArchiveBeforeOpenSet,
+        "op-archive",
+        Property::DoubtBlocksOnlyItsAgent,
+    );
+}
+
+#[test]
 fn without_a_planted_bug_the_operation_scenarios_pass() {
     for only in [
         "op-cut-resolves-later",
         "op-cut-no-answer",
         "op-compaction",
         "op-batch-prepared",
+        "op-archive",
     ] {
         let report = check(PlantedBug::None, only);
         assert!(report.ok(), "{}", report.text());

@@ -181,6 +181,17 @@ pub struct RunConfig {
     pub uid_range: Option<String>,
 }
 
+/// `[retention]`: what is kept of the history. Whatever it says, the hot path (gates, reloads,
+/// status) reads none of the history: only what is open.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// The journal of an operation writer that is gone (a gateway or CLI that ended):
+    /// `"archive"` (default) moves it to `ops/archive/` and keeps it whole; `"prune"` deletes it
+    /// once its open operations are kept in `ops/archive/open.json`.
+    pub gone_journals: stopline_store::ops_archive::GoneJournals,
+}
+
 /// The configuration file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -231,6 +242,9 @@ pub struct Config {
     /// `[run]`.
     #[serde(default)]
     pub run: RunConfig,
+    /// `[retention]`.
+    #[serde(default)]
+    pub retention: RetentionConfig,
 }
 
 fn default_listen() -> String {
@@ -406,6 +420,29 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(Path::new("config.toml"), text)
+    }
+
+    #[test]
+    fn retention_keeps_everything_unless_told_and_refuses_what_it_does_not_know() {
+        use stopline_store::ops_archive::GoneJournals;
+        assert_eq!(
+            parse("").unwrap().retention.gone_journals,
+            GoneJournals::Archive
+        );
+        assert_eq!(
+            parse("[retention]\ngone_journals = \"prune\"\n")
+                .unwrap()
+                .retention
+                .gone_journals,
+            GoneJournals::Prune
+        );
+        let error = parse("[retention]\ngone_journals = \"forget\"\n").unwrap_err();
+        assert_eq!((error.line, error.column), (Some(2), Some(17)), "{error:?}");
+        let error = parse("[retention]\ngone_journal = \"prune\"\n").unwrap_err();
+        assert!(
+            error.why.contains("did you mean `gone_journals`"),
+            "{error:?}"
+        );
     }
 
     #[test]

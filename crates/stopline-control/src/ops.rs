@@ -38,11 +38,18 @@ pub fn list(ctx: &Context, unresolved: bool, older_than_s: Option<u64>) -> OpsLi
     OpsListReceipt { operations, errors }
 }
 
-/// `ops compact`: rewrite the open-set snapshot of every journal that grew.
+/// `ops compact`: rewrite the open-set snapshot of every journal that grew, then move the
+/// journals of writers that are gone into the archive (`[retention] gone_journals`).
 pub fn compact(ctx: &Context) -> OpsCompactReceipt {
-    let (snapshots_written, errors) = ctx.store.snapshot_ops_journals(1);
+    let (snapshots_written, mut errors) = ctx.store.snapshot_ops_journals(1);
+    let archive = ctx
+        .store
+        .archive_gone_journals(ctx.config.retention.gone_journals);
+    errors.extend(archive.errors);
     OpsCompactReceipt {
         snapshots_written,
+        journals_archived: archive.archived,
+        journals_pruned: archive.pruned,
         errors,
     }
 }

@@ -106,7 +106,8 @@ pub async fn start_with(
         .unwrap_or_else(|| options.home.join("config.toml"));
     let config = GatewayConfig::load(&config_path)?;
     let store = Store::open(&options.home)
-        .with_read_timeout(Duration::from_millis(config.base.read_timeout_ms.max(1)));
+        .with_read_timeout(Duration::from_millis(config.base.read_timeout_ms.max(1)))
+        .with_gone_journals(config.base.retention.gone_journals);
     let layout = store.layout().clone();
     store.ensure_home().map_err(|e| e.to_refusal())?;
     store

@@ -8,7 +8,7 @@
 //! gateway degrades to the periodic reload, saying so. The periodic thread does a full refresh
 //! every `reload_interval_ms` (which reads each operation journal's open-set snapshot and what
 //! follows it, never the history) and, at start and every minute, rewrites the snapshots of
-//! journals that grew. Both are OS threads so request load cannot starve them.
+//! journals that grew and archives the journals of writers that are gone (`ops_archive.rs`). Both are OS threads so request load cannot starve them.
 
 use crate::feed::ViewFeed;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
@@ -166,6 +166,12 @@ pub fn spawn_periodic(
                     let (_, errors) = store.snapshot_ops_journals(1);
                     for error in errors {
                         tracing::warn!(%error, "cannot snapshot an operation journal");
+                    }
+                    // Then the journals of writers that are gone leave `ops/` for the archive
+                    // (`[retention]`), so no read lists them again.
+                    let archive = store.archive_gone_journals(store.gone_journals());
+                    for error in archive.errors {
+                        tracing::warn!(%error, "cannot archive an operation journal");
                     }
                 }
                 std::thread::sleep(interval);

@@ -25,6 +25,7 @@ pub mod halts;
 pub mod keys;
 pub mod layout;
 pub mod ops;
+pub mod ops_archive;
 pub mod ops_snapshot;
 pub mod plane;
 #[cfg(feature = "planted-bugs")]
@@ -63,6 +64,9 @@ pub struct Store {
     read_timeout: Option<Duration>,
     /// Lines after the last WAL checkpoint that make a lock holder write a new one.
     wal_checkpoint_every: usize,
+    /// What a gateway's journal upkeep does with the journals of writers that are gone
+    /// (`[retention] gone_journals`).
+    gone_journals: ops_archive::GoneJournals,
     #[cfg(feature = "planted-bugs")]
     planted: planted::PlantedBug,
 }
@@ -98,6 +102,18 @@ impl Store {
     }
 
     /// This store writing a WAL checkpoint once `lines` follow the last one (at least 1).
+    /// This store's journal upkeep under `[retention] gone_journals = retention`.
+    pub fn with_gone_journals(mut self, retention: ops_archive::GoneJournals) -> Store {
+        self.gone_journals = retention;
+        self
+    }
+
+    /// `[retention] gone_journals` as this store was opened with (default: archive).
+    pub fn gone_journals(&self) -> ops_archive::GoneJournals {
+        self.gone_journals
+    }
+
+    /// Lines after the last WAL checkpoint that make a lock holder write a new one.
     pub fn with_wal_checkpoint_every(mut self, lines: usize) -> Store {
         self.wal_checkpoint_every = lines.max(1);
         self
@@ -117,6 +133,7 @@ impl Store {
             lock_wait: None,
             read_timeout: None,
             wal_checkpoint_every: wal_checkpoint::DEFAULT_CHECKPOINT_EVERY,
+            gone_journals: ops_archive::GoneJournals::Archive,
             #[cfg(feature = "planted-bugs")]
             planted: planted::PlantedBug::None,
         }

@@ -160,6 +160,10 @@ pub fn writer_alive(writer: &str) -> bool {
 }
 
 /// [`writer_alive`] with `start_time` telling a process's start time.
+pub(crate) fn writer_alive_with(writer: &str, start_time: impl Fn(u32) -> Option<u64>) -> bool {
+    writer_alive_by(writer, start_time)
+}
+
 fn writer_alive_by(writer: &str, start_time: impl Fn(u32) -> Option<u64>) -> bool {
     let mut parts = writer.rsplitn(3, '-');
     let (Some(start), Some(pid)) = (parts.next(), parts.next()) else {
@@ -223,7 +227,9 @@ impl Store {
         };
         let mut journals = Vec::new();
         let mut errors = Vec::new();
+        let mut live = std::collections::BTreeSet::new();
         for name in names.iter().filter(|n| crate::ops_snapshot::is_journal(n)) {
+            live.insert(name.trim_end_matches(".jsonl").to_string());
             let writer = name.trim_end_matches(".jsonl").to_string();
             let read = if hot {
                 self.read_journal_hot(name)
@@ -237,6 +243,13 @@ impl Store {
                 }
                 Err(error) => errors.push(error),
             }
+        }
+        // Journals of writers that are gone, archived (`ops_archive.rs`): a journal still in
+        // `ops/` stands for its writer over the archive's entry.
+        if names.iter().any(|n| n == crate::ops_archive::ARCHIVE_DIR) {
+            let (archived, archive_errors) = self.read_archive(&live, hot);
+            journals.extend(archived);
+            errors.extend(archive_errors);
         }
         (journals, errors)
     }

@@ -34,9 +34,9 @@ pub const SNAPSHOT_EVERY_BYTES: u64 = 64 * 1024;
 
 /// The last line before the snapshot's offset: its length with the newline, and its hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Anchor {
-    len: u64,
-    sha256: String,
+pub(crate) struct Anchor {
+    pub(crate) len: u64,
+    pub(crate) sha256: String,
 }
 
 /// `ops/<writer>.open.json`.
@@ -101,7 +101,7 @@ fn parse_lines(
 
 /// The lines of `lines` that leave an operation open: every line except those of operations
 /// both prepared and resolved among them.
-fn open_lines(lines: Vec<OpLine>, #[allow(unused)] store: &Store) -> Vec<OpLine> {
+pub(crate) fn open_lines(lines: Vec<OpLine>, #[allow(unused)] store: &Store) -> Vec<OpLine> {
     let prepared: BTreeSet<&str> = lines
         .iter()
         .filter(|l| l.phase == Phase::Prepared)
@@ -126,6 +126,25 @@ fn open_lines(lines: Vec<OpLine>, #[allow(unused)] store: &Store) -> Vec<OpLine>
         .into_iter()
         .filter(|l| !resolved.contains(&l.op))
         .collect()
+}
+
+/// Every complete line of a journal's `bytes` (`name` for errors).
+pub(crate) fn parse_journal(name: &str, bytes: &[u8]) -> HotJournal {
+    let (lines, errors, complete, last_line) = parse_lines(name, bytes, 1);
+    HotJournal {
+        lines,
+        errors,
+        end: complete as u64,
+        last_line,
+        snapshot_offset: 0,
+    }
+}
+
+impl HotJournal {
+    /// The last complete line read (with its newline), if any.
+    pub(crate) fn last_line(&self) -> Option<&[u8]> {
+        self.last_line.as_deref()
+    }
 }
 
 impl Store {
@@ -192,14 +211,7 @@ impl Store {
             .fs
             .read(&self.layout.ops().join(name))
             .map_err(|error| format!("ops/{name} is unreadable: {error}"))?;
-        let (lines, errors, complete, last_line) = parse_lines(name, &bytes, 1);
-        Ok(HotJournal {
-            lines,
-            errors,
-            end: complete as u64,
-            last_line,
-            snapshot_offset: 0,
-        })
+        Ok(parse_journal(name, &bytes))
     }
 
     /// Rewrite the snapshot of the journal file `name` (`<writer>.jsonl`) at its current end,

@@ -40,4 +40,9 @@ pub enum PlantedBug {
     /// `prepared` record whose caller was told it was durable (and dispatched on it) ("nothing
     /// is dispatched before its prepared record is durable" fails).
     GroupReleasedBeforeFsync,
+    /// The archive moves a gone writer's journal out of `ops/` before the archive's open set
+    /// carries its open operations: a crash in between (or a gate reading then) loses an
+    /// operation in doubt from every gate ("an operation in doubt blocks its own agent" fails,
+    /// the `op-archive` scenario).
+    ArchiveBeforeOpenSet,
 }

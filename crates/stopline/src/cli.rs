@@ -416,8 +416,10 @@ pub enum OpsCommand {
         #[arg(long, value_name = "SECS")]
         older_than: Option<u64>,
     },
-    /// Rewrite the open-set snapshot of every journal that grew, so gates read the open
-    /// operations and not the history (a gateway does this every minute; the history stays).
+    /// Rewrite the open-set snapshot of every journal that grew and move the journals of
+    /// writers that are gone to ops/archive/, so gates read the open operations and not the
+    /// history (a gateway does this every minute; the history stays unless `[retention]
+    /// gone_journals = "prune"`).
     Compact,
     /// Owner console: record the outcome of an unresolved operation.
     Reconcile {

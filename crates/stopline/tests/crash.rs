@@ -436,33 +436,98 @@ fn assert_open_op_kept(home: &Home, name: &str) {
 }
 
 #[test]
-fn crash_at_every_step_of_an_operation_journal_snapshot() {
-    let names = trace(&prepare_ops_home(), &["ops", "compact"], false);
-    assert!(
-        names.iter().any(|n| n == "ops.snapshot.rename")
-            && names.iter().any(|n| n == "ops.snapshot.dirsync"),
-        "the snapshot's steps are failpoints: {names:?}"
-    );
-    for name in &names {
-        let home = prepare_ops_home();
-        let out = home
-            .command(&["ops", "compact"])
-            .env("STOPLINE_FAILPOINTS", format!("{name}=crash"))
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.signal(),
-            Some(6),
-            "{name}: the process must abort at its failpoint"
-        );
-        assert_open_op_kept(&home, name);
-        // Whatever survived, compacting again works, and keeps exactly the open operation.
-        home.run(&["ops", "compact"]).assert_ok();
-        assert_open_op_kept(&home, name);
-        assert!(
-            home.file("ops/gateway-1-1.open.json").exists(),
-            "{name}: the snapshot was written"
-        );
+fn crash_at_every_step_of_an_operation_journal_snapshot_and_archive() {
+    for retention in ["archive", "prune"] {
+        let prepare = || {
+            let home = prepare_ops_home();
+            util::write(
+                &home.file("config.toml"),
+                format!("[retention]\ngone_journals = \"{retention}\"\n").as_bytes(),
+            );
+            home
+        };
+        let names = trace(&prepare(), &["ops", "compact"], false);
+        let mut steps = vec![
+            "ops.snapshot.rename",
+            "ops.snapshot.dirsync",
+            "ops.archive.snapshot.rename",
+            "ops.archive.link",
+            "ops.archive.link.dirsync",
+            "ops.archive.remove",
+            "ops.archive.dirsync",
+        ];
+        if retention == "prune" {
+            steps.push("ops.archive.prune");
+        }
+        for step in steps {
+            assert!(
+                names.iter().any(|n| n == step),
+                "{retention}: {step} is a failpoint: {names:?}"
+            );
+        }
+        for name in &names {
+            let home = prepare();
+            let out = home
+                .command(&["ops", "compact"])
+                .env("STOPLINE_FAILPOINTS", format!("{name}=crash"))
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.signal(),
+                Some(6),
+                "{retention} {name}: the process must abort at its failpoint"
+            );
+            assert_open_op_kept(&home, name);
+            let (code, check) = home.check(&[
+                "--class",
+                "noncritical",
+                "--agent",
+                "worker",
+                "--target",
+                "mcp:s:write",
+            ]);
+            assert_eq!(
+                (code, check["code"].as_str()),
+                (4, Some("unresolved_operation")),
+                "{retention} {name}: the doubt still blocks its agent: {check}"
+            );
+            // Whatever survived, compacting again works and keeps exactly the open operation,
+            // now in the archive's open set and nowhere in ops/.
+            home.run(&["ops", "compact"]).assert_ok();
+            assert_open_op_kept(&home, name);
+            assert!(
+                !home.file("ops/gateway-1-1.jsonl").exists()
+                    && !home.file("ops/gateway-1-1.open.json").exists(),
+                "{retention} {name}: the gone writer's journal left ops/"
+            );
+            assert!(
+                home.file("ops/archive/open.json").exists(),
+                "{retention} {name}: the archive's open set was written"
+            );
+            assert_eq!(
+                home.file("ops/archive/gateway-1-1.jsonl").exists(),
+                retention == "archive",
+                "{retention} {name}: the history is kept unless pruned"
+            );
+            let (code, check) = home.check(&[
+                "--class",
+                "noncritical",
+                "--agent",
+                "worker",
+                "--target",
+                "mcp:s:write",
+            ]);
+            assert_eq!(code, 4, "{retention} {name}: still blocked: {check}");
+            let (code, check) = home.check(&[
+                "--class",
+                "noncritical",
+                "--agent",
+                "worker",
+                "--target",
+                "mcp:s:echo",
+            ]);
+            assert_eq!(code, 0, "{retention} {name}: {check}");
+        }
     }
 }
 

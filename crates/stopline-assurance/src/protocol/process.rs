@@ -72,6 +72,9 @@ pub enum ProcSpec {
     /// A gateway's journal upkeep (`Store::snapshot_ops_journals`, also `stopline ops
     /// compact`): every operation journal's open-set snapshot rewritten at its end.
     CompactOps,
+    /// A gateway's archive upkeep (`Store::archive_gone_journals`, also `stopline ops
+    /// compact`): the journals of writers that are gone leave `ops/` for `ops/archive/`.
+    ArchiveOps,
     /// A gateway admission: `Store::load_view`, verify the token, `ControlView::decide`.
     Admission {
         /// The token minted at e0.
@@ -206,6 +209,7 @@ impl ProcSpec {
             ProcSpec::StalledReader => "reader stalled holding the WAL lock".into(),
             ProcSpec::FinishDeferred => "finish deferred records".into(),
             ProcSpec::CompactOps => "compact the operation journals".into(),
+            ProcSpec::ArchiveOps => "archive the journals of gone writers".into(),
         }
     }
 
@@ -341,6 +345,17 @@ impl ProcSpec {
                 Ok(_) => Outcome::Finished,
                 Err(e) => failed(e),
             },
+            ProcSpec::ArchiveOps => {
+                let report =
+                    store.archive_gone_journals(stopline_store::ops_archive::GoneJournals::Archive);
+                if report.errors.is_empty() {
+                    Outcome::Compacted
+                } else {
+                    Outcome::Failed {
+                        code: report.errors.join("; "),
+                    }
+                }
+            }
             ProcSpec::CompactOps => match store.snapshot_ops_journals(1) {
                 (_, errors) if errors.is_empty() => Outcome::Compacted,
                 (_, errors) => Outcome::Failed {

@@ -238,6 +238,7 @@ fn operations_seen(scenario: &Scenario, store: &Store, view: &ControlView) -> Ve
             } => targets.iter().map(|t| (t, agent, root)).collect(),
             _ => Vec::new(),
         })
+        .chain(scenario.setup_ops.iter().map(|(t, a, r)| (t, a, r)))
         .map(|(target, agent, root)| {
             let op = ops.values().find(|o| &o.target == target);
             OpSeen {

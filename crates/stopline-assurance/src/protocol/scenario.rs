@@ -50,12 +50,16 @@ pub struct Scenario {
     /// Latch names fixed by the setup's recovery plan (none when the plan itself races), and
     /// the scope it recovers.
     pub plan: Option<(Vec<String>, Scope)>,
+    /// Operations the setup recorded (target, agent, chain root), judged after every crash
+    /// like the racing ones.
+    pub setup_ops: Vec<(String, String, String)>,
 }
 
 struct Setup {
     solo: Arc<Solo>,
     store: Store,
     latches: BTreeMap<String, (Scope, Level)>,
+    ops: Vec<(String, String, String)>,
 }
 
 fn worker() -> Name {
@@ -77,7 +81,30 @@ impl Setup {
             solo,
             store,
             latches: BTreeMap::new(),
+            ops: Vec::new(),
         }
+    }
+
+    /// A gateway's journal `label` (its writer gone once the setup ends, as every model writer is):
+    /// a resolved call on `mcp:s:echo`, then one on `target` dispatched with no outcome, in
+    /// doubt, by `agent` under `root`.
+    fn gone_gateway_journal(&mut self, label: &str, target: &str, agent: &str, root: &str) {
+        let journal = self.store.ops_journal(label).expect("setup: journal");
+        let owner = stopline_store::ops::OpOwner {
+            agent: Some(agent.into()),
+            root: Some(root.into()),
+            blocks: stopline_core::ops::BlockScope::Agent,
+        };
+        let done = journal
+            .prepare_for("mcp:s:echo", &owner, Some("1"))
+            .expect("setup: prepare");
+        journal.dispatched(&done).expect("setup: dispatched");
+        journal.outcome(&done, "committed").expect("setup: outcome");
+        let open = journal
+            .prepare_for(target, &owner, Some("2"))
+            .expect("setup: prepare");
+        journal.dispatched(&open).expect("setup: dispatched");
+        self.ops.push((target.into(), agent.into(), root.into()));
     }
 
     fn engage(&mut self, scope: Scope, level: Level, by: &str) -> String {
@@ -158,6 +185,7 @@ impl Setup {
             subject: minted.claims.subject(),
             initial_latches: self.latches,
             plan,
+            setup_ops: self.ops,
         }
     }
 }
@@ -315,6 +343,7 @@ pub fn operations() -> Vec<Scenario> {
         out.push(s.finish(name, title, racers, later, None));
     }
     out.push(op_compaction());
+    out.push(op_archive());
     let s = Setup::new();
     let racers = vec![
         ProcSpec::PrepareBatch {
@@ -351,6 +380,29 @@ pub fn op_compaction() -> Scenario {
     Setup::new().finish(
         "op-compaction",
         "a tool call raced by the journal upkeep that snapshots its open set, crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    )
+}
+
+/// A gone gateway's journal with an operation in doubt, archived by two gateways' upkeep at
+/// once (`Store::archive_gone_journals`: the archive's open set, the link, the removal), raced
+/// by a gate and crashed at every step: the doubt keeps blocking its agent and nobody else. An
+/// earlier gateway's journal, with a doubt of its own, was archived by the setup, so the
+/// archive's open set exists and is trusted throughout.
+pub fn op_archive() -> Scenario {
+    let mut s = Setup::new();
+    s.gone_gateway_journal("gateway-earlier", "mcp:s:send", "worker", "lead");
+    let report = s
+        .store
+        .archive_gone_journals(stopline_store::ops_archive::GoneJournals::Archive);
+    assert_eq!(report.archived, 1, "setup: archive {report:?}");
+    s.gone_gateway_journal("gateway", "mcp:s:write", "worker", "lead");
+    let racers = vec![ProcSpec::ArchiveOps, ProcSpec::ArchiveOps];
+    s.finish(
+        "op-archive",
+        "two gateways archive a gone gateway's journal with an operation in doubt, crashed at every step",
         racers,
         SETUP_MS + 60_000,
         None,

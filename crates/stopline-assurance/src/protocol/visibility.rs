@@ -62,7 +62,7 @@ impl Rules {
         let operation = procs.iter().any(|p| {
             matches!(
                 p,
-                ProcSpec::Operation { .. } | ProcSpec::PrepareBatch { .. }
+                ProcSpec::Operation { .. } | ProcSpec::PrepareBatch { .. } | ProcSpec::ArchiveOps
             )
         });
         let mut quiet = vec![owned(layout.reserve()), owned(layout.keys())];

@@ -108,7 +108,11 @@ impl fmt::Display for OpsListReceipt {
 pub struct OpsCompactReceipt {
     /// Journal snapshots rewritten.
     pub snapshots_written: usize,
-    /// Journals whose snapshot could not be written.
+    /// Journals of gone writers moved to `ops/archive/`.
+    pub journals_archived: usize,
+    /// Archived journals deleted (`[retention] gone_journals = "prune"`).
+    pub journals_pruned: usize,
+    /// Journals whose snapshot could not be written or that could not be archived.
     pub errors: Vec<String>,
 }
 
@@ -127,9 +131,12 @@ impl fmt::Display for OpsCompactReceipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} journal snapshot(s) rewritten",
-            self.snapshots_written
+            "{} journal snapshot(s) rewritten, {} journal(s) of gone writers archived",
+            self.snapshots_written, self.journals_archived
         )?;
+        if self.journals_pruned > 0 {
+            write!(f, " ({} pruned)", self.journals_pruned)?;
+        }
         if !self.errors.is_empty() {
             write!(f, "; errors: {}", super::compact(&self.errors))?;
         }

@@ -43,12 +43,12 @@ pub struct McpState {
     pub(crate) governor: Arc<dyn Governor>,
     pub(crate) servers: BTreeMap<String, McpServerConfig>,
     pub(crate) catalog: Arc<ToolCatalog>,
-    pub(crate) client: reqwest::Client,
+    pub(crate) client: crate::client::UpstreamClient,
     /// Which agent opened which session.
     pub(crate) sessions: SessionBindings,
     pub(crate) stdio: Arc<upstream::StdioSessions>,
     /// Each HTTP upstream's URL, parsed once (not on every forwarded message).
-    pub(crate) urls: std::collections::HashMap<String, reqwest::Url>,
+    pub(crate) urls: std::collections::HashMap<String, axum::http::Uri>,
 }
 
 /// Where a server's messages go.
@@ -89,7 +89,7 @@ pub fn router_with(
     let urls = servers
         .iter()
         .filter_map(|(name, server)| match upstream_of(server) {
-            Some(Upstream::Http(url)) => Some((name.clone(), reqwest::Url::parse(&url).ok()?)),
+            Some(Upstream::Http(url)) => Some((name.clone(), url.parse().ok()?)),
             _ => None,
         })
         .collect();
@@ -98,11 +98,7 @@ pub fn router_with(
         servers,
         urls,
         catalog: Arc::new(ToolCatalog::default()),
-        client: reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(std::time::Duration::from_secs(10))
-            .build()
-            .unwrap_or_default(),
+        client: crate::client::UpstreamClient::new(),
         sessions: SessionBindings::default(),
         stdio: Arc::default(),
     });
@@ -232,10 +228,10 @@ async fn handle_post(
 /// Forward one member to the server's upstream.
 async fn forward(exchange: &Exchange, upstream: &Upstream, member: Member) -> Response {
     match upstream {
-        Upstream::Http(url) => match exchange.state.urls.get(&exchange.server) {
-            Some(parsed) => upstream::post_http(exchange.clone(), parsed.clone(), member).await,
-            None => upstream::post_http(exchange.clone(), url.clone(), member).await,
-        },
+        Upstream::Http(_) => {
+            let uri = exchange.state.urls.get(&exchange.server).cloned();
+            upstream::post_http(exchange.clone(), uri, member).await
+        }
         Upstream::Stdio(command) => {
             upstream::post_stdio(exchange.clone(), command.clone(), member).await
         }

@@ -12,6 +12,7 @@
 
 pub mod bench_sessions;
 pub mod breaker;
+mod client;
 pub mod entry;
 pub mod frame;
 pub mod gateway;

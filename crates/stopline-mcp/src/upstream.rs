@@ -11,15 +11,19 @@
 pub(crate) use crate::stdio_upstream::post_stdio;
 pub use crate::stdio_upstream::{delete_stdio, get_stdio, StdioSessions};
 
+use crate::client::{body_bytes, body_stream, UpstreamResponse};
 use crate::govern::{refusal_response, Member, Tracker};
 use crate::governor::Caller;
 use crate::http::{McpState, FORWARDED_REQUEST_HEADERS};
 use crate::jsonrpc::{parse, Id, Incoming, Message, STOPLINE_REFUSED};
 use crate::pump::{self, cut_notice, Pump};
 use crate::reply::{json_reply, stream_body};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::HeaderValue;
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use futures::future::BoxFuture;
+use http_body_util::Full;
 use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
@@ -47,26 +51,39 @@ const RETURNED_HEADERS: [&str; 4] = [
     "cache-control",
 ];
 
-fn forward_headers(
-    mut request: reqwest::RequestBuilder,
+/// The request to the upstream: `method` to `uri` with the agent's forwarded headers (never
+/// its token), `Accept` defaulting to `accept` when the agent sent none.
+fn upstream_request(
+    method: Method,
+    uri: Uri,
     headers: &HeaderMap,
-) -> reqwest::RequestBuilder {
+    accept: &'static str,
+    content_type: Option<&'static str>,
+    body: Bytes,
+) -> hyper::Request<Full<Bytes>> {
+    let mut request = hyper::Request::new(Full::new(body));
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    let out = request.headers_mut();
     for name in FORWARDED_REQUEST_HEADERS {
         if let Some(value) = headers.get(name) {
-            request = request.header(name, value.as_bytes());
+            out.insert(header::HeaderName::from_static(name), value.clone());
         }
+    }
+    if let Some(content_type) = content_type {
+        out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    }
+    if !out.contains_key(header::ACCEPT) {
+        out.insert(header::ACCEPT, HeaderValue::from_static(accept));
     }
     request
 }
 
-pub(crate) fn returned_headers(upstream: &reqwest::header::HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::new();
+pub(crate) fn returned_headers(upstream: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(RETURNED_HEADERS.len());
     for name in RETURNED_HEADERS {
-        if let Some(value) = upstream
-            .get(name)
-            .and_then(|v| axum::http::HeaderValue::from_bytes(v.as_bytes()).ok())
-        {
-            out.insert(header::HeaderName::from_static(name), value);
+        if let Some(value) = upstream.get(name) {
+            out.insert(header::HeaderName::from_static(name), value.clone());
         }
     }
     out
@@ -178,15 +195,15 @@ pub(crate) async fn answer(
     exchange_state: &Arc<McpState>,
     caller: &Caller,
     mut tracker: Tracker,
-    response: reqwest::Response,
+    response: UpstreamResponse,
 ) -> Response {
-    let status =
-        StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let headers = returned_headers(response.headers());
+    let (parts, body) = response.into_parts();
+    let status = parts.status;
+    let headers = returned_headers(&parts.headers);
     if is_sse(&headers) {
         let cut = exchange_state.governor.cut(caller);
         let stream = pump::spawn(
-            response.bytes_stream(),
+            body_stream(body),
             Pump {
                 tracker,
                 cut,
@@ -196,7 +213,7 @@ pub(crate) async fn answer(
         );
         return (status, headers, stream_body(stream)).into_response();
     }
-    match response.bytes().await {
+    match body_bytes(body).await {
         Ok(bytes) => (status, headers, bytes).into_response(),
         Err(error) => {
             tracker.finish(&format!("the upstream's answer was lost: {error}"));
@@ -212,23 +229,20 @@ fn is_sse(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
-/// Forward one member to a Streamable HTTP upstream; the exchange runs detached and this waits
-/// only for what the agent gets.
-pub(crate) async fn post_http<U: reqwest::IntoUrl + Send + 'static>(
-    exchange: Exchange,
-    url: U,
-    member: Member,
-) -> Response {
+/// Forward one member to a Streamable HTTP upstream at `uri` (`None`: the configured URL is
+/// not one, so nothing can be delivered); the exchange runs detached and this waits only for
+/// what the agent gets.
+pub(crate) async fn post_http(exchange: Exchange, uri: Option<Uri>, member: Member) -> Response {
     let (reply, answer) = oneshot::channel();
-    tokio::spawn(drive_http(exchange, url, member, reply));
+    tokio::spawn(drive_http(exchange, uri, member, reply));
     answer
         .await
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }
 
-async fn drive_http<U: reqwest::IntoUrl>(
+async fn drive_http(
     exchange: Exchange,
-    url: U,
+    uri: Option<Uri>,
     mut member: Member,
     reply: oneshot::Sender<Response>,
 ) {
@@ -241,22 +255,28 @@ async fn drive_http<U: reqwest::IntoUrl>(
     } = exchange;
     let mut tracker = Tracker::new(state.catalog.clone(), &server);
     tracker.track(member.take_pending());
-    let mut request = forward_headers(state.client.post(url), &headers)
-        .header(header::CONTENT_TYPE.as_str(), "application/json");
-    if !headers.contains_key(header::ACCEPT) {
-        request = request.header(
-            header::ACCEPT.as_str(),
-            "application/json, text/event-stream",
-        );
-    }
-    let request = request.body(member.frame().to_bytes());
+    let Some(uri) = uri else {
+        let ids = tracker.open_ids();
+        tracker.unreachable();
+        let why = format!("the URL of [mcp.{server}] is not a valid URL");
+        let _ = reply.send(upstream_failed(ids, Vec::new(), &why));
+        return;
+    };
+    let request = upstream_request(
+        Method::POST,
+        uri,
+        &headers,
+        "application/json, text/event-stream",
+        Some("application/json"),
+        member.frame().to_bytes().into(),
+    );
     let mut task = Detached {
         cut: state.governor.cut(&caller),
         reply: Some(reply),
         deadline: None,
         cut_wait: state.governor.cut_outcome_wait(),
     };
-    let response = match task.wait(&mut tracker, request.send()).await {
+    let response = match task.wait(&mut tracker, state.client.send(request)).await {
         None => return tracker.cut(&task.too_late()),
         Some(Ok(response)) => response,
         Some(Err(error)) => {
@@ -272,9 +292,9 @@ async fn drive_http<U: reqwest::IntoUrl>(
             return task.answer(upstream_failed(ids, Vec::new(), &error.to_string()));
         }
     };
-    let status =
-        StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let returned = returned_headers(response.headers());
+    let (parts, body) = response.into_parts();
+    let status = parts.status;
+    let returned = returned_headers(&parts.headers);
     if initialize && status.is_success() {
         state.sessions.bind(&server, &returned, &caller);
     }
@@ -282,7 +302,7 @@ async fn drive_http<U: reqwest::IntoUrl>(
         match (task.reply.take(), task.deadline) {
             (Some(reply), _) => {
                 let stream = pump::spawn(
-                    response.bytes_stream(),
+                    body_stream(body),
                     Pump {
                         tracker,
                         cut: task.cut,
@@ -293,7 +313,7 @@ async fn drive_http<U: reqwest::IntoUrl>(
                 let _ = reply.send((status, returned, stream_body(stream)).into_response());
             }
             (None, deadline) => pump::drain(
-                response.bytes_stream(),
+                body_stream(body),
                 tracker,
                 task.cut_wait,
                 deadline.unwrap_or_else(|| Instant::now() + task.cut_wait),
@@ -301,7 +321,7 @@ async fn drive_http<U: reqwest::IntoUrl>(
         }
         return;
     }
-    let bytes = match task.wait(&mut tracker, response.bytes()).await {
+    let bytes = match task.wait(&mut tracker, body_bytes(body)).await {
         None => return tracker.cut(&task.too_late()),
         Some(Ok(bytes)) => bytes,
         Some(Err(error)) => {
@@ -326,11 +346,19 @@ pub(crate) async fn get_http(
     url: &str,
     headers: &HeaderMap,
 ) -> Response {
-    let mut request = forward_headers(state.client.get(url), headers);
-    if !headers.contains_key(header::ACCEPT) {
-        request = request.header(header::ACCEPT.as_str(), "text/event-stream");
-    }
-    match request.send().await {
+    let uri = match url.parse::<Uri>() {
+        Ok(uri) => uri,
+        Err(error) => return upstream_failed([], Vec::new(), &error.to_string()),
+    };
+    let request = upstream_request(
+        Method::GET,
+        uri,
+        headers,
+        "text/event-stream",
+        None,
+        Bytes::new(),
+    );
+    match state.client.send(request).await {
         Ok(response) => {
             let tracker = Tracker::new(state.catalog.clone(), "");
             answer(state, caller, tracker, response).await
@@ -341,16 +369,17 @@ pub(crate) async fn get_http(
 
 /// End the upstream session.
 pub(crate) async fn delete_http(state: &Arc<McpState>, url: &str, headers: &HeaderMap) -> Response {
-    match forward_headers(state.client.delete(url), headers)
-        .send()
-        .await
-    {
+    let uri = match url.parse::<Uri>() {
+        Ok(uri) => uri,
+        Err(error) => return upstream_failed([], Vec::new(), &error.to_string()),
+    };
+    let request = upstream_request(Method::DELETE, uri, headers, "*/*", None, Bytes::new());
+    match state.client.send(request).await {
         Ok(response) => {
-            let status =
-                StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-            let returned = returned_headers(response.headers());
-            let body = response.bytes().await.unwrap_or_default();
-            (status, returned, body).into_response()
+            let (parts, body) = response.into_parts();
+            let returned = returned_headers(&parts.headers);
+            let body = body_bytes(body).await.unwrap_or_default();
+            (parts.status, returned, body).into_response()
         }
         Err(error) => upstream_failed([], Vec::new(), &error.to_string()),
     }

@@ -238,13 +238,63 @@ impl Incoming {
 
     /// The canonical bytes of this frame (what is forwarded).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let value = match self {
-            Incoming::Single(message) => message.to_value(),
-            Incoming::Batch(messages) => {
-                Value::Array(messages.iter().map(Message::to_value).collect())
+        match self {
+            Incoming::Single(message) => message.to_bytes(),
+            Incoming::Batch(messages) => to_json(messages),
+        }
+    }
+}
+
+impl Message {
+    /// The canonical bytes of this message alone: the bytes of [`Message::to_value`], written
+    /// straight from the message (no copy of its params or result, no intermediate tree).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        to_json(self)
+    }
+}
+
+fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    // Keys are strings and every value is a `serde_json::Value`: this cannot fail.
+    serde_json::to_vec(value).expect("a JSON-RPC message always serializes")
+}
+
+/// Writes exactly what [`Message::to_value`] serializes to: its members in the sorted order of
+/// a `serde_json::Map`, which is how the canonical value has always printed (checked by
+/// `direct_bytes_are_the_canonical_value` below).
+impl serde::Serialize for Message {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        match self {
+            Message::Request { id, method, params } => {
+                map.serialize_entry("id", id)?;
+                map.serialize_entry("jsonrpc", "2.0")?;
+                map.serialize_entry("method", method)?;
+                if let Some(params) = params {
+                    map.serialize_entry("params", params)?;
+                }
             }
-        };
-        serde_json::to_vec(&value).expect("a JSON value always serializes")
+            Message::Notification { method, params } => {
+                map.serialize_entry("jsonrpc", "2.0")?;
+                map.serialize_entry("method", method)?;
+                if let Some(params) = params {
+                    map.serialize_entry("params", params)?;
+                }
+            }
+            Message::Response { id, outcome } => match outcome {
+                Ok(result) => {
+                    map.serialize_entry("id", id)?;
+                    map.serialize_entry("jsonrpc", "2.0")?;
+                    map.serialize_entry("result", result)?;
+                }
+                Err(error) => {
+                    map.serialize_entry("error", error)?;
+                    map.serialize_entry("id", id)?;
+                    map.serialize_entry("jsonrpc", "2.0")?;
+                }
+            },
+        }
+        map.end()
     }
 }
 
@@ -282,6 +332,33 @@ mod tests {
                 r#"[{"id":"a","jsonrpc":"2.0","result":{}},{"error":{"code":-1,"message":"m"},"id":null,"jsonrpc":"2.0"}]"#,
             ),
         );
+    }
+
+    #[test]
+    fn direct_bytes_are_the_canonical_value() {
+        let frames = [
+            r#"{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"name":"echo","arguments":{"z":[1,{"b":2,"a":"\u00e9\n"}]}}}"#,
+            r#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#,
+            r#"{"method":"notifications/progress","jsonrpc":"2.0","params":[1,2]}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}],"isError":false}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"m","data":{"code":"c"}}}"#,
+            r#"[{"jsonrpc":"2.0","id":"a","result":{}},{"jsonrpc":"2.0","id":2,"method":"m"}]"#,
+        ];
+        for input in frames {
+            let frame = parse(input.as_bytes()).unwrap();
+            let canonical = match &frame {
+                Incoming::Single(message) => message.to_value(),
+                Incoming::Batch(messages) => {
+                    Value::Array(messages.iter().map(Message::to_value).collect())
+                }
+            };
+            assert_eq!(
+                String::from_utf8(frame.to_bytes()).unwrap(),
+                serde_json::to_string(&canonical).unwrap(),
+                "{input}"
+            );
+        }
     }
 
     #[test]

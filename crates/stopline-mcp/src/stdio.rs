@@ -220,7 +220,7 @@ async fn handle(
         let Upstream::Running { stdin, .. } = &mut *upstream else {
             return;
         };
-        let mut line = member.frame().to_bytes();
+        let mut line = member.message.to_bytes();
         line.push(b'\n');
         proxy.tracker().track(member.take_pending());
         if let Err(error) = stdin.write_all(&line).await.and(stdin.flush().await) {

@@ -268,7 +268,7 @@ async fn drive_http(
         &headers,
         "application/json, text/event-stream",
         Some("application/json"),
-        member.frame().to_bytes().into(),
+        member.message.to_bytes().into(),
     );
     let mut task = Detached {
         cut: state.governor.cut(&caller),

@@ -46,6 +46,28 @@ pub fn dependencies(package: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The workspace packages with a direct (normal) dependency on any of `deps`.
+pub fn dependents_of(deps: &[&str]) -> Vec<String> {
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata");
+    assert!(out.status.success(), "cargo metadata failed");
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["dependencies"].as_array().into_iter().flatten().any(|d| {
+                d["kind"].is_null() && d["name"].as_str().is_some_and(|n| deps.contains(&n))
+            })
+        })
+        .filter_map(|p| p["name"].as_str().map(String::from))
+        .collect()
+}
+
 /// Rust source files under `dir` (excluding `tests/` and `benches/`).
 pub fn sources(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -200,6 +222,43 @@ pub fn check() -> Vec<String> {
                     ));
                 }
             }
+        }
+    }
+
+    // Only the store watches the control directory (`Store::watch`): inotify (or `notify`)
+    // anywhere else is a watch of its own. The supervisor's is on `cgroup.events` files under
+    // the cgroup2 mount, never on the control directory.
+    let allowed_watchers = [
+        "crates/stopline-store/",
+        "crates/stopline-supervisor/src/events.rs",
+    ];
+    for file in sources(&root.join("crates")) {
+        let rel = file
+            .strip_prefix(&root)
+            .unwrap_or(&file)
+            .to_string_lossy()
+            .replace("/../", "/");
+        if allowed_watchers
+            .iter()
+            .any(|prefix| rel.starts_with(prefix))
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        if let Some(forbidden) = ["inotify::", "notify::"]
+            .into_iter()
+            .find(|forbidden| text.contains(forbidden))
+        {
+            problems.push(format!(
+                "{rel}: watches files itself ({forbidden}); the control directory is watched through Store::watch"
+            ));
+        }
+    }
+    for package in dependents_of(&["inotify", "notify"]) {
+        if !matches!(package.as_str(), "stopline-store" | "stopline-supervisor") {
+            problems.push(format!(
+                "{package} depends on a file watcher; only stopline-store watches the control directory (Store::watch)"
+            ));
         }
     }
 

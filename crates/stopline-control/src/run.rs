@@ -237,11 +237,10 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
 /// The reaction loop: wake on inotify or every [`TICK`], re-read the order on every change and
 /// at least every [`SWEEP_INTERVAL`], until the agent has exited or been observed quiescent.
 fn react(ctx: &Context, supervision: &mut Supervision) -> Progress {
-    let layout = ctx.store.layout();
     if let Err(error) = ctx.store.ensure_home() {
         tracing::warn!(%error, "the control directory cannot be created whole; relying on sweeps");
     }
-    let wakers = wake::Wakers::spawn(vec![layout.latches(), layout.home().to_path_buf()]);
+    let wakers = wake::Wakers::spawn(ctx.store.clone());
     let mut last_sweep: Option<Instant> = None;
     loop {
         let due = last_sweep.is_none_or(|at| at.elapsed() >= SWEEP_INTERVAL);

@@ -1,47 +1,22 @@
-//! What keeps the view fresh: an inotify thread and a periodic full reload thread.
+//! What keeps the view fresh: a thread on the store's watch of the control directory
+//! (`Store::watch`, inotify) and a periodic full reload thread.
 //!
-//! inotify watches directories, not files: the control directory (for `epoch.json`,
-//! `state.json`, the WAL and the `latches/` entry itself) and `latches/`. Any relevant event
-//! triggers a fast refresh; a new entry in `latches/` is first added to the view on its own
-//! (latches first, see `view.rs`). A queue overflow, a lost watch or any read error triggers a full
-//! refresh and a note in status; if the watch cannot be kept at all, the thread ends and the
-//! gateway degrades to the periodic reload, saying so. The periodic thread does a full refresh
+//! Any change the watch reports triggers a fast refresh; a new entry in `latches/` is first
+//! added to the view on its own (latches first, see `view.rs`). A queue overflow or a lost
+//! watch on `latches/` triggers a full refresh and a note in status; if the watch cannot be
+//! kept at all (the home went away, a read error), the thread ends and the gateway degrades to
+//! the periodic reload, saying so. The periodic thread does a full refresh
 //! every `reload_interval_ms` (which reads each operation journal's open-set snapshot and what
 //! follows it, never the history) and, at start and every minute, rewrites the snapshots of
 //! journals that grew and archives the journals of writers that are gone (`ops_archive.rs`). Both are OS threads so request load cannot starve them.
 
 use crate::feed::ViewFeed;
-use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
-use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use stopline_store::Store;
+use stopline_store::{Store, WatchError};
 
-/// Names in the control directory whose change can change the view.
-fn relevant(name: Option<&OsStr>) -> bool {
-    match name.and_then(OsStr::to_str) {
-        None => true,
-        Some(name) => matches!(
-            name,
-            "latches" | "epoch.json" | "state.json" | "breakglass.wal.jsonl" | "breakglass.cleared"
-        ),
-    }
-}
-
-fn mask() -> WatchMask {
-    WatchMask::CREATE
-        | WatchMask::DELETE
-        | WatchMask::MODIFY
-        | WatchMask::CLOSE_WRITE
-        | WatchMask::MOVED_TO
-        | WatchMask::MOVED_FROM
-        | WatchMask::ATTRIB
-        | WatchMask::DELETE_SELF
-        | WatchMask::MOVE_SELF
-}
-
-/// Start the inotify thread. It ends when `stop` is set (checked after each batch of events).
+/// Start the watch thread. It ends when `stop` is set (checked after each batch of events).
 pub fn spawn_watcher(store: Store, view: Arc<dyn ViewFeed>, stop: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new()
         .name("stopline-view-watch".into())
@@ -61,81 +36,25 @@ pub fn spawn_watcher(store: Store, view: Arc<dyn ViewFeed>, stop: Arc<AtomicBool
     }
 }
 
-fn watch_loop(store: &Store, view: &dyn ViewFeed, stop: &AtomicBool) -> std::io::Result<()> {
-    let layout = store.layout().clone();
-    let mut inotify = Inotify::init()?;
-    let home_wd = inotify.watches().add(layout.home(), mask())?;
-    let add_latches = |inotify: &mut Inotify, view: &dyn ViewFeed| -> Option<WatchDescriptor> {
-        match inotify.watches().add(layout.latches(), mask()) {
-            Ok(wd) => Some(wd),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
-            Err(error) => {
-                view.note(format!("cannot watch latches/: {error}"), true);
-                None
-            }
-        }
-    };
-    let mut latches_wd: Option<WatchDescriptor> = add_latches(&mut inotify, view);
-    // Anything that happened before the watches existed is caught by this read.
+fn watch_loop(store: &Store, view: &dyn ViewFeed, stop: &AtomicBool) -> Result<(), WatchError> {
+    let mut watch = store.watch()?;
+    // Anything that happened before the watch existed is caught by this read.
     view.refresh_full();
-    let mut buffer = vec![0u8; 64 * 1024];
     while !stop.load(Ordering::SeqCst) {
-        let events = inotify.read_events_blocking(&mut buffer)?;
-        let mut refresh = false;
-        let mut appeared = false;
-        let mut full = false;
-        let mut rewatch = false;
-        for event in events {
-            if event.mask.contains(EventMask::Q_OVERFLOW) {
-                view.note("inotify queue overflowed; full reload".into(), false);
-                full = true;
-                continue;
-            }
-            if event.wd == home_wd {
-                if event
-                    .mask
-                    .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)
-                {
-                    return Err(std::io::Error::other(
-                        "the control directory itself went away",
-                    ));
-                }
-                if event.name == Some(OsStr::new("latches")) {
-                    rewatch = true;
-                }
-                refresh |= relevant(event.name);
-            } else if Some(&event.wd) == latches_wd.as_ref() {
-                if event
-                    .mask
-                    .intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF)
-                {
-                    latches_wd = None;
-                    rewatch = true;
-                    full = true;
-                    view.note(
-                        "the watch on latches/ was lost; re-watching and reloading".into(),
-                        false,
-                    );
-                }
-                appeared |= event
-                    .mask
-                    .intersects(EventMask::CREATE | EventMask::MOVED_TO);
-                refresh = true;
-            }
+        let changes = watch.wait(None)?;
+        for note in &changes.notes {
+            view.note(note.to_string(), note.degrades());
         }
-        if rewatch && latches_wd.is_none() {
-            latches_wd = add_latches(&mut inotify, view);
-        }
-        if appeared {
+        if changes.appeared {
             // A new entry: into the view at once, before the locked read below.
             view.add_appeared_latches();
             // A test seam (`hold_if:` keeps this thread from its locked read); no action of
             // it means anything here.
             stopline_store::failpoint::hit("gateway.watch.appeared").ok();
         }
-        if full {
+        if changes.missed {
             view.refresh_full();
-        } else if refresh {
+        } else if changes.changed {
             view.refresh_fast();
         }
     }

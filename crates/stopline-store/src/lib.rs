@@ -37,11 +37,13 @@ pub mod spend;
 pub mod state;
 pub mod view;
 pub mod wal_checkpoint;
+pub mod watch;
 
 pub use engage::{EngageOutcome, EngageRequest};
 pub use error::StoreError;
 pub use layout::Layout;
 pub use plane::{ControlPlane, PlaneAcks, PlaneGateway};
+pub use watch::{ControlChanges, ControlWatch, WatchError, WatchNote};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -34,7 +34,6 @@ pub mod spawn;
 pub mod status;
 pub mod uid;
 pub mod user;
-pub mod watch;
 pub mod worker;
 
 pub use bench::{bench_kill, BenchError, KillBench};
@@ -50,5 +49,4 @@ pub use spawn::{command, spawn, CommandSpec, SpawnError, SpawnOptions, Spawned, 
 pub use status::{Enforcement, EnforcementAction, StopPhase, WorkerState, WorkerStatus};
 pub use uid::{UidError, UidLease, UidRange};
 pub use user::{UserError, UserIdentity};
-pub use watch::{DirWatcher, WatchError, WatchEvent};
 pub use worker::{Containment, Worker, WorkerError, WorkerSpec};

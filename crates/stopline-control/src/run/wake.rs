@@ -1,18 +1,18 @@
-//! What wakes a supervisor's reaction loop: inotify on `latches/` (a new latch is a stop order)
-//! and on the control directory itself (epoch and state changes), each on its own thread feeding
-//! one channel.
+//! What wakes a supervisor's reaction loop: the store's watch of the control directory
+//! (`Store::watch`: a new latch in `latches/` is a stop order; epoch, state and WAL changes in the
+//! home), on its own thread feeding one channel.
 //!
 //! A watch that is lost or cannot be made is re-created in a loop and reported as
-//! [`Wake::Degraded`]; the caller's periodic sweep keeps enforcing meanwhile, so silence is never
-//! read as "nothing changed". The threads end when the [`Wakers`] handle is dropped. This module
-//! never reads a latch: it only says that something may have changed.
+//! [`Wake::Degraded`], as is anything the watch notes about itself (events missed, `latches/`
+//! lost); the caller's periodic sweep keeps enforcing meanwhile, so silence is never read as
+//! "nothing changed". The thread ends when the [`Wakers`] handle is dropped. This module never
+//! reads a latch: it only says that something may have changed.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
-use stopline_supervisor::{DirWatcher, WatchEvent};
+use stopline_store::Store;
 
 /// How long a watcher thread waits before checking whether it should end.
 const WATCH_TICK: Duration = Duration::from_millis(200);
@@ -26,25 +26,23 @@ pub enum Wake {
     Degraded(String),
 }
 
-/// The watcher threads of one loop.
+/// The watcher thread of one loop.
 pub struct Wakers {
     receiver: Receiver<Wake>,
     stop: Arc<AtomicBool>,
 }
 
 impl Wakers {
-    /// Watch each of `dirs` on its own thread.
-    pub fn spawn(dirs: Vec<PathBuf>) -> Wakers {
+    /// Watch `store`'s control directory on a thread of its own.
+    pub fn spawn(store: Store) -> Wakers {
         let (sender, receiver) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        for dir in dirs {
-            let (sender, stop) = (sender.clone(), Arc::clone(&stop));
-            let spawned = std::thread::Builder::new()
-                .name("stopline-run-watch".into())
-                .spawn(move || watch(dir, sender, stop));
-            if let Err(error) = spawned {
-                tracing::error!(%error, "cannot start a watcher thread; sweeping only");
-            }
+        let thread_stop = Arc::clone(&stop);
+        let spawned = std::thread::Builder::new()
+            .name("stopline-run-watch".into())
+            .spawn(move || watch(store, sender, thread_stop));
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start a watcher thread; sweeping only");
         }
         Wakers { receiver, stop }
     }
@@ -72,10 +70,10 @@ impl Drop for Wakers {
     }
 }
 
-fn watch(dir: PathBuf, sender: Sender<Wake>, stop: Arc<AtomicBool>) {
+fn watch(store: Store, sender: Sender<Wake>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
-        let mut watcher = match DirWatcher::new(&dir) {
-            Ok(watcher) => watcher,
+        let mut watch = match store.watch() {
+            Ok(watch) => watch,
             Err(error) => {
                 if sender.send(Wake::Degraded(error.to_string())).is_err() {
                     return;
@@ -89,20 +87,25 @@ fn watch(dir: PathBuf, sender: Sender<Wake>, stop: Arc<AtomicBool>) {
             return;
         }
         while !stop.load(Ordering::SeqCst) {
-            let wake = match watcher.wait(WATCH_TICK) {
-                Ok(WatchEvent::Timeout) => continue,
-                Ok(WatchEvent::Changed(_)) => Wake::Changed,
-                Ok(WatchEvent::Lost) => {
-                    Wake::Degraded(format!("the watch on {} was lost", dir.display()))
+            let changes = match watch.wait(Some(WATCH_TICK)) {
+                Ok(changes) => changes,
+                Err(error) => {
+                    let _ = sender.send(Wake::Degraded(error.to_string()));
+                    break;
                 }
-                Err(error) => Wake::Degraded(error.to_string()),
             };
-            let degraded = matches!(wake, Wake::Degraded(_));
-            if sender.send(wake).is_err() {
-                return;
+            let mut wakes: Vec<Wake> = changes
+                .notes
+                .iter()
+                .map(|note| Wake::Degraded(note.to_string()))
+                .collect();
+            if wakes.is_empty() && changes.any() {
+                wakes.push(Wake::Changed);
             }
-            if degraded {
-                break;
+            for wake in wakes {
+                if sender.send(wake).is_err() {
+                    return;
+                }
             }
         }
     }

@@ -1,0 +1,117 @@
+//! `Store::watch`, the one watcher of the control directory, against a real home: a stop wakes
+//! it (a new latch as `appeared`), the store's own reads never do, a lost `latches/` is noted and
+//! watched again once it is back, and a home that goes away ends the watch.
+
+use std::time::{Duration, Instant};
+use stopline_core::latch::LatchSession;
+use stopline_core::{Level, Name, Scope};
+use stopline_store::{ControlChanges, EngageRequest, Store, WatchError, WatchNote};
+
+fn halt(store: &Store, agent: &str) -> Scope {
+    let scope = Scope::Agent(Name::parse(agent).unwrap());
+    store
+        .engage(&EngageRequest {
+            scope: scope.clone(),
+            level: Level::HaltAll,
+            by: "monitor".into(),
+            reason: "watch test".into(),
+            session: LatchSession {
+                bound: None,
+                tier: "console".into(),
+            },
+        })
+        .unwrap();
+    scope
+}
+
+/// Everything reported within `within` (waits until something arrives, then drains briefly).
+fn collect(watch: &mut stopline_store::ControlWatch, within: Duration) -> ControlChanges {
+    let deadline = Instant::now() + within;
+    let mut all = ControlChanges::default();
+    while Instant::now() < deadline {
+        let changes = watch.wait(Some(Duration::from_millis(50))).unwrap();
+        let quiet = !changes.any();
+        all.changed |= changes.changed;
+        all.appeared |= changes.appeared;
+        all.missed |= changes.missed;
+        all.notes.extend(changes.notes);
+        if all.any() && quiet {
+            break;
+        }
+    }
+    all
+}
+
+#[test]
+fn a_stop_wakes_the_watch_and_the_stores_own_reads_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("home"));
+    store.ensure_home().unwrap();
+    let mut watch = store.watch().unwrap();
+    assert_eq!(
+        watch.wait(Some(Duration::from_millis(20))).unwrap(),
+        ControlChanges::default(),
+        "nothing happened yet"
+    );
+
+    // Reads take the WAL's lock and open every record: none of it is a change.
+    for _ in 0..3 {
+        let view = store.load_view();
+        assert!(view.faults.is_empty(), "{:?}", view.faults);
+    }
+    let quiet = collect(&mut watch, Duration::from_millis(300));
+    assert!(
+        !quiet.any(),
+        "the store's own reads woke the watch: {quiet:?}"
+    );
+
+    let scope = halt(&store, "stopped");
+    let stop = collect(&mut watch, Duration::from_secs(5));
+    assert!(stop.changed && stop.appeared, "{stop:?}");
+    assert!(!stop.missed && stop.notes.is_empty(), "{stop:?}");
+
+    store.disengage(&scope, "watch test", "monitor").unwrap();
+    let lifted = collect(&mut watch, Duration::from_secs(5));
+    assert!(lifted.changed, "a recovery changes the view: {lifted:?}");
+}
+
+#[test]
+fn a_lost_latches_dir_is_noted_and_watched_again_and_a_gone_home_ends_the_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let store = Store::open(&home);
+    store.ensure_home().unwrap();
+    let mut watch = store.watch().unwrap();
+
+    let latches = store.layout().latches();
+    std::fs::remove_dir(&latches).unwrap();
+    let lost = collect(&mut watch, Duration::from_secs(5));
+    assert!(lost.missed, "{lost:?}");
+    assert!(lost.notes.contains(&WatchNote::LatchesLost), "{lost:?}");
+    assert!(lost.notes.iter().all(|n| !n.degrades()), "{lost:?}");
+
+    // `ensure_home` brings `latches/` back; a latch in it is seen by the re-made watch.
+    store.ensure_home().unwrap();
+    let _ = collect(&mut watch, Duration::from_millis(300));
+    halt(&store, "after");
+    let seen = collect(&mut watch, Duration::from_secs(5));
+    assert!(
+        seen.appeared,
+        "the re-made watch saw the new latch: {seen:?}"
+    );
+
+    let moved = dir.path().join("moved");
+    std::fs::rename(&home, &moved).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match watch.wait(Some(Duration::from_millis(50))) {
+            Err(WatchError::HomeGone) => break,
+            Err(other) => panic!("expected HomeGone, got {other}"),
+            Ok(_) => assert!(Instant::now() < deadline, "the watch outlived its home"),
+        }
+    }
+    assert!(
+        Store::open(&home).watch().is_err(),
+        "a missing home cannot be watched"
+    );
+}

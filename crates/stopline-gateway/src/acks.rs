@@ -79,6 +79,17 @@ impl AckServer {
 
     /// Acknowledge `latch` by `deadline`, or say why not.
     pub fn acknowledge(&self, latch: &str, deadline: Instant) -> Value {
+        let started = Instant::now();
+        let answer = self.acknowledge_by(latch, deadline);
+        let latency_ms = crate::logs::ms_since(started);
+        match answer.get("why").and_then(Value::as_str) {
+            None => tracing::info!(latch, latency_ms, "latch acknowledged"),
+            Some(why) => tracing::warn!(latch, latency_ms, "latch not acknowledged: {why}"),
+        }
+        answer
+    }
+
+    fn acknowledge_by(&self, latch: &str, deadline: Instant) -> Value {
         let id = self.registry.record().id;
         // A read started after the request, even when the watcher has put the latch in the
         // view already (latches first): that addition holds the latch but not the epoch advance

@@ -83,14 +83,18 @@ impl Governor {
     ) -> Result<Admission, Refusal> {
         let Some(config) = self.mcp_server(server) else {
             self.note_refused_egress(caller, &format!("unknown MCP server {server}"));
-            return Err(self.refused(Refusal::new(
-                RefusalCode::EgressRefused,
-                format!("no MCP server {server:?} is configured"),
-            )));
+            return Err(self.refused_at_once(
+                caller,
+                &format!("mcp:{server}:{tool}"),
+                Refusal::new(
+                    RefusalCode::EgressRefused,
+                    format!("no MCP server {server:?} is configured"),
+                ),
+            ));
         };
         if let Err(refusal) = allowed_tool(config.allowed_tools.as_deref(), server, tool) {
             self.note_unauthorized(caller, &format!("tool_not_allowed mcp:{server}:{tool}"));
-            return Err(self.refused(refusal));
+            return Err(self.refused_at_once(caller, &format!("mcp:{server}:{tool}"), refusal));
         }
         let critical = config.critical_tools.iter().any(|t| t == tool);
         // `readOnlyHint` is an untrusted hint (MCP): it spares the operation record only for a
@@ -119,10 +123,14 @@ impl Governor {
     ) -> Result<Admission, Refusal> {
         if self.mcp_server(server).is_none() {
             self.note_refused_egress(caller, &format!("unknown MCP server {server} ({method})"));
-            return Err(self.refused(Refusal::new(
-                RefusalCode::EgressRefused,
-                format!("no MCP server {server:?} is configured"),
-            )));
+            return Err(self.refused_at_once(
+                caller,
+                &format!("mcp:{server}"),
+                Refusal::new(
+                    RefusalCode::EgressRefused,
+                    format!("no MCP server {server:?} is configured"),
+                ),
+            ));
         }
         let class = if method == "ping" || method.starts_with("notifications/") {
             TaskClass::Critical
@@ -142,8 +150,29 @@ impl Governor {
         self.admit(caller, plan).await
     }
 
+    /// A refusal decided before any plan (an unknown server, a tool not allowed), logged.
+    fn refused_at_once(&self, caller: &Caller, target: &str, refusal: Refusal) -> Refusal {
+        crate::logs::refused(caller.agent(), Some(target), &refusal, Instant::now());
+        self.refused(refusal)
+    }
+
+    /// Admit `plan` for `caller`; every refusal is logged (`crate::logs`).
     pub(crate) async fn admit(&self, caller: &Caller, plan: Plan) -> Result<Admission, Refusal> {
         let started = Instant::now();
+        let target = plan.target.clone();
+        let admitted = self.admit_plan(caller, plan, started).await;
+        if let Err(refusal) = &admitted {
+            crate::logs::refused(caller.agent(), target.as_deref(), refusal, started);
+        }
+        admitted
+    }
+
+    async fn admit_plan(
+        &self,
+        caller: &Caller,
+        plan: Plan,
+        started: Instant,
+    ) -> Result<Admission, Refusal> {
         let snapshot = self.snapshot();
         if let Some(refusal) = self.agent_breaker_refusal(caller, &snapshot) {
             return Err(self.refused(refusal));
@@ -241,6 +270,8 @@ impl Governor {
             gov: self.clone(),
             changes: self.subscribe_view(),
             caller: caller.clone(),
+            route: crate::logs::route(),
+            since: Instant::now(),
         }
     }
 }
@@ -537,6 +568,9 @@ pub struct CutWatch {
     gov: Governor,
     changes: tokio::sync::watch::Receiver<u64>,
     caller: Caller,
+    /// The route of the request it watches, and since when (for the cut's log event).
+    route: std::sync::Arc<str>,
+    since: Instant,
 }
 
 impl CutWatch {
@@ -558,6 +592,7 @@ impl CutWatch {
     pub async fn cut(&mut self) -> Refusal {
         loop {
             if let Some(refusal) = self.check() {
+                crate::logs::cut(self.caller.agent(), &self.route, &refusal, self.since);
                 return refusal;
             }
             if self.changes.changed().await.is_err() {

@@ -28,6 +28,8 @@ pub struct TripOrder {
     pub threshold: f64,
     /// The observed value.
     pub observed: f64,
+    /// The route of the request that tripped it (for the log).
+    pub route: std::sync::Arc<str>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -105,6 +107,7 @@ impl AgentBreakers {
             trigger: trigger.to_string(),
             threshold,
             observed,
+            route: crate::logs::route(),
         })
     }
 

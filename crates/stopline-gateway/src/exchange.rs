@@ -151,7 +151,7 @@ struct Task {
 impl Task {
     /// Answer the agent with `refusal` now; the exchange goes on until the cut deadline.
     async fn answer_cut(&mut self, refusal: Refusal) {
-        tracing::warn!(code = %refusal.code, "answering a model call at once: {}", refusal.message);
+        tracing::debug!(code = %refusal.code, "answering a model call at once: {}", refusal.message);
         self.cut_deadline = Some(Instant::now() + self.cut_wait);
         match std::mem::replace(&mut self.client, Client::Gone) {
             Client::Waiting(head) => {

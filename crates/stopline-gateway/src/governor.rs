@@ -121,6 +121,7 @@ impl Governor {
         let result = self.inner.auth.authenticate(bearer, self.now_s());
         if let Err(refusal) = &result {
             self.inner.metrics.decision("block", Some(refusal.code));
+            crate::logs::unauthenticated(refusal);
         }
         result
     }

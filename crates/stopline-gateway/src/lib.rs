@@ -25,6 +25,7 @@ mod governor;
 pub mod history;
 pub mod inflight;
 mod listener;
+pub mod logs;
 pub mod metrics;
 pub mod model;
 mod page;

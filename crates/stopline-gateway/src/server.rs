@@ -178,6 +178,8 @@ pub async fn start_with(
     if let Some(mount) = options.mount {
         router = router.merge(mount(gov.clone()));
     }
+    // Every request's path is the `route` of what it logs (`crate::logs`).
+    let router = router.layer(axum::middleware::from_fn(crate::logs::with_route));
     let (tx, rx) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         crate::listener::serve(http, router, async move {
@@ -234,7 +236,8 @@ pub fn serve_with(
         .build()?;
     runtime.block_on(async move {
         let gateway = start_with(options, distributed).await?;
-        eprintln!("stopline gateway listening on http://{}", gateway.addr);
+        // Through the log, so `--log-format json` keeps stderr one JSON object a line.
+        tracing::info!(url = %format!("http://{}", gateway.addr), "stopline gateway serving");
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}

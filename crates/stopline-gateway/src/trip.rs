@@ -102,7 +102,7 @@ impl Tripper {
             self.view.refresh_fast();
         }
         let kind = order.kind.as_str();
-        tracing::warn!(agent = %order.agent, kind, latch, trigger = %order.trigger, "ALERT: breaker tripped");
+        tracing::warn!(agent = %order.agent, route = %order.route, kind, latch, trigger = %order.trigger, "ALERT: breaker tripped");
         self.alert(&tripped.record.to_json());
     }
 

@@ -255,6 +255,18 @@ impl ViewHolder {
         } else {
             previous.generation + 1
         };
+        let was_loaded = self.loaded.load(Ordering::SeqCst);
+        if !same && (was_loaded || !view.faults.is_empty()) && previous.view.faults != view.faults {
+            match view.faults.first() {
+                Some(fault) => tracing::error!(
+                    code = %fault.code,
+                    faults = view.faults.len(),
+                    "control state fault: every gate is closed: {}",
+                    fault.message
+                ),
+                None => tracing::info!("control state readable again"),
+            }
+        }
         let snapshot = Arc::new(Snapshot::new(view, generation, now));
         self.current.store(snapshot.clone());
         self.loaded.store(true, Ordering::SeqCst);

@@ -98,6 +98,9 @@ fn spawn(
         .stdout
         .take()
         .ok_or_else(|| std::io::Error::other("no stdout"))?;
+    if let Some(stderr) = child.stderr.take() {
+        relay_stderr(server.to_string(), stderr);
+    }
     Ok(Spawned {
         id,
         child,
@@ -130,6 +133,17 @@ pub(crate) struct Start<'a> {
     pub(crate) config: &'a stopline_gateway::config::McpServerConfig,
     pub(crate) governor: Arc<dyn crate::governor::Governor>,
     pub(crate) caller: crate::governor::Caller,
+}
+
+/// Relay a tool server's stderr into the gateway's log, one event a line, each prefixed with
+/// the server's name (and carrying it as `server`), until the server closes it.
+fn relay_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::info!(target: "tool_server", server = %server, "[{server}] {line}");
+        }
+    });
 }
 
 /// Make `spawned` the server of the session `key` (`<server>\0<spawned.id>`).

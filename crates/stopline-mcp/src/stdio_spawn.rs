@@ -136,7 +136,8 @@ pub fn prepare(
     spec.user = user;
     spec.stdin = StdioMode::Piped;
     spec.stdout = StdioMode::Piped;
-    spec.stderr = StdioMode::Inherit;
+    // Relayed line by line into the gateway's log, each prefixed with the server's name.
+    spec.stderr = StdioMode::Piped;
     spec.confinement = Confinement {
         new_session: true,
         no_new_privs: true,

@@ -162,6 +162,10 @@ pub enum Command {
         /// The configuration file (default `<home>/config.toml`).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// The log's format on stderr: `text` for people, `json` one object a line. What is
+        /// logged: `STOPLINE_LOG`, else `RUST_LOG` (default `info`).
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// Run an agent under a policy card, contained, and enforce every stop on it (SPEC §6).
     Run {
@@ -259,6 +263,15 @@ pub enum ShellArg {
     Zsh,
     /// fish (`~/.config/fish/completions/stopline.fish`).
     Fish,
+}
+
+/// `serve --log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line an event.
+    Text,
+    /// One JSON object a line (timestamp, level, target, message and the event's fields).
+    Json,
 }
 
 /// `run --net`.

@@ -20,7 +20,7 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
         Command::Hook(HookCommand::ClaudeCode) => Ok(stopline_mcp::entry::hook_claude_code(
             ctx.store.layout().home(),
         )),
-        Command::Serve { listen, config } => {
+        Command::Serve { listen, config, .. } => {
             let options = stopline_gateway::ServeOptions {
                 home: ctx.store.layout().home().to_path_buf(),
                 config,

@@ -8,6 +8,7 @@ mod assurance;
 mod commands;
 mod conformance;
 mod gates;
+mod logs;
 mod manual;
 mod output;
 mod owner;
@@ -22,10 +23,7 @@ use stopline::cli;
 fn main() {
     quiet_on_closed_output();
     let args = cli::Cli::parse();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("STOPLINE_LOG"))
-        .with_writer(std::io::stderr)
-        .try_init();
+    logs::init(&args);
     let code = commands::run(args);
     std::process::exit(code);
 }

@@ -1,0 +1,77 @@
+//! What the gateway logs, through `tracing` (SPEC §5's operator view; docs/runbook.md "Logs").
+//!
+//! Every refusing admission decision, every stream cut, every breaker trip, acknowledgement and
+//! view fault is one event with the fields `agent`, `route` (the HTTP path the call came in
+//! on), `code` (the stopline refusal code) and `latency_ms` where they apply (a refusal also
+//! names the `operation` target, `mcp:<server>:<tool>` or `model:<model>`). The route is kept
+//! in a task-local for the request ([`with_route`], a middleware over the whole router), so the
+//! admission path names it without every handler passing it down. This module imports nothing
+//! else of the crate.
+
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+use std::sync::Arc;
+use std::time::Instant;
+use stopline_core::Refusal;
+
+tokio::task_local! {
+    static ROUTE: Arc<str>;
+}
+
+/// The route of the request being served on this task (`-` outside one: a detached exchange,
+/// a background thread).
+pub fn route() -> Arc<str> {
+    ROUTE
+        .try_with(Arc::clone)
+        .unwrap_or_else(|_| Arc::from("-"))
+}
+
+/// Middleware: serve the request with its path as [`route`].
+pub async fn with_route(request: Request, next: Next) -> Response {
+    let path: Arc<str> = Arc::from(request.uri().path());
+    ROUTE.scope(path, next.run(request)).await
+}
+
+/// Milliseconds since `started`, to the microsecond.
+pub fn ms_since(started: Instant) -> f64 {
+    (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
+/// A call refused at admission.
+pub fn refused(agent: &str, target: Option<&str>, refusal: &Refusal, started: Instant) {
+    tracing::info!(
+        agent = if agent.is_empty() { "-" } else { agent },
+        route = %route(),
+        operation = target.unwrap_or("-"),
+        code = %refusal.code,
+        latency_ms = ms_since(started),
+        "call refused: {}",
+        refusal.message
+    );
+}
+
+/// A caller refused before it is known (its token did not verify).
+pub fn unauthenticated(refusal: &Refusal) {
+    tracing::info!(
+        agent = "-",
+        route = %route(),
+        code = %refusal.code,
+        latency_ms = 0.0,
+        "caller refused: {}",
+        refusal.message
+    );
+}
+
+/// A call already admitted, answered at once by a stop (its exchange goes on detached);
+/// `latency_ms` is how long the call had run.
+pub fn cut(agent: &str, route: &str, refusal: &Refusal, since: Instant) {
+    tracing::warn!(
+        agent = if agent.is_empty() { "-" } else { agent },
+        route,
+        code = %refusal.code,
+        latency_ms = ms_since(since),
+        "stream cut: {}",
+        refusal.message
+    );
+}

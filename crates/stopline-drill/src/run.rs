@@ -56,7 +56,7 @@ fn runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {
 pub fn drill(options: &DrillOptions) -> Result<Observation, DrillError> {
     options.validate()?;
     let drill_id = hex::encode(rand::thread_rng().gen::<[u8; 4]>());
-    let servers = runtime("stopline-drill-srv")?;
+    let servers = stopline_gateway::server::runtime("stopline-drill-srv")?;
     let clients = runtime("stopline-drill-cli")?;
     let env = servers.block_on(async {
         match &options.mode {
@@ -94,7 +94,7 @@ pub fn drill(options: &DrillOptions) -> Result<Observation, DrillError> {
 /// gateway reaction in it.
 fn floor(options: &DrillOptions) -> Result<Floor, DrillError> {
     let drill_id = hex::encode(rand::thread_rng().gen::<[u8; 4]>());
-    let servers = runtime("stopline-drill-srv")?;
+    let servers = stopline_gateway::server::runtime("stopline-drill-srv")?;
     let clients = runtime("stopline-drill-cli")?;
     let env = servers.block_on(async {
         match &options.mode {

@@ -332,10 +332,8 @@ async fn rates(
 
 /// Run the benchmark with `iterations` calls per concurrency level (at least 64).
 pub fn gateway(iterations: usize, mount: Option<MountFn>) -> Result<Value, BenchError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(err)?;
+    // The runtime `serve` runs on: the bench measures its scheduler too.
+    let runtime = crate::server::runtime("stopline-bench").map_err(err)?;
     let home: PathBuf = std::env::temp_dir().join(format!(
         "stopline-bench-gw-{}-{}",
         std::process::id(),

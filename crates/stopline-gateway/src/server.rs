@@ -217,6 +217,29 @@ impl RunningGateway {
     }
 }
 
+/// How often a worker of the gateway's runtime takes a task woken from outside the runtime
+/// before the next one of its own queue: every other poll.
+///
+/// The stop reaches calls in flight from outside the runtime: the view watcher (an OS thread)
+/// wakes every call waiting on a view change — the cut of an exchange in flight, a call waiting
+/// for its `prepared` fsync —, and the journal's group-commit thread wakes the callers of each
+/// batch. Such wakeups go to the runtime's shared queue, which tokio's self-tuning reads about
+/// once per 200 µs per worker while the workers' own queues hold work, one task at a time: under
+/// load the cuts a stop of 300 callers wakes waited there for tens of milliseconds (issue 16's
+/// time to first rejection; BENCHMARKS.md). At 2 they are served within a few polls.
+pub const GLOBAL_QUEUE_INTERVAL: u32 = 2;
+
+/// The runtime a gateway runs on: `stopline serve`, and the in-process gateways of
+/// `stopline drill` and `stopline bench gateway`, so that they measure the scheduler `serve`
+/// runs.
+pub fn runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(name)
+        .global_queue_interval(GLOBAL_QUEUE_INTERVAL)
+        .build()
+}
+
 /// Run a gateway until SIGINT or SIGTERM (what `stopline serve` calls).
 pub fn serve(options: ServeOptions) -> Result<(), ServeError> {
     serve_with(options, None)
@@ -230,10 +253,7 @@ pub fn serve_with(
     if let Some(distributed) = &distributed {
         distributed.source.prime();
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("stopline-gw")
-        .build()?;
+    let runtime = runtime("stopline-gw")?;
     runtime.block_on(async move {
         let gateway = start_with(options, distributed).await?;
         // Through the log, so `--log-format json` keeps stderr one JSON object a line.

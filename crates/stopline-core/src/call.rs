@@ -36,8 +36,9 @@ impl Authority {
 ///
 /// It is cut by anything that means its admission no longer stands: a fault in the view (a
 /// state that cannot be trusted), a machine state other than RUNNING (contained, draining), an
-/// authority a stop has made stale, or an EMERGENCY covering the subject. A halt does not cut:
-/// it refuses new work and lets admitted work finish.
+/// EMERGENCY covering the subject (`break_glass_contained`, whether or not the view has read
+/// the epoch advance that emergency made), or an authority a stop has made stale. A halt does
+/// not cut: it refuses new work and lets admitted work finish.
 ///
 /// One fault does not cut: `distributed_unavailable`. An outage of the distributed plane is
 /// not a stop. The stdio governor keeps no permit, so every read that fails to reach etcd shows
@@ -64,17 +65,23 @@ pub fn must_cut(
             "the machine is contained",
         ));
     }
-    let standing = view.epoch.authority_status(authority.issue_epoch, subject);
-    if matches!(standing, AuthorityStatus::Stale { .. }) {
+    // The emergency before the epoch: an agent emergency publishes its latch first and
+    // advances the epoch after, and a gateway's watcher puts the latch in the view before it
+    // reads the advance. A stream cut between the two views and one cut after both must say
+    // the same thing, so a covering emergency names itself whether or not the advance has
+    // been read; only a stale token no emergency covers (one a recovery left behind) is cut
+    // as stale.
+    if view.mode_for(subject) == Mode::Emergency {
         return Some(Refusal::new(
-            RefusalCode::StaleControlEpoch,
-            "the token was revoked by a stop",
-        ));
-    }
-    (view.mode_for(subject) == Mode::Emergency).then(|| {
-        Refusal::new(
             RefusalCode::BreakGlassContained,
             "an emergency stop covers this agent; the stream was cut",
+        ));
+    }
+    let standing = view.epoch.authority_status(authority.issue_epoch, subject);
+    matches!(standing, AuthorityStatus::Stale { .. }).then(|| {
+        Refusal::new(
+            RefusalCode::StaleControlEpoch,
+            "the token was revoked by a stop",
         )
     })
 }
@@ -130,6 +137,32 @@ mod tests {
         assert_eq!(code(&outage, 0), None, "an outage is not a stop");
         let corrupt = ControlView::closed(Refusal::new(RefusalCode::ControlWalCorrupt, "x"));
         assert_eq!(code(&corrupt, 0), Some(RefusalCode::ControlWalCorrupt));
+    }
+
+    /// An agent emergency is two steps a gateway can see apart: the latch (its watcher adds it
+    /// at once) and the epoch advance (read a moment later). A stream cut in between and one
+    /// cut after both get the same code, so what an agent sees does not depend on when its
+    /// exchange task happened to run (it did: the frameworks tests saw `stale_control_epoch`
+    /// under load where they expect `break_glass_contained`).
+    #[test]
+    fn an_emergency_cuts_with_one_code_before_and_after_its_epoch_advance_is_read() {
+        let worker = Scope::Agent(Name::parse("worker").unwrap());
+        let mut latch_only = ControlView::empty();
+        latch_only
+            .latches
+            .push(latch(worker.clone(), Level::Emergency));
+        let mut latch_and_epoch = latch_only.clone();
+        latch_and_epoch.epoch = latch_and_epoch.epoch.advanced(&worker).unwrap();
+        assert_eq!(code(&latch_only, 0), Some(RefusalCode::BreakGlassContained));
+        assert_eq!(
+            code(&latch_and_epoch, 0),
+            Some(RefusalCode::BreakGlassContained)
+        );
+        // Once the emergency is recovered (the recovery advances the epoch again), the token
+        // from before it is still cut, as stale.
+        let mut recovered = ControlView::empty();
+        recovered.epoch = latch_and_epoch.epoch.advanced(&worker).unwrap();
+        assert_eq!(code(&recovered, 0), Some(RefusalCode::StaleControlEpoch));
     }
 
     #[test]

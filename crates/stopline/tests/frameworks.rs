@@ -12,7 +12,7 @@ mod mcp_support;
 mod util;
 
 use gw::{frameworks_python, model_config, py_script, within, Gateway, Proc, Upstream};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use util::Home;
@@ -143,6 +143,19 @@ fn stop_mid_run(script: &str, agent: &str, level: Option<&str>) -> Ended {
         engage.extend_from_slice(&["--level", level]);
     }
     home.run(&engage).assert_ok();
+    // The held request is released only once the gateway's own view holds the stop. The engage
+    // waits for the gateway's acknowledgement `ack_timeout_ms` at most (250 ms) and then
+    // returns with `gateways_unacknowledged` rather than wait on; on a loaded machine the
+    // gateway can take longer, and a release before its view holds the stop would pass the
+    // held answer on as if nothing had been engaged. Its `/v1/check` reads the same view.
+    let holds = within(Duration::from_secs(30), || {
+        let r = gateway.post("/v1/check", Some(&token), &json!({"class": "noncritical"}));
+        r.json()["code"]
+            .as_str()
+            .filter(|c| !c.is_empty())
+            .map(String::from)
+    });
+    assert!(holds.is_some(), "the gateway's view never held the stop");
     std::fs::write(&release, "").unwrap();
 
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -348,3 +348,44 @@ fn an_emergency_during_a_slow_model_call_answers_at_once_and_spares_a_bystander(
 fn an_emergency_during_a_slow_stream_answers_at_once_and_spares_a_bystander() {
     emergency_during_a_slow_call("stream", "slow-stream-4s");
 }
+
+/// An emergency lands on a streaming call while the gateway's watcher is held (a failpoint
+/// keeps it inside its wake-up for an unrelated halt), so the first view of the gateway that
+/// holds the stop is the acknowledgement's own read: the latch and the epoch advance it made,
+/// together. The cut still names the emergency, `break_glass_contained`, as it does when the
+/// watcher puts the latch in the view before the advance is read; it said
+/// `stale_control_epoch` when `must_cut` judged the token before the emergency, so the code an
+/// agent saw depended on when its exchange task ran (the frameworks tests, under load).
+#[test]
+fn an_emergency_cut_names_the_emergency_even_when_its_epoch_advance_was_read_with_it() {
+    let home = Home::new();
+    let upstream = Upstream::start(&home);
+    let hold = home.dir.path().join("hold-watcher");
+    let failpoints = format!("gateway.watch.appeared=hold_if:{}", hold.display());
+    let gateway = Gateway::start_with_env(
+        &home,
+        &format!("reload_interval_ms = 60000\n{}", model_config(&upstream)),
+        &[("STOPLINE_FAILPOINTS", &failpoints)],
+    );
+    let stopped = home.token(&["--agent", "stopped"]);
+    std::fs::write(&hold, "").unwrap();
+    // The watcher puts this halt in the view and is then held.
+    home.engage("agent:elsewhere", "halt-all");
+    let reply = std::thread::scope(|scope| {
+        let call = scope.spawn(|| gateway.openai(&stopped, "stream", "slow-stream"));
+        let started = gw::within(Duration::from_secs(30), || {
+            (!upstream.executed().is_empty()).then_some(())
+        });
+        assert!(started.is_some(), "the call reached the model");
+        let receipt = home.engage("agent:stopped", "emergency");
+        assert_eq!(
+            receipt["acknowledged_by"].as_array().map(Vec::len),
+            Some(1),
+            "the acknowledgement read the stop while the watcher was held: {receipt}"
+        );
+        call.join().unwrap()
+    });
+    std::fs::remove_file(&hold).unwrap();
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert_eq!(reply["code"], "break_glass_contained", "{reply}");
+}

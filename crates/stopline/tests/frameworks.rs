@@ -223,80 +223,100 @@ fn assert_raised(ended: &Ended, module: &str, class: &str) {
     );
 }
 
+/// Stop `script`'s agent mid-run at the default level (an emergency): the run ends with
+/// `class` from `module`, raised from the gateway's refusal of the held model request (an
+/// `openai.PermissionDeniedError` along its causes, HTTP 403, `break_glass_contained`).
+fn stopped_mid_run_raises(script: &str, agent: &str, module: &str, class: &str) {
+    let ended = stop_mid_run(script, agent, None);
+    assert_raised(&ended, module, class);
+    let o = &ended.outcome;
+    let causes = o["causes"].as_array().unwrap();
+    assert!(causes.iter().any(|c| c == "PermissionDeniedError"), "{o}");
+    assert_eq!(o["status"], 403, "{o}");
+    assert_eq!(o["code"], "break_glass_contained", "{o}");
+}
+
+/// Halt `script`'s agent (halt-all) while its model request is held: the held reply (a tool
+/// call) passes, the tool call is refused, and the run ends with `class` from `module`,
+/// carrying HTTP `status` where the framework keeps it.
+fn halted_at_a_tool_call_raises(
+    script: &str,
+    agent: &str,
+    module: &str,
+    class: &str,
+    status: Option<u16>,
+) {
+    let ended = stop_mid_run(script, agent, Some("halt-all"));
+    assert_raised(&ended, module, class);
+    if let Some(status) = status {
+        assert_eq!(ended.outcome["status"], status, "{}", ended.outcome);
+    }
+}
+
 #[test]
 fn openai_agents_sdk_stopped_mid_run_raises_permission_denied() {
-    let ended = stop_mid_run("openai_agents_agent.py", "fw-agents", None);
-    assert_raised(&ended, "openai", "PermissionDeniedError");
-    assert_eq!(ended.outcome["status"], 403, "{}", ended.outcome);
-    assert_eq!(
-        ended.outcome["code"], "break_glass_contained",
-        "{}",
-        ended.outcome
+    stopped_mid_run_raises(
+        "openai_agents_agent.py",
+        "fw-agents",
+        "openai",
+        "PermissionDeniedError",
     );
 }
 
 #[test]
 fn openai_agents_sdk_halted_at_a_tool_call_is_cancelled() {
-    // The held reply (a tool call) passes a halt-all; the tool call is refused with HTTP 403,
-    // which the mcp 1.x client raises inside its transport's task group: the session is torn
-    // down and the run ends cancelled, the refusal lost.
-    let ended = stop_mid_run("openai_agents_agent.py", "fw-agents", Some("halt-all"));
-    assert_raised(&ended, "asyncio.exceptions", "CancelledError");
+    // The tool call's HTTP 403 is raised by the mcp 1.x client inside its transport's task
+    // group: the session is torn down and the run ends cancelled, the refusal lost.
+    halted_at_a_tool_call_raises(
+        "openai_agents_agent.py",
+        "fw-agents",
+        "asyncio.exceptions",
+        "CancelledError",
+        None,
+    );
 }
 
 #[test]
 fn pydantic_ai_stopped_mid_run_raises_model_authentication_error() {
-    let ended = stop_mid_run("pydantic_ai_agent.py", "fw-pydantic", None);
-    assert_raised(&ended, "pydantic_ai.exceptions", "ModelAuthenticationError");
-    let causes = ended.outcome["causes"].as_array().unwrap();
-    assert!(
-        causes.iter().any(|c| c == "PermissionDeniedError"),
-        "{}",
-        ended.outcome
-    );
-    assert_eq!(ended.outcome["status"], 403, "{}", ended.outcome);
-    assert_eq!(
-        ended.outcome["code"], "break_glass_contained",
-        "{}",
-        ended.outcome
+    stopped_mid_run_raises(
+        "pydantic_ai_agent.py",
+        "fw-pydantic",
+        "pydantic_ai.exceptions",
+        "ModelAuthenticationError",
     );
 }
 
 #[test]
 fn pydantic_ai_halted_at_a_tool_call_raises_http_status_error() {
-    let ended = stop_mid_run("pydantic_ai_agent.py", "fw-pydantic", Some("halt-all"));
-    assert_raised(&ended, "httpx", "HTTPStatusError");
-    assert_eq!(ended.outcome["status"], 403, "{}", ended.outcome);
+    halted_at_a_tool_call_raises(
+        "pydantic_ai_agent.py",
+        "fw-pydantic",
+        "httpx",
+        "HTTPStatusError",
+        Some(403),
+    );
 }
 
 #[test]
 fn langgraph_stopped_mid_run_raises_permission_denied() {
-    let ended = stop_mid_run("langgraph_agent.py", "fw-langgraph", None);
     // langchain-openai's subclass of openai.PermissionDeniedError.
-    assert_raised(
-        &ended,
+    stopped_mid_run_raises(
+        "langgraph_agent.py",
+        "fw-langgraph",
         "langchain_openai.chat_models.base",
         "OpenAIPermissionDeniedError",
-    );
-    let causes = ended.outcome["causes"].as_array().unwrap();
-    assert!(
-        causes.iter().any(|c| c == "PermissionDeniedError"),
-        "{}",
-        ended.outcome
-    );
-    assert_eq!(ended.outcome["status"], 403, "{}", ended.outcome);
-    assert_eq!(
-        ended.outcome["code"], "break_glass_contained",
-        "{}",
-        ended.outcome
     );
 }
 
 #[test]
 fn langgraph_halted_at_a_tool_call_raises_http_status_error() {
-    let ended = stop_mid_run("langgraph_agent.py", "fw-langgraph", Some("halt-all"));
-    assert_raised(&ended, "httpx", "HTTPStatusError");
-    assert_eq!(ended.outcome["status"], 403, "{}", ended.outcome);
+    halted_at_a_tool_call_raises(
+        "langgraph_agent.py",
+        "fw-langgraph",
+        "httpx",
+        "HTTPStatusError",
+        Some(403),
+    );
 }
 
 /// The wiring each guide section shows is the wiring the test above runs: every line between

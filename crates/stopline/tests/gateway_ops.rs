@@ -15,9 +15,33 @@ use std::io::Write;
 use std::time::Duration;
 use util::Home;
 
+/// A gateway whose `[mcp.frames]` is a frame-counting upstream (`extra`: more lines of that
+/// section), over a throwaway home. Fields drop in order: the gateway before its upstream and
+/// home (tests destructure a reference, so that order holds).
+struct Frames {
+    gateway: Gateway,
+    upstream: FrameUpstream,
+    home: Home,
+}
+
+fn frames(extra: &str) -> Frames {
+    let home = Home::new();
+    let upstream = FrameUpstream::start(&home);
+    let gateway = Gateway::start(&home, &upstream.config(extra));
+    Frames {
+        gateway,
+        upstream,
+        home,
+    }
+}
+
 fn post(gateway: &Gateway, token: &str, body: &Value) -> Reply {
+    post_to(&gateway.addr, token, body)
+}
+
+fn post_to(addr: &str, token: &str, body: &Value) -> Reply {
     http_with(
-        &gateway.addr,
+        addr,
         "POST",
         "/mcp/frames",
         Some(token),
@@ -39,11 +63,27 @@ fn code_of(reply: &Reply) -> String {
         .unwrap_or_default()
 }
 
-fn message_of(reply: &Reply) -> String {
-    rpc_messages(reply)
+/// `reply` answered its call: HTTP 200 and no refusal (`what` says why it must).
+fn assert_answered(reply: &Reply, what: &str) {
+    assert_eq!(
+        (reply.status, code_of(reply)),
+        (200, String::new()),
+        "{what}: {}",
+        reply.body
+    );
+}
+
+/// `reply` was refused with `code` (`what` says why it must), its message naming every one of
+/// `needles`.
+fn assert_refused(reply: &Reply, code: &str, what: &str, needles: &[&str]) {
+    assert_eq!(code_of(reply), code, "{what}: {}", reply.body);
+    let message = rpc_messages(reply)
         .iter()
         .find_map(|m| m["error"]["data"]["message"].as_str().map(String::from))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    for needle in needles {
+        assert!(message.contains(needle), "{needle:?} in {message:?}");
+    }
 }
 
 fn ops(home: &Home, target: &str) -> Vec<Value> {
@@ -74,12 +114,15 @@ fn post_and_hang_up(gateway: &Gateway, token: &str, body: &Value, after: Duratio
 
 #[test]
 fn a_client_that_hangs_up_mid_call_leaves_an_outcome_and_blocks_nobody() {
-    let home = Home::new();
-    let upstream = FrameUpstream::start(&home);
-    let gateway = Gateway::start(&home, &upstream.config(""));
+    let frames = frames("");
+    let Frames {
+        gateway,
+        upstream,
+        home,
+    } = &frames;
     let token = home.token(&["--agent", "impatient"]);
     post_and_hang_up(
-        &gateway,
+        gateway,
         &token,
         &call(1, "slow", 2.0),
         Duration::from_millis(500),
@@ -90,7 +133,7 @@ fn a_client_that_hangs_up_mid_call_leaves_an_outcome_and_blocks_nobody() {
         "the call reached the upstream"
     );
     let recorded = gw::within(Duration::from_secs(30), || {
-        let ops = ops(&home, "mcp:frames:slow");
+        let ops = ops(home, "mcp:frames:slow");
         (ops.len() == 1 && ops[0]["outcome"] == "committed").then_some(ops)
     });
     assert!(
@@ -99,23 +142,21 @@ fn a_client_that_hangs_up_mid_call_leaves_an_outcome_and_blocks_nobody() {
         upstream.done(),
         home.run(&["ops", "list"]).stdout
     );
-    let again = post(&gateway, &token, &call(2, "slow", 0.0));
-    assert_eq!(
-        (again.status, code_of(&again)),
-        (200, String::new()),
-        "nobody is blocked: {}",
-        again.body
-    );
+    let again = post(gateway, &token, &call(2, "slow", 0.0));
+    assert_answered(&again, "nobody is blocked");
 }
 
 #[test]
 fn a_batch_with_a_duplicate_id_is_refused_whole_and_nothing_runs() {
-    let home = Home::new();
-    let upstream = FrameUpstream::start(&home);
-    let gateway = Gateway::start(&home, &upstream.config(""));
+    let frames = frames("");
+    let Frames {
+        gateway,
+        upstream,
+        home,
+    } = &frames;
     let token = home.token(&["--agent", "batcher"]);
     let batch = json!([call(7, "count", 0.0), call(7, "count", 0.0)]);
-    let reply = post(&gateway, &token, &batch);
+    let reply = post(gateway, &token, &batch);
     assert_eq!(reply.status, 400, "{}", reply.body);
     assert_eq!(reply.json()["error"]["code"], -32600, "{}", reply.body);
     assert!(
@@ -123,25 +164,25 @@ fn a_batch_with_a_duplicate_id_is_refused_whole_and_nothing_runs() {
         "nothing reached the upstream: {:?}",
         upstream.frames()
     );
-    assert!(
-        ops(&home, "mcp:frames:count").is_empty(),
-        "nothing recorded"
-    );
+    assert!(ops(home, "mcp:frames:count").is_empty(), "nothing recorded");
 }
 
 #[test]
 fn a_tools_call_sent_as_a_notification_never_reaches_the_upstream() {
-    let home = Home::new();
-    let upstream = FrameUpstream::start(&home);
-    let gateway = Gateway::start(&home, &upstream.config("allowed_tools = [\"count\"]"));
+    let frames = frames("allowed_tools = [\"count\"]");
+    let Frames {
+        gateway,
+        upstream,
+        home,
+    } = &frames;
     let token = home.token(&["--agent", "sneaky", "--budget", "tool_calls=1"]);
     for tool in ["count", "count", "count", "count", "slow"] {
         let note = json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": tool}});
-        let reply = post(&gateway, &token, &note);
+        let reply = post(gateway, &token, &note);
         assert_eq!(reply.status, 400, "{tool}: {}", reply.body);
         let batch = json!([note, {"jsonrpc": "2.0", "method": "notifications/initialized"}]);
         assert_eq!(
-            post(&gateway, &token, &batch).status,
+            post(gateway, &token, &batch).status,
             400,
             "{tool} in a batch"
         );
@@ -153,25 +194,28 @@ fn a_tools_call_sent_as_a_notification_never_reaches_the_upstream() {
     );
     // A real notification passes, and the budget is untouched by the refused ones.
     let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    assert_eq!(post(&gateway, &token, &note).status, 202);
+    assert_eq!(post(gateway, &token, &note).status, 202);
     assert_eq!(upstream.received("notifications/initialized").len(), 1);
-    let counted = post(&gateway, &token, &call(1, "count", 0.0));
+    let counted = post(gateway, &token, &call(1, "count", 0.0));
     assert_eq!(code_of(&counted), "", "{}", counted.body);
-    assert!(ops(&home, "mcp:frames:count").len() == 1);
+    assert!(ops(home, "mcp:frames:count").len() == 1);
 }
 
 #[test]
 fn batch_members_reach_the_upstream_one_by_one_and_come_back_as_a_batch() {
-    let home = Home::new();
-    let upstream = FrameUpstream::start(&home);
-    let gateway = Gateway::start(&home, &upstream.config(""));
+    let frames = frames("");
+    let Frames {
+        gateway,
+        upstream,
+        home,
+    } = &frames;
     let token = home.token(&["--agent", "batcher"]);
     let batch = json!([
         call(1, "count", 0.0),
         {"jsonrpc": "2.0", "id": 2, "method": "ping"},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
     ]);
-    let reply = post(&gateway, &token, &batch);
+    let reply = post(gateway, &token, &batch);
     assert_eq!(reply.status, 200, "{}", reply.body);
     let mut ids: Vec<Value> = reply
         .json()
@@ -192,27 +236,25 @@ fn batch_members_reach_the_upstream_one_by_one_and_come_back_as_a_batch() {
 
 #[test]
 fn ping_and_notifications_are_critical_and_pass_a_halt_all() {
-    let home = Home::new();
-    let upstream = FrameUpstream::start(&home);
-    let gateway = Gateway::start(&home, &upstream.config(""));
+    let frames = frames("");
+    let Frames {
+        gateway,
+        upstream,
+        home,
+    } = &frames;
     let token = home.token(&["--agent", "halted"]);
     home.engage("agent:halted", "halt-all");
-    let call = post(&gateway, &token, &call(1, "count", 0.0));
+    let call = post(gateway, &token, &call(1, "count", 0.0));
     assert_eq!(code_of(&call), "break_glass_contained", "{}", call.body);
     let ping = post(
-        &gateway,
+        gateway,
         &token,
         &json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}),
     );
-    assert_eq!(
-        (ping.status, code_of(&ping)),
-        (200, String::new()),
-        "{}",
-        ping.body
-    );
+    assert_answered(&ping, "ping is critical");
     let note =
         json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}});
-    assert_eq!(post(&gateway, &token, &note).status, 202);
+    assert_eq!(post(gateway, &token, &note).status, 202);
     assert_eq!(upstream.received("ping").len(), 1);
     assert!(upstream.received("tools/call").is_empty());
 }
@@ -223,16 +265,7 @@ fn kill_between_dispatch_and_outcome(home: &Home, config: &str, lead: &str) -> (
     let mut gateway = Gateway::start(home, config);
     let addr = gateway.addr.clone();
     let token = lead.to_string();
-    let caller = std::thread::spawn(move || {
-        http_with(
-            &addr,
-            "POST",
-            "/mcp/frames",
-            Some(&token),
-            Some(&call(1, "slow", 5.0)),
-            &[("Accept", "application/json, text/event-stream")],
-        )
-    });
+    let caller = std::thread::spawn(move || post_to(&addr, &token, &call(1, "slow", 5.0)));
     let frames = gw::within(Duration::from_secs(20), || {
         std::fs::read_to_string(home.dir.path().join("frames.log"))
             .ok()
@@ -261,38 +294,19 @@ fn a_gateway_killed_between_dispatch_and_outcome_leaves_an_operation_that_blocks
     assert_eq!(op["target"], "mcp:frames:slow", "{op}");
     let id = op["op"].as_str().unwrap();
     let free = post(&gateway, &bystander, &call(5, "slow", 0.0));
-    assert_eq!(
-        (free.status, code_of(&free)),
-        (200, String::new()),
-        "a bystander is not blocked: {}",
-        free.body
-    );
+    assert_answered(&free, "a bystander is not blocked");
 
     let refused = post(&gateway, &lead, &call(2, "slow", 0.0));
-    assert_eq!(
-        code_of(&refused),
+    assert_refused(
+        &refused,
         "unresolved_operation",
-        "{}",
-        refused.body
+        "lead is blocked",
+        &[id, "agent lead", "stopline ops reconcile"],
     );
-    let message = message_of(&refused);
-    for needle in [id, "agent lead", "stopline ops reconcile"] {
-        assert!(message.contains(needle), "{needle:?} in {message:?}");
-    }
     let sub = post(&gateway, &helper, &call(3, "slow", 0.0));
-    assert_eq!(
-        code_of(&sub),
-        "unresolved_operation",
-        "a sub-agent of lead: {}",
-        sub.body
-    );
+    assert_refused(&sub, "unresolved_operation", "a sub-agent of lead", &[]);
     let other = post(&gateway, &lead, &call(4, "count", 0.0));
-    assert_eq!(
-        code_of(&other),
-        "",
-        "another target is free: {}",
-        other.body
-    );
+    assert_answered(&other, "another target is free");
 
     // Who it blocks is shown: ops list and status (JSON and text).
     assert_eq!(op["blocks"], "agent:lead", "{op}");
@@ -325,20 +339,16 @@ fn with_unresolved_blocks_everyone_an_operation_in_doubt_blocks_every_agent() {
     let bystander = home.token(&["--agent", "bystander"]);
     let (gateway, op) = kill_between_dispatch_and_outcome(&home, &config, &lead);
     let refused = post(&gateway, &bystander, &call(2, "slow", 0.0));
-    assert_eq!(
-        code_of(&refused),
+    assert_refused(
+        &refused,
         "unresolved_operation",
-        "{}",
-        refused.body
+        "a bystander is blocked too",
+        &[
+            op["op"].as_str().unwrap(),
+            "every agent",
+            "stopline ops reconcile",
+        ],
     );
-    let message = message_of(&refused);
-    for needle in [
-        op["op"].as_str().unwrap(),
-        "every agent",
-        "stopline ops reconcile",
-    ] {
-        assert!(message.contains(needle), "{needle:?} in {message:?}");
-    }
     assert!(
         upstream.received("tools/call").len() == 1,
         "only the first call ran"

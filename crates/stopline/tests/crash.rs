@@ -537,24 +537,7 @@ fn crash_at_every_step_of_an_operation_journal_snapshot_and_archive() {
 fn prepare_checkpoint_template() -> Home {
     let home = prepare_engage_home();
     // 2 lines (latch_engaged, epoch_advance), then 2 per cycle: 126 lines, a checkpoint at 64.
-    for i in 0..62 {
-        let scope = format!("agent:cycle-{i}");
-        home.run(&[
-            "engage", "--scope", &scope, "--level", "halt-all", "--reason", "cycle", "--by",
-            "operator",
-        ])
-        .assert_ok();
-        home.run(&[
-            "disengage",
-            "--scope",
-            &scope,
-            "--reason",
-            "cycle",
-            "--by",
-            "operator",
-        ])
-        .assert_ok();
-    }
+    home.halt_cycles(62);
     assert!(home.file("breakglass.wal.checkpoint.json").exists());
     home
 }

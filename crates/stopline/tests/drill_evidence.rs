@@ -203,24 +203,7 @@ fn a_trips_window_closed_before_the_wal_checkpoint_still_ends_at_its_clearing() 
     ])
     .assert_ok();
     // Enough WAL lines after the lift that a checkpoint stands after it.
-    for i in 0..40 {
-        let scope = format!("agent:cycle-{i}");
-        home.run(&[
-            "engage", "--scope", &scope, "--level", "halt-all", "--reason", "cycle", "--by",
-            "operator",
-        ])
-        .assert_ok();
-        home.run(&[
-            "disengage",
-            "--scope",
-            &scope,
-            "--reason",
-            "cycle",
-            "--by",
-            "operator",
-        ])
-        .assert_ok();
-    }
+    home.halt_cycles(40);
     assert!(home.file("breakglass.wal.checkpoint.json").exists());
     std::thread::sleep(Duration::from_millis(5));
     let journal = store.ops_journal("test").unwrap();

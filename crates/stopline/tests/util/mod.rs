@@ -131,6 +131,29 @@ impl Home {
         r.json()
     }
 
+    /// Engage and lift `n` halts of scopes of their own (`agent:cycle-<i>`): two WAL lines
+    /// each, so a test can put a WAL checkpoint (every 64 lines) where it needs one.
+    pub fn halt_cycles(&self, n: usize) {
+        for i in 0..n {
+            let scope = format!("agent:cycle-{i}");
+            self.run(&[
+                "engage", "--scope", &scope, "--level", "halt-all", "--reason", "cycle", "--by",
+                "operator",
+            ])
+            .assert_ok();
+            self.run(&[
+                "disengage",
+                "--scope",
+                &scope,
+                "--reason",
+                "cycle",
+                "--by",
+                "operator",
+            ])
+            .assert_ok();
+        }
+    }
+
     pub fn token(&self, args: &[&str]) -> String {
         let mut full = vec!["token", "issue"];
         full.extend_from_slice(args);

@@ -10,6 +10,28 @@ use mcp_support::*;
 use serde_json::{json, Value};
 use util::Home;
 
+/// The Node reference server over HTTP behind a gateway as `[mcp.everything]` (`extra`: more
+/// lines of that section). Fields drop in order: the gateway ends before the server.
+struct Everything {
+    _gateway: Proc,
+    _server: Proc,
+    /// The gateway's route to the server, `<gateway>/mcp/everything`.
+    endpoint: String,
+}
+
+fn everything_behind_a_gateway(home: &Home, extra: &str) -> Everything {
+    let (server, port) = everything_http();
+    let (gateway, url) = gateway(
+        home,
+        &format!("[mcp.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\n{extra}"),
+    );
+    Everything {
+        _gateway: gateway,
+        _server: server,
+        endpoint: format!("{url}/mcp/everything"),
+    }
+}
+
 fn ops(home: &Home) -> Vec<Value> {
     let r = home.run(&["ops", "list"]);
     r.assert_ok();
@@ -22,16 +44,12 @@ fn ops(home: &Home) -> Vec<Value> {
 #[test]
 fn python_client_through_the_gateway_is_stopped_and_stays_stopped_after_recovery() {
     let home = Home::new();
-    let (_everything, port) = everything_http();
-    let (_gateway, url) = gateway(
-        &home,
-        &format!("[mcp.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
-    );
-    let endpoint = format!("{url}/mcp/everything");
+    let everything = everything_behind_a_gateway(&home, "");
+    let endpoint = everything.endpoint.as_str();
     let before = home.token(&["--agent", "worker"]);
     let bystander = home.token(&["--agent", "bystander"]);
-    let mut client = Driver::start(&["http", &endpoint, &before], &[]);
-    let mut other = Driver::start(&["http", &endpoint, &bystander], &[]);
+    let mut client = Driver::start(&["http", endpoint, &before], &[]);
+    let mut other = Driver::start(&["http", endpoint, &bystander], &[]);
 
     let tools = client.list();
     assert!(
@@ -88,7 +106,7 @@ fn python_client_through_the_gateway_is_stopped_and_stays_stopped_after_recovery
     );
     // ... while a token minted after the recovery works.
     let after = home.token(&["--agent", "worker"]);
-    let mut fresh = Driver::start(&["http", &endpoint, &after], &[]);
+    let mut fresh = Driver::start(&["http", endpoint, &after], &[]);
     assert_eq!(
         fresh.call("echo", json!({"message": "back"}))["text"][0],
         "Echo: back"
@@ -98,18 +116,14 @@ fn python_client_through_the_gateway_is_stopped_and_stays_stopped_after_recovery
 #[test]
 fn a_stale_token_cannot_even_open_a_session() {
     let home = Home::new();
-    let (_everything, port) = everything_http();
-    let (_gateway, url) = gateway(
-        &home,
-        &format!("[mcp.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
-    );
+    let everything = everything_behind_a_gateway(&home, "");
     let before = home.token(&["--agent", "worker"]);
     home.engage("agent:worker", "emergency");
     recover(&home, "agent:worker");
     let mut python = std::process::Command::new(python());
     python
         .arg(script("mcp_driver.py"))
-        .args(["http", &format!("{url}/mcp/everything"), &before]);
+        .args(["http", &everything.endpoint, &before]);
     let output = python
         .stdin(std::process::Stdio::null())
         .output()
@@ -275,14 +289,10 @@ fn a_stdio_upstream_started_by_the_gateway_is_governed_per_session() {
 #[test]
 fn a_client_killed_mid_call_to_a_read_only_hinted_tool_leaves_a_recorded_outcome() {
     let home = Home::new();
-    let (_everything, port) = everything_http();
-    let (_gateway, url) = gateway(
-        &home,
-        &format!("[mcp.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
-    );
-    let endpoint = format!("{url}/mcp/everything");
+    let everything = everything_behind_a_gateway(&home, "");
+    let endpoint = everything.endpoint.as_str();
     let token = home.token(&["--agent", "worker"]);
-    let mut client = Driver::start(&["http", &endpoint, &token], &[]);
+    let mut client = Driver::start(&["http", endpoint, &token], &[]);
     assert_eq!(client.list()["ok"], true);
     // The reference server's long-running tool says `readOnlyHint: true`; it is still recorded,
     // and a client that dies mid-call leaves its outcome, not a doubt.
@@ -299,7 +309,7 @@ fn a_client_killed_mid_call_to_a_read_only_hinted_tool_leaves_a_recorded_outcome
         ops.len() == 1 && ops[0]["outcome"] == "committed"
     });
     assert!(committed, "{}", home.run(&["ops", "list"]).stdout);
-    let mut again = Driver::start(&["http", &endpoint, &token], &[]);
+    let mut again = Driver::start(&["http", endpoint, &token], &[]);
     let done = again.call(
         "trigger-long-running-operation",
         json!({"duration": 0.2, "steps": 1}),
@@ -310,13 +320,9 @@ fn a_client_killed_mid_call_to_a_read_only_hinted_tool_leaves_a_recorded_outcome
 #[test]
 fn trusted_read_only_hints_spare_the_record() {
     let home = Home::new();
-    let (_everything, port) = everything_http();
-    let (_gateway, url) = gateway(
-        &home,
-        &format!("[mcp.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\ntrust_read_only_hints = true\n"),
-    );
+    let everything = everything_behind_a_gateway(&home, "trust_read_only_hints = true\n");
     let token = home.token(&["--agent", "worker"]);
-    let mut client = Driver::start(&["http", &format!("{url}/mcp/everything"), &token], &[]);
+    let mut client = Driver::start(&["http", &everything.endpoint, &token], &[]);
     assert_eq!(
         client.list()["ok"],
         true,

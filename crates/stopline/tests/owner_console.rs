@@ -2,7 +2,19 @@
 //! operator, a foreground terminal. Each failed predicate is named. Uncertainty survives recovery.
 
 mod util;
-use util::{Home, CLOCK_OFFSET};
+use util::{Home, Run, CLOCK_OFFSET};
+
+/// `args` by the configured operator (`--by operator`).
+fn by_operator<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut args = args.to_vec();
+    args.extend(["--by", "operator"]);
+    args
+}
+
+/// `args` by the operator on the owner console: a pseudo-terminal, no agent session.
+fn on_console(home: &Home, args: &[&str]) -> Run {
+    home.run_on_pty(&by_operator(args), &[])
+}
 
 /// An operation journal of a gateway that crashed mid-call: prepared and dispatched, no outcome.
 fn crashed_gateway_journal(home: &Home, op: &str, target: &str) {
@@ -19,9 +31,9 @@ fn crashed_gateway_journal(home: &Home, op: &str, target: &str) {
 fn recovery_is_refused_without_a_terminal() {
     let home = Home::new();
     home.engage("machine", "emergency");
-    let r = home.run(&[
-        "recover", "plan", "--scope", "machine", "--reason", "x", "--by", "operator",
-    ]);
+    let r = home.run(&by_operator(&[
+        "recover", "plan", "--scope", "machine", "--reason", "x",
+    ]));
     assert_eq!(
         (r.code, r.code_str().as_str()),
         (1, "owner_control_required")
@@ -96,7 +108,8 @@ fn machine_recovery_on_the_owner_console_clears_the_planned_latches_and_mints_an
     let home = Home::new();
     let before = home.token(&["--agent", "w"]);
     let engaged = home.engage("machine", "emergency");
-    let plan = home.run_on_pty(
+    let plan = on_console(
+        &home,
         &[
             "recover",
             "plan",
@@ -104,10 +117,7 @@ fn machine_recovery_on_the_owner_console_clears_the_planned_latches_and_mints_an
             "machine",
             "--reason",
             "investigated",
-            "--by",
-            "operator",
         ],
-        &[],
     );
     plan.assert_ok();
     let plan = plan.json();
@@ -116,10 +126,7 @@ fn machine_recovery_on_the_owner_console_clears_the_planned_latches_and_mints_an
         serde_json::json!([engaged["latch"]["file"]])
     );
     let plan_id = plan["plan"].as_str().unwrap();
-    let apply = home.run_on_pty(
-        &["recover", "apply", "--plan", plan_id, "--by", "operator"],
-        &[],
-    );
+    let apply = on_console(&home, &["recover", "apply", "--plan", plan_id]);
     apply.assert_ok();
     let apply = apply.json();
     assert_eq!(apply["recovered"], true);
@@ -143,22 +150,9 @@ fn machine_recovery_on_the_owner_console_clears_the_planned_latches_and_mints_an
     );
     assert_eq!(home.status()["phase"], "RUNNING");
     // Applying twice is refused.
-    let again = home.run_on_pty(
-        &["recover", "apply", "--plan", plan_id, "--by", "operator"],
-        &[],
-    );
+    let again = on_console(&home, &["recover", "apply", "--plan", plan_id]);
     assert!(again.stderr.contains("plan_unknown"), "{}", again.stderr);
-    let unknown = home.run_on_pty(
-        &[
-            "recover",
-            "apply",
-            "--plan",
-            "plan_nope",
-            "--by",
-            "operator",
-        ],
-        &[],
-    );
+    let unknown = on_console(&home, &["recover", "apply", "--plan", "plan_nope"]);
     assert!(
         unknown.stderr.contains("plan_unknown"),
         "{}",
@@ -170,28 +164,17 @@ fn machine_recovery_on_the_owner_console_clears_the_planned_latches_and_mints_an
 fn a_stop_engaged_after_the_plan_survives_the_recovery() {
     let home = Home::new();
     home.engage("machine", "emergency");
-    let plan = home
-        .run_on_pty(
-            &[
-                "recover", "plan", "--scope", "machine", "--reason", "x", "--by", "operator",
-            ],
-            &[],
-        )
-        .json();
+    let plan = on_console(
+        &home,
+        &["recover", "plan", "--scope", "machine", "--reason", "x"],
+    )
+    .json();
     let racing = home.engage("machine", "halt-all");
-    let apply = home
-        .run_on_pty(
-            &[
-                "recover",
-                "apply",
-                "--plan",
-                plan["plan"].as_str().unwrap(),
-                "--by",
-                "operator",
-            ],
-            &[],
-        )
-        .json();
+    let apply = on_console(
+        &home,
+        &["recover", "apply", "--plan", plan["plan"].as_str().unwrap()],
+    )
+    .json();
     assert_eq!(apply["recovered"], false);
     assert_eq!(apply["state"], "FROZEN_SAFE");
     assert_eq!(
@@ -210,31 +193,20 @@ fn recovery_carries_unresolved_operations_forward_and_they_block_until_reconcile
     let status = home.status();
     assert_eq!(status["phase"], "RECONCILING", "{status}");
     assert_eq!(status["unresolved"]["destination"][0]["op"], "op_crashed01");
-    let plan = home
-        .run_on_pty(
-            &[
-                "recover", "plan", "--scope", "machine", "--reason", "x", "--by", "operator",
-            ],
-            &[],
-        )
-        .json();
+    let plan = on_console(
+        &home,
+        &["recover", "plan", "--scope", "machine", "--reason", "x"],
+    )
+    .json();
     assert_eq!(
         plan["carried_forward_operations"][0]["operation"]["op"],
         "op_crashed01"
     );
-    let apply = home
-        .run_on_pty(
-            &[
-                "recover",
-                "apply",
-                "--plan",
-                plan["plan"].as_str().unwrap(),
-                "--by",
-                "operator",
-            ],
-            &[],
-        )
-        .json();
+    let apply = on_console(
+        &home,
+        &["recover", "apply", "--plan", plan["plan"].as_str().unwrap()],
+    )
+    .json();
     assert_eq!(apply["recovered"], true);
     let token = home.token(&["--agent", "w"]);
     let (code, receipt) = home.check(&[
@@ -274,7 +246,7 @@ fn recovery_carries_unresolved_operations_forward_and_they_block_until_reconcile
         .run(&["ops", "list", "--older-than", "999999999"])
         .json();
     assert_eq!(young["operations"].as_array().unwrap().len(), 0);
-    let refused = home.run(&[
+    let refused = home.run(&by_operator(&[
         "ops",
         "reconcile",
         "op_crashed01",
@@ -282,11 +254,10 @@ fn recovery_carries_unresolved_operations_forward_and_they_block_until_reconcile
         "failed",
         "--reason",
         "checked",
-        "--by",
-        "operator",
-    ]);
+    ]));
     assert_eq!(refused.code_str(), "owner_control_required");
-    let r = home.run_on_pty(
+    let r = on_console(
+        &home,
         &[
             "ops",
             "reconcile",
@@ -295,10 +266,7 @@ fn recovery_carries_unresolved_operations_forward_and_they_block_until_reconcile
             "failed",
             "--reason",
             "checked upstream",
-            "--by",
-            "operator",
         ],
-        &[],
     );
     r.assert_ok();
     assert_eq!(
@@ -313,7 +281,8 @@ fn recovery_carries_unresolved_operations_forward_and_they_block_until_reconcile
         .0,
         0
     );
-    let again = home.run_on_pty(
+    let again = on_console(
+        &home,
         &[
             "ops",
             "reconcile",
@@ -322,10 +291,7 @@ fn recovery_carries_unresolved_operations_forward_and_they_block_until_reconcile
             "failed",
             "--reason",
             "x",
-            "--by",
-            "operator",
         ],
-        &[],
     );
     assert!(
         again.stderr.contains("operation_unknown"),
@@ -337,36 +303,14 @@ fn recovery_carries_unresolved_operations_forward_and_they_block_until_reconcile
 #[test]
 fn drain_bounds_and_preconditions() {
     let home = Home::new();
-    let r = home.run_on_pty(
-        &[
-            "drain",
-            "--deadline",
-            "30",
-            "--reason",
-            "x",
-            "--by",
-            "operator",
-        ],
-        &[],
-    );
+    let r = on_console(&home, &["drain", "--deadline", "30", "--reason", "x"]);
     assert!(
         r.stderr.contains("drain_requires_machine_latch"),
         "{}",
         r.stderr
     );
     home.engage("agent:w", "emergency");
-    let r = home.run_on_pty(
-        &[
-            "drain",
-            "--deadline",
-            "30",
-            "--reason",
-            "x",
-            "--by",
-            "operator",
-        ],
-        &[],
-    );
+    let r = on_console(&home, &["drain", "--deadline", "30", "--reason", "x"]);
     assert!(
         r.stderr.contains("drain_requires_machine_latch"),
         "a scoped latch is not enough: {}",
@@ -374,45 +318,30 @@ fn drain_bounds_and_preconditions() {
     );
     home.engage("machine", "emergency");
     for bad in ["0", "3601", "-5"] {
-        let r = home.run_on_pty(
-            &[
-                "drain",
-                "--deadline",
-                bad,
-                "--reason",
-                "x",
-                "--by",
-                "operator",
-            ],
-            &[],
-        );
+        let r = on_console(&home, &["drain", "--deadline", bad, "--reason", "x"]);
         assert!(
             r.stderr.contains("drain_deadline_out_of_range"),
             "{bad}: {}",
             r.stderr
         );
     }
-    let r = home.run(&[
+    let r = home.run(&by_operator(&[
         "drain",
         "--deadline",
         "30",
         "--reason",
         "x",
-        "--by",
-        "operator",
-    ]);
+    ]));
     assert_eq!(r.code_str(), "owner_control_required");
-    let r = home.run_on_pty(
+    let r = on_console(
+        &home,
         &[
             "drain",
             "--deadline",
             "1",
             "--reason",
             "let prepared work finish",
-            "--by",
-            "operator",
         ],
-        &[],
     );
     r.assert_ok();
     assert_eq!(home.status()["phase"], "DRAINING");
@@ -440,18 +369,11 @@ fn repair_truncates_a_torn_tail_and_rebuilds_the_epoch_keeping_evidence() {
         home.check(&["--class", "noncritical", "--token", &token]).1["code"],
         "control_wal_corrupt"
     );
-    let r = home.run(&["recover", "repair", "--reason", "torn", "--by", "operator"]);
+    let r = home.run(&by_operator(&["recover", "repair", "--reason", "torn"]));
     assert_eq!(r.code_str(), "owner_control_required");
-    let r = home.run_on_pty(
-        &[
-            "recover",
-            "repair",
-            "--reason",
-            "torn tail after a crash",
-            "--by",
-            "operator",
-        ],
-        &[],
+    let r = on_console(
+        &home,
+        &["recover", "repair", "--reason", "torn tail after a crash"],
     );
     r.assert_ok();
     let receipt = r.json();
@@ -469,9 +391,6 @@ fn repair_truncates_a_torn_tail_and_rebuilds_the_epoch_keeping_evidence() {
     // A WAL broken in the middle is refused.
     let text = std::fs::read_to_string(&wal).unwrap();
     std::fs::write(&wal, text.replacen("engage", "engagf", 1)).unwrap();
-    let r = home.run_on_pty(
-        &["recover", "repair", "--reason", "x", "--by", "operator"],
-        &[],
-    );
+    let r = on_console(&home, &["recover", "repair", "--reason", "x"]);
     assert!(r.stderr.contains("repair_refused"), "{}", r.stderr);
 }

@@ -8,6 +8,7 @@ mod run_support;
 mod util;
 
 use run_support::*;
+use std::path::Path;
 use std::time::Duration;
 use util::Home;
 
@@ -23,21 +24,41 @@ fn group_events(cgroup: &str) -> String {
 /// The agent: three sleeping children and a heartbeat file.
 const AGENT: &str = "for i in 1 2 3; do sleep 600 & done; touch up; while :; do date +%s%N > beat; sleep 0.05; done";
 
+/// A run of [`AGENT`] as `agent`, supervised by `stopline run` (more environment: `env`) in
+/// the project directory `out`, once its worker registered as running.
+/// Destructure it binding `gateway` to a name (`gateway: _gateway`): `..` would drop the
+/// gateway the run reports to at once.
+struct Supervised {
+    gateway: TestGateway,
+    run: String,
+    running: RunningRun,
+    worker: serde_json::Value,
+}
+
+fn supervise(home: &Home, out: &Path, name: &str, agent: &str, env: &[(&str, &str)]) -> Supervised {
+    let gateway = TestGateway::start();
+    let run = run_id(name);
+    let card = write_card(home, &card(&run, agent));
+    let running = start_run_env(home, &card, &["--gateway", &gateway.url()], out, AGENT, env);
+    let worker = wait_for_state(home, &run, agent, "running");
+    Supervised {
+        gateway,
+        run,
+        running,
+        worker,
+    }
+}
+
 #[test]
 fn an_emergency_empties_the_group_while_the_supervisor_is_stopped() {
     let home = Home::new();
-    let gateway = TestGateway::start();
     let out = open_dir("stopline-run-reach-");
-    let run = run_id("reach");
-    let card = write_card(&home, &card(&run, "agent-k"));
-    let running = start_run(
-        &home,
-        &card,
-        &["--gateway", &gateway.url()],
-        out.path(),
-        AGENT,
-    );
-    let worker = wait_for_state(&home, &run, "agent-k", "running");
+    let Supervised {
+        gateway: _gateway,
+        run,
+        running,
+        worker,
+    } = supervise(&home, out.path(), "reach", "agent-k", &[]);
     wait_for("the agent's children", Duration::from_secs(30), || {
         out.path().join("up").exists().then_some(())
     });
@@ -73,18 +94,13 @@ fn an_emergency_empties_the_group_while_the_supervisor_is_stopped() {
 #[test]
 fn a_pause_freezes_the_group_while_the_supervisor_is_stopped_and_is_thawed_after() {
     let home = Home::new();
-    let gateway = TestGateway::start();
     let out = open_dir("stopline-run-reach-freeze-");
-    let run = run_id("reach-freeze");
-    let card = write_card(&home, &card(&run, "agent-q"));
-    let running = start_run(
-        &home,
-        &card,
-        &["--gateway", &gateway.url()],
-        out.path(),
-        AGENT,
-    );
-    let worker = wait_for_state(&home, &run, "agent-q", "running");
+    let Supervised {
+        gateway: _gateway,
+        run,
+        running,
+        worker,
+    } = supervise(&home, out.path(), "reach-freeze", "agent-q", &[]);
     let cgroup = worker["cgroup"].as_str().unwrap().to_string();
     signal(running.pid(), rustix::process::Signal::STOP);
     let receipt = home.engage(&format!("run:{run}"), "halt-noncritical");
@@ -128,21 +144,21 @@ fn a_pause_freezes_the_group_while_the_supervisor_is_stopped_and_is_thawed_after
 #[test]
 fn an_agent_killed_by_an_engage_just_after_the_supervisor_read_its_order_ends_the_run_stopped() {
     let home = Home::new();
-    let gateway = TestGateway::start();
     let out = open_dir("stopline-run-reach-race-");
     let park = out.path().join("park");
-    let run = run_id("reach-race");
-    let card = write_card(&home, &card(&run, "agent-r"));
     let failpoints = format!("run.wake.ordered=stop_if:{}", park.display());
-    let running = start_run_env(
+    let Supervised {
+        gateway: _gateway,
+        run,
+        running,
+        ..
+    } = supervise(
         &home,
-        &card,
-        &["--gateway", &gateway.url()],
         out.path(),
-        AGENT,
+        "reach-race",
+        "agent-r",
         &[("STOPLINE_FAILPOINTS", &failpoints)],
     );
-    wait_for_state(&home, &run, "agent-r", "running");
     std::fs::write(&park, "").unwrap();
     wait_for(
         "the supervisor parked after its read",

@@ -32,6 +32,8 @@ pub struct GatewayConfig {
     pub trip_level: Level,
     /// A hash of the file's bytes, for registrations and run records.
     pub config_hash: String,
+    /// Whether the file names `operators` (false: the default `["operator"]` is in force).
+    pub operators_set: bool,
 }
 
 /// A configuration that cannot be used (`config_invalid`).
@@ -69,6 +71,11 @@ impl GatewayConfig {
         })?;
         let mut config = GatewayConfig::from_base(base).map_err(error)?;
         config.config_hash = hex::encode(sha2::Sha256::digest(&bytes));
+        // (The file parsed above, so it is UTF-8 TOML; a missing file sets nothing.)
+        config.operators_set = std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|text| text.parse::<toml::Table>().ok())
+            .is_some_and(|table| table.contains_key("operators"));
         Ok(config)
     }
 
@@ -88,7 +95,47 @@ impl GatewayConfig {
             breakers,
             trip_level,
             config_hash: String::new(),
+            // Only a file read by `load` can tell: a configuration built in code claims nothing.
+            operators_set: true,
         })
+    }
+
+    /// What `serve` warns about at start-up: a configuration that runs, but probably not as
+    /// meant — no `[model]`, a tool server whose command cannot be found, `operators` left at
+    /// its default.
+    pub fn startup_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.model.is_none() {
+            warnings.push(
+                "config.toml has no [model] section: the model routes (/v1/chat/completions, \
+                 /v1/completions, /v1/embeddings) answer upstream_error until one names base_url"
+                    .to_string(),
+            );
+        }
+        for (name, server) in &self.mcp {
+            let Some(program) = server.command.as_ref().and_then(|c| c.first()) else {
+                continue;
+            };
+            let path = server
+                .env
+                .get("PATH")
+                .cloned()
+                .or_else(|| std::env::var("PATH").ok())
+                .unwrap_or_default();
+            if find_program(program, &path).is_none() {
+                warnings.push(format!(
+                    "[mcp.{name}] command {program:?} does not exist on PATH ({path}): every session of {name} will fail to start"
+                ));
+            }
+        }
+        if !self.operators_set {
+            warnings.push(format!(
+                "config.toml does not set operators: the default {:?} is in force, so whoever gives --by {} at the owner console may recover, drain and reconcile; name the people who may",
+                self.base.operators,
+                self.base.operators.first().map(String::as_str).unwrap_or("operator")
+            ));
+        }
+        warnings
     }
 
     /// The price of `model`, if configured.
@@ -114,6 +161,24 @@ impl GatewayConfig {
 }
 
 use sha2::Digest as _;
+
+/// Where `program` would be found: itself when it names a path (it has a `/`), else the first
+/// executable file of that name in the `:`-separated `path`.
+fn find_program(program: &str, path: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let runnable = |candidate: &Path| {
+        std::fs::metadata(candidate)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let candidate = Path::new(program).to_path_buf();
+        return runnable(&candidate).then_some(candidate);
+    }
+    path.split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(program))
+        .find(|candidate| runnable(candidate))
+}
 
 #[cfg(test)]
 mod tests {

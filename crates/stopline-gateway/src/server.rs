@@ -60,6 +60,14 @@ pub enum ServeError {
     /// The control directory refused (keys, journal, registration).
     #[error(transparent)]
     Refused(#[from] Refusal),
+    /// The listen address cannot be bound (taken by another process, not local, …).
+    #[error("cannot listen on {addr}: {error} (another process holds it, or it is not an address of this machine; choose one with --listen or `listen` in config.toml)")]
+    Listen {
+        /// The address asked for.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
     /// A socket or runtime could not be set up.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
@@ -105,6 +113,9 @@ pub async fn start_with(
         .clone()
         .unwrap_or_else(|| options.home.join("config.toml"));
     let config = GatewayConfig::load(&config_path)?;
+    for warning in config.startup_warnings() {
+        tracing::warn!(config = %config_path.display(), "{warning}");
+    }
     let store = Store::open(&options.home)
         .with_read_timeout(Duration::from_millis(config.base.read_timeout_ms.max(1)))
         .with_gone_journals(config.base.retention.gone_journals);
@@ -130,7 +141,12 @@ pub async fn start_with(
         .listen
         .clone()
         .unwrap_or_else(|| config.base.listen.clone());
-    let http = tokio::net::TcpListener::bind(&listen).await?;
+    let http = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|error| ServeError::Listen {
+            addr: listen.clone(),
+            error,
+        })?;
     let addr = http.local_addr()?;
     let ack_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let ack_addr = ack_listener.local_addr()?;

@@ -65,6 +65,9 @@ pub fn execute(ctx: &Context, command: Command, wiring: &Wiring) -> Result<i32, 
             let receipt =
                 engage::disengage(ctx, &scope, &reason, by.as_deref(), presented.as_deref())?;
             output::receipt(json, &receipt);
+            if let Some(warning) = receipt.warning() {
+                output::error_line(&warning);
+            }
             Ok(0)
         }
         Command::Status => {

@@ -96,8 +96,25 @@ impl fmt::Display for EngageReceipt {
 #[serde(transparent)]
 pub struct DisengageReceipt(pub stopline_store::halts::DisengageReceipt);
 
+impl DisengageReceipt {
+    /// What to tell the caller on stderr when nothing was lifted: no halt latch of the scope was
+    /// active (a typo'd scope, or a stop already lifted). The exit code stays 0 (SPEC §4 names
+    /// no refusal for it).
+    pub fn warning(&self) -> Option<String> {
+        self.0.cleared.is_empty().then(|| {
+            format!(
+                "warning: no halt latch of scope {} is active: nothing was lifted (see `stopline status`)",
+                self.0.scope
+            )
+        })
+    }
+}
+
 impl fmt::Display for DisengageReceipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.cleared.is_empty() {
+            return write!(f, "nothing to disengage for {}", self.0.scope);
+        }
         write!(
             f,
             "disengaged {}: cleared {}",

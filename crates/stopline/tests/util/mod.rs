@@ -257,9 +257,11 @@ impl Home {
         }
         let status = child.wait().expect("wait");
         let text = String::from_utf8_lossy(&out).replace('\r', "");
-        // With --json the receipt is the JSON object on the pty; errors are on the same pty.
-        let (stdout, stderr): (Vec<&str>, Vec<&str>) =
-            text.lines().partition(|l| !l.starts_with("error:"));
+        // With --json the receipt is the JSON object on the pty; errors and warnings are on the
+        // same pty.
+        let (stdout, stderr): (Vec<&str>, Vec<&str>) = text
+            .lines()
+            .partition(|l| !l.starts_with("error:") && !l.starts_with("warning:"));
         Run {
             code: status.code().unwrap_or(-1),
             stdout: stdout.join("\n"),

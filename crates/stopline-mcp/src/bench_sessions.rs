@@ -21,13 +21,24 @@ pub const PAUSE: Duration = Duration::from_millis(300);
 /// The default server: answers `initialize` (and any other request) with a server info.
 const SH_SERVER: &str = r#"while IFS= read -r line; do id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p'); [ -n "$id" ] && printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"bench-sh","version":"1"}}}\n' "$id"; done"#;
 
-/// The default command: `/bin/sh -c <a minimal MCP server>`.
-pub fn default_command() -> Vec<String> {
-    vec!["/bin/sh".into(), "-c".into(), SH_SERVER.into()]
+/// The server's command: `server_command` split at spaces, else `/bin/sh -c <a minimal MCP
+/// server>`.
+pub fn command(server_command: Option<&str>) -> Vec<String> {
+    let given: Vec<String> = server_command
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    if given.is_empty() {
+        vec!["/bin/sh".into(), "-c".into(), SH_SERVER.into()]
+    } else {
+        given
+    }
 }
 
-/// Run `iterations` sessions of each kind (5 to 50) against `command`.
-pub fn sessions(command: Vec<String>, iterations: usize) -> Result<Value, String> {
+/// Run `iterations` sessions of each kind (5 to 50) against [`command`]`(server_command)`.
+pub fn sessions(server_command: Option<&str>, iterations: usize) -> Result<Value, String> {
+    let command = command(server_command);
     let iterations = iterations.clamp(5, 50);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -39,16 +39,8 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
                 evidence,
             };
             let idle = std::time::Duration::from_secs_f64(idle_window_s.clamp(0.1, 600.0));
-            let sessions = server_command;
-            let report = bench(
-                ctx,
-                which,
-                iterations,
-                sizes,
-                samples.unwrap_or(15),
-                idle,
-                sessions,
-            )?;
+            let (samples, server) = (samples.unwrap_or(15), server_command);
+            let report = bench(ctx, which, iterations, sizes, samples, idle, server)?;
             output::report(json, &report);
             Ok(0)
         }
@@ -98,11 +90,7 @@ fn bench(
             Ok(Value::Object(Map::from_iter([("engage".into(), engage)])))
         }
         Some(BenchArg::Sessions) => {
-            let command = server_command
-                .map(|c| c.split_whitespace().map(String::from).collect::<Vec<_>>())
-                .filter(|c| !c.is_empty())
-                .unwrap_or_else(stopline_mcp::bench_sessions::default_command);
-            stopline_mcp::bench_sessions::sessions(command, iterations)
+            stopline_mcp::bench_sessions::sessions(server_command.as_deref(), iterations)
                 .map_err(|e| Refusal::new(RefusalCode::ControlIo, e))
         }
         Some(BenchArg::Admission) => {

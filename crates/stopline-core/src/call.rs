@@ -72,10 +72,17 @@ pub fn must_cut(
     // been read; only a stale token no emergency covers (one a recovery left behind) is cut
     // as stale.
     if view.mode_for(subject) == Mode::Emergency {
-        return Some(Refusal::new(
-            RefusalCode::BreakGlassContained,
-            "an emergency stop covers this agent; the stream was cut",
-        ));
+        // Named like every refusal a latch causes (SPEC §12.4): who, why, scope, level, age.
+        let cause = view.cause_for(subject);
+        let message = match &cause {
+            Some(cause) => format!(
+                "an emergency stop covers this agent; the stream was cut: {}; {}",
+                cause.describe(now_ms),
+                cause.advice()
+            ),
+            None => "an emergency stop covers this agent; the stream was cut".to_string(),
+        };
+        return Some(Refusal::new(RefusalCode::BreakGlassContained, message).with_latch(cause));
     }
     let standing = view.epoch.authority_status(authority.issue_epoch, subject);
     matches!(standing, AuthorityStatus::Stale { .. }).then(|| {
@@ -107,6 +114,25 @@ mod tests {
 
     fn code(view: &ControlView, issue_epoch: u64) -> Option<RefusalCode> {
         must_cut(view, &subject(), Authority { issue_epoch }, 0).map(|r| r.code)
+    }
+
+    /// A cut an emergency causes names its latch like every other refusal a latch causes.
+    #[test]
+    fn an_emergency_cut_names_its_latch() {
+        let mut view = ControlView::empty();
+        view.latches.push(latch(
+            Scope::Agent(Name::parse("worker").unwrap()),
+            Level::Emergency,
+        ));
+        let cut = must_cut(&view, &subject(), Authority { issue_epoch: 0 }, 0).unwrap();
+        let named = cut.latch.as_deref().expect("the cut carries its latch");
+        assert_eq!(named.id, "latch_emergency");
+        assert_eq!(
+            (named.scope.as_str(), named.level.as_str()),
+            ("agent:worker", "emergency")
+        );
+        assert!(cut.message.contains("latch_emergency"), "{}", cut.message);
+        assert!(cut.message.contains("do not retry"), "{}", cut.message);
     }
 
     #[test]

@@ -229,6 +229,17 @@ impl ControlView {
         Mode::from_levels(self.covering(subject).map(|l| l.level))
     }
 
+    /// The latch a refusal of `subject` names: the highest level covering it, the latest of
+    /// those (SPEC §12.4).
+    pub fn cause_for(&self, subject: &Subject) -> Option<LatchRef> {
+        self.covering(subject)
+            .max_by(|a, b| {
+                let ts = |l: &ActiveLatch| l.record.as_ref().map(|r| r.ts.clone());
+                a.level.cmp(&b.level).then_with(|| ts(a).cmp(&ts(b)))
+            })
+            .map(ActiveLatch::summary)
+    }
+
     /// True when any active latch has scope machine.
     pub fn has_machine_latch(&self) -> bool {
         self.latches
@@ -249,15 +260,7 @@ impl ControlView {
     ) -> CheckReceipt {
         let latches: Vec<String> = self.covering(subject).map(ActiveLatch::id).collect();
         let mode = self.mode_for(subject);
-        // The latch a refusal names: the highest level covering the subject, the latest of
-        // those (SPEC §12.4).
-        let cause: Option<LatchRef> = self
-            .covering(subject)
-            .max_by(|a, b| {
-                let ts = |l: &ActiveLatch| l.record.as_ref().map(|r| r.ts.clone());
-                a.level.cmp(&b.level).then_with(|| ts(a).cmp(&ts(b)))
-            })
-            .map(ActiveLatch::summary);
+        let cause = self.cause_for(subject);
         let others = latches.len().saturating_sub(1);
         let explain = |lead: &str, advice: bool| -> String {
             let Some(cause) = &cause else {

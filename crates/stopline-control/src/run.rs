@@ -277,7 +277,7 @@ fn conclude(
     record["quiescent_observed_at"] = json!(status.quiescent_observed_at);
     record["warnings"] = json!(warnings);
     let (exit_code, stopped) = match progress {
-        Progress::Stopped(cause) => (1, Some(stop_refusal(&cause, &status))),
+        Progress::Stopped(cause) => (1, Some(stop_refusal(&cause, &status, ctx.store.now_ms()))),
         Progress::Exited(exit) => {
             use std::os::unix::process::ExitStatusExt;
             let code = exit
@@ -306,7 +306,11 @@ fn conclude(
     })
 }
 
-fn stop_refusal(cause: &StopCause, status: &stopline_supervisor::WorkerStatus) -> Refusal {
+fn stop_refusal(
+    cause: &StopCause,
+    status: &stopline_supervisor::WorkerStatus,
+    now_ms: i64,
+) -> Refusal {
     let observed = format!(
         "kill issued at {}, quiescence observed at {}",
         status
@@ -319,7 +323,24 @@ fn stop_refusal(cause: &StopCause, status: &stopline_supervisor::WorkerStatus) -
             .unwrap_or_default(),
     );
     let (code, why) = match cause {
-        StopCause::Latch { latches, level } => (
+        StopCause::Latch {
+            latches,
+            level,
+            named: Some(named),
+        } => {
+            let why = format!(
+                "the agent was stopped by {} at {level}: {}; {}",
+                latches.join(", "),
+                named.describe(now_ms),
+                named.advice()
+            );
+            let refusal = Refusal::new(
+                RefusalCode::BreakGlassContained,
+                format!("{why}; {observed}"),
+            );
+            return refusal.with_latch(Some(named.clone()));
+        }
+        StopCause::Latch { latches, level, .. } => (
             RefusalCode::BreakGlassContained,
             format!("the agent was stopped by {} at {level}", latches.join(", ")),
         ),

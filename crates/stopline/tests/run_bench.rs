@@ -18,8 +18,6 @@ fn bench_kill_reports_percentiles_for_every_size() {
     assert_eq!(sizes, vec![10, 100, 500]);
     for run in runs {
         for field in [
-            "latch_to_quiescent_p50_us",
-            "latch_to_quiescent_p99_us",
             "kill_issued_to_quiescent_p50_us",
             "engage_call_to_quiescent_p50_us",
             "bare_cgroup_kill_p50_us",
@@ -30,11 +28,15 @@ fn bench_kill_reports_percentiles_for_every_size() {
                 "{field} in {run}"
             );
         }
-        // The supervisor may issue the kill before the latch's directory fsync returns.
-        assert!(
-            run["latch_to_kill_issued_p50_us"].as_u64().is_some(),
-            "{run}"
-        );
+        // The supervisor may issue the kill, and see the group empty, before the latch's
+        // directory fsync returns (the "contained" instant): those figures may be 0.
+        for field in [
+            "latch_to_kill_issued_p50_us",
+            "latch_to_quiescent_p50_us",
+            "latch_to_quiescent_p99_us",
+        ] {
+            assert!(run[field].as_u64().is_some(), "{field} in {run}");
+        }
     }
     // The throwaway homes are gone and the real home was never touched.
     assert!(!home.path().exists());

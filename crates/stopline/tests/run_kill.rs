@@ -92,6 +92,17 @@ fn an_engaged_run_is_killed_to_the_last_process_and_status_waits_for_the_observa
         stderr.contains("break_glass_contained") && stderr.contains(&latch_id),
         "{stderr}"
     );
+    // Named like every refusal a latch causes (SPEC §12.4): who, why, scope, level, age.
+    let by = receipt["latch"]["by"].as_str().unwrap();
+    for named in [
+        by,
+        "reason: \"test stop\"",
+        "level emergency",
+        "ago",
+        "do not retry",
+    ] {
+        assert!(stderr.contains(named), "{named:?} in {stderr}");
+    }
 
     // Every process is gone: the recorded ones, and anything else in the group.
     for pid in children.iter().chain([&daemon]) {

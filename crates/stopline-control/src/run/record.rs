@@ -19,6 +19,9 @@ pub enum StopCause {
         latches: Vec<String>,
         /// The highest covering level.
         level: String,
+        /// The latch the stop names (the highest level covering the run, the latest of
+        /// those; SPEC §12.4), for the run's stop message.
+        named: Option<stopline_core::latch::LatchRef>,
     },
     /// The control state could not be trusted (faults in the view): a stop order.
     ControlState {
@@ -44,7 +47,7 @@ impl StopCause {
     /// The cause as JSON for records.
     pub fn to_json(&self) -> Value {
         match self {
-            StopCause::Latch { latches, level } => {
+            StopCause::Latch { latches, level, .. } => {
                 json!({"kind": "latch", "latches": latches, "level": level})
             }
             StopCause::ControlState { code, message } => {

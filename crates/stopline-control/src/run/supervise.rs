@@ -57,6 +57,7 @@ pub fn order_from_view(view: &ControlView, subject: &Subject) -> Order {
         cause: level.map(|level| StopCause::Latch {
             latches: covering.iter().map(|latch| latch.id()).collect(),
             level: level.as_str().to_string(),
+            named: view.cause_for(subject),
         }),
     }
 }

@@ -113,7 +113,30 @@ impl JsonBody for reqwest::RequestBuilder {
     }
 }
 
-fn percentile(sorted: &[u64], p: f64) -> u64 {
+/// An agent token (`bench`, one hour) minted in the gateway's own home, off the async workers.
+pub async fn bench_token(governor: &Governor) -> Result<String, String> {
+    let ctx = governor.context().clone();
+    tokio::task::spawn_blocking(move || {
+        stopline_control::tokens::issue(
+            &ctx,
+            &stopline_control::tokens::IssueArgs {
+                agent: "bench".into(),
+                role: stopline_core::Role::Agent,
+                project: None,
+                run: None,
+                ttl_s: 3600,
+                budgets: Default::default(),
+            },
+        )
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map(|minted| minted.token)
+    .map_err(|e| e.to_string())
+}
+
+/// The `p`th percentile of `sorted` (nearest rank), 0 when empty.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -387,23 +410,7 @@ async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Valu
     })
     .await
     .map_err(err)?;
-    let ctx = gateway.governor.context().clone();
-    let minted = tokio::task::spawn_blocking(move || {
-        stopline_control::tokens::issue(
-            &ctx,
-            &stopline_control::tokens::IssueArgs {
-                agent: "bench".into(),
-                role: stopline_core::Role::Agent,
-                project: None,
-                run: None,
-                ttl_s: 3600,
-                budgets: Default::default(),
-            },
-        )
-    })
-    .await
-    .map_err(err)?
-    .map_err(err)?;
+    let minted = bench_token(&gateway.governor).await.map_err(err)?;
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(64)
@@ -417,7 +424,7 @@ async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Valu
     let mut through = Target {
         url: format!("http://{}/mcp/bench", gateway.addr),
         session: None,
-        token: Some(minted.token),
+        token: Some(minted),
     };
     let (bare_addr, bare_server) = bare::start(&upstream_url).await?;
     let mut bare = Target {

@@ -13,6 +13,7 @@
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use stopline_gateway::bench::percentile;
 use stopline_gateway::server::{start, ServeOptions};
 
 /// How long the bench waits between sessions.
@@ -70,24 +71,7 @@ async fn run(command: Vec<String>, iterations: usize, home: PathBuf) -> Result<V
     })
     .await
     .map_err(|e| format!("starting the gateway: {e}"))?;
-    let ctx = gateway.governor.context().clone();
-    let token = tokio::task::spawn_blocking(move || {
-        stopline_control::tokens::issue(
-            &ctx,
-            &stopline_control::tokens::IssueArgs {
-                agent: "bench".into(),
-                role: stopline_core::Role::Agent,
-                project: None,
-                run: None,
-                ttl_s: 3600,
-                budgets: Default::default(),
-            },
-        )
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())?
-    .token;
+    let token = stopline_gateway::bench::bench_token(&gateway.governor).await?;
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()
@@ -159,14 +143,6 @@ async fn open_and_close(client: &reqwest::Client, url: &str, token: &str) -> Res
         .await
         .map_err(|e| format!("DELETE on {url}: {e}"))?;
     Ok(elapsed)
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 fn ms(us: u64) -> f64 {

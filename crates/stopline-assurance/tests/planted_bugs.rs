@@ -126,6 +126,15 @@ fn an_archive_that_moves_a_journal_before_its_open_set_loses_a_doubt_and_is_foun
 }
 
 #[test]
+fn an_evidence_append_that_misses_a_segment_switch_forks_the_chain_and_is_found() {
+    found(
+        PlantedBug::SegmentSwitchUnseen,
+        "evidence-segments",
+        Property::EvidenceKept,
+    );
+}
+
+#[test]
 fn without_a_planted_bug_the_operation_scenarios_pass() {
     for only in [
         "op-cut-resolves-later",
@@ -133,6 +142,7 @@ fn without_a_planted_bug_the_operation_scenarios_pass() {
         "op-compaction",
         "op-batch-prepared",
         "op-archive",
+        "evidence-segments",
     ] {
         let report = check(PlantedBug::None, only);
         assert!(report.ok(), "{}", report.text());

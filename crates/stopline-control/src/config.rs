@@ -183,13 +183,29 @@ pub struct RunConfig {
 
 /// `[retention]`: what is kept of the history. Whatever it says, the hot path (gates, reloads,
 /// status) reads none of the history: only what is open.
-#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
     /// The journal of an operation writer that is gone (a gateway or CLI that ended):
     /// `"archive"` (default) moves it to `ops/archive/` and keeps it whole; `"prune"` deletes it
     /// once its open operations are kept in `ops/archive/open.json`.
     pub gone_journals: stopline_store::ops_archive::GoneJournals,
+    /// Records an evidence log segment holds before the next record starts a new one
+    /// (default 8192; 0 is refused). Every segment is kept; an append reads none of them but
+    /// the newest line, and `stopline evidence verify --all` reads them all.
+    pub evidence_segment_records: std::num::NonZeroU64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            gone_journals: Default::default(),
+            evidence_segment_records: std::num::NonZeroU64::new(
+                stopline_store::evidence::DEFAULT_SEGMENT_RECORDS,
+            )
+            .unwrap_or(std::num::NonZeroU64::MIN),
+        }
+    }
 }
 
 /// The configuration file.
@@ -438,6 +454,16 @@ mod tests {
         );
         let error = parse("[retention]\ngone_journals = \"forget\"\n").unwrap_err();
         assert_eq!((error.line, error.column), (Some(2), Some(17)), "{error:?}");
+        let retention = parse("").unwrap().retention;
+        assert_eq!(retention.evidence_segment_records.get(), 8192);
+        let retention = parse("[retention]\nevidence_segment_records = 3\n")
+            .unwrap()
+            .retention;
+        assert_eq!(retention.evidence_segment_records.get(), 3);
+        let error = parse("[retention]\nevidence_segment_records = 0\n").unwrap_err();
+        assert_eq!(error.line, Some(2), "{error:?}");
+        let error = parse("[retention]\nevidence_segment_records = -4\n").unwrap_err();
+        assert_eq!(error.line, Some(2), "{error:?}");
         let error = parse("[retention]\ngone_journal = \"prune\"\n").unwrap_err();
         assert!(
             error.why.contains("did you mean `gone_journals`"),

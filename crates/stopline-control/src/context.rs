@@ -29,6 +29,8 @@ pub struct Context {
 impl Context {
     /// A context over `store` with `config`, the store itself as the control plane.
     pub fn new(store: Store, config: Config) -> Context {
+        let store =
+            store.with_evidence_segment_records(config.retention.evidence_segment_records.get());
         let plane: Arc<dyn ControlPlane> = Arc::new(store.clone());
         Context {
             store,

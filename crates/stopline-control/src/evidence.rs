@@ -91,14 +91,19 @@ pub fn list(ctx: &Context) -> Result<EvidenceListReceipt, Refusal> {
 
 /// `evidence verify`: the chain, its head anchor, and operations admitted after a trip.
 /// `ok` is true only when the chain is whole, anchored (at most the newest line unanchored),
-/// the registries were read, and no operation was admitted after a trip.
-pub fn verify(ctx: &Context) -> EvidenceVerifyReceipt {
-    let entries = match ctx.store.evidence_entries() {
-        Ok(entries) => entries,
+/// the registries were read, and no operation was admitted after a trip. Without `all` the
+/// newest two segments are verified (the current one and its link into the one before); with
+/// it, every segment from the log's first record.
+pub fn verify(ctx: &Context, all: bool) -> EvidenceVerifyReceipt {
+    let chain = match ctx.store.evidence_chain(all) {
+        Ok(chain) => chain,
         Err(fault) => {
             return EvidenceVerifyReceipt {
                 ok: false,
                 records: None,
+                all_segments: all,
+                segments: None,
+                total_segments: None,
                 first_break: fault_json(&fault),
                 unanchored_lines: None,
                 trips: None,
@@ -107,15 +112,31 @@ pub fn verify(ctx: &Context) -> EvidenceVerifyReceipt {
             };
         }
     };
+    let entries = &chain.entries;
     let mut first_break = Value::Null;
     let mut unanchored = 0u64;
     let last_seq = entries.last().map_or(0, |e| e.seq);
+    let segment_of = |seq: u64| {
+        chain
+            .segments
+            .iter()
+            .find(|s| s.first <= seq && seq < s.first + s.records)
+            .map(|s| s.segment.as_str())
+    };
     match ctx.store.evidence_head() {
         Ok(Some(head)) => match entries.iter().find(|e| e.seq == head.seq) {
-            Some(entry) if entry.hash == head.hash => unanchored = last_seq - head.seq,
+            Some(entry)
+                if entry.hash == head.hash
+                    && head
+                        .at
+                        .as_ref()
+                        .is_none_or(|(segment, _)| segment_of(entry.seq) == Some(segment)) =>
+            {
+                unanchored = last_seq - head.seq
+            }
             Some(entry) => {
                 first_break = json!({"line": entry.seq, "fault": "head_mismatch",
-                    "message": format!("line {} does not hash to the head anchor evidence/head.json: it was altered", entry.seq)});
+                    "message": format!("line {} does not hash to the head anchor evidence/head.json (or is not where it says): it was altered", entry.seq)});
             }
             None => {
                 first_break = json!({"line": head.seq, "fault": "truncated",
@@ -134,7 +155,7 @@ pub fn verify(ctx: &Context) -> EvidenceVerifyReceipt {
         Err(_) => Vec::new(),
     };
     let (ops, registry_errors) = ctx.store.operations();
-    let trips = trips(&entries);
+    let trips = trips(entries);
     let mut after = Vec::new();
     for trip in &trips {
         let until = cleared_at(&wal, &trip.latch_file, trip.at_ms);
@@ -157,6 +178,9 @@ pub fn verify(ctx: &Context) -> EvidenceVerifyReceipt {
     EvidenceVerifyReceipt {
         ok,
         records: Some(entries.len()),
+        all_segments: all || chain.segments.len() == chain.total_segments,
+        total_segments: Some(chain.total_segments),
+        segments: Some(chain.segments.clone()),
         first_break,
         unanchored_lines: Some(unanchored),
         trips: Some(trips.len()),

@@ -61,6 +61,15 @@ pub enum WalFault {
         /// 1-based line number.
         line: usize,
     },
+    /// A segmented log (the evidence log) lacks the segment that held records `line..=last`:
+    /// the next segment there is starts later.
+    #[error("records {line} to {last} are missing: no segment holds them")]
+    Missing {
+        /// The first missing record's seq.
+        line: usize,
+        /// The last missing record's seq.
+        last: u64,
+    },
 }
 
 /// The verified contents of a WAL.
@@ -111,16 +120,31 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Verify a whole WAL. A missing file is the empty WAL; the caller passes `b""`.
 pub fn verify(bytes: &[u8]) -> Result<WalLog, WalFault> {
+    verify_segment(None, bytes)
+}
+
+/// Verify one segment of a chained log whose first line follows `previous` (the `seq` and hash
+/// of the line before it, the last of the previous segment; `None`: the log's first line, with
+/// `prev` [`GENESIS`]). Line numbers in a fault are the lines' `seq`s, so a fault names the same
+/// line whichever segment holds it. `verify` is the segment that starts the log.
+pub fn verify_segment(previous: Option<(u64, &str)>, bytes: &[u8]) -> Result<WalLog, WalFault> {
+    let before = previous.map(|(seq, hash)| WalEntry {
+        seq,
+        kind: String::new(),
+        body: Map::new(),
+        hash: hash.to_string(),
+    });
+    let first_line = usize::try_from(previous.map_or(0, |(seq, _)| seq)).unwrap_or(usize::MAX);
     let mut entries: Vec<WalEntry> = Vec::new();
     let mut offset = 0usize;
-    let mut line_no = 0usize;
+    let mut line_no = first_line;
     while offset < bytes.len() {
         line_no += 1;
         let Some(end) = bytes[offset..].iter().position(|&b| b == b'\n') else {
             return Err(WalFault::TornTail { offset });
         };
         let line = &bytes[offset..offset + end];
-        let entry = parse_line(line, line_no, entries.last())?;
+        let entry = parse_line(line, line_no, entries.last().or(before.as_ref()))?;
         entries.push(entry);
         offset += end + 1;
     }

@@ -74,9 +74,22 @@ impl Layout {
     pub fn evidence(&self) -> PathBuf {
         self.home.join("evidence")
     }
-    /// `evidence/log.jsonl`.
+    /// `evidence/log.jsonl`: the evidence log's first segment (records from 1).
     pub fn evidence_log(&self) -> PathBuf {
         self.evidence().join("log.jsonl")
+    }
+    /// The evidence log segment whose first record is `first`: `evidence/log.jsonl` for 1, else
+    /// `evidence/log-<first, 12 digits>.jsonl`.
+    pub fn evidence_segment(&self, first: u64) -> PathBuf {
+        self.evidence().join(crate::evidence::segment_name(first))
+    }
+    /// `evidence/head.json`: the newest evidence record's anchor and where it is.
+    pub fn evidence_head(&self) -> PathBuf {
+        self.evidence().join("head.json")
+    }
+    /// `evidence/log.lock`: the evidence log's lock (appends exclusive, readers shared).
+    pub fn evidence_lock(&self) -> PathBuf {
+        self.evidence().join("log.lock")
     }
     /// `servers/`.
     pub fn servers(&self) -> PathBuf {

@@ -69,6 +69,9 @@ pub struct Store {
     /// What a gateway's journal upkeep does with the journals of writers that are gone
     /// (`[retention] gone_journals`).
     gone_journals: ops_archive::GoneJournals,
+    /// Records an evidence log segment holds before the next starts a new one (`[retention]
+    /// evidence_segment_records`).
+    evidence_segment_records: u64,
     #[cfg(feature = "planted-bugs")]
     planted: planted::PlantedBug,
 }
@@ -136,6 +139,7 @@ impl Store {
             read_timeout: None,
             wal_checkpoint_every: wal_checkpoint::DEFAULT_CHECKPOINT_EVERY,
             gone_journals: ops_archive::GoneJournals::Archive,
+            evidence_segment_records: evidence::DEFAULT_SEGMENT_RECORDS,
             #[cfg(feature = "planted-bugs")]
             planted: planted::PlantedBug::None,
         }

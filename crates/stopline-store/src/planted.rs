@@ -45,4 +45,10 @@ pub enum PlantedBug {
     /// operation in doubt from every gate ("an operation in doubt blocks its own agent" fails,
     /// the `op-archive` scenario).
     ArchiveBeforeOpenSet,
+    /// An evidence append trusts the head alone and never looks for the segment the next record
+    /// would start: after a crash between a segment switch's first record and its head, the
+    /// next record is appended to the old segment under the same `seq`, forking the chain ("an
+    /// acknowledged evidence record is kept and the chain stays whole" fails, the
+    /// `evidence-segments` scenario).
+    SegmentSwitchUnseen,
 }

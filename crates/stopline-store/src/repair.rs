@@ -1,6 +1,9 @@
 //! The owner's repair: the only code that changes damaged control records, and only two ways.
 //!
 //! It truncates an unterminated last WAL line, and rebuilds `epoch.json` from a valid WAL.
+//! (Besides the owner's repair, one more cut lives here: the torn remnant of an evidence append
+//! that never returned, which the next evidence append keeps and cuts off, see
+//! [`Store::cut_torn_evidence`]; it is not a control record and no gate reads it.)
 //! Before either it saves the old bytes to `recovery-evidence/<file>-<sha256>.bin` (create-new,
 //! fsync, read back). It refuses a WAL broken anywhere but its unterminated tail, and refuses to
 //! rebuild when an issued authority claims an epoch newer than the WAL knows. Gates never call it.
@@ -55,6 +58,29 @@ impl Store {
             ));
         }
         Ok(name)
+    }
+
+    /// Cut the evidence log's `segment` back to `at` bytes, where an unterminated last line
+    /// `remnant` starts: what a power cut left of an append that never returned (appends hold
+    /// the log's lock and return only after their fsync). The remnant is kept as recovery
+    /// evidence first. Called by the next append, under the log's exclusive lock.
+    pub(crate) fn cut_torn_evidence(
+        &self,
+        segment: &str,
+        at: u64,
+        remnant: &[u8],
+    ) -> Result<(), StoreError> {
+        let kept = self.keep_recovery_evidence(&format!("evidence-{segment}"), remnant)?;
+        let path = self.layout.evidence().join(segment);
+        self.fs
+            .truncate(&path, at, "evidence.truncate")
+            .context(|| format!("truncating {}", path.display()))?;
+        tracing::warn!(
+            segment,
+            kept,
+            "cut off the torn remnant of an evidence append that never returned"
+        );
+        Ok(())
     }
 
     /// Repair the WAL tail and the epoch snapshot. `highest_issued_epoch` is the newest epoch any

@@ -18,8 +18,8 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
             output::receipt(json, &evidence::list(ctx)?);
             Ok(0)
         }
-        Command::Evidence(EvidenceCommand::Verify) => {
-            let receipt = evidence::verify(ctx);
+        Command::Evidence(EvidenceCommand::Verify { all }) => {
+            let receipt = evidence::verify(ctx, all);
             output::receipt(json, &receipt);
             Ok(receipt.exit_code())
         }

@@ -502,8 +502,13 @@ pub struct DrillArgs {
 /// `evidence …`.
 #[derive(Debug, Subcommand)]
 pub enum EvidenceCommand {
-    /// Check the chain (naming the first break) and report operations admitted after a trip.
-    Verify,
+    /// Check the chain (naming the first break) and report operations admitted after a trip:
+    /// the newest two segments of the log (the current one and its link into the one before).
+    Verify {
+        /// Verify every segment, from the log's first record.
+        #[arg(long)]
+        all: bool,
+    },
     /// Every record in the evidence log.
     List,
 }

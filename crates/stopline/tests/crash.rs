@@ -1,6 +1,8 @@
 //! Crash at every failpoint of engage, epoch advance and recovery apply; reopen; assert that a
 //! published latch is never lost, the epoch never goes back, and no recovery reports
 //! `recovered: true` while a covering latch exists. Also inject an I/O error at every step.
+//! And at every step of an evidence append, a segment switch's included: no acknowledged record
+//! is lost and the chain is never broken.
 //!
 //! Needs the binary built with `--features stopline/failpoints` (the README's test command does
 //! this); without it the failpoint trace is empty and these tests fail rather than pass vacuously.
@@ -596,5 +598,204 @@ fn crash_at_every_step_of_a_wal_checkpoint() {
         }
         let r = home.run(&args);
         assert_eq!(r.code, 0, "{name}: engage after the crash: {}", r.stderr);
+    }
+}
+
+/// The evidence log's segment bound in the evidence crash tests.
+const EVIDENCE_SEGMENT: u64 = 3;
+
+/// Not a test of its own: the child process of `crash_at_every_step_of_an_evidence_append`,
+/// run by it (this test binary re-executed with `--exact`) to append one evidence record to the
+/// home `STOPLINE_TEST_EVIDENCE_HOME` names, three records to a segment, so the parent can
+/// crash it at a failpoint. Without that variable it does nothing.
+#[test]
+fn evidence_append_child_process() {
+    let Some(home) = std::env::var_os("STOPLINE_TEST_EVIDENCE_HOME") else {
+        return;
+    };
+    let store = stopline_store::Store::open(home).with_evidence_segment_records(EVIDENCE_SEGMENT);
+    let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": true});
+    store
+        .append_evidence(
+            "control-observation.v1",
+            record.as_object().unwrap().clone(),
+        )
+        .unwrap();
+}
+
+/// Run `evidence_append_child_process` on `home` with `env`.
+fn append_in_child(home: &Home, env: &[(&str, &str)]) -> std::process::Output {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "evidence_append_child_process", "--nocapture"])
+        .env("STOPLINE_TEST_EVIDENCE_HOME", home.path())
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// A home whose evidence log holds `records` records, three to a segment; with `unanchored`, the
+/// head names the record before the newest (as a crash between an append and its head leaves it).
+fn prepare_evidence_home(records: u64, unanchored: bool) -> Home {
+    let home = Home::new();
+    home.run(&["init"]).assert_ok();
+    let store =
+        stopline_store::Store::open(home.path()).with_evidence_segment_records(EVIDENCE_SEGMENT);
+    let mut head = Vec::new();
+    for n in 1..=records {
+        if n == records {
+            head = std::fs::read(home.file("evidence/head.json")).unwrap_or_default();
+        }
+        let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "h", "pass": true, "agents": n});
+        store
+            .append_evidence(
+                "control-observation.v1",
+                record.as_object().unwrap().clone(),
+            )
+            .unwrap();
+    }
+    if unanchored {
+        std::fs::write(home.file("evidence/head.json"), head).unwrap();
+    }
+    home
+}
+
+/// Every record of the log, across segments, as raw lines (oldest first).
+fn evidence_lines(home: &Home) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(home.file("evidence"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("log") && n.ends_with(".jsonl"))
+        .collect();
+    // `log.jsonl` first, then `log-<first>.jsonl` by first record (zero-padded).
+    names.sort_by_key(|n| (n != "log.jsonl", n.clone()));
+    names
+        .iter()
+        .flat_map(|n| {
+            std::fs::read_to_string(home.file(&format!("evidence/{n}")))
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn verify_all(home: &Home, name: &str) -> Value {
+    let r = home.run(&["evidence", "verify", "--all"]);
+    assert_eq!(r.code, 0, "{name}: the chain after the crash: {}", r.stdout);
+    r.json()
+}
+
+#[test]
+fn crash_at_every_step_of_an_evidence_append() {
+    // Three records: the next one starts a segment. Four: it goes after the fourth. Four with
+    // the fourth unanchored: it is fsynced and anchored before the fifth is written.
+    for (records, unanchored, steps) in [
+        (
+            3,
+            false,
+            &[
+                "evidence.segment.write",
+                "evidence.segment.fsync",
+                "evidence.segment.dirsync",
+                "evidence.head.tmp.create",
+                "evidence.head.rename",
+                "evidence.head.dirsync",
+            ][..],
+        ),
+        (
+            4,
+            false,
+            &[
+                "evidence.head.confirm",
+                "evidence.append.write",
+                "evidence.append.fsync",
+                "evidence.head.rename",
+            ][..],
+        ),
+        (
+            4,
+            true,
+            &[
+                "evidence.confirm.fsync",
+                "evidence.confirm.dirsync",
+                "evidence.head.rename",
+                "evidence.append.fsync",
+            ][..],
+        ),
+    ] {
+        let home = prepare_evidence_home(records, unanchored);
+        let trace = home.dir.path().join("trace");
+        let out = append_in_child(
+            &home,
+            &[("STOPLINE_FAILPOINT_TRACE", trace.to_str().unwrap())],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut seen = BTreeSet::new();
+        let names: Vec<String> = std::fs::read_to_string(&trace)
+            .unwrap_or_default()
+            .lines()
+            .filter(|n| seen.insert(n.to_string()))
+            .map(String::from)
+            .collect();
+        for step in steps {
+            assert!(
+                names.iter().any(|n| n == step),
+                "{records} records: {step} is a failpoint of the append (build with --features stopline/failpoints): {names:?}"
+            );
+        }
+        if records == 3 {
+            assert!(home.file("evidence/log-000000000004.jsonl").exists());
+        }
+        for name in &names {
+            let home = prepare_evidence_home(records, unanchored);
+            let acknowledged = evidence_lines(&home);
+            let out = append_in_child(&home, &[("STOPLINE_FAILPOINTS", &format!("{name}=crash"))]);
+            assert_eq!(
+                out.status.signal(),
+                Some(6),
+                "{records} records, {name}: the process must abort at its failpoint"
+            );
+            // Every acknowledged record is there as it was; the crashed one at most follows.
+            let after = evidence_lines(&home);
+            assert_eq!(
+                after[..acknowledged.len()],
+                acknowledged[..],
+                "{records} records, {name}: an acknowledged record changed or was lost"
+            );
+            assert!(after.len() <= acknowledged.len() + 1, "{name}: {after:?}");
+            let report = verify_all(&home, name);
+            assert_eq!(report["records"], after.len(), "{name}: {report}");
+            assert!(
+                report["unanchored_lines"].as_u64() <= Some(1),
+                "{name}: {report}"
+            );
+            // The next append chains on from whatever survived, in the segment it belongs to.
+            let out = append_in_child(&home, &[]);
+            assert!(
+                out.status.success(),
+                "{records} records, {name}: the append after the crash: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let report = verify_all(&home, name);
+            assert_eq!(report["records"], after.len() + 1, "{name}: {report}");
+            assert_eq!(report["unanchored_lines"], 0, "{name}: {report}");
+            let segments: Vec<(u64, u64)> = report["segments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| (s["first"].as_u64().unwrap(), s["records"].as_u64().unwrap()))
+                .collect();
+            for (first, held) in &segments {
+                assert!(
+                    (1..=EVIDENCE_SEGMENT).contains(held) && (first - 1) % EVIDENCE_SEGMENT == 0,
+                    "{name}: segments {segments:?}"
+                );
+            }
+        }
     }
 }

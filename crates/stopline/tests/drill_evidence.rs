@@ -219,3 +219,103 @@ fn a_trips_window_closed_before_the_wal_checkpoint_still_ends_at_its_clearing() 
         r.stdout
     );
 }
+
+/// Issue 15: the evidence log is segmented. `evidence verify` checks the newest two segments
+/// (the current one and its link into the one before), `evidence verify --all` every segment
+/// from the first record; an append reads only the log's end, so a damaged or missing old
+/// segment does not stop a breaker trip's record from landing, and `--all` names the break.
+#[test]
+fn verify_all_reads_every_segment_and_an_append_needs_only_the_tail() {
+    let home = Home::new();
+    let store = Store::open(home.path()).with_evidence_segment_records(3);
+    for n in 1..=7 {
+        store
+            .append_evidence("control-observation.v1", record(n))
+            .unwrap();
+    }
+    for segment in [
+        "log.jsonl",
+        "log-000000000004.jsonl",
+        "log-000000000007.jsonl",
+    ] {
+        assert!(
+            home.file(&format!("evidence/{segment}")).exists(),
+            "{segment}"
+        );
+    }
+    let r = home.run(&["evidence", "verify"]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let report = r.json();
+    assert_eq!(
+        (report["records"].as_u64(), report["all_segments"].as_bool()),
+        (Some(4), Some(false)),
+        "{report}"
+    );
+    assert_eq!(report["total_segments"], 3);
+    let all = home.run(&["evidence", "verify", "--all"]);
+    assert_eq!(all.code, 0, "{}", all.stdout);
+    assert_eq!(all.json()["records"], 7);
+    assert_eq!(all.json()["all_segments"], true);
+    let out = home.command(&["evidence", "verify"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("the newest 2 of 3 segments") && text.contains("--all"),
+        "{text}"
+    );
+
+    // One changed byte in the first segment: the append still lands, chained to the tail.
+    let first = home.file("evidence/log.jsonl");
+    let pristine = std::fs::read(&first).unwrap();
+    let agents_at = pristine
+        .windows(8)
+        .position(|w| w == b"\"agents\"")
+        .unwrap();
+    flip_digit(&first, agents_at);
+    let trip = json!({"schema": "evidence-record.v1", "agent": "agent-x", "breaker": "unauthorized_calls",
+        "trigger": "tool_not_allowed", "threshold": 1.0, "observed": 1.0, "latch": "latch_abc", "level": "halt-all"});
+    assert_eq!(
+        store
+            .append_evidence("breaker", trip.as_object().unwrap().clone())
+            .unwrap(),
+        8
+    );
+    assert_eq!(home.run(&["evidence", "verify"]).code, 0);
+    let all = home.run(&["evidence", "verify", "--all"]);
+    assert_eq!(all.code, 1, "{}", all.stdout);
+    assert_eq!(all.json()["ok"], false);
+    assert_eq!(all.json()["first_break"]["fault"], "broken_link");
+    assert_eq!(all.json()["first_break"]["line"], 2);
+    assert_eq!(
+        home.run(&["evidence", "list"]).code_str(),
+        "control_state_corrupt"
+    );
+
+    // A whole segment gone: the records it held are named missing.
+    std::fs::remove_file(home.file("evidence/log-000000000004.jsonl")).unwrap();
+    store
+        .append_evidence("control-observation.v1", record(9))
+        .unwrap();
+    let all = home.run(&["evidence", "verify", "--all"]);
+    assert_eq!(all.code, 1, "{}", all.stdout);
+    let first_break = &all.json()["first_break"];
+    assert_eq!(
+        (first_break["fault"].as_str(), first_break["line"].as_u64()),
+        (Some("broken_link"), Some(2)),
+        "the first break is still the changed byte: {first_break}"
+    );
+    std::fs::write(&first, pristine).unwrap();
+    let all = home.run(&["evidence", "verify", "--all"]);
+    assert_eq!(all.code, 1, "{}", all.stdout);
+    let first_break = &all.json()["first_break"];
+    assert_eq!(
+        (first_break["fault"].as_str(), first_break["line"].as_u64()),
+        (Some("missing"), Some(4)),
+        "{first_break}"
+    );
+    assert!(
+        first_break["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("records 4 to 6 are missing")),
+        "{first_break}"
+    );
+}

@@ -79,6 +79,7 @@ pub fn on_return(
                 latch_files: None,
                 cleared_files: None,
                 ops: None,
+                evidence: None,
             };
             let before = earlier(search, state, began);
             let before: Vec<(String, &Outcome)> =

@@ -55,6 +55,7 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     #[cfg(not(feature = "planted-bugs"))]
     all.push(scenario::checkpoint_vs_plan(()));
     all.extend(scenario::operations());
+    all.push(scenario::evidence_segments());
     all.retain(|s| {
         options
             .only

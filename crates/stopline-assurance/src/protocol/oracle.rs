@@ -179,7 +179,10 @@ impl Oracle {
                 let tag = 0xa + proc as u8;
                 let env = Arc::new(ModelEnv::new(tag, setup.now_ms));
                 let store = Store::with_io(&setup.home, fs, env)
-                    .with_wal_checkpoint_every(crate::protocol::scenario::MODEL_CHECKPOINT_EVERY);
+                    .with_wal_checkpoint_every(crate::protocol::scenario::MODEL_CHECKPOINT_EVERY)
+                    .with_evidence_segment_records(
+                        crate::protocol::scenario::MODEL_EVIDENCE_SEGMENT_RECORDS,
+                    );
                 #[cfg(feature = "planted-bugs")]
                 let store = store.with_planted_bug(setup.planted);
                 if let OpResult::Failed(_) = worker.step(Op::Begin) {

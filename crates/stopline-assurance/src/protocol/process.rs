@@ -75,6 +75,12 @@ pub enum ProcSpec {
     /// A gateway's archive upkeep (`Store::archive_gone_journals`, also `stopline ops
     /// compact`): the journals of writers that are gone leave `ops/` for `ops/archive/`.
     ArchiveOps,
+    /// A breaker trip's evidence record (`Store::append_evidence`, as `stopline_control::trip`
+    /// files it), its field `n` naming it.
+    AppendEvidence {
+        /// The record's name in the judgment.
+        n: u64,
+    },
     /// A gateway admission: `Store::load_view`, verify the token, `ControlView::decide`.
     Admission {
         /// The token minted at e0.
@@ -137,6 +143,11 @@ pub enum Outcome {
     Finished,
     /// `snapshot_ops_journals` returned without an error.
     Compacted,
+    /// `append_evidence` returned Ok: the record is acknowledged.
+    Filed {
+        /// Its `n`.
+        n: u64,
+    },
     /// Recover apply returned Ok.
     Recovered {
         /// The receipt's `recovered`.
@@ -210,6 +221,7 @@ impl ProcSpec {
             ProcSpec::FinishDeferred => "finish deferred records".into(),
             ProcSpec::CompactOps => "compact the operation journals".into(),
             ProcSpec::ArchiveOps => "archive the journals of gone writers".into(),
+            ProcSpec::AppendEvidence { n } => format!("append evidence record {n}"),
         }
     }
 
@@ -356,6 +368,12 @@ impl ProcSpec {
                     }
                 }
             }
+            ProcSpec::AppendEvidence { n } => {
+                match store.append_evidence("breaker", evidence_record(*n)) {
+                    Ok(_) => Outcome::Filed { n: *n },
+                    Err(e) => failed(e),
+                }
+            }
             ProcSpec::CompactOps => match store.snapshot_ops_journals(1) {
                 (_, errors) if errors.is_empty() => Outcome::Compacted,
                 (_, errors) => Outcome::Failed {
@@ -364,6 +382,15 @@ impl ProcSpec {
             },
         }
     }
+}
+
+/// The evidence record a scenario files as `n`.
+pub fn evidence_record(n: u64) -> serde_json::Map<String, serde_json::Value> {
+    stopline_store::chain::fields([
+        ("schema", serde_json::json!("evidence-record.v1")),
+        ("agent", serde_json::json!("worker")),
+        ("n", serde_json::json!(n)),
+    ])
 }
 
 /// The gateway's admission of one noncritical call with `token` (SPEC §4 check, §5).

@@ -50,14 +50,17 @@ pub enum Property {
     /// may be dispatched) is in the registry after any crash; nothing is dispatched on a record
     /// a crash can lose.
     PreparedSurvives,
+    /// Issue 15: an evidence record whose append returned is in the log after any crash, the
+    /// chain verifies across every segment, and the next append after the crash lands on it.
+    EvidenceKept,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 13;
+pub const COUNT: usize = 14;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 10] = [
+    pub const ALL: [Property; 11] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -68,6 +71,7 @@ impl Property {
         Property::DoubtBlocksOnlyItsAgent,
         Property::PreparedSurvives,
         Property::EveryStopOnRecord,
+        Property::EvidenceKept,
     ];
 
     /// Findings: checked and reported, but not part of SPEC §9's verdict.
@@ -107,6 +111,9 @@ impl Property {
             Property::PreparedSurvives => {
                 "a prepared record reported durable (its call dispatchable) survives a crash"
             }
+            Property::EvidenceKept => {
+                "an acknowledged evidence record is kept, and the chain stays whole across segments and crashes"
+            }
         }
     }
 }
@@ -140,6 +147,20 @@ pub struct Observation {
     /// What the registry says of each racing operation, when the observation reads it (after
     /// a restart and at the end; not for racing gates).
     pub ops: Option<Vec<OpSeen>>,
+    /// The evidence log, when the observation reads it (after a restart and at the end of a
+    /// scenario that files evidence; not for racing gates).
+    pub evidence: Option<EvidenceSeen>,
+}
+
+/// The evidence log as an observation finds it: read whole, then appended to once, then read
+/// whole again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EvidenceSeen {
+    /// The `n` of every record of the chain after the probe append, oldest first (empty when it
+    /// did not verify).
+    pub kept: Vec<u64>,
+    /// Why the chain is not whole after the probe append, or why the probe was refused.
+    pub fault: Option<String>,
 }
 
 /// One racing operation as an observation finds it in the registry.
@@ -241,8 +262,30 @@ pub fn obligations(
             });
         }
     }
+    if let Some(evidence) = &seen.evidence {
+        out.judge(Property::EvidenceKept, evidence.fault.is_none(), || {
+            format!(
+                "the evidence log after the crash: {}",
+                evidence.fault.clone().unwrap_or_default()
+            )
+        });
+    }
     for (who, outcome) in earlier {
         match outcome {
+            Outcome::Filed { n } => {
+                if let Some(evidence) = &seen.evidence {
+                    out.judge(
+                        Property::EvidenceKept,
+                        evidence.fault.is_some() || evidence.kept.contains(n),
+                        || {
+                            format!(
+                                "{who} returned Ok, but its record is not in the log {:?}",
+                                evidence.kept
+                            )
+                        },
+                    );
+                }
+            }
             Outcome::Engaged {
                 file,
                 scope,

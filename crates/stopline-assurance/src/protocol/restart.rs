@@ -14,7 +14,7 @@ use crate::protocol::fs_state::FsState;
 use crate::protocol::model_fs::ModelFs;
 use crate::protocol::op::Blob;
 use crate::protocol::process::ProcSpec;
-use crate::protocol::properties::{Observation, OpSeen};
+use crate::protocol::properties::{EvidenceSeen, Observation, OpSeen};
 use crate::protocol::scenario::{Scenario, HOME, SOLO};
 use crate::protocol::solo::{ModelEnv, Solo};
 use std::sync::Arc;
@@ -121,7 +121,8 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
     let now_ms = scenario.now_ms + 1000;
     let env = Arc::new(ModelEnv::new(0xf, now_ms));
     let store = Store::with_io(HOME, Arc::new(ModelFs::new(solo.clone())), env)
-        .with_wal_checkpoint_every(crate::protocol::scenario::MODEL_CHECKPOINT_EVERY);
+        .with_wal_checkpoint_every(crate::protocol::scenario::MODEL_CHECKPOINT_EVERY)
+        .with_evidence_segment_records(crate::protocol::scenario::MODEL_EVIDENCE_SEGMENT_RECORDS);
     #[cfg(feature = "planted-bugs")]
     let store = store.with_planted_bug(planted);
     #[cfg(not(feature = "planted-bugs"))]
@@ -190,6 +191,14 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
     ));
     let ops = operations_seen(scenario, &store, &view);
     summary.push_str(&format!("; operations {ops:?}"));
+    let files_evidence = scenario
+        .procs
+        .iter()
+        .any(|p| matches!(p, ProcSpec::AppendEvidence { .. }));
+    let evidence = files_evidence.then(|| evidence_seen(&store));
+    if let Some(seen) = &evidence {
+        summary.push_str(&format!("; evidence after one more append {seen:?}"));
+    }
     Restarted {
         closed: !view.faults.is_empty(),
         seen: Observation {
@@ -201,9 +210,43 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
             latch_files: Some(files),
             cleared_files: Some(cleared),
             ops: Some(ops),
+            evidence,
         },
         summary,
     }
+}
+
+/// The `n` of the record the restart appends to the evidence log.
+pub const PROBE: u64 = 1000;
+
+/// Append one record to the evidence log as the first writer after the crash would (a breaker
+/// trip), then read the whole chain across every segment: which records it keeps, or why it
+/// cannot be trusted.
+fn evidence_seen(store: &Store) -> EvidenceSeen {
+    let refused = |why: String| EvidenceSeen {
+        kept: Vec::new(),
+        fault: Some(why),
+    };
+    if let Err(e) =
+        store.append_evidence("breaker", crate::protocol::process::evidence_record(PROBE))
+    {
+        return refused(format!("the first append after the crash was refused: {e}"));
+    }
+    let chain = match store.evidence_chain(true) {
+        Ok(chain) => chain,
+        Err(fault) => return refused(format!("the chain after one more append: {fault}")),
+    };
+    if let Some(why) = store.evidence_anchor_fault(&chain.entries) {
+        return refused(format!("the head after one more append: {why}"));
+    }
+    let kept: Vec<u64> = chain
+        .entries
+        .iter()
+        .filter_map(|e| e.body.get("n").and_then(serde_json::Value::as_u64))
+        .collect();
+    let fault = (kept.last() != Some(&PROBE))
+        .then(|| format!("the record appended after the crash is not the newest: {kept:?}"));
+    EvidenceSeen { kept, fault }
 }
 
 /// What the registry of `store` (and `view`'s blocked targets) says of each racing operation.

@@ -27,6 +27,9 @@ pub const SOLO: u8 = 200;
 /// Every model store writes a WAL checkpoint after every append, so every read of every
 /// scenario goes through one and every checkpoint's steps are crashed.
 pub const MODEL_CHECKPOINT_EVERY: usize = 1;
+/// Every model store's evidence log starts a new segment every two records, so a scenario of
+/// a few appends crosses a segment switch.
+pub const MODEL_EVIDENCE_SEGMENT_RECORDS: u64 = 2;
 
 /// One race to explore.
 #[derive(Clone)]
@@ -71,7 +74,8 @@ impl Setup {
         let solo = Solo::new(SOLO, FsState::new());
         let fs = Arc::new(ModelFs::new(solo.clone()));
         let store = Store::with_io(HOME, fs, Arc::new(ModelEnv::new(0xe, SETUP_MS)))
-            .with_wal_checkpoint_every(MODEL_CHECKPOINT_EVERY);
+            .with_wal_checkpoint_every(MODEL_CHECKPOINT_EVERY)
+            .with_evidence_segment_records(MODEL_EVIDENCE_SEGMENT_RECORDS);
         let layout = store.layout().clone();
         store
             .ensure_dirs(&[&layout.latches(), &layout.staging()])
@@ -403,6 +407,32 @@ pub fn op_archive() -> Scenario {
     s.finish(
         "op-archive",
         "two gateways archive a gone gateway's journal with an operation in doubt, crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    )
+}
+
+/// Issue 15: the evidence log's segment switch. The setup fills the first segment (two records,
+/// `MODEL_EVIDENCE_SEGMENT_RECORDS`); two breaker trips then file a record each, the first of
+/// them starting the next segment (`evidence.segment`, its directory fsync, the head rewrite)
+/// and the other following it there, crashed at every step: every record whose append returned
+/// is kept, the chain stays whole across the switch, and the first append after the crash
+/// lands on it — whether the head was rewritten or not.
+pub fn evidence_segments() -> Scenario {
+    let s = Setup::new();
+    for n in [1, 2] {
+        s.store
+            .append_evidence("breaker", crate::protocol::process::evidence_record(n))
+            .expect("setup: evidence");
+    }
+    let racers = vec![
+        ProcSpec::AppendEvidence { n: 3 },
+        ProcSpec::AppendEvidence { n: 4 },
+    ];
+    s.finish(
+        "evidence-segments",
+        "two breaker trips file evidence across a segment switch, crashed at every step",
         racers,
         SETUP_MS + 60_000,
         None,

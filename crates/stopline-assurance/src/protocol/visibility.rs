@@ -65,7 +65,13 @@ impl Rules {
                 ProcSpec::Operation { .. } | ProcSpec::PrepareBatch { .. } | ProcSpec::ArchiveOps
             )
         });
+        let evidence = procs
+            .iter()
+            .any(|p| matches!(p, ProcSpec::AppendEvidence { .. }));
         let mut quiet = vec![owned(layout.reserve()), owned(layout.keys())];
+        if !evidence {
+            quiet.push(owned(layout.evidence()));
+        }
         if !operation {
             quiet.push(owned(layout.ops()));
         }

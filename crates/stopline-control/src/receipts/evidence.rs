@@ -55,8 +55,19 @@ pub struct EvidenceVerifyReceipt {
     /// True only when the chain is whole, anchored (at most the newest line unanchored), the
     /// registries were read, and no operation was admitted after a trip.
     pub ok: bool,
-    /// How many lines the log has (null when it cannot be read as a chain).
+    /// How many records were verified: every one with `--all`, else those of the newest two
+    /// segments (null when the log cannot be read as a chain).
     pub records: Option<usize>,
+    /// True when every segment was verified from the log's first record (`--all`, or a log of
+    /// at most two segments).
+    pub all_segments: bool,
+    /// The segments verified, oldest first: file name, first record, records (absent when the
+    /// chain is broken).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segments: Option<Vec<stopline_store::evidence::SegmentSummary>>,
+    /// How many segments the log has (absent when the chain is broken).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_segments: Option<usize>,
     /// The first break: its line, fault and message (null when there is none).
     pub first_break: Value,
     /// Lines after the head anchor (absent when the chain is broken).
@@ -91,7 +102,15 @@ impl fmt::Display for EvidenceVerifyReceipt {
                 compact(&self.records),
                 compact(&self.trips),
                 compact(&self.operations_after_trip)
-            )
+            )?;
+            match (&self.segments, self.total_segments) {
+                (Some(read), Some(total)) if !self.all_segments => write!(
+                    f,
+                    "\n(the newest {} of {total} segments; `stopline evidence verify --all` verifies every one)",
+                    read.len()
+                ),
+                _ => Ok(()),
+            }
         } else {
             let message = self.first_break.get("message").and_then(Value::as_str);
             write!(f, "BROKEN: {}", message.unwrap_or_default())

@@ -14,7 +14,6 @@
 
 use crate::governor::{refusal_error_data, Admission, Call, Caller, Governor, Outcome};
 use crate::jsonrpc::{Id, Incoming, Message, STOPLINE_REFUSED};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use stopline_core::{Refusal, RefusalCode};
 
@@ -104,14 +103,24 @@ pub fn refusal_response(id: Id, refusal: &Refusal) -> Message {
 pub fn call_for(server: &str, catalog: &ToolCatalog, message: &Message) -> Result<Call, Refusal> {
     let (method, tool, request_id) = match message {
         Message::Request { id, method, params } if method == "tools/call" => {
-            let tool = params
-                .as_ref()
-                .and_then(|p| p.get("name"))
-                .and_then(Value::as_str);
-            let tool = tool.ok_or_else(|| {
-                Refusal::new(RefusalCode::BadRequest, "tools/call needs params.name")
-            })?;
-            (method.clone(), Some(tool.to_string()), Some(id_key(id)))
+            // The params are forwarded as the agent wrote them, so a tool named twice would
+            // leave the upstream to choose which one runs: refused, never guessed.
+            let tool = match params.as_ref().map(|p| p.unique_str("name")) {
+                Some(Ok(Some(tool))) => tool,
+                Some(Err(times)) => {
+                    return Err(Refusal::new(
+                        RefusalCode::BadRequest,
+                        format!("tools/call names its tool {times} times (params.name)"),
+                    ))
+                }
+                _ => {
+                    return Err(Refusal::new(
+                        RefusalCode::BadRequest,
+                        "tools/call needs params.name",
+                    ))
+                }
+            };
+            (method.clone(), Some(tool), Some(id_key(id)))
         }
         Message::Request { id, method, .. } => (method.clone(), None, Some(id_key(id))),
         Message::Notification { method, .. } => (method.clone(), None, None),

@@ -20,7 +20,7 @@ use crate::reply::{json_reply, local_reply, refusal_reply, reply_messages};
 use crate::sessions::SessionBindings;
 use crate::upstream::{self, Exchange};
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequest, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -155,9 +155,17 @@ impl McpState {
 async fn handle_post(
     State(state): State<Arc<McpState>>,
     Path(server): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: axum::extract::Request,
 ) -> Response {
+    // The headers are taken, not copied (axum's `HeaderMap` extractor clones them); the body is
+    // read under the router's body limit as the `Bytes` extractor reads it.
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    let body = match Bytes::from_request(axum::extract::Request::from_parts(parts, body), &()).await
+    {
+        Ok(body) => body,
+        Err(rejection) => return rejection.into_response(),
+    };
     let upstream = match state.upstream(&server) {
         Ok(upstream) => upstream,
         Err(reply) => return unknown_server(&state, &server, &headers, &body, *reply).await,
@@ -194,19 +202,19 @@ async fn handle_post(
         state: state.clone(),
         server,
         caller,
-        headers,
+        headers: forwarded_headers(&headers),
         initialize,
     };
     let mut members = dispatch.members;
     if !governed.is_batch() && members.len() == 1 {
         let member = members.pop().expect("one member");
-        return forward(&exchange, &upstream, member).await;
+        return forward(exchange, &upstream, member).await;
     }
     // A batch: each member on its own (never as a batch), their answers gathered into one.
     let replies = futures::future::join_all(
         members
             .into_iter()
-            .map(|member| forward(&exchange, &upstream, member)),
+            .map(|member| forward(exchange.clone(), &upstream, member)),
     )
     .await;
     let mut messages = Vec::new();
@@ -225,16 +233,25 @@ async fn handle_post(
     }
 }
 
+/// The agent's headers an upstream gets ([`FORWARDED_REQUEST_HEADERS`]; never its token).
+fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(FORWARDED_REQUEST_HEADERS.len());
+    for name in FORWARDED_REQUEST_HEADERS {
+        if let Some(value) = headers.get(name) {
+            out.insert(header::HeaderName::from_static(name), value.clone());
+        }
+    }
+    out
+}
+
 /// Forward one member to the server's upstream.
-async fn forward(exchange: &Exchange, upstream: &Upstream, member: Member) -> Response {
+async fn forward(exchange: Exchange, upstream: &Upstream, member: Member) -> Response {
     match upstream {
         Upstream::Http(_) => {
             let uri = exchange.state.urls.get(&exchange.server).cloned();
-            upstream::post_http(exchange.clone(), uri, member).await
+            upstream::post_http(exchange, uri, member).await
         }
-        Upstream::Stdio(command) => {
-            upstream::post_stdio(exchange.clone(), command.clone(), member).await
-        }
+        Upstream::Stdio(command) => upstream::post_stdio(exchange, command.clone(), member).await,
     }
 }
 

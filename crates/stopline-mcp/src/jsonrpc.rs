@@ -1,11 +1,23 @@
 //! JSON-RPC 2.0 messages as MCP carries them: parse, classify, re-serialize.
 //!
 //! Every byte an agent sends towards an MCP server goes through [`parse`] first. What is
-//! forwarded is always [`Incoming::to_bytes`] of the parsed value, never the bytes received, so
-//! the upstream sees exactly the message the governor judged: unknown top-level members are
-//! dropped, a duplicated member reaches the upstream once (as it was judged), and a batch is
-//! judged member by member. Malformed input is a [`ParseError`] and nothing at all is forwarded.
+//! forwarded is always [`Incoming::to_bytes`] of the parsed message, never the frame received,
+//! so the upstream sees exactly the message the governor judged: unknown top-level members are
+//! dropped, a duplicated member reaches the upstream once (the last, as it was judged), and a
+//! batch is judged member by member. Malformed input is a [`ParseError`] and nothing at all is
+//! forwarded.
+//!
+//! A request's `params` and a response's `result` are kept as the text they arrived as
+//! ([`Raw`]), not as a tree: their tokens are forwarded as written (member order, escapes,
+//! numbers no tree keeps exactly), only the whitespace between tokens is removed (a forwarded
+//! message is always one line, which a stdio upstream's framing needs), and they are read only
+//! where a decision needs them (`params.name` of a `tools/call`, `isError` of a result, a
+//! `tools/list` result's annotations). The profile of the read-only path showed the trees built
+//! and written back for every call as one of the largest costs the gateway added over a bare
+//! proxy.
 
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 /// JSON-RPC "Parse error": the bytes are not JSON.
@@ -18,6 +30,123 @@ pub const STOPLINE_REFUSED: i64 = -32001;
 /// A request id: a string or a number (`null` only ever appears in error responses).
 pub type Id = Value;
 
+/// A JSON value kept as the text it arrived as, without the whitespace between its tokens: a
+/// request's `params`, a response's `result`. Valid JSON, written back as it is.
+#[derive(Clone)]
+pub struct Raw(Box<str>);
+
+impl Raw {
+    /// The value's JSON text.
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+
+    /// The raw form of a value (its compact JSON text).
+    pub fn from_value(value: &Value) -> Raw {
+        Raw(value.to_string().into())
+    }
+
+    /// `raw` (valid JSON) without the whitespace between its tokens. JSON whitespace is ASCII
+    /// and never part of a multi-byte UTF-8 sequence, and a string cannot hold a raw control
+    /// character, so every byte outside a string is a token's or whitespace.
+    fn compact(raw: &RawValue) -> Raw {
+        let text = raw.get();
+        let mut out = Vec::with_capacity(text.len());
+        let (mut in_string, mut escaped) = (false, false);
+        for &byte in text.as_bytes() {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if byte == b'\\' {
+                    escaped = true;
+                } else if byte == b'"' {
+                    in_string = false;
+                }
+            } else if matches!(byte, b' ' | b'\t' | b'\n' | b'\r') {
+                continue;
+            } else if byte == b'"' {
+                in_string = true;
+            }
+            out.push(byte);
+        }
+        // Only ASCII whitespace was removed from valid UTF-8.
+        Raw(String::from_utf8(out)
+            .expect("removing ASCII whitespace keeps UTF-8 valid")
+            .into())
+    }
+
+    /// The value as a tree (for the few places that read all of it).
+    pub fn to_value(&self) -> Value {
+        // The text was validated as JSON when it was parsed.
+        serde_json::from_str(self.get()).unwrap_or(Value::Null)
+    }
+
+    /// True when the value is a JSON object.
+    pub fn is_object(&self) -> bool {
+        self.get().starts_with('{')
+    }
+
+    /// True when the value is a JSON array.
+    pub fn is_array(&self) -> bool {
+        self.get().starts_with('[')
+    }
+
+    /// The top-level member `key` of an object, as a tree: the last one when it appears more
+    /// than once (how [`Value`] reads a duplicated member), with how many times it appears.
+    /// `(None, 0)` for anything but an object without that member.
+    pub fn member(&self, key: &str) -> (Option<Value>, usize) {
+        if !self.is_object() {
+            return (None, 0);
+        }
+        let mut de = serde_json::Deserializer::from_str(self.get());
+        de.deserialize_map(MemberVisitor(key)).unwrap_or((None, 0))
+    }
+
+    /// The top-level string member `key` of an object, if it appears exactly once.
+    pub fn unique_str(&self, key: &str) -> Result<Option<String>, usize> {
+        match self.member(key) {
+            (Some(Value::String(text)), 1) => Ok(Some(text)),
+            (_, times) if times > 1 => Err(times),
+            _ => Ok(None),
+        }
+    }
+}
+
+impl PartialEq for Raw {
+    fn eq(&self, other: &Raw) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl std::fmt::Debug for Raw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+struct MemberVisitor<'k>(&'k str);
+
+impl<'de> Visitor<'de> for MemberVisitor<'_> {
+    type Value = (Option<Value>, usize);
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut last, mut times) = (None, 0);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == self.0 {
+                last = Some(map.next_value::<Value>()?);
+                times += 1;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok((last, times))
+    }
+}
+
 /// One JSON-RPC message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
@@ -27,22 +156,22 @@ pub enum Message {
         id: Id,
         /// The method name.
         method: String,
-        /// Its params (absent stays absent).
-        params: Option<Value>,
+        /// Its params (absent stays absent), as the agent wrote them.
+        params: Option<Raw>,
     },
     /// A call without an id: no response is ever sent.
     Notification {
         /// The method name.
         method: String,
-        /// Its params.
-        params: Option<Value>,
+        /// Its params, as written.
+        params: Option<Raw>,
     },
     /// A response: exactly one of `result` and `error`.
     Response {
         /// The id of the request it answers (`null` for an unattributable error).
         id: Id,
-        /// `Ok(result)` or `Err(error object)`.
-        outcome: Result<Value, Value>,
+        /// `Ok(result)`, as written, or `Err(error object)`.
+        outcome: Result<Raw, Value>,
     },
 }
 
@@ -82,18 +211,145 @@ impl ParseError {
     }
 }
 
+/// The members of one JSON object that JSON-RPC gives a meaning to (the last of each, as a
+/// [`Value`] map would keep it); every other member is skipped unread.
+#[derive(Default)]
+struct Members<'de> {
+    jsonrpc: Option<Value>,
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<&'de RawValue>,
+    result: Option<&'de RawValue>,
+    error: Option<Value>,
+}
+
+/// The shape of one JSON value of a frame, read in one pass without building a tree.
+enum Shape<'de> {
+    Object(Members<'de>),
+    Array(Vec<Shape<'de>>),
+    Other,
+}
+
+enum Key {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Key, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<Key, E> {
+                Ok(match key {
+                    "jsonrpc" => Key::Jsonrpc,
+                    "id" => Key::Id,
+                    "method" => Key::Method,
+                    "params" => Key::Params,
+                    "result" => Key::Result,
+                    "error" => Key::Error,
+                    _ => Key::Other,
+                })
+            }
+        }
+        deserializer.deserialize_identifier(KeyVisitor)
+    }
+}
+
+/// Reads a [`Shape`]; `top` allows an array (a batch), whose members may not be arrays.
+struct ShapeVisitor {
+    top: bool,
+}
+
+struct Element;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Element {
+    type Value = Shape<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Shape<'de>, D::Error> {
+        deserializer.deserialize_any(ShapeVisitor { top: false })
+    }
+}
+
+impl<'de> Visitor<'de> for ShapeVisitor {
+    type Value = Shape<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape<'de>, A::Error> {
+        let mut m = Members::default();
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::Jsonrpc => m.jsonrpc = Some(map.next_value()?),
+                Key::Id => m.id = Some(map.next_value()?),
+                Key::Method => m.method = Some(map.next_value()?),
+                Key::Params => m.params = Some(map.next_value()?),
+                Key::Result => m.result = Some(map.next_value()?),
+                Key::Error => m.error = Some(map.next_value()?),
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Shape::Object(m))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape<'de>, A::Error> {
+        if !self.top {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            return Ok(Shape::Other);
+        }
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Element)? {
+            items.push(item);
+        }
+        Ok(Shape::Array(items))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Shape<'de>, E> {
+        Ok(Shape::Other)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Shape<'de>, E> {
+        Ok(Shape::Other)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Shape<'de>, E> {
+        Ok(Shape::Other)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Shape<'de>, E> {
+        Ok(Shape::Other)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Shape<'de>, E> {
+        Ok(Shape::Other)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Shape<'de>, E> {
+        Ok(Shape::Other)
+    }
+}
+
 /// Parse one frame (an HTTP body or one stdio line).
 pub fn parse(bytes: &[u8]) -> Result<Incoming, ParseError> {
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| ParseError::NotJson(e.to_string()))?;
-    match value {
-        Value::Array(items) if items.is_empty() => Err(ParseError::Invalid("empty batch".into())),
-        Value::Array(items) => items
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let shape = de
+        .deserialize_any(ShapeVisitor { top: true })
+        .and_then(|shape| de.end().map(|()| shape))
+        .map_err(|e| ParseError::NotJson(e.to_string()))?;
+    match shape {
+        Shape::Array(items) if items.is_empty() => Err(ParseError::Invalid("empty batch".into())),
+        Shape::Array(items) => items
             .into_iter()
-            .map(Message::from_value)
+            .map(Message::from_shape)
             .collect::<Result<Vec<_>, _>>()
             .map(Incoming::Batch),
-        other => Message::from_value(other).map(Incoming::Single),
+        other => Message::from_shape(other).map(Incoming::Single),
     }
 }
 
@@ -104,24 +360,40 @@ fn valid_id(id: &Value) -> bool {
 impl Message {
     /// Classify one JSON value as a JSON-RPC 2.0 message.
     pub fn from_value(value: Value) -> Result<Message, ParseError> {
+        let bytes = serde_json::to_vec(&value).expect("a JSON value always serializes");
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let shape = de
+            .deserialize_any(ShapeVisitor { top: false })
+            .map_err(|e| ParseError::NotJson(e.to_string()))?;
+        Message::from_shape(shape)
+    }
+
+    fn from_shape(shape: Shape<'_>) -> Result<Message, ParseError> {
         let invalid = |why: &str| ParseError::Invalid(why.to_string());
-        let Value::Object(mut object) = value else {
+        let Shape::Object(m) = shape else {
             return Err(invalid("a message must be a JSON object"));
         };
-        if object.remove("jsonrpc") != Some(Value::String("2.0".into())) {
+        if m.jsonrpc != Some(Value::String("2.0".into())) {
             return Err(invalid("\"jsonrpc\" must be \"2.0\""));
         }
-        let id = object.remove("id");
-        let params = object.remove("params");
+        let Members {
+            id,
+            method,
+            params,
+            result,
+            error,
+            ..
+        } = m;
+        let params = params.map(Raw::compact);
         if params
             .as_ref()
             .is_some_and(|p| !p.is_object() && !p.is_array())
         {
             return Err(invalid("\"params\" must be an object or an array"));
         }
-        match object.remove("method") {
+        match method {
             Some(Value::String(method)) => {
-                if object.contains_key("result") || object.contains_key("error") {
+                if result.is_some() || error.is_some() {
                     return Err(invalid("a request cannot carry a result or an error"));
                 }
                 match id {
@@ -138,10 +410,10 @@ impl Message {
                         "a response id must be a string, an integer or null",
                     ));
                 }
-                match (object.remove("result"), object.remove("error")) {
+                match (result, error) {
                     (Some(result), None) => Ok(Message::Response {
                         id,
-                        outcome: Ok(result),
+                        outcome: Ok(Raw::compact(result)),
                     }),
                     (None, Some(error @ Value::Object(_)))
                         if error.get("code").is_some_and(Value::is_i64)
@@ -160,7 +432,7 @@ impl Message {
         }
     }
 
-    /// The canonical JSON value of this message.
+    /// The JSON value of this message (its params or result as trees).
     pub fn to_value(&self) -> Value {
         let mut object = Map::new();
         object.insert("jsonrpc".into(), "2.0".into());
@@ -169,24 +441,32 @@ impl Message {
                 object.insert("id".into(), id.clone());
                 object.insert("method".into(), method.clone().into());
                 if let Some(params) = params {
-                    object.insert("params".into(), params.clone());
+                    object.insert("params".into(), params.to_value());
                 }
             }
             Message::Notification { method, params } => {
                 object.insert("method".into(), method.clone().into());
                 if let Some(params) = params {
-                    object.insert("params".into(), params.clone());
+                    object.insert("params".into(), params.to_value());
                 }
             }
             Message::Response { id, outcome } => {
                 object.insert("id".into(), id.clone());
                 match outcome {
-                    Ok(result) => object.insert("result".into(), result.clone()),
+                    Ok(result) => object.insert("result".into(), result.to_value()),
                     Err(error) => object.insert("error".into(), error.clone()),
                 };
             }
         }
         Value::Object(object)
+    }
+
+    /// A successful response carrying `result`.
+    pub fn result(id: Id, result: &Value) -> Message {
+        Message::Response {
+            id,
+            outcome: Ok(Raw::from_value(result)),
+        }
     }
 
     /// An error response.
@@ -236,66 +516,80 @@ impl Incoming {
         }
     }
 
-    /// The canonical bytes of this frame (what is forwarded).
+    /// The canonical bytes of this frame (what is forwarded): one line.
     pub fn to_bytes(&self) -> Vec<u8> {
         match self {
             Incoming::Single(message) => message.to_bytes(),
-            Incoming::Batch(messages) => to_json(messages),
+            Incoming::Batch(messages) => {
+                let mut out = Vec::with_capacity(messages.len() * 64 + 2);
+                out.push(b'[');
+                for (n, message) in messages.iter().enumerate() {
+                    if n > 0 {
+                        out.push(b',');
+                    }
+                    message.write(&mut out);
+                }
+                out.push(b']');
+                out
+            }
         }
     }
 }
 
 impl Message {
-    /// The canonical bytes of this message alone: the bytes of [`Message::to_value`], written
-    /// straight from the message (no copy of its params or result, no intermediate tree).
+    /// The canonical bytes of this message alone (one line): its members in the sorted order
+    /// of a `serde_json::Map`, which is how the canonical message has always printed, `params`
+    /// and `result` as they arrived (see [`Raw`]).
     pub fn to_bytes(&self) -> Vec<u8> {
-        to_json(self)
+        let mut out = Vec::with_capacity(64);
+        self.write(&mut out);
+        out
     }
-}
 
-fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    // Keys are strings and every value is a `serde_json::Value`: this cannot fail.
-    serde_json::to_vec(value).expect("a JSON-RPC message always serializes")
-}
-
-/// Writes exactly what [`Message::to_value`] serializes to: its members in the sorted order of
-/// a `serde_json::Map`, which is how the canonical value has always printed (checked by
-/// `direct_bytes_are_the_canonical_value` below).
-impl serde::Serialize for Message {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(None)?;
+    fn write(&self, out: &mut Vec<u8>) {
         match self {
             Message::Request { id, method, params } => {
-                map.serialize_entry("id", id)?;
-                map.serialize_entry("jsonrpc", "2.0")?;
-                map.serialize_entry("method", method)?;
+                out.extend_from_slice(b"{\"id\":");
+                write_json(out, id);
+                out.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"method\":");
+                write_json(out, method);
                 if let Some(params) = params {
-                    map.serialize_entry("params", params)?;
+                    out.extend_from_slice(b",\"params\":");
+                    out.extend_from_slice(params.get().as_bytes());
                 }
             }
             Message::Notification { method, params } => {
-                map.serialize_entry("jsonrpc", "2.0")?;
-                map.serialize_entry("method", method)?;
+                out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+                write_json(out, method);
                 if let Some(params) = params {
-                    map.serialize_entry("params", params)?;
+                    out.extend_from_slice(b",\"params\":");
+                    out.extend_from_slice(params.get().as_bytes());
                 }
             }
             Message::Response { id, outcome } => match outcome {
                 Ok(result) => {
-                    map.serialize_entry("id", id)?;
-                    map.serialize_entry("jsonrpc", "2.0")?;
-                    map.serialize_entry("result", result)?;
+                    out.extend_from_slice(b"{\"id\":");
+                    write_json(out, id);
+                    out.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"result\":");
+                    out.extend_from_slice(result.get().as_bytes());
                 }
                 Err(error) => {
-                    map.serialize_entry("error", error)?;
-                    map.serialize_entry("id", id)?;
-                    map.serialize_entry("jsonrpc", "2.0")?;
+                    out.extend_from_slice(b"{\"error\":");
+                    write_json(out, error);
+                    out.extend_from_slice(b",\"id\":");
+                    write_json(out, id);
+                    out.extend_from_slice(b",\"jsonrpc\":\"2.0\"");
                 }
             },
         }
-        map.end()
+        out.push(b'}');
     }
+}
+
+/// Write a JSON value or string compactly.
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // A `Value` or a string always serializes.
+    serde_json::to_writer(out, value).expect("a JSON value always serializes");
 }
 
 #[cfg(test)]
@@ -336,12 +630,13 @@ mod tests {
 
     #[test]
     fn direct_bytes_are_the_canonical_value() {
+        // Compact, sorted params and results print the same as the message's canonical tree.
         let frames = [
-            r#"{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"name":"echo","arguments":{"z":[1,{"b":2,"a":"\u00e9\n"}]}}}"#,
+            r#"{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"arguments":{"z":[1,{"a":"é\n","b":2}]},"name":"echo"}}"#,
             r#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#,
             r#"{"method":"notifications/progress","jsonrpc":"2.0","params":[1,2]}"#,
             r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}],"isError":false}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"text":"hi","type":"text"}],"isError":false}}"#,
             r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"m","data":{"code":"c"}}}"#,
             r#"[{"jsonrpc":"2.0","id":"a","result":{}},{"jsonrpc":"2.0","id":2,"method":"m"}]"#,
         ];
@@ -359,6 +654,68 @@ mod tests {
                 "{input}"
             );
         }
+    }
+
+    #[test]
+    fn params_and_results_are_forwarded_as_the_agent_and_the_server_wrote_them() {
+        // Member order, escapes and numbers no tree keeps exactly (an integer beyond u64, a
+        // float's spelling) go on as they came; only the whitespace between tokens goes.
+        let params = r#"{ "name" : "echo", "arguments": {"z": [1, {"b": 2, "a": "\u00e9\n"}], "big": 123456789012345678901234567890, "f": 1.50e3} }"#;
+        let compact = r#"{"name":"echo","arguments":{"z":[1,{"b":2,"a":"\u00e9\n"}],"big":123456789012345678901234567890,"f":1.50e3}}"#;
+        let input = format!(
+            r#"{{"params": {params}, "method":"tools/call", "id":1, "jsonrpc":"2.0", "x":[1]}}"#
+        );
+        let forwarded = String::from_utf8(parse(input.as_bytes()).unwrap().to_bytes()).unwrap();
+        assert_eq!(
+            forwarded,
+            format!(r#"{{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{compact}}}"#)
+        );
+        let result = "{\"content\": [{\"type\":\"text\",\"text\":\"\\u0041 \\\" 9007199254740993\"}],\r\n \"isError\" :false}";
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":"r","result":{result}}}"#);
+        let Incoming::Single(Message::Response {
+            outcome: Ok(raw), ..
+        }) = parse(answer.as_bytes()).unwrap()
+        else {
+            panic!("a response");
+        };
+        assert_eq!(
+            raw.get(),
+            r#"{"content":[{"type":"text","text":"\u0041 \" 9007199254740993"}],"isError":false}"#
+        );
+        assert_eq!(raw.member("isError"), (Some(Value::Bool(false)), 1));
+    }
+
+    #[test]
+    fn a_forwarded_message_is_one_line_whatever_whitespace_it_came_with() {
+        // Line breaks between tokens could otherwise put a second, unjudged message on a line
+        // of its own in front of a stdio server.
+        let smuggler = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"read\",\"x\":\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"write\"}}\n}}";
+        let frame = parse(smuggler.as_bytes()).unwrap();
+        let forwarded = frame.to_bytes();
+        assert!(!forwarded.contains(&b'\n') && !forwarded.contains(&b'\r'));
+        assert_eq!(
+            String::from_utf8(forwarded).unwrap(),
+            r#"{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"name":"read","x":{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"write"}}}}"#
+        );
+    }
+
+    #[test]
+    fn a_duplicated_member_is_read_as_its_last_occurrence() {
+        // The message's own members: the last one is judged and the only one forwarded.
+        check(
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","method":"tools/list","params":[1],"params":{"name":"a"}}"#,
+            Ok(r#"{"id":5,"jsonrpc":"2.0","method":"tools/list","params":{"name":"a"}}"#),
+        );
+        // Inside params (forwarded as written): counted, so a caller can refuse the ambiguity.
+        let Incoming::Single(Message::Request { params: Some(params), .. }) = parse(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read","n\u0061me":"write"}}"#,
+        )
+        .unwrap() else {
+            panic!("a request with params");
+        };
+        assert_eq!(params.member("name"), (Some(Value::from("write")), 2));
+        assert_eq!(params.unique_str("name"), Err(2));
+        assert_eq!(params.unique_str("other"), Ok(None));
     }
 
     #[test]

@@ -237,11 +237,12 @@ pub fn run(backend: Backend) -> std::io::Result<i32> {
                 .iter()
                 .filter_map(|message| match message {
                     Message::Request { id, method, params } => Some(
-                        match answer(&backend, method, params.as_ref().unwrap_or(&Value::Null)) {
-                            Ok(result) => Message::Response {
-                                id: id.clone(),
-                                outcome: Ok(result),
-                            },
+                        match answer(
+                            &backend,
+                            method,
+                            &params.as_ref().map_or(Value::Null, |p| p.to_value()),
+                        ) {
+                            Ok(result) => Message::result(id.clone(), &result),
                             Err((code, text)) => Message::error(id.clone(), code, &text, None),
                         },
                     ),

@@ -94,10 +94,10 @@ impl Tracker {
             return false;
         };
         if let (Ok(result), "tools/list") = (outcome, pending.method.as_str()) {
-            self.catalog.learn(&self.server, result);
+            self.catalog.learn(&self.server, &result.to_value());
         }
         let failed = match outcome {
-            Ok(result) => result.get("isError") == Some(&Value::Bool(true)),
+            Ok(result) => result.member("isError").0 == Some(Value::Bool(true)),
             Err(_) => true,
         };
         pending.admission.finish(if failed {

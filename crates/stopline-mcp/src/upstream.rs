@@ -39,6 +39,7 @@ pub(crate) struct Exchange {
     pub state: Arc<McpState>,
     pub server: String,
     pub caller: Caller,
+    /// The agent's headers an upstream gets (`FORWARDED_REQUEST_HEADERS`), never its token.
     pub headers: HeaderMap,
     pub initialize: bool,
 }

@@ -189,3 +189,41 @@ async fn what_is_still_open_when_an_exchange_ends_is_left_in_doubt_and_a_cut_is_
         );
     }
 }
+
+/// `params` are forwarded as the agent wrote them, so a `tools/call` naming its tool twice (the
+/// judge would read one name, an upstream might run the other) is refused before admission and
+/// nothing of it is forwarded; a tool named once, however it is spelled, is judged by that name.
+#[tokio::test]
+async fn a_tool_named_twice_is_refused_and_never_forwarded() {
+    let governor = Scripted::default();
+    let catalog = Arc::new(ToolCatalog::default());
+    let caller = governor.authenticate(None).unwrap();
+    let frame = parse(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read","n\u0061me":"write"}},
+             {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{ "n\u0061me" : "read" }}]"#,
+    )
+    .unwrap();
+    let mut governed = govern_frame(&governor, &catalog, "s", &caller, frame).await;
+    let dispatch = governed.dispatch(&caller);
+    let forwarded: Vec<String> = dispatch
+        .members
+        .iter()
+        .map(|m| String::from_utf8(m.frame().to_bytes()).unwrap())
+        .collect();
+    assert_eq!(
+        forwarded,
+        [r#"{"id":2,"jsonrpc":"2.0","method":"tools/call","params":{"n\u0061me":"read"}}"#]
+    );
+    let refused = governed.local[0].to_value();
+    assert_eq!(refused["id"], 1);
+    assert_eq!(refused["error"]["data"]["code"], "bad_request");
+    assert!(refused["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("names its tool 2 times"));
+    assert_eq!(
+        governor.log.lock().unwrap().clone(),
+        ["admit read read_only=false", "dispatch read"],
+        "the ambiguous call never reached admission"
+    );
+}

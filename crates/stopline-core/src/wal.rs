@@ -234,6 +234,32 @@ pub fn verify_from(
     })
 }
 
+/// Verify `appended`, the bytes a file grew by after `log` was read from it, as lines that
+/// continue `log` (`seq` without gaps, `prev` chained from its last line), and return `log`
+/// with them: what a reader that follows the file (remembering what it verified) needs, so
+/// it never verifies the same line twice. The end recorded in `log` must be where `appended`
+/// starts. An unterminated last line is [`WalFault::TornTail`], as for a whole read; line
+/// numbers in a fault count from the first appended line (line 1).
+pub fn verify_appended(mut log: WalLog, appended: &[u8]) -> Result<WalLog, WalFault> {
+    let (start, mut last_len) = log.end.unwrap_or((0, 0));
+    let mut at = 0usize;
+    let mut line_no = 0usize;
+    while at < appended.len() {
+        line_no += 1;
+        let Some(end) = appended[at..].iter().position(|&b| b == b'\n') else {
+            return Err(WalFault::TornTail {
+                offset: start as usize + at,
+            });
+        };
+        let entry = parse_line(&appended[at..at + end], line_no, log.last())?;
+        log.entries.push(entry);
+        last_len = end as u64 + 1;
+        at += end + 1;
+    }
+    log.end = Some((start + appended.len() as u64, last_len));
+    Ok(log)
+}
+
 fn parse_line(
     line: &[u8],
     line_no: usize,
@@ -488,6 +514,34 @@ mod tests {
     fn a_built_chain_verifies() {
         assert_eq!(verify(&build(5)).unwrap().entries.len(), 5);
         assert_eq!(verify(b"").unwrap().entries.len(), 0);
+    }
+
+    #[test]
+    fn appended_lines_continue_the_log_they_follow() {
+        let whole = build(5);
+        let cut = whole
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b == b'\n')
+            .nth(2)
+            .unwrap()
+            .0
+            + 1;
+        let first = verify(&whole[..cut]).unwrap();
+        let followed = verify_appended(first.clone(), &whole[cut..]).unwrap();
+        assert_eq!(followed, verify(&whole).unwrap());
+        assert_eq!(verify_appended(first.clone(), b"").unwrap(), first);
+        // A torn append, and lines that do not continue the log, are faults.
+        let mut torn = whole[cut..].to_vec();
+        torn.truncate(torn.len() - 1);
+        assert!(matches!(
+            verify_appended(first.clone(), &torn),
+            Err(WalFault::TornTail { .. })
+        ));
+        assert!(matches!(
+            verify_appended(first, &whole[..cut]),
+            Err(WalFault::Gap { .. })
+        ));
     }
 
     #[test]

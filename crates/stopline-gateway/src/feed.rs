@@ -13,6 +13,11 @@ pub trait ViewFeed: Send + Sync {
     /// Re-read everything, the census of unresolved operations included (something may have
     /// been missed).
     fn refresh_full(&self);
+    /// Re-read what the operation journals gained (another process's journal changed): the
+    /// census of unresolved operations, nothing else. A source that cannot tell reads all.
+    fn refresh_journals(&self) {
+        self.refresh_full();
+    }
     /// Latches first: put latches that appeared in the local `latches/` into the view at once,
     /// before the locked read. Returns whether anything was added.
     fn add_appeared_latches(&self) -> bool;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use stopline_control::acks::ServerRecord;
 use stopline_core::{ControlView, Refusal};
+use stopline_store::follow::WalFollower;
 use stopline_store::Store;
 
 /// How many times a latch entry read as empty is re-read before it is believed: an engage
@@ -60,21 +61,35 @@ pub trait ViewSource: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct LocalSource {
     store: Store,
+    /// What the last read verified of the WAL (`stopline_store::follow`): each read verifies
+    /// only what was appended since.
+    follower: Arc<WalFollower>,
 }
 
 impl LocalSource {
     /// A source reading `store`.
     pub fn new(store: Store) -> LocalSource {
-        LocalSource { store }
+        LocalSource {
+            store,
+            follower: Arc::default(),
+        }
     }
 }
 
 /// Read latches, WAL, epoch and state of a local control directory, failing closed; an entry
 /// read as empty is re-read a few times first (its creation is reported before its write).
 pub fn read_local(store: &Store) -> ControlView {
+    read_local_with(store, None)
+}
+
+/// [`read_local`] for a reader that follows the WAL across reads.
+fn read_local_with(store: &Store, follower: Option<&Arc<WalFollower>>) -> ControlView {
     let mut attempt = 0;
     loop {
-        let view = store.load_control_view();
+        let view = match follower {
+            Some(follower) => store.load_control_view_following(follower),
+            None => store.load_control_view(),
+        };
         let empty_entry = view
             .latches
             .iter()
@@ -94,7 +109,7 @@ impl ViewSource for LocalSource {
     }
 
     fn read(&self) -> ControlView {
-        read_local(&self.store)
+        read_local_with(&self.store, Some(&self.follower))
     }
 
     fn spawn_watchers(

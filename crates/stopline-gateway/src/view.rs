@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stopline_core::view::Blocker;
 use stopline_core::{ActiveLatch, ControlView, Refusal, RefusalCode};
+use stopline_store::follow::JournalFollower;
 use stopline_store::Store;
 use tokio::sync::watch;
 
@@ -73,6 +74,9 @@ pub struct ViewHolder {
     reads: AtomicU64,
     /// Latches added before the locked read confirmed them, with the read count at the time.
     pinned: Mutex<Vec<(u64, ActiveLatch)>>,
+    /// What the last census read of each operation journal (`stopline_store::follow`): each
+    /// census reads only what the journals gained since.
+    journals: JournalFollower,
 }
 
 impl ViewHolder {
@@ -97,6 +101,7 @@ impl ViewHolder {
             swap: Mutex::new(()),
             reads: AtomicU64::new(0),
             pinned: Mutex::new(Vec::new()),
+            journals: JournalFollower::default(),
         }
     }
 
@@ -167,12 +172,26 @@ impl ViewHolder {
         self.install(view, true, Some(read))
     }
 
-    /// Re-read everything, the census of unresolved operations included.
+    /// Re-read everything, the census of unresolved operations included (of the journals,
+    /// only what they gained since the last census, and of the WAL only what was appended
+    /// since the last read: `stopline_store::follow`).
     pub fn refresh_full(&self) -> Arc<Snapshot> {
         let _serial = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
-        let blocked = self.store.blocked_targets();
+        let blocked = self.store.blocked_targets_following(&self.journals);
         let (view, read) = self.read(blocked);
         self.install(view, true, Some(read))
+    }
+
+    /// Re-take the census of unresolved operations from what the journals gained, keeping
+    /// the latches, epoch and state of the current view (another process's journal changed).
+    pub fn refresh_journals(&self) -> Arc<Snapshot> {
+        let _serial = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
+        let blocked_targets = self.store.blocked_targets_following(&self.journals);
+        let view = ControlView {
+            blocked_targets,
+            ..self.load().view.clone()
+        };
+        self.install(view, false, None)
     }
 
     fn read(&self, blocked_targets: BTreeMap<String, Vec<Blocker>>) -> (ControlView, u64) {
@@ -324,6 +343,10 @@ impl ViewFeed for ViewHolder {
 
     fn refresh_full(&self) {
         ViewHolder::refresh_full(self);
+    }
+
+    fn refresh_journals(&self) {
+        ViewHolder::refresh_journals(self);
     }
 
     fn add_appeared_latches(&self) -> bool {

@@ -5,9 +5,10 @@
 //! added to the view on its own (latches first, see `view.rs`). A queue overflow or a lost
 //! watch on `latches/` triggers a full refresh and a note in status; if the watch cannot be
 //! kept at all (the home went away, a read error), the thread ends and the gateway degrades to
-//! the periodic reload, saying so. The periodic thread does a full refresh
-//! every `reload_interval_ms` (which reads each operation journal's open-set snapshot and what
-//! follows it, never the history) and, at start and every minute, rewrites the snapshots of
+//! the periodic reload, saying so. A change to another process's operation journal (or the
+//! archive) re-takes the census from what the journals gained (`stopline_store::follow`). The
+//! periodic thread does a full refresh every `reload_interval_ms` (which reads of the WAL and of
+//! each operation journal only what was appended since the last read, never the history) and, at start and every minute, rewrites the snapshots of
 //! journals that grew and archives the journals of writers that are gone (`ops_archive.rs`). Both are OS threads so request load cannot starve them.
 
 use crate::feed::ViewFeed;
@@ -54,8 +55,13 @@ fn watch_loop(store: &Store, view: &dyn ViewFeed, stop: &AtomicBool) -> Result<(
         }
         if changes.missed {
             view.refresh_full();
-        } else if changes.changed {
-            view.refresh_fast();
+        } else {
+            if changes.changed {
+                view.refresh_fast();
+            }
+            if changes.journals {
+                view.refresh_journals();
+            }
         }
     }
     Ok(())
@@ -131,6 +137,99 @@ mod tests {
             })
             .unwrap();
         scope
+    }
+
+    /// The real clock and ids with the pid of another writer, one that is gone (no such
+    /// process runs): its dispatched calls without an outcome are in doubt.
+    struct GoneWriter;
+
+    impl stopline_store::env::Env for GoneWriter {
+        fn now_ms(&self) -> i64 {
+            stopline_store::env::SystemEnv.now_ms()
+        }
+        fn random_hex(&self, bytes: usize) -> String {
+            stopline_store::env::SystemEnv.random_hex(bytes)
+        }
+        fn pid(&self) -> u32 {
+            4_200_003
+        }
+        fn process_start_time(&self, _pid: u32) -> Option<u64> {
+            None
+        }
+    }
+
+    fn decide(view: &ViewHolder, target: &str) -> stopline_core::Decision {
+        let subject = stopline_core::Subject::unprovable(
+            Some(Name::parse("worker").unwrap()),
+            Vec::new(),
+            Vec::new(),
+        );
+        view.load()
+            .view
+            .decide(
+                &subject,
+                stopline_core::TaskClass::Noncritical,
+                None,
+                Some(target),
+                view.store().now_ms(),
+            )
+            .decision
+    }
+
+    fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Issue 15: the census of operations in doubt was re-taken only by the periodic reload
+    /// (every `reload_interval_ms`, re-reading every journal's open set); now another
+    /// writer's journal is followed as it grows, through the watch, and a line that does not
+    /// parse closes every target (the governor refuses all on `*`; no periodic reload runs here).
+    #[test]
+    fn another_writers_journal_reaches_the_view_through_the_watch() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let store = Store::open(&home);
+        store.ensure_home().unwrap();
+        let view = Arc::new(ViewHolder::new(store.clone(), Duration::from_secs(600)));
+        let stop = Arc::new(AtomicBool::new(false));
+        spawn_watcher(store.clone(), view.clone(), stop.clone());
+        until("the view was never loaded", || view.is_loaded());
+        assert_eq!(decide(&view, "mcp:s:write"), stopline_core::Decision::Allow);
+
+        let other = Store::with_io(
+            &home,
+            Arc::new(stopline_store::fs::RealFs),
+            Arc::new(GoneWriter),
+        );
+        let journal = other.ops_journal("gateway").unwrap();
+        let owner = stopline_store::ops::OpOwner::agent("worker");
+        let op = journal.prepare_for("mcp:s:write", &owner, None).unwrap();
+        journal.dispatched(&op).unwrap();
+        until("the call in doubt never blocked its target", || {
+            decide(&view, "mcp:s:write") == stopline_core::Decision::Block
+        });
+        assert_eq!(decide(&view, "mcp:s:other"), stopline_core::Decision::Allow);
+
+        let path = home.join("ops").join(format!("{}.jsonl", journal.writer()));
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{\"op\": not json\n")
+            .unwrap();
+        // `*`: the registry cannot be read, which the governor refuses every target on.
+        until("a corrupt journal never closed the other targets", || {
+            view.load().view.blocked_targets.get("*").is_some_and(|b| {
+                b.iter()
+                    .all(|b| b.blocks == stopline_core::ops::Blocks::Everyone)
+            })
+        });
+        stop.store(true, Ordering::SeqCst);
     }
 
     /// Issue 15: every read took the WAL's lock on a descriptor opened for writing, whose

@@ -54,6 +54,17 @@ pub trait Fs: Send + Sync {
             .min(bytes.len());
         Ok(bytes[start..].to_vec())
     }
+    /// As [`Fs::read_from`], with the identity of the file the bytes came from (taken from the
+    /// same open descriptor), for a reader that follows a file across reads (`follow.rs`).
+    /// `None`: this filesystem cannot tell, and the reader reads as if it had never seen the
+    /// file (the default).
+    fn read_from_identified(
+        &self,
+        path: &Path,
+        offset: u64,
+    ) -> io::Result<(Vec<u8>, Option<FileId>)> {
+        Ok((self.read_from(path, offset)?, None))
+    }
     /// The names in a directory, sorted.
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Whether a path exists (without following a final symlink).
@@ -69,6 +80,26 @@ pub trait Fs: Send + Sync {
         create: bool,
         wait: Option<Duration>,
     ) -> io::Result<Box<dyn LockGuard>>;
+}
+
+/// Which file a path named when it was read, and how long it was then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    /// Device and inode: the same pair is the same file (a rename over the path is another).
+    pub dev: u64,
+    /// See `dev`.
+    pub ino: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// Its status-change time in nanoseconds: any write, rename or replacement moves it.
+    pub ctime_ns: i128,
+}
+
+impl FileId {
+    /// True when `self` and `other` are the same file (device and inode).
+    pub fn same_file(&self, other: &FileId) -> bool {
+        self.dev == other.dev && self.ino == other.ino
+    }
 }
 
 /// True when `error` is a bounded lock that another process still held at its bound.
@@ -282,6 +313,41 @@ impl Fs for RealFs {
             ));
         }
         Ok(bytes)
+    }
+
+    fn read_from_identified(
+        &self,
+        path: &Path,
+        offset: u64,
+    ) -> io::Result<(Vec<u8>, Option<FileId>)> {
+        use std::io::{Seek, SeekFrom};
+        use std::os::unix::fs::MetadataExt;
+        let started = Instant::now();
+        let mut file = open_regular(path)?;
+        let meta = file.metadata()?;
+        let id = FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        };
+        let mut bytes = Vec::new();
+        if id.len > offset {
+            file.seek(SeekFrom::Start(offset))?;
+            file.read_to_end(&mut bytes)?;
+        }
+        if started.elapsed() > ENTRY_READ_BOUND {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "reading {} took {} ms, more than the {} ms bound",
+                    path.display(),
+                    started.elapsed().as_millis(),
+                    ENTRY_READ_BOUND.as_millis()
+                ),
+            ));
+        }
+        Ok((bytes, Some(id)))
     }
 
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {

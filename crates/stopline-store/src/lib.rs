@@ -19,6 +19,7 @@ pub mod epoch;
 pub mod error;
 pub mod evidence;
 pub mod failpoint;
+pub mod follow;
 pub mod fs;
 pub mod group_commit;
 pub mod halts;

@@ -216,7 +216,7 @@ impl Store {
 
     /// Read every journal: (writer, lines) pairs and errors. `hot` reads each journal's
     /// open-set snapshot and only what follows it (`ops_snapshot.rs`); otherwise every line.
-    fn read_journals(&self, hot: bool) -> (Vec<(String, Vec<OpLine>)>, Vec<String>) {
+    pub(crate) fn read_journals(&self, hot: bool) -> (Vec<(String, Vec<OpLine>)>, Vec<String>) {
         let dir = self.layout.ops();
         let names = match self.fs.read_dir(&dir) {
             Ok(names) => names,
@@ -267,7 +267,7 @@ impl Store {
         Self::fold_journals(self.read_journals(true))
     }
 
-    fn fold_journals(
+    pub(crate) fn fold_journals(
         (journals, errors): (Vec<(String, Vec<OpLine>)>, Vec<String>),
     ) -> (BTreeMap<String, Operation>, Vec<String>) {
         let lines = journals
@@ -278,7 +278,14 @@ impl Store {
 
     /// The census of unresolved file, destination and model operations.
     pub fn census(&self) -> Census {
-        let (ops, errors) = self.open_operations();
+        self.census_of(self.open_operations())
+    }
+
+    /// The census of `ops` (folded open operations) and the registry errors read with them.
+    pub(crate) fn census_of(
+        &self,
+        (ops, errors): (BTreeMap<String, Operation>, Vec<String>),
+    ) -> Census {
         let mut census = Census {
             errors,
             ..Census::default()
@@ -306,7 +313,11 @@ impl Store {
     /// Targets blocked by operations in doubt, with whom each blocks (model requests block
     /// nobody and are left out). An unreadable registry blocks every target for everyone (`*`).
     pub fn blocked_targets(&self) -> BTreeMap<String, Vec<Blocker>> {
-        let census = self.census();
+        self.blocked_of(self.census())
+    }
+
+    /// The blocked targets `census` says.
+    pub(crate) fn blocked_of(&self, census: Census) -> BTreeMap<String, Vec<Blocker>> {
         let mut blocked: BTreeMap<String, Vec<Blocker>> = BTreeMap::new();
         for entry in census.entries().filter(|e| e.blocking) {
             #[allow(unused_mut)]

@@ -110,6 +110,23 @@ impl Store {
         (open.schema == ARCHIVE_SCHEMA).then_some(open)
     }
 
+    /// The archive's open set as (writer, lines) pairs, every writer included, when
+    /// `open.json` can be trusted (`follow.rs` keeps it while the file stays the same).
+    pub(crate) fn archive_open_sets(&self) -> Option<Vec<(String, Vec<OpLine>)>> {
+        let open = self.archive_open()?;
+        Some(
+            open.journals
+                .into_iter()
+                .map(|j| (j.writer, j.lines))
+                .collect(),
+        )
+    }
+
+    /// `ops/archive/open.json`'s path.
+    pub(crate) fn archive_open_file(&self) -> PathBuf {
+        self.archive_open_path()
+    }
+
     /// The journal files under `ops/archive/`.
     fn archived_names(&self) -> Result<Vec<String>, String> {
         match self.fs.read_dir(&self.archive_dir()) {

@@ -69,7 +69,7 @@ pub(crate) struct HotJournal {
 /// Parse the complete lines of `bytes` (an unterminated last line is a crash's remnant and is
 /// left out). Returns the lines, errors naming `name` and 1-based numbers from `first_line`,
 /// the length of the complete part and the last complete line.
-fn parse_lines(
+pub(crate) fn parse_lines(
     name: &str,
     bytes: &[u8],
     first_line: usize,

@@ -7,9 +7,11 @@
 //! repair anything.
 
 use crate::error::StoreError;
+use crate::follow::WalFollower;
 use crate::Store;
 use std::collections::BTreeSet;
 use std::io;
+use std::sync::Arc;
 use stopline_core::wal::WalLog;
 use stopline_core::{
     ActiveLatch, ControlView, EpochMap, Level, Refusal, RefusalCode, Scope, StateRecord,
@@ -32,7 +34,7 @@ pub struct ControlRecords {
 impl Store {
     /// Read WAL, epoch and state under a shared WAL lock.
     pub fn read_control_records(&self) -> ControlRecords {
-        self.read_control_records_locked().0
+        self.read_control_records_locked(None).0
     }
 
     /// As [`Store::read_control_records`], returning the shared WAL lock still held, so the
@@ -41,6 +43,7 @@ impl Store {
     /// latch gone that the WAL read still records (a false "deleted stop").
     fn read_control_records_locked(
         &self,
+        follower: Option<&WalFollower>,
     ) -> (ControlRecords, Option<Box<dyn crate::fs::LockGuard>>) {
         let guard = match self.lock_log_shared(&self.layout.wal()) {
             Ok(guard) => guard,
@@ -57,7 +60,9 @@ impl Store {
         // Where a test parks a reader that holds the shared lock (SIGSTOP, as a frozen gateway
         // would be); never armed outside tests, and a park point only: its result is not used.
         let _ = crate::failpoint::hit("view.locked");
-        let wal = self.read_wal().map_err(|e| e.to_refusal());
+        let wal = self
+            .read_wal_following(follower)
+            .map_err(|e| e.to_refusal());
         let epoch = match &wal {
             Ok(log) => self.read_confirmed_epoch(log).map_err(|e| e.to_refusal()),
             Err(refusal) => Err(Refusal::new(
@@ -169,8 +174,18 @@ impl Store {
     /// gets a view that closes every gate, never a wait. A control directory that does not
     /// exist is the fault `control_home_missing`, never "no stop".
     pub fn load_control_view(&self) -> ControlView {
+        self.load_control_view_bounded(None)
+    }
+
+    /// [`Store::load_control_view`] for a reader that follows the WAL (`follow.rs`): only the
+    /// lines appended since `follower`'s last read are verified.
+    pub fn load_control_view_following(&self, follower: &Arc<WalFollower>) -> ControlView {
+        self.load_control_view_bounded(Some(follower.clone()))
+    }
+
+    fn load_control_view_bounded(&self, follower: Option<Arc<WalFollower>>) -> ControlView {
         let Some(timeout) = self.read_timeout else {
-            return self.load_control_view_now();
+            return self.load_control_view_now(follower.as_deref());
         };
         match self.fs.exists(self.layout.home()) {
             Ok(true) => {}
@@ -195,7 +210,7 @@ impl Store {
         let spawned = std::thread::Builder::new()
             .name("stopline-read".into())
             .spawn(move || {
-                let _ = sender.send(store.load_control_view_now());
+                let _ = sender.send(store.load_control_view_now(follower.as_deref()));
             });
         if let Err(error) = spawned {
             return ControlView::closed(Refusal::new(
@@ -217,8 +232,8 @@ impl Store {
     }
 
     /// [`Store::load_control_view`] on this thread, without the bound.
-    fn load_control_view_now(&self) -> ControlView {
-        let (records, guard) = self.read_control_records_locked();
+    fn load_control_view_now(&self, follower: Option<&WalFollower>) -> ControlView {
+        let (records, guard) = self.read_control_records_locked(follower);
         let (latches, mut faults) = self.active_latches(records.wal.as_ref().ok());
         drop(guard);
         faults.extend(records.wal.as_ref().err().cloned());

@@ -7,8 +7,12 @@
 //! gate can put it in force at once, latches first), and whether events may have been missed (a
 //! queue overflow, a lost watch on `latches/`, which is re-made): then the caller must re-read
 //! everything. Names outside that set are not reported, so a reader's own lock files and the
-//! registrations, journals and evidence beside them never wake anybody (issue 15: a gateway
-//! re-read its state for good on the close of its own WAL lock).
+//! registrations and evidence beside them never wake anybody (issue 15: a gateway re-read its
+//! state for good on the close of its own WAL lock). `ops/` is watched too, apart: a journal
+//! another process appended to, created or moved away (archived), and the archive itself, are
+//! reported as [`ControlChanges::journals`], so a reader that follows the journals
+//! (`follow.rs`) reads what they gained when they gain it. The journals of this process (its pid
+//! in the writer name) are not reported: its own records never wake it.
 //!
 //! This module reports changes; it never reads a record, and silence is never "nothing
 //! changed": every caller also reloads on a timer. A watch whose home went away ends with
@@ -76,6 +80,8 @@ pub struct ControlChanges {
     pub appeared: bool,
     /// Events may have been missed: re-read everything, not only what changed.
     pub missed: bool,
+    /// An operation journal of another process (or the archive) changed under `ops/`.
+    pub journals: bool,
     /// What happened to the watch itself, oldest first.
     pub notes: Vec<WatchNote>,
 }
@@ -83,7 +89,7 @@ pub struct ControlChanges {
 impl ControlChanges {
     /// True when anything was reported.
     pub fn any(&self) -> bool {
-        self.changed || self.appeared || self.missed || !self.notes.is_empty()
+        self.changed || self.appeared || self.missed || self.journals || !self.notes.is_empty()
     }
 }
 
@@ -94,6 +100,10 @@ pub struct ControlWatch {
     latches: PathBuf,
     home_wd: WatchDescriptor,
     latches_wd: Option<WatchDescriptor>,
+    ops: PathBuf,
+    ops_wd: Option<WatchDescriptor>,
+    /// This process's pid: journals named with it are its own and not reported.
+    own_pid: String,
     /// Notes from making the watch, handed out by the first wait.
     pending: Vec<WatchNote>,
     buffer: Vec<u8>,
@@ -135,15 +145,42 @@ impl Store {
             latches: layout.latches(),
             home_wd,
             latches_wd: None,
+            ops: layout.ops(),
+            ops_wd: None,
+            own_pid: self.env.pid().to_string(),
             pending: Vec::new(),
             buffer: vec![0u8; 64 * 1024],
         };
         watch.watch_latches();
+        watch.watch_ops();
         Ok(watch)
     }
 }
 
 impl ControlWatch {
+    /// Watch `ops/` when it exists (a missing one is watched once it appears).
+    fn watch_ops(&mut self) {
+        if let Ok(wd) = self.inotify.watches().add(&self.ops, mask()) {
+            self.ops_wd = Some(wd);
+        }
+    }
+
+    /// True when `name`, an entry of `ops/`, is another process's journal or the archive.
+    fn journal_of_another(&self, name: Option<&OsStr>) -> bool {
+        let Some(name) = name.and_then(OsStr::to_str) else {
+            return false;
+        };
+        if name == crate::ops_archive::ARCHIVE_DIR {
+            return true;
+        }
+        let Some(writer) = name.strip_suffix(".jsonl") else {
+            return false;
+        };
+        let mut parts = writer.rsplitn(3, '-');
+        let _start = parts.next();
+        parts.next() != Some(self.own_pid.as_str())
+    }
+
     fn watch_latches(&mut self) {
         match self.inotify.watches().add(&self.latches, mask()) {
             Ok(wd) => self.latches_wd = Some(wd),
@@ -177,6 +214,10 @@ impl ControlWatch {
             self.watch_latches();
             changes.notes.append(&mut self.pending);
         }
+        if rewatch && self.ops_wd.is_none() {
+            self.watch_ops();
+            changes.journals |= self.ops_wd.is_some();
+        }
         Ok(changes)
     }
 
@@ -206,7 +247,9 @@ impl ControlWatch {
                     if event.mask.intersects(gone) {
                         return Err(WatchError::HomeGone);
                     }
-                    if event.name == Some(OsStr::new("latches")) {
+                    if event.name == Some(OsStr::new("latches"))
+                        || event.name == Some(OsStr::new("ops"))
+                    {
                         *rewatch = true;
                     }
                     changes.changed |= relevant(event.name);
@@ -222,6 +265,15 @@ impl ControlWatch {
                         .mask
                         .intersects(EventMask::CREATE | EventMask::MOVED_TO);
                     changes.changed = true;
+                } else if Some(&event.wd) == self.ops_wd.as_ref() {
+                    let lost = EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF;
+                    if event.mask.intersects(lost) {
+                        self.ops_wd = None;
+                        *rewatch = true;
+                        changes.journals = true;
+                    } else {
+                        changes.journals |= self.journal_of_another(event.name);
+                    }
                 }
             }
             if !any {

@@ -1,6 +1,7 @@
 //! `Store::watch`, the one watcher of the control directory, against a real home: a stop wakes
 //! it (a new latch as `appeared`), the store's own reads never do, a lost `latches/` is noted and
-//! watched again once it is back, and a home that goes away ends the watch.
+//! watched again once it is back, a journal of another process wakes it (`journals`) and one of
+//! its own does not, and a home that goes away ends the watch.
 
 use std::time::{Duration, Instant};
 use stopline_core::latch::LatchSession;
@@ -34,6 +35,7 @@ fn collect(watch: &mut stopline_store::ControlWatch, within: Duration) -> Contro
         all.changed |= changes.changed;
         all.appeared |= changes.appeared;
         all.missed |= changes.missed;
+        all.journals |= changes.journals;
         all.notes.extend(changes.notes);
         if all.any() && quiet {
             break;
@@ -114,4 +116,54 @@ fn a_lost_latches_dir_is_noted_and_watched_again_and_a_gone_home_ends_the_watch(
         Store::open(&home).watch().is_err(),
         "a missing home cannot be watched"
     );
+}
+
+/// The real clock and ids with the pid of another process.
+struct Another;
+
+impl stopline_store::env::Env for Another {
+    fn now_ms(&self) -> i64 {
+        stopline_store::env::SystemEnv.now_ms()
+    }
+    fn random_hex(&self, bytes: usize) -> String {
+        stopline_store::env::SystemEnv.random_hex(bytes)
+    }
+    fn pid(&self) -> u32 {
+        4_200_002
+    }
+    fn process_start_time(&self, _pid: u32) -> Option<u64> {
+        None
+    }
+}
+
+#[test]
+fn another_processs_journal_wakes_the_watch_and_its_own_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let store = Store::open(&home);
+    store.ensure_home().unwrap();
+    // `ops/` does not exist yet: it is watched once it appears.
+    let mut watch = store.watch().unwrap();
+    let own = store.ops_journal("gateway").unwrap();
+    let _ = collect(&mut watch, Duration::from_millis(300));
+    let owner = stopline_store::ops::OpOwner::agent("worker");
+    let op = own.prepare_for("mcp:s:echo", &owner, None).unwrap();
+    own.dispatched(&op).unwrap();
+    own.outcome(&op, "committed").unwrap();
+    let quiet = collect(&mut watch, Duration::from_millis(300));
+    assert!(!quiet.journals, "its own records woke the watch: {quiet:?}");
+
+    let other = Store::with_io(
+        &home,
+        std::sync::Arc::new(stopline_store::fs::RealFs),
+        std::sync::Arc::new(Another),
+    )
+    .ops_journal("gateway")
+    .unwrap();
+    let op = other.prepare_for("mcp:s:write", &owner, None).unwrap();
+    let seen = collect(&mut watch, Duration::from_secs(5));
+    assert!(seen.journals, "{seen:?}");
+    other.dispatched(&op).unwrap();
+    let seen = collect(&mut watch, Duration::from_secs(5));
+    assert!(seen.journals, "an append is seen too: {seen:?}");
 }

@@ -8,7 +8,11 @@
 //! (the drill's window must be longer than the longest task). A caller never retries and never
 //! interprets a refusal: it counts it and goes on, as an agent that ignores stops would.
 
-use serde_json::{json, Value};
+use crate::client::CallerClient;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::Uri;
+use serde::Deserialize;
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -34,6 +38,34 @@ pub struct Endpoints {
     pub mcp_server: String,
     /// The model to call, when model calls reach the drill's destination.
     pub model: Option<String>,
+}
+
+/// What every call goes to, parsed once for the whole drill (not on every call).
+#[derive(Debug)]
+pub struct Targets {
+    /// `POST /mcp/<server>`.
+    mcp: Result<Uri, String>,
+    /// `POST /v1/chat/completions` and the model's name as JSON text, when model calls are made.
+    model: Option<(Result<Uri, String>, String)>,
+}
+
+impl Targets {
+    /// The URLs of `endpoints`.
+    pub fn new(endpoints: &Endpoints) -> Targets {
+        let uri = |text: String| text.parse::<Uri>().map_err(|e| format!("{text}: {e}"));
+        Targets {
+            mcp: uri(format!(
+                "{}/mcp/{}",
+                endpoints.gateway, endpoints.mcp_server
+            )),
+            model: endpoints.model.as_ref().map(|model| {
+                (
+                    uri(format!("{}/v1/chat/completions", endpoints.gateway)),
+                    Value::from(model.as_str()).to_string(),
+                )
+            }),
+        }
+    }
 }
 
 /// State shared by the callers and the puller.
@@ -97,16 +129,19 @@ enum Action {
 
 /// Run one caller until `shared.stop`.
 pub async fn run_caller(
-    client: reqwest::Client,
-    endpoints: Arc<Endpoints>,
+    client: CallerClient,
+    targets: Arc<Targets>,
     caller: Caller,
     offset: usize,
     shared: Arc<Shared>,
 ) -> CallerReport {
     let mut actions = vec![Action::Tool, Action::Write];
-    if endpoints.model.is_some() {
+    if targets.model.is_some() {
         actions.push(Action::Model);
     }
+    // A token is header-safe text (base64url and dots); one that is not fails every call.
+    let authorization = HeaderValue::from_str(&format!("Bearer {}", caller.token))
+        .map_err(|e| format!("the caller's token is not a header value: {e}"));
     let mut report = CallerReport {
         name: caller.name.clone(),
         delegated: caller.delegated,
@@ -118,7 +153,10 @@ pub async fn run_caller(
         turn += 1;
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let sent = Instant::now();
-        let answer = call(&client, &endpoints, &caller.token, action, id).await;
+        let answer = match &authorization {
+            Ok(authorization) => call(&client, &targets, authorization, action, id).await,
+            Err(why) => Answer::Error(why.clone()),
+        };
         let done = Instant::now();
         shared.answered.fetch_add(1, Ordering::Relaxed);
         let after_pull = shared.pulled.get().is_some_and(|p| done >= *p);
@@ -154,68 +192,139 @@ pub async fn run_caller(
 
 /// Make one call and classify the answer.
 async fn call(
-    client: &reqwest::Client,
-    endpoints: &Endpoints,
-    token: &str,
+    client: &CallerClient,
+    targets: &Targets,
+    authorization: &HeaderValue,
     action: Action,
     id: u64,
 ) -> Answer {
-    let (url, body, header_id) = match (action, &endpoints.model) {
-        (Action::Model, Some(model)) => (
-            format!("{}/v1/chat/completions", endpoints.gateway),
-            json!({"model": model, "max_tokens": 1,
-                   "messages": [{"role": "user", "content": "drill"}],
-                   "metadata": {"stopline_request_id": id.to_string()}}),
-            Some(id.to_string()),
-        ),
+    let mut extra = Vec::new();
+    let (uri, body) = match (action, &targets.model) {
+        (Action::Model, Some((uri, model))) => {
+            if let Ok(value) = HeaderValue::from_str(&id.to_string()) {
+                extra.push((HeaderName::from_static("x-request-id"), value));
+            }
+            let body = format!(
+                r#"{{"max_tokens":1,"messages":[{{"content":"drill","role":"user"}}],"metadata":{{"stopline_request_id":"{id}"}},"model":{model}}}"#
+            );
+            (uri, body)
+        }
         _ => {
             let tool = if matches!(action, Action::Write) {
                 "write"
             } else {
                 "lookup"
             };
-            (
-                format!("{}/mcp/{}", endpoints.gateway, endpoints.mcp_server),
-                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                       "params": {"name": tool, "arguments": {"key": id}}}),
-                None,
-            )
+            let body = format!(
+                r#"{{"id":{id},"jsonrpc":"2.0","method":"tools/call","params":{{"arguments":{{"key":{id}}},"name":"{tool}"}}}}"#
+            );
+            (&targets.mcp, body)
         }
     };
-    let mut request = client
-        .post(url)
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string());
-    if let Some(header_id) = header_id {
-        request = request.header("x-request-id", header_id);
+    let uri = match uri {
+        Ok(uri) => uri,
+        Err(why) => return Answer::Error(why.clone()),
+    };
+    match client
+        .post(uri, authorization, &extra, body.into_bytes())
+        .await
+    {
+        Ok(reply) => classify(reply.status, &reply.body),
+        Err(why) => Answer::Error(why),
     }
-    let response = match request.send().await {
-        Ok(response) => response,
-        Err(error) => return Answer::Error(error.to_string()),
-    };
-    let status = response.status().as_u16();
-    let body: Value = match response.bytes().await {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
-        Err(error) => return Answer::Error(error.to_string()),
-    };
-    classify(status, &body)
+}
+
+/// The few fields of an answer a caller classifies it by (the rest is skipped, not built).
+#[derive(Debug, Default, Deserialize)]
+struct Shape {
+    #[serde(default, deserialize_with = "present")]
+    error: Option<ErrorShape>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ErrorShape {
+    #[serde(default)]
+    code: Option<Value>,
+    #[serde(default)]
+    data: Option<DataShape>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DataShape {
+    #[serde(default)]
+    code: Option<Value>,
+}
+
+/// `"error"` counts as present whatever it holds (`null` included), as a tree's lookup had it.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ErrorShape>, D::Error> {
+    let value = Value::deserialize(d)?;
+    Ok(Some(ErrorShape::deserialize(value).unwrap_or_default()))
 }
 
 /// A refusal is an HTTP 401/403/429/503 or a JSON-RPC error carrying a stopline code; an
-/// upstream that could not be reached is an error, not a refusal.
-pub fn classify(status: u16, body: &Value) -> Answer {
-    let code = body["error"]["data"]["code"]
-        .as_str()
-        .or(body["error"]["code"].as_str())
+/// upstream that could not be reached is an error, not a refusal. A body that is not JSON is
+/// read as `null`.
+pub fn classify(status: u16, body: &[u8]) -> Answer {
+    let shape: Shape = serde_json::from_slice(body).unwrap_or_default();
+    let data_code = shape
+        .error
+        .as_ref()
+        .and_then(|e| e.data.as_ref())
+        .and_then(|d| d.code.as_ref())
+        .and_then(Value::as_str);
+    let code = data_code
+        .or(shape
+            .error
+            .as_ref()
+            .and_then(|e| e.code.as_ref())
+            .and_then(Value::as_str))
         .map(String::from);
     match (status, code) {
-        (200, _) if body.get("error").is_none() => Answer::Ok,
+        (200, _) if shape.error.is_none() => Answer::Ok,
         (_, Some(code)) if code == "upstream_unavailable" => Answer::Error(code),
         (401 | 403 | 429 | 503, Some(code)) => Answer::Refused(code),
         (401 | 403 | 429 | 503, None) => Answer::Refused(format!("http_{status}")),
-        (_, Some(code)) if body["error"]["data"]["code"].is_string() => Answer::Refused(code),
-        _ => Answer::Error(format!("HTTP {status}: {body}")),
+        (_, Some(code)) if data_code.is_some() => Answer::Refused(code),
+        _ => Answer::Error(format!("HTTP {status}: {}", String::from_utf8_lossy(body))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answers a caller meets, classified as the tree lookup classified them.
+    #[test]
+    fn answers_are_classified_by_status_and_stopline_code() {
+        let c = |status, body: &str| classify(status, body.as_bytes());
+        assert_eq!(
+            c(200, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Answer::Ok
+        );
+        assert_eq!(c(200, "not json"), Answer::Ok);
+        let refused = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"m","data":{"code":"break_glass_contained","latch":{"id":"x"}}}}"#;
+        assert_eq!(
+            c(403, refused),
+            Answer::Refused("break_glass_contained".into())
+        );
+        assert_eq!(
+            c(200, refused),
+            Answer::Refused("break_glass_contained".into()),
+            "a refusal inside a 200 (a batch member, an SSE answer)"
+        );
+        let openai = r#"{"error":{"code":"stale_control_epoch","message":"m","type":"x"}}"#;
+        assert_eq!(
+            c(403, openai),
+            Answer::Refused("stale_control_epoch".into())
+        );
+        assert_eq!(c(503, "{}"), Answer::Refused("http_503".into()));
+        let unavailable =
+            r#"{"error":{"code":-32002,"message":"m","data":{"code":"upstream_unavailable"}}}"#;
+        assert_eq!(
+            c(502, unavailable),
+            Answer::Error("upstream_unavailable".into())
+        );
+        assert!(matches!(c(200, r#"{"error":null}"#), Answer::Error(_)));
+        assert!(matches!(c(500, "{}"), Answer::Error(_)));
     }
 }

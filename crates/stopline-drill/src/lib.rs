@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod agents;
+pub mod client;
 pub mod destination;
 mod local;
 pub mod matching;

@@ -7,7 +7,8 @@
 //! another, as they would in separate processes; both share the machine's cores, which is the
 //! point of a drill under load.
 
-use crate::agents::{run_caller, Caller, CallerReport, Endpoints, Shared};
+use crate::agents::{run_caller, Caller, CallerReport, Endpoints, Shared, Targets};
+use crate::client::CallerClient;
 use crate::destination::Destination;
 use crate::matching::match_effects;
 use crate::observation::{Floor, Inputs, Observation};
@@ -17,6 +18,8 @@ use crate::pull::{pull, Puller};
 use crate::{DrillError, DrillOptions, Mode};
 use rand::Rng;
 use serde_json::{json, Value};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,31 +58,10 @@ fn runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {
 /// Run one drill and, unless `options.record` is false, file its observation.
 pub fn drill(options: &DrillOptions) -> Result<Observation, DrillError> {
     options.validate()?;
-    let drill_id = hex::encode(rand::thread_rng().gen::<[u8; 4]>());
-    let servers = stopline_gateway::server::runtime("stopline-drill-srv")?;
-    let clients = runtime("stopline-drill-cli")?;
-    let env = servers.block_on(async {
-        match &options.mode {
-            Mode::Local => crate::local::start(options).await,
-            Mode::Against(url) => crate::remote::start(&options.home, url, &drill_id).await,
-        }
-    })?;
-    let result = clients.block_on(drive(options, &drill_id, &env));
-    let Env {
-        destination,
-        teardown,
-        ..
-    } = env;
-    servers.block_on(async move {
-        if let Teardown::Local { gateway, dir } = teardown {
-            gateway.shutdown().await;
-            drop(dir);
-        }
-        destination.shutdown();
-    });
-    let mut observation = result?;
+    let mut observation = in_a_world(options, |o, id, env| Box::pin(drive(o, id, env)))?;
     if options.floor {
-        observation.floor = Some(floor(options)?);
+        let floor = in_a_world(options, |o, id, env| Box::pin(drive_floor(o, id, env)))?;
+        observation.floor = Some(floor);
     }
     if options.record {
         observation.file(&Store::open(&options.home))?;
@@ -87,12 +69,17 @@ pub fn drill(options: &DrillOptions) -> Result<Observation, DrillError> {
     Ok(observation)
 }
 
-/// The floor of a drill (`--floor`): a fresh environment, the callers' tokens minted and
-/// delegated, then the stop engaged *before* any caller starts, then the same load; at the same
-/// random moment the "pull" is only noted (nothing is engaged) and each caller's first refusal
-/// after it is timed. What that takes is the machine answering this many callers, with no
-/// gateway reaction in it.
-fn floor(options: &DrillOptions) -> Result<Floor, DrillError> {
+/// How a world is driven: the drill (the stop pulled at a random moment under load) or its
+/// floor (the stop engaged before any caller starts).
+type Driver<T> = for<'a> fn(
+    &'a DrillOptions,
+    &'a str,
+    &'a Env,
+) -> Pin<Box<dyn Future<Output = Result<T, DrillError>> + 'a>>;
+
+/// Set up a fresh world (locally or against a live gateway) under a fresh drill id, drive it,
+/// and take it down, whatever the driving gave.
+fn in_a_world<T>(options: &DrillOptions, driver: Driver<T>) -> Result<T, DrillError> {
     let drill_id = hex::encode(rand::thread_rng().gen::<[u8; 4]>());
     let servers = stopline_gateway::server::runtime("stopline-drill-srv")?;
     let clients = runtime("stopline-drill-cli")?;
@@ -102,7 +89,7 @@ fn floor(options: &DrillOptions) -> Result<Floor, DrillError> {
             Mode::Against(url) => crate::remote::start(&options.home, url, &drill_id).await,
         }
     })?;
-    let result = clients.block_on(drive_floor(options, &drill_id, &env));
+    let result = clients.block_on(driver(options, &drill_id, &env));
     let Env {
         destination,
         teardown,
@@ -118,6 +105,7 @@ fn floor(options: &DrillOptions) -> Result<Floor, DrillError> {
     result
 }
 
+/// The set-up's client (delegation through the gateway); the callers have their own.
 fn client(options: &DrillOptions) -> Result<reqwest::Client, DrillError> {
     reqwest::Client::builder()
         .no_proxy()
@@ -128,17 +116,21 @@ fn client(options: &DrillOptions) -> Result<reqwest::Client, DrillError> {
         .map_err(|e| crate::setup("HTTP client")(e.to_string()))
 }
 
+/// The floor of a drill (`--floor`): the callers' tokens minted and delegated, then the stop
+/// engaged *before* any caller starts, then the same load; at the same random moment the
+/// "pull" is only noted (nothing is engaged) and each caller's first refusal after it is
+/// timed. What that takes is the machine answering this many callers, with no gateway
+/// reaction in it.
 async fn drive_floor(
     options: &DrillOptions,
     drill_id: &str,
     env: &Env,
 ) -> Result<Floor, DrillError> {
-    let level = options.validate()?;
-    let run_id = format!("drill-{drill_id}");
-    let scope = resolve_scope(options.scope.as_deref(), &run_id);
-    let client = client(options)?;
-    let callers = callers(options, env, &client, drill_id).await?;
-    check_covered(&env.ctx, &scope, &callers)?;
+    let Prepared {
+        level,
+        scope,
+        callers,
+    } = prepare(options, drill_id, env, &Progress::hidden()).await?;
     // The stop, before the load: every call of every caller is refused from its first.
     pull(
         &env.puller,
@@ -148,26 +140,13 @@ async fn drive_floor(
     )
     .await?;
     let shared = Arc::new(Shared::default());
-    let endpoints = Arc::new(env.endpoints.clone());
     let started = Instant::now();
-    let tasks: Vec<_> = callers
-        .into_iter()
-        .enumerate()
-        .map(|(i, caller)| {
-            let task = run_caller(client.clone(), endpoints.clone(), caller, i, shared.clone());
-            tokio::spawn(task)
-        })
-        .collect();
-    let jitter = (options.pull_after_ms / 2).max(50);
-    let pull_at = options.pull_after_ms + rand::thread_rng().gen_range(0..=jitter);
+    let tasks = start_callers(env, callers, &shared);
+    let pull_at = pull_at_ms(options);
     tokio::time::sleep(Duration::from_millis(pull_at).saturating_sub(started.elapsed())).await;
     let _ = shared.pulled.set(Instant::now());
     tokio::time::sleep(Duration::from_millis(options.window_ms.unwrap_or(1000))).await;
-    shared.stop.store(true, Ordering::SeqCst);
-    let mut reports: Vec<CallerReport> = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        reports.push(task.await.unwrap_or_default());
-    }
+    let reports = stop_callers(&shared, tasks).await;
     let ctx = env.ctx.clone();
     let (ops, _) = tokio::task::spawn_blocking(move || ctx.store.operations())
         .await
@@ -178,6 +157,82 @@ async fn drive_floor(
         .filter(|op| op.dispatched && op.agent.as_deref().is_some_and(|a| a.starts_with(&prefix)))
         .count() as u64;
     Ok(Floor::build(&reports, admitted))
+}
+
+/// What both drives start from: the level and scope of the stop, and the callers with their
+/// tokens (minted, and delegated through the gateway), every one of them covered by the scope.
+struct Prepared {
+    level: stopline_core::Level,
+    scope: String,
+    callers: Vec<Caller>,
+}
+
+async fn prepare(
+    options: &DrillOptions,
+    drill_id: &str,
+    env: &Env,
+    progress: &Progress,
+) -> Result<Prepared, DrillError> {
+    let level = options.validate()?;
+    let run_id = format!("drill-{drill_id}");
+    let scope = resolve_scope(options.scope.as_deref(), &run_id);
+    if matches!(options.mode, Mode::Against(_)) && scope != format!("run:{run_id}") {
+        return Err(Refusal::new(
+            RefusalCode::ScopeInvalid,
+            format!("--scope {scope}: against a live gateway a drill stops only its own run, run:{run_id}"),
+        )
+        .into());
+    }
+    let client = client(options)?;
+    progress.message(format!(
+        "{} callers: minting and delegating tokens",
+        options.callers()
+    ));
+    let callers = callers(options, env, &client, drill_id).await?;
+    check_covered(&env.ctx, &scope, &callers)?;
+    Ok(Prepared {
+        level,
+        scope,
+        callers,
+    })
+}
+
+/// Start every caller on the current runtime, all through one pooled client.
+fn start_callers(
+    env: &Env,
+    callers: Vec<Caller>,
+    shared: &Arc<Shared>,
+) -> Vec<tokio::task::JoinHandle<CallerReport>> {
+    let client = CallerClient::new(callers.len() + 8);
+    let targets = Arc::new(Targets::new(&env.endpoints));
+    callers
+        .into_iter()
+        .enumerate()
+        .map(|(i, caller)| {
+            let task = run_caller(client.clone(), targets.clone(), caller, i, shared.clone());
+            tokio::spawn(task)
+        })
+        .collect()
+}
+
+/// When the stop is pulled, ms after the callers started: `pull_after_ms` and a random part of
+/// half as much again (at least 50 ms), so no caller can time itself to it.
+fn pull_at_ms(options: &DrillOptions) -> u64 {
+    let jitter = (options.pull_after_ms / 2).max(50);
+    options.pull_after_ms + rand::thread_rng().gen_range(0..=jitter)
+}
+
+/// Tell the callers to end after their current call, and gather what each saw.
+async fn stop_callers(
+    shared: &Shared,
+    tasks: Vec<tokio::task::JoinHandle<CallerReport>>,
+) -> Vec<CallerReport> {
+    shared.stop.store(true, Ordering::SeqCst);
+    let mut reports = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        reports.push(task.await.unwrap_or_default());
+    }
+    reports
 }
 
 async fn mint(ctx: &Context, agent: String, run: &str) -> Result<String, DrillError> {
@@ -277,37 +332,16 @@ async fn drive(
     drill_id: &str,
     env: &Env,
 ) -> Result<Observation, DrillError> {
-    let level = options.validate()?;
-    let run_id = format!("drill-{drill_id}");
-    let scope = resolve_scope(options.scope.as_deref(), &run_id);
-    if matches!(options.mode, Mode::Against(_)) && scope != format!("run:{run_id}") {
-        return Err(Refusal::new(
-            RefusalCode::ScopeInvalid,
-            format!("--scope {scope}: against a live gateway a drill stops only its own run, run:{run_id}"),
-        )
-        .into());
-    }
-    let client = client(options)?;
     let progress = Progress::new(options.progress, options.pull_after_ms + 1000, "drill");
-    progress.message(format!(
-        "{} callers: minting and delegating tokens",
-        options.callers()
-    ));
-    let callers = callers(options, env, &client, drill_id).await?;
-    check_covered(&env.ctx, &scope, &callers)?;
+    let Prepared {
+        level,
+        scope,
+        callers,
+    } = prepare(options, drill_id, env, &progress).await?;
     let shared = Arc::new(Shared::default());
-    let endpoints = Arc::new(env.endpoints.clone());
     let started = Instant::now();
-    let tasks: Vec<_> = callers
-        .into_iter()
-        .enumerate()
-        .map(|(i, caller)| {
-            let task = run_caller(client.clone(), endpoints.clone(), caller, i, shared.clone());
-            tokio::spawn(task)
-        })
-        .collect();
-    let jitter = (options.pull_after_ms / 2).max(50);
-    let pull_at = options.pull_after_ms + rand::thread_rng().gen_range(0..=jitter);
+    let tasks = start_callers(env, callers, &shared);
+    let pull_at = pull_at_ms(options);
     let tick = |label: &str| {
         progress.set_position(started.elapsed().as_millis() as u64);
         progress.message(format!(
@@ -341,12 +375,8 @@ async fn drive(
         tick("stop pulled, watching the window");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    shared.stop.store(true, Ordering::SeqCst);
     progress.message("stopping the callers and matching effects");
-    let mut reports: Vec<CallerReport> = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        reports.push(task.await.unwrap_or_default());
-    }
+    let reports = stop_callers(&shared, tasks).await;
     progress.finish();
     let pull = pulled?;
     let effects = env.destination.effects();

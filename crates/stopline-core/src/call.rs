@@ -52,18 +52,64 @@ pub fn must_cut(
     authority: Authority,
     now_ms: i64,
 ) -> Option<Refusal> {
+    let cause = cut_cause(view, subject, authority, now_ms)?;
+    Some(match cause {
+        CutCause::Fault(fault) => fault.clone(),
+        CutCause::Contained => {
+            Refusal::new(RefusalCode::BreakGlassContained, "the machine is contained")
+        }
+        CutCause::Emergency => {
+            // Named like every refusal a latch causes (SPEC §12.4): who, why, scope, level, age.
+            let cause = view.cause_for(subject);
+            let message = match &cause {
+                Some(cause) => format!(
+                    "an emergency stop covers this agent; the stream was cut: {}; {}",
+                    cause.describe(now_ms),
+                    cause.advice()
+                ),
+                None => "an emergency stop covers this agent; the stream was cut".to_string(),
+            };
+            Refusal::new(RefusalCode::BreakGlassContained, message).with_latch(cause)
+        }
+        CutCause::Stale => Refusal::new(
+            RefusalCode::StaleControlEpoch,
+            "the token was revoked by a stop",
+        ),
+    })
+}
+
+/// What [`must_cut`] cuts for, before it is put in words: whether a view change concerns a call
+/// in flight is decided without building any message, so a gateway can ask it of every call it
+/// holds at each change and wake only those it concerns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutCause<'a> {
+    /// A fault in the view (any but `distributed_unavailable`).
+    Fault(&'a Refusal),
+    /// A machine state other than RUNNING.
+    Contained,
+    /// An EMERGENCY covering the subject.
+    Emergency,
+    /// An authority a stop has made stale.
+    Stale,
+}
+
+/// Why a stream already admitted must be cut now, if it must: exactly when [`must_cut`] gives
+/// a refusal, and for the same reason.
+pub fn cut_cause<'a>(
+    view: &'a ControlView,
+    subject: &Subject,
+    authority: Authority,
+    now_ms: i64,
+) -> Option<CutCause<'a>> {
     if let Some(fault) = view
         .faults
         .iter()
         .find(|f| f.code != RefusalCode::DistributedUnavailable)
     {
-        return Some(fault.clone());
+        return Some(CutCause::Fault(fault));
     }
     if view.state.effective(now_ms) != ControlState::Running {
-        return Some(Refusal::new(
-            RefusalCode::BreakGlassContained,
-            "the machine is contained",
-        ));
+        return Some(CutCause::Contained);
     }
     // The emergency before the epoch: an agent emergency publishes its latch first and
     // advances the epoch after, and a gateway's watcher puts the latch in the view before it
@@ -72,25 +118,10 @@ pub fn must_cut(
     // been read; only a stale token no emergency covers (one a recovery left behind) is cut
     // as stale.
     if view.mode_for(subject) == Mode::Emergency {
-        // Named like every refusal a latch causes (SPEC §12.4): who, why, scope, level, age.
-        let cause = view.cause_for(subject);
-        let message = match &cause {
-            Some(cause) => format!(
-                "an emergency stop covers this agent; the stream was cut: {}; {}",
-                cause.describe(now_ms),
-                cause.advice()
-            ),
-            None => "an emergency stop covers this agent; the stream was cut".to_string(),
-        };
-        return Some(Refusal::new(RefusalCode::BreakGlassContained, message).with_latch(cause));
+        return Some(CutCause::Emergency);
     }
     let standing = view.epoch.authority_status(authority.issue_epoch, subject);
-    matches!(standing, AuthorityStatus::Stale { .. }).then(|| {
-        Refusal::new(
-            RefusalCode::StaleControlEpoch,
-            "the token was revoked by a stop",
-        )
-    })
+    matches!(standing, AuthorityStatus::Stale { .. }).then_some(CutCause::Stale)
 }
 
 #[cfg(test)]

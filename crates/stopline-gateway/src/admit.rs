@@ -16,6 +16,7 @@
 use crate::budget::{Reservation, Shortfall};
 use crate::caller::Caller;
 use crate::governor::Governor;
+use crate::waiters::{wait_until, Interest, Registration};
 use std::time::{Duration, Instant};
 use stopline_core::budget::{BudgetKind, Budgets};
 use stopline_core::call::{allowed_tool, must_cut};
@@ -268,7 +269,7 @@ impl Governor {
     pub fn subscribe_cuts(&self, caller: &Caller) -> CutWatch {
         CutWatch {
             gov: self.clone(),
-            changes: self.subscribe_view(),
+            registration: self.wait_on_view(caller, Interest::Cut),
             caller: caller.clone(),
             route: crate::logs::route(),
             since: Instant::now(),
@@ -314,27 +315,31 @@ impl Admission {
         // The fsync may queue behind many others. A stop that lands meanwhile refuses the call
         // at once rather than after the queue drains; the prepared line, when it lands, is
         // closed as refused (the call is never dispatched).
-        let mut changes = self.gov.subscribe_view();
-        let joined = loop {
-            tokio::select! {
-                biased;
-                written = &mut writing => break written,
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        break (&mut writing).await;
+        // Only a view change that can refuse this call wakes it (`waiters.rs`).
+        let registration = self.gov.wait_on_view(
+            &self.caller,
+            Interest::Admission {
+                target: self.plan.target.clone(),
+            },
+        );
+        let waited = tokio::select! {
+            biased;
+            written = &mut writing => Ok(written),
+            refusal = wait_until(&registration, || self.blocked_now()) => Err(refusal),
+        };
+        drop(registration);
+        let joined = match waited {
+            Ok(written) => written,
+            Err(refusal) => {
+                tokio::spawn(async move {
+                    if writing.await.is_ok() {
+                        if let Err(error) = journal.submit_outcome(&op, "refused").await {
+                            tracing::error!(op, %error, "cannot close a refused operation; it stays unresolved");
+                        }
                     }
-                    if let Some(refusal) = self.blocked_now() {
-                        tokio::spawn(async move {
-                            if writing.await.is_ok() {
-                                if let Err(error) = journal.submit_outcome(&op, "refused").await {
-                                    tracing::error!(op, %error, "cannot close a refused operation; it stays unresolved");
-                                }
-                            }
-                        });
-                        self.refuse(&refusal);
-                        return Err(self.gov.refused(refusal));
-                    }
-                }
+                });
+                self.refuse(&refusal);
+                return Err(self.gov.refused(refusal));
             }
         };
         match joined.map_err(|e| e.to_refusal()) {
@@ -566,7 +571,8 @@ impl Drop for Admission {
 #[derive(Debug)]
 pub struct CutWatch {
     gov: Governor,
-    changes: tokio::sync::watch::Receiver<u64>,
+    /// Woken only by a view change that cuts this caller (`waiters.rs`).
+    registration: Registration,
     caller: Caller,
     /// The route of the request it watches, and since when (for the cut's log event).
     route: std::sync::Arc<str>,
@@ -588,16 +594,10 @@ impl CutWatch {
         )
     }
 
-    /// Wait until the caller must be cut.
+    /// Wait until the caller must be cut (cancel-safe: a `select!` may poll it again).
     pub async fn cut(&mut self) -> Refusal {
-        loop {
-            if let Some(refusal) = self.check() {
-                crate::logs::cut(self.caller.agent(), &self.route, &refusal, self.since);
-                return refusal;
-            }
-            if self.changes.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
+        let refusal = wait_until(&self.registration, || self.check()).await;
+        crate::logs::cut(self.caller.agent(), &self.route, &refusal, self.since);
+        refusal
     }
 }

@@ -45,6 +45,11 @@ impl Caller {
     pub fn token(&self) -> &str {
         &self.token
     }
+
+    /// The token text, shared (a key of what was decided for it).
+    pub(crate) fn shared_token(&self) -> &Arc<str> {
+        &self.token
+    }
 }
 
 /// Verifies bearer tokens, with a bounded cache of verified texts.

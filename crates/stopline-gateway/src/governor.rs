@@ -16,8 +16,10 @@ use crate::caller::{Authenticator, Caller};
 use crate::config::{GatewayConfig, McpServerConfig};
 use crate::inflight::{DispatchTracker, Ticket};
 use crate::metrics::{Metrics, ScrapeState};
+use crate::refusals::{Key as RefusalKey, RefusalCache};
 use crate::trip::Tripper;
 use crate::view::{Snapshot, ViewHolder};
+use crate::waiters::{Interest, Registration};
 use std::sync::Arc;
 use std::time::Duration;
 use stopline_control::Context;
@@ -54,6 +56,8 @@ struct Inner {
     tripper: Tripper,
     journal: OpsJournal,
     metrics: Metrics,
+    /// Refusals already worded under the current view (see `refusals.rs`).
+    refusals: RefusalCache,
     server_id: String,
     http: reqwest::Client,
 }
@@ -109,6 +113,7 @@ impl Governor {
                 tripper,
                 journal,
                 metrics: Metrics::new(),
+                refusals: RefusalCache::default(),
                 server_id,
                 http,
             }),
@@ -268,9 +273,25 @@ impl Governor {
         } else {
             snapshot
         };
-        let receipt = snapshot
-            .view
-            .decide(&subject, class, Some(authority), target, now);
+        let decide = || {
+            snapshot
+                .view
+                .decide(&subject, class, Some(authority), target, now)
+        };
+        // A refusal is worded once per token, class, target, view and second (`refusals.rs`);
+        // paths widen the subject beyond the token's, so a call with paths is decided afresh.
+        let receipt = if paths.is_empty() {
+            let key = RefusalKey {
+                generation: snapshot.generation,
+                now_ms: now,
+                token: caller.shared_token(),
+                class,
+                target,
+            };
+            self.inner.refusals.get_or_decide(key, decide)
+        } else {
+            decide()
+        };
         if receipt.decision == Decision::Allow && target.is_some() {
             if let Some(why) = snapshot
                 .view
@@ -373,6 +394,12 @@ impl Governor {
     /// A receiver woken with the generation whenever the view changes.
     pub(crate) fn subscribe_view(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.view.subscribe()
+    }
+
+    /// Register `caller` as waiting on the view for `interest`: a changed view wakes the
+    /// registration only when it concerns it (see `waiters.rs`). Register before checking.
+    pub(crate) fn wait_on_view(&self, caller: &Caller, interest: Interest) -> Registration {
+        self.inner.view.waiters().register(caller, interest)
     }
 
     /// Block `target` in the view at once: an operation this gateway marked in doubt.

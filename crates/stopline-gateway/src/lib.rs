@@ -29,6 +29,7 @@ pub mod logs;
 pub mod metrics;
 pub mod model;
 mod page;
+mod refusals;
 pub mod registry;
 mod request;
 mod routes;
@@ -38,6 +39,7 @@ pub mod state;
 mod trip;
 pub mod usage;
 pub mod view;
+mod waiters;
 mod watch;
 
 pub use admit::{Admission, CutWatch, Outcome};

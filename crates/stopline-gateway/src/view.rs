@@ -13,6 +13,7 @@
 
 use crate::feed::ViewFeed;
 use crate::source::{LocalSource, ViewSource};
+use crate::waiters::Waiters;
 use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,6 +78,9 @@ pub struct ViewHolder {
     /// What the last census read of each operation journal (`stopline_store::follow`): each
     /// census reads only what the journals gained since.
     journals: JournalFollower,
+    /// The calls waiting on the view (to be cut, or refused while being prepared), each woken
+    /// only by a change that concerns it.
+    waiters: Arc<Waiters>,
 }
 
 impl ViewHolder {
@@ -102,6 +106,7 @@ impl ViewHolder {
             reads: AtomicU64::new(0),
             pinned: Mutex::new(Vec::new()),
             journals: JournalFollower::default(),
+            waiters: Arc::default(),
         }
     }
 
@@ -113,6 +118,11 @@ impl ViewHolder {
     /// A receiver woken with the generation whenever the view changes.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// The calls waiting on the view; a changed view wakes only those it concerns.
+    pub(crate) fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
     }
 
     /// True once a refresh has succeeded.
@@ -259,7 +269,7 @@ impl ViewHolder {
         if delay > 0 && self.loaded.load(Ordering::SeqCst) && self.load().view != view {
             std::thread::sleep(Duration::from_millis(delay));
         }
-        let _swap = self.swap.lock().unwrap_or_else(|p| p.into_inner());
+        let swap = self.swap.lock().unwrap_or_else(|p| p.into_inner());
         // Latches pinned while this swap waited.
         self.keep_pinned(&mut view, None);
         let previous = self.load();
@@ -289,7 +299,14 @@ impl ViewHolder {
         let snapshot = Arc::new(Snapshot::new(view, generation, now));
         self.current.store(snapshot.clone());
         self.loaded.store(true, Ordering::SeqCst);
+        drop(swap);
         if !same {
+            // The view is stored before the waiters are scanned (see `waiters.rs`: a call that
+            // registers after the scan began reads this view itself). A test seam: `hold_if:`
+            // parks the swapping thread here, between the two; no action of it means anything.
+            stopline_store::failpoint::hit("gateway.view.wake").ok();
+            self.waiters
+                .wake_concerned(&snapshot.view, self.store.now_ms());
             self.changed.send_replace(generation);
         }
         snapshot

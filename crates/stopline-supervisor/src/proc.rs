@@ -100,6 +100,67 @@ pub fn ancestors(pid: u32) -> io::Result<Vec<ProcStat>> {
     Ok(chain)
 }
 
+/// True when `pid` is asleep in the kernel waiting for its `vfork` child (a `vfork`, or a
+/// `clone`/`clone3` asking `CLONE_VFORK`, as `posix_spawn` does) to exec or exit. Such a parent
+/// cannot take a SIGSTOP, nor run any instruction of its own, until that child lets it go, so a
+/// freeze counts it as held once the child is stopped (the cgroup v2 freezer counts it frozen
+/// for the same reason). Read from `/proc/<pid>/syscall` (the syscall it is blocked in) and
+/// `/proc/<pid>/wchan` (where it sleeps): anything unreadable or unexpected is "no", so a doubt
+/// keeps the freeze pending rather than confirming it.
+pub fn waits_for_vfork_child(pid: u32) -> bool {
+    let Ok(syscall) = fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+        return false;
+    };
+    let mut fields = syscall.split_whitespace();
+    let Some(number) = fields.next().and_then(|n| n.parse::<i64>().ok()) else {
+        return false;
+    };
+    let flags = fields
+        .next()
+        .and_then(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0);
+    let clone_family = is_vfork_syscall(number)
+        || (number == libc::SYS_clone && flags & libc::CLONE_VFORK as u64 != 0)
+        || number == libc::SYS_clone3;
+    clone_family
+        && fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|wchan| {
+            matches!(
+                wchan.trim(),
+                "kernel_clone" | "wait_for_vfork_done" | "_do_fork" | "do_fork"
+            )
+        })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn is_vfork_syscall(number: i64) -> bool {
+    number == libc::SYS_vfork
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn is_vfork_syscall(_number: i64) -> bool {
+    false
+}
+
+/// True when a stop signal (`SIGSTOP`) is pending for `pid`, sent but not yet taken (a
+/// process asleep in the kernel takes it only when it returns to user space). `SIGCONT`
+/// discards it; a thaw must, or the process stops by itself after the thaw.
+pub fn stop_pending(pid: u32) -> io::Result<bool> {
+    let status = match fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(text) => text,
+        Err(error) if is_gone(&error) => return Ok(false),
+        Err(error) => return Err(error),
+    };
+    let bit = 1u64 << (libc::SIGSTOP - 1);
+    Ok(status
+        .lines()
+        .filter_map(|line| {
+            line.strip_prefix("SigPnd:")
+                .or_else(|| line.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & bit != 0))
+}
+
 /// Map each pid to its children, from one walk of `/proc`.
 pub fn children_map(processes: &[ProcStat]) -> HashMap<u32, Vec<ProcStat>> {
     let mut map: HashMap<u32, Vec<ProcStat>> = HashMap::new();

@@ -9,6 +9,9 @@
 //! up (to this supervisor, itself a subreaper, after the root died) is still followed. A kill
 //! stops the root first (so it cannot fork), kills everything below it, repeats until only the
 //! root is left, then kills the root. Quiescence is a fresh census with no live member.
+//! A freeze (SIGSTOP) is confirmed when a census shows every member stopped, a `vfork` parent
+//! whose child is stopped counting as held (it cannot take the stop until the child lets it
+//! go); a thaw also clears a stop still pending, so nothing stops by itself afterwards.
 //!
 //! This is weaker than a cgroup, and status says so (`method: "subreaper"`): a process forked
 //! and orphaned between two censuses *after* the root has died cannot be attributed. This module
@@ -197,26 +200,44 @@ impl Reaper {
         self.await_quiescent(&issued, timeout)
     }
 
-    /// The weaker freeze: SIGSTOP every live member until a census shows them all stopped.
+    /// The weaker freeze: SIGSTOP every live member until a census shows them all held: stopped,
+    /// or parked in a `vfork` whose child is held (see [`not_yet_held`]).
     pub fn stop_all(&mut self, timeout: Duration) -> Result<DateTime<Utc>, ReaperError> {
-        self.until_all(timeout, "stopped", |p| p.is_stopped(), Signal::STOP)
+        self.until_all(
+            timeout,
+            "stopped",
+            |live| not_yet_held(live, proc::waits_for_vfork_child),
+            Signal::STOP,
+        )
     }
 
-    /// Undo [`Reaper::stop_all`]: SIGCONT every live member until none is stopped by a signal.
+    /// Undo [`Reaper::stop_all`]: SIGCONT every live member until none is stopped by a signal
+    /// or still has a SIGSTOP pending (a `vfork` parent has one until its child let it go: left
+    /// there, it would stop by itself after the thaw).
     pub fn continue_all(&mut self, timeout: Duration) -> Result<DateTime<Utc>, ReaperError> {
-        self.until_all(timeout, "running", |p| p.state != 'T', Signal::CONT)
+        self.until_all(
+            timeout,
+            "running",
+            |live| {
+                live.iter()
+                    .filter(|p| p.state == 'T' || proc::stop_pending(p.pid).unwrap_or(true))
+                    .copied()
+                    .collect()
+            },
+            Signal::CONT,
+        )
     }
 
     fn until_all(
         &mut self,
         timeout: Duration,
         expected: &'static str,
-        done: impl Fn(&ProcStat) -> bool,
+        pending: impl Fn(&[ProcStat]) -> Vec<ProcStat>,
         signal: Signal,
     ) -> Result<DateTime<Utc>, ReaperError> {
         let started = Instant::now();
         loop {
-            let pending: Vec<ProcStat> = self.live()?.into_iter().filter(|p| !done(p)).collect();
+            let pending = pending(&self.live()?);
             if pending.is_empty() {
                 return Ok(Utc::now());
             }
@@ -277,6 +298,43 @@ impl Reaper {
     }
 }
 
+/// The members of one census (`live`, exited ones left out) that a freeze does not hold yet.
+/// Held is stopped (`T`/`t`), or parked in the kernel waiting for a `vfork` child
+/// (`in_vfork`) while every live child of it is held: a shell that `vfork`s a command whose
+/// child took its SIGSTOP before `exec` sleeps there, uninterruptible by a stop, until the
+/// child is continued, and it runs nothing meanwhile. Counting it pending would leave such a
+/// freeze unconfirmed forever (it did, under disk load, where `exec` is slow). A parent with no
+/// live child is never held this way: the child it is creating is not in the census yet.
+fn not_yet_held(live: &[ProcStat], in_vfork: impl Fn(u32) -> bool) -> Vec<ProcStat> {
+    let children = proc::children_map(live);
+    let mut held: HashSet<u32> = live
+        .iter()
+        .filter(|p| p.is_stopped())
+        .map(|p| p.pid)
+        .collect();
+    loop {
+        let parked: Vec<u32> = live
+            .iter()
+            .filter(|p| !held.contains(&p.pid) && p.state == 'D')
+            .filter(|p| {
+                children.get(&p.pid).is_some_and(|below| {
+                    !below.is_empty() && below.iter().all(|c| held.contains(&c.pid))
+                })
+            })
+            .filter(|p| in_vfork(p.pid))
+            .map(|p| p.pid)
+            .collect();
+        if parked.is_empty() {
+            break;
+        }
+        held.extend(parked);
+    }
+    live.iter()
+        .filter(|p| !held.contains(&p.pid))
+        .copied()
+        .collect()
+}
+
 /// Signal one process through a pidfd, after checking the pidfd names the process the census
 /// saw (same start time). A process that is already gone is not an error.
 fn send(process: &ProcStat, signal: Signal) -> Result<(), ReaperError> {
@@ -304,5 +362,54 @@ fn signal_error(pid: u32, errno: rustix::io::Errno) -> ReaperError {
     ReaperError::Signal {
         pid,
         source: io::Error::from_raw_os_error(errno.raw_os_error()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(pid: u32, ppid: u32, state: char) -> ProcStat {
+        ProcStat {
+            pid,
+            ppid,
+            state,
+            starttime: u64::from(pid),
+        }
+    }
+
+    fn pending_pids(live: &[ProcStat], vforking: &[u32]) -> Vec<u32> {
+        not_yet_held(live, |pid| vforking.contains(&pid))
+            .iter()
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    #[test]
+    fn a_vfork_parent_is_held_once_its_child_is_stopped() {
+        let live = [member(10, 1, 'D'), member(11, 10, 'T')];
+        assert_eq!(pending_pids(&live, &[10]), Vec::<u32>::new());
+        // Its child still runs: the child may exec and let the parent go.
+        let live = [member(10, 1, 'D'), member(11, 10, 'R')];
+        assert_eq!(pending_pids(&live, &[10]), [10, 11]);
+    }
+
+    #[test]
+    fn a_sleeper_that_is_not_in_vfork_or_has_no_child_is_not_held() {
+        let live = [member(10, 1, 'D'), member(11, 10, 'T')];
+        assert_eq!(pending_pids(&live, &[]), [10]);
+        let live = [member(10, 1, 'D')];
+        assert_eq!(pending_pids(&live, &[10]), [10]);
+    }
+
+    #[test]
+    fn held_vfork_parents_chain_upwards() {
+        let live = [
+            member(10, 1, 'D'),
+            member(11, 10, 'D'),
+            member(12, 11, 'T'),
+            member(13, 1, 'S'),
+        ];
+        assert_eq!(pending_pids(&live, &[10, 11]), [13]);
     }
 }

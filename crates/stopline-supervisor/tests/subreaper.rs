@@ -7,10 +7,10 @@
 mod common;
 
 use common::{escaping_agent_script, is_alive, sh, wait_for_pids};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use stopline_core::Level;
 use stopline_supervisor::{
-    Containment, EnforcementAction, Method, StopPhase, Worker, WorkerSpec, WorkerState,
+    Containment, Enforcement, EnforcementAction, Method, StopPhase, Worker, WorkerSpec, WorkerState,
 };
 
 fn subreaper_worker(test: &str, script: &str) -> Worker {
@@ -18,6 +18,32 @@ fn subreaper_worker(test: &str, script: &str) -> Worker {
     spec.containment = Containment::Subreaper;
     spec.command.stdin = stopline_supervisor::StdioMode::Null;
     Worker::start(spec, None).unwrap()
+}
+
+/// Enforce `level` as `run`'s reaction loop does: again while the answer is pending. A member
+/// blocked in an uninterruptible syscall (a write to a disk busy with other work) takes its
+/// SIGSTOP or SIGKILL only when that syscall returns, so one call may end its bounded wait with
+/// `FreezePending` or `KillPending`; the contract is to call again, and each pending answer must
+/// say so in the worker's state.
+fn enforce_settled(
+    worker: &mut Worker,
+    level: Option<Level>,
+    on_phase: &mut dyn FnMut(&StopPhase),
+) -> Enforcement {
+    let started = Instant::now();
+    loop {
+        let e = worker.enforce_with(level, on_phase).unwrap();
+        match e.action {
+            EnforcementAction::FreezePending => assert_eq!(e.status.state, WorkerState::Freezing),
+            EnforcementAction::KillPending => assert_eq!(e.status.state, WorkerState::Killing),
+            _ => return e,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "still {:?} after a minute of enforcing",
+            e.action
+        );
+    }
 }
 
 #[test]
@@ -55,11 +81,9 @@ fn the_subreaper_fallback_kills_a_setsid_double_forked_daemon() {
     assert!(worker.is_alive().unwrap());
 
     let mut phases = Vec::new();
-    let e = worker
-        .enforce_with(Some(Level::Emergency), &mut |phase| {
-            phases.push(phase.clone())
-        })
-        .unwrap();
+    let e = enforce_settled(&mut worker, Some(Level::Emergency), &mut |phase| {
+        phases.push(phase.clone())
+    });
     assert_eq!(e.action, EnforcementAction::Quiescent, "{e:?}");
     assert_eq!(e.status.state, WorkerState::Quiescent);
     assert_eq!(e.status.method, Method::Subreaper);
@@ -100,7 +124,8 @@ fn the_subreaper_fallback_freezes_with_sigstop_and_thaws() {
         }
     };
     wait_for_progress();
-    let e = worker.enforce(Some(Level::HaltNoncritical)).unwrap();
+    let e = enforce_settled(&mut worker, Some(Level::HaltNoncritical), &mut |_| {});
+    assert_eq!(e.action, EnforcementAction::Frozen);
     assert_eq!(e.status.state, WorkerState::Frozen);
     let held = read();
     std::thread::sleep(Duration::from_millis(300));
@@ -108,7 +133,7 @@ fn the_subreaper_fallback_freezes_with_sigstop_and_thaws() {
     let e = worker.enforce(None).unwrap();
     assert_eq!(e.action, EnforcementAction::Thawed);
     wait_for_progress();
-    let e = worker.enforce(Some(Level::HaltAll)).unwrap();
+    let e = enforce_settled(&mut worker, Some(Level::HaltAll), &mut |_| {});
     assert_eq!(e.status.state, WorkerState::Quiescent);
     assert!(!is_alive(worker.pid()));
 }

@@ -116,6 +116,17 @@ impl Upstream {
         Upstream::start_script(home, "fake_openai_upstream.py", &[])
     }
 
+    /// [`Upstream::start`] whose models `held` and `held-stream` finish only once `release`
+    /// exists.
+    pub fn start_releasing(home: &Home, release: &Path) -> Upstream {
+        let release = release.to_str().unwrap();
+        Upstream::start_script(
+            home,
+            "fake_openai_upstream.py",
+            &[("STUB_RELEASE", release)],
+        )
+    }
+
     /// The loopback Anthropic Messages API upstream (`fake_anthropic_upstream.py`).
     pub fn start_anthropic(home: &Home) -> Upstream {
         Upstream::start_script(home, "fake_anthropic_upstream.py", &[])
@@ -202,7 +213,7 @@ impl Upstream {
             .collect()
     }
 
-    /// When a slow model sent the last byte of its answer (unix seconds), if it has.
+    /// When a slow or held model sent the last byte of its answer (unix seconds), if it has.
     pub fn done_at(&self, model: &str) -> Option<f64> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
@@ -359,6 +370,40 @@ pub fn within<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T
 
 pub fn bin_path() -> &'static str {
     bin()
+}
+
+/// One JSON-RPC POST to the MCP route `/mcp/dest` of the gateway at `addr`, in `session` when
+/// given, accepting JSON or SSE as a real client does.
+pub fn mcp_post(addr: &str, token: &str, session: Option<&str>, body: &Value) -> Reply {
+    let mut headers = vec![("Accept", "application/json, text/event-stream")];
+    if let Some(session) = session {
+        headers.push(("Mcp-Session-Id", session));
+    }
+    http_with(addr, "POST", "/mcp/dest", Some(token), Some(body), &headers)
+}
+
+/// `initialize` on `/mcp/dest` (asserted answered); the reply and the session id it gave.
+pub fn mcp_initialize(addr: &str, token: &str) -> (Reply, Option<String>) {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let reply = mcp_post(addr, token, None, &init);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let session = reply.header("mcp-session-id").map(String::from);
+    (reply, session)
+}
+
+/// An MCP session on `/mcp/dest`: `initialize`, then `tools/list` (so the gateway has learned
+/// the tools' hints); its session id.
+pub fn mcp_session(addr: &str, token: &str) -> Option<String> {
+    let (_, session) = mcp_initialize(addr, token);
+    let listed = mcp_post(
+        addr,
+        token,
+        session.as_deref(),
+        &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    );
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    session
 }
 
 /// The JSON-RPC messages of an MCP reply (a JSON body or server-sent events).

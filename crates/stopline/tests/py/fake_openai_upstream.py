@@ -6,11 +6,15 @@ Binds 127.0.0.1:0, writes the port to PORT_FILE, and appends one JSON line per r
 *executes* to LOG_FILE (path, model, stream, stream_options, authorization header). It reports
 usage in every response: prompt_tokens = PROMPT (default 100), completion_tokens = COMPLETION
 (default 10), or as `input_tokens`/`output_tokens` for /v1/responses. Model "slow-stream" streams
-one chunk every 100 ms for 10 s (for cut tests); "slow-stream-4s" one every 100 ms for 4 s; "slow"
-answers a whole (non-streamed) reply after 4 s. When a slow model has sent its last byte it logs
-{"done": true, "model": ..., "t": ...} (a line `executed()` leaves out).
+one chunk every 100 ms for 10 s (for cut tests). With STUB_RELEASE=PATH in its environment, model
+"held" answers a whole (non-streamed) reply only once PATH exists, and "held-stream" streams one
+chunk every 100 ms until PATH exists (each at most 120 s): a test that creates PATH only after it
+saw its answer knows the model had not finished, however slow the machine. When a slow or held
+model has sent its last byte it logs {"done": true, "model": ..., "t": ...} (a line
+`executed()` leaves out).
 """
 import json
+import os
 import sys
 import threading
 import time
@@ -19,6 +23,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PORT_FILE, LOG_FILE = sys.argv[1], sys.argv[2]
 PROMPT, COMPLETION = 100, 10
 LOCK = threading.Lock()
+RELEASE = os.environ.get("STUB_RELEASE")
+HOLD_LIMIT_S = 120
+
+
+def released(since):
+    """True once the release file exists (or the hold has lasted HOLD_LIMIT_S)."""
+    return (RELEASE is not None and os.path.exists(RELEASE)) or time.time() - since > HOLD_LIMIT_S
 
 
 def log(entry):
@@ -62,13 +73,15 @@ class Handler(BaseHTTPRequestHandler):
                 "usage": {"input_tokens": PROMPT, "output_tokens": COMPLETION,
                           "total_tokens": PROMPT + COMPLETION}})
         if not stream:
-            if model == "slow":
-                time.sleep(4)
+            if model == "held":
+                since = time.time()
+                while not released(since):
+                    time.sleep(0.02)
             reply = self.send_json(200, {"id": "chatcmpl-1", "object": "chat.completion",
                 "created": 0, "model": model, "choices": [{"index": 0, "finish_reason": "stop",
                 "message": {"role": "assistant", "content": "hello from upstream"}}],
                 "usage": usage})
-            if model == "slow":
+            if model == "held":
                 log({"done": True, "model": model, "t": time.time()})
             return reply
         self.send_response(200)
@@ -85,8 +98,9 @@ class Handler(BaseHTTPRequestHandler):
         delay = 0.0
         if model == "slow-stream":
             words, delay = ["tick "] * 100, 0.1
-        if model == "slow-stream-4s":
-            words, delay = ["tick "] * 40, 0.1
+        if model == "held-stream":
+            since = time.time()
+            words, delay = iter(lambda: None if released(since) else "tick ", None), 0.1
         try:
             for word in words:
                 chunk({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0,

@@ -270,6 +270,13 @@ fn watch_session(
                 .elapsed();
             drop(session);
             if since >= idle {
+                // A test seam (`hold_if:` keeps an idle session's server running until the test
+                // has looked at it); no action of it ends or spares a session. On a blocking
+                // thread, so a hold parks no runtime worker.
+                let _ = tokio::task::spawn_blocking(|| {
+                    stopline_store::failpoint::hit("mcp.stdio.idle_end").ok();
+                })
+                .await;
                 break (format!("no traffic for {} s", idle.as_secs()), false);
             }
             let wait = (idle - since).min(std::time::Duration::from_secs(1));

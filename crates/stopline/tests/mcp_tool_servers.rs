@@ -21,6 +21,11 @@ use util::Home;
 /// `stopline serve` with `[mcp.local]` running the reference server over stdio, the upstream
 /// key in its environment (as a real gateway has it).
 fn gateway(home: &Home, extra: &str) -> (Proc, String) {
+    gateway_with_env(home, extra, &[])
+}
+
+/// [`gateway`] with extra environment (e.g. `STOPLINE_FAILPOINTS`).
+fn gateway_with_env(home: &Home, extra: &str, env: &[(&str, &str)]) -> (Proc, String) {
     let port = free_port();
     std::fs::create_dir_all(home.path()).unwrap();
     let config = format!(
@@ -33,6 +38,7 @@ fn gateway(home: &Home, extra: &str) -> (Proc, String) {
         .env("UPSTREAM_API_KEY", "sk-upstream-secret")
         .env("OPENAI_API_KEY", "sk-openai-secret")
         .env("LANG", "C.UTF-8")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -114,7 +120,17 @@ fn a_tool_server_gets_no_provider_key_and_runs_as_its_own_uid_in_its_own_group()
 #[test]
 fn a_tool_server_ends_when_its_agent_goes_silent() {
     let home = Home::new();
-    let (gateway, url) = gateway(&home, "session_idle_s = 2\nwarm_spare = false");
+    // The idle bound's end is held (a failpoint) until the test has seen the server: under load
+    // 2 s can pass between the session's start and the test's look, and the server was gone
+    // before it was looked at ("one server for the session: []").
+    let hold = home.dir.path().join("hold-idle-end");
+    std::fs::write(&hold, "").unwrap();
+    let failpoints = format!("mcp.stdio.idle_end=hold_if:{}", hold.display());
+    let (gateway, url) = gateway_with_env(
+        &home,
+        "session_idle_s = 2\nwarm_spare = false",
+        &[("STOPLINE_FAILPOINTS", &failpoints)],
+    );
     // An agent killed without ending its session (no DELETE): the idle bound ends the server.
     let token = home.token(&["--agent", "gone"]);
     let client = Driver::start(&["http", &format!("{url}/mcp/local"), &token], &[]);
@@ -124,6 +140,7 @@ fn a_tool_server_ends_when_its_agent_goes_silent() {
         rustix::process::Signal::KILL,
     )
     .unwrap();
+    std::fs::remove_file(&hold).unwrap();
     assert!(
         eventually(Duration::from_secs(30), || !alive(server)),
         "the server outlived its silent session"

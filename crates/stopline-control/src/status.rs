@@ -63,8 +63,9 @@ pub fn status(ctx: &Context) -> StatusReceipt {
             warnings.push(format!("deferred WAL records not finished: {error}"));
         }
     }
-    let view: ControlView = ctx.plane.load_view();
-    let census = ctx.store.census();
+    // One read of the operation registry: the census shown is the one the view's blocked
+    // targets come from.
+    let (view, census): (ControlView, _) = ctx.plane.load_view_and_census();
     let (mut workers, worker_census_ok) = registered_workers(ctx);
     let mut covered_quiescent = true;
     for worker in &mut workers {

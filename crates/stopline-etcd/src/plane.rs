@@ -125,6 +125,10 @@ impl ControlPlane for EtcdPlane {
     fn load_view(&self) -> ControlView {
         crate::merge::merge(self.etcd_view(), self.local.load_view())
     }
+    fn load_view_and_census(&self) -> (ControlView, Census) {
+        let (local, census) = self.local.load_view_and_census();
+        (crate::merge::merge(self.etcd_view(), local), census)
+    }
     fn disengage(
         &self,
         scope: &Scope,

@@ -45,6 +45,9 @@ pub trait ControlPlane: Send + Sync + std::fmt::Debug {
     fn engage(&self, request: &EngageRequest) -> Result<EngageOutcome, StoreError>;
     /// A fresh, fail-closed view.
     fn load_view(&self) -> ControlView;
+    /// [`ControlPlane::load_view`] and this host's census of unresolved operations, the one its
+    /// blocked targets come from (one read of the registry for both: `status`).
+    fn load_view_and_census(&self) -> (ControlView, Census);
     /// Lift the halts of exactly `scope`.
     fn disengage(
         &self,
@@ -104,6 +107,9 @@ impl ControlPlane for Store {
     }
     fn load_view(&self) -> ControlView {
         Store::load_view(self)
+    }
+    fn load_view_and_census(&self) -> (ControlView, Census) {
+        Store::load_view_and_census(self)
     }
     fn disengage(
         &self,

@@ -261,4 +261,14 @@ impl Store {
         view.blocked_targets = self.blocked_targets();
         view
     }
+
+    /// [`Store::load_view`] and the census of unresolved operations its blocked targets come
+    /// from, in the same order (the control records, then the registry), from one read of the
+    /// registry.
+    pub fn load_view_and_census(&self) -> (ControlView, crate::ops::Census) {
+        let mut view = self.load_control_view();
+        let census = self.census();
+        view.blocked_targets = self.blocked_of(census.clone());
+        (view, census)
+    }
 }

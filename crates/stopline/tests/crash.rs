@@ -39,6 +39,30 @@ fn trace(home: &Home, args: &[&str], pty: bool) -> Vec<String> {
     names
 }
 
+/// Run `args` in `home` with the failpoint `name` armed to crash (`crash` aborts the process
+/// there), on a pseudo-terminal when `pty` (the owner console's verbs), and assert it died there.
+fn crash_at(home: &Home, args: &[&str], name: &str, pty: bool) {
+    let armed = format!("{name}=crash");
+    if pty {
+        let crashed = home.run_on_pty(args, &[("STOPLINE_FAILPOINTS", &armed)]);
+        assert_ne!(
+            crashed.code, 0,
+            "{name}: the process must die at its failpoint"
+        );
+    } else {
+        let out = home
+            .command(args)
+            .env("STOPLINE_FAILPOINTS", armed)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.signal(),
+            Some(6),
+            "{name}: the process must abort at its failpoint"
+        );
+    }
+}
+
 /// The epoch after a crash: read it if confirmed, else repair on the owner console first.
 fn epoch_after(home: &Home) -> u64 {
     let status = home.status();
@@ -81,7 +105,7 @@ fn prepare_engage_home() -> Home {
     home
 }
 
-fn engage_args(scope: &str) -> Vec<String> {
+fn engage_args(scope: &str) -> [&str; 9] {
     [
         "engage",
         "--scope",
@@ -93,13 +117,10 @@ fn engage_args(scope: &str) -> Vec<String> {
         "--by",
         "crasher",
     ]
-    .map(String::from)
-    .to_vec()
 }
 
 fn crash_every_engage_step(scope: &str) {
     let args = engage_args(scope);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let names = trace(&prepare_engage_home(), &args, false);
     assert!(
         names.iter().any(|n| n.contains("epoch")),
@@ -112,16 +133,7 @@ fn crash_every_engage_step(scope: &str) {
     for (index, name) in names.iter().enumerate() {
         let home = prepare_engage_home();
         let before = latch_files(&home);
-        let out = home
-            .command(&args)
-            .env("STOPLINE_FAILPOINTS", format!("{name}=crash"))
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.signal(),
-            Some(6),
-            "{name}: the process must abort at its failpoint"
-        );
+        crash_at(&home, &args, name, false);
         let after = latch_files(&home);
         assert!(
             before.is_subset(&after),
@@ -164,7 +176,6 @@ fn crash_at_every_step_of_a_scoped_engage() {
 #[test]
 fn an_io_error_at_any_step_after_containment_is_a_warning_never_not_engaged() {
     let args = engage_args("agent:target");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let names = trace(&prepare_engage_home(), &args, false);
     let contained_at = names.iter().position(|n| n == "engage.dirsync").unwrap();
     for name in &names[contained_at + 1..] {
@@ -188,7 +199,6 @@ fn an_io_error_at_any_step_after_containment_is_a_warning_never_not_engaged() {
 fn a_failed_latch_fsync_is_not_retried_on_the_same_file() {
     let home = prepare_engage_home();
     let args = engage_args("machine");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let r = home.run_env(
         &args,
         &[("STOPLINE_FAILPOINTS", "engage.latch.fsync=error")],
@@ -219,7 +229,6 @@ fn a_full_disk_releases_the_reserve_so_the_stop_is_still_written() {
     );
     // The first latch write fails with ENOSPC; the reserve is released and a fresh latch written.
     let args = engage_args("machine");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let r = home.run_env(
         &args,
         &[(
@@ -260,7 +269,6 @@ fn a_full_disk_releases_the_reserve_so_the_stop_is_still_written() {
 fn a_failed_latch_fsync_once_is_answered_with_a_fresh_file() {
     let home = prepare_engage_home();
     let args = engage_args("machine");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let r = home.run_env(
         &args,
         &[("STOPLINE_FAILPOINTS", "engage.latch.fsync=error_once")],
@@ -317,13 +325,11 @@ fn crash_at_every_step_of_recovery_apply() {
         let (home, plan, racing) = prepare_recovery_home();
         let racing_file = racing["latch"]["file"].as_str().unwrap().to_string();
         let epoch_before = home.status()["epoch"]["seq"].as_u64().unwrap();
-        let crashed = home.run_on_pty(
+        crash_at(
+            &home,
             &["recover", "apply", "--plan", &plan, "--by", "operator"],
-            &[("STOPLINE_FAILPOINTS", &format!("{name}=crash"))],
-        );
-        assert_ne!(
-            crashed.code, 0,
-            "{name}: the process must die at its failpoint"
+            name,
+            true,
         );
         assert!(
             latch_files(&home).contains(&racing_file),
@@ -469,16 +475,7 @@ fn crash_at_every_step_of_an_operation_journal_snapshot_and_archive() {
         }
         for name in &names {
             let home = prepare();
-            let out = home
-                .command(&["ops", "compact"])
-                .env("STOPLINE_FAILPOINTS", format!("{name}=crash"))
-                .output()
-                .unwrap();
-            assert_eq!(
-                out.status.signal(),
-                Some(6),
-                "{retention} {name}: the process must abort at its failpoint"
-            );
+            crash_at(&home, &["ops", "compact"], name, false);
             assert_open_op_kept(&home, name);
             let (code, check) = home.check(&[
                 "--class",
@@ -560,7 +557,6 @@ fn copy_home(template: &Home) -> Home {
 fn crash_at_every_step_of_a_wal_checkpoint() {
     let template = prepare_checkpoint_template();
     let args = engage_args("agent:late");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let names = trace(&copy_home(&template), &args, false);
     assert!(
         names.iter().any(|n| n == "wal.checkpoint.rename")
@@ -571,12 +567,7 @@ fn crash_at_every_step_of_a_wal_checkpoint() {
     for (index, name) in names.iter().enumerate() {
         let home = copy_home(&template);
         let before = latch_files(&home);
-        let out = home
-            .command(&args)
-            .env("STOPLINE_FAILPOINTS", format!("{name}=crash"))
-            .output()
-            .unwrap();
-        assert_eq!(out.status.signal(), Some(6), "{name}: must abort there");
+        crash_at(&home, &args, name, false);
         let after = latch_files(&home);
         assert!(before.is_subset(&after), "{name}: a latch was lost");
         if index > contained_at {

@@ -5,25 +5,10 @@
 mod gw;
 mod util;
 
-use gw::{http_with, rpc_messages, Gateway, McpUpstream};
+use gw::{mcp_post, mcp_session, rpc_messages, Gateway, McpUpstream};
 use serde_json::{json, Value};
 use std::time::Duration;
 use util::Home;
-
-fn mcp(gateway: &Gateway, token: &str, session: Option<&str>, body: &Value) -> gw::Reply {
-    let mut headers = vec![("Accept", "application/json, text/event-stream")];
-    if let Some(session) = session {
-        headers.push(("Mcp-Session-Id", session));
-    }
-    http_with(
-        &gateway.addr,
-        "POST",
-        "/mcp/dest",
-        Some(token),
-        Some(body),
-        &headers,
-    )
-}
 
 #[test]
 fn concurrent_tool_calls_never_overrun_a_tool_call_budget() {
@@ -37,7 +22,7 @@ fn concurrent_tool_calls_never_overrun_a_tool_call_budget() {
         ),
     );
     let token = home.token(&["--agent", "toolish", "--budget", "tool_calls=10"]);
-    let session = session(&gateway, &token);
+    let session = mcp_session(&gateway.addr, &token);
 
     let outcomes: Vec<String> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..32)
@@ -93,7 +78,7 @@ fn concurrent_tool_calls_never_overrun_a_tool_call_budget() {
 fn write_call(gateway: &Gateway, token: &str, session: Option<&str>, n: u64) -> String {
     let call = json!({"jsonrpc": "2.0", "id": 1000 + n, "method": "tools/call",
         "params": {"name": "write", "arguments": {"n": n}}});
-    let reply = mcp(gateway, token, session, &call);
+    let reply = mcp_post(&gateway.addr, token, session, &call);
     rpc_messages(&reply)
         .iter()
         .find_map(|m| m["error"]["data"]["code"].as_str().map(String::from))
@@ -106,22 +91,6 @@ fn write_call(gateway: &Gateway, token: &str, session: Option<&str>, n: u64) -> 
         .unwrap_or_default()
 }
 
-fn session(gateway: &Gateway, token: &str) -> Option<String> {
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let reply = mcp(gateway, token, None, &init);
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    let session = reply.header("mcp-session-id").map(String::from);
-    let listed = mcp(
-        gateway,
-        token,
-        session.as_deref(),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-    );
-    assert_eq!(listed.status, 200, "{}", listed.body);
-    session
-}
-
 #[test]
 fn a_budget_survives_a_gateway_killed_and_restarted() {
     let home = Home::new();
@@ -132,7 +101,7 @@ fn a_budget_survives_a_gateway_killed_and_restarted() {
     );
     let token = home.token(&["--agent", "saver", "--budget", "tool_calls=3"]);
     let mut gateway = Gateway::start(&home, &config);
-    let s = session(&gateway, &token);
+    let s = mcp_session(&gateway.addr, &token);
     assert_eq!(write_call(&gateway, &token, s.as_deref(), 1), "");
     assert_eq!(write_call(&gateway, &token, s.as_deref(), 2), "");
 
@@ -150,7 +119,7 @@ fn a_budget_survives_a_gateway_killed_and_restarted() {
     gateway.proc.0.kill().unwrap();
     gateway.proc.0.wait().unwrap();
     let gateway = Gateway::start(&home, &config);
-    let s = session(&gateway, &token);
+    let s = mcp_session(&gateway.addr, &token);
     assert_eq!(write_call(&gateway, &token, s.as_deref(), 3), "");
     assert_eq!(
         write_call(&gateway, &token, s.as_deref(), 4),
@@ -179,7 +148,7 @@ fn a_reservation_whose_journal_entry_is_not_durable_dispatches_nothing() {
         let armed = format!("{failpoint}=error");
         let gateway =
             Gateway::start_with_env(&home, &config, &[("STOPLINE_FAILPOINTS", armed.as_str())]);
-        let s = session(&gateway, &token);
+        let s = mcp_session(&gateway.addr, &token);
         assert_eq!(
             write_call(&gateway, &token, s.as_deref(), 1),
             "control_io",
@@ -203,7 +172,7 @@ fn two_gateways_over_one_home_share_a_budget() {
     let token = home.token(&["--agent", "shared", "--budget", "tool_calls=4"]);
     let a = Gateway::start(&home, &config);
     let b = Gateway::start(&home, &config);
-    let (sa, sb) = (session(&a, &token), session(&b, &token));
+    let (sa, sb) = (mcp_session(&a.addr, &token), mcp_session(&b.addr, &token));
     for (n, (gateway, session)) in [(&a, &sa), (&b, &sb), (&a, &sa), (&b, &sb)]
         .into_iter()
         .enumerate()

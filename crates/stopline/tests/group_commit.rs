@@ -7,42 +7,11 @@
 mod gw;
 mod util;
 
-use gw::{http_with, rpc_messages, Gateway, McpUpstream};
+use gw::{mcp_post, mcp_session, rpc_messages, Gateway, McpUpstream};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use util::Home;
-
-fn mcp(gateway: &str, token: &str, session: Option<&str>, body: &Value) -> gw::Reply {
-    let mut headers = vec![("Accept", "application/json, text/event-stream")];
-    if let Some(session) = session {
-        headers.push(("Mcp-Session-Id", session));
-    }
-    http_with(
-        gateway,
-        "POST",
-        "/mcp/dest",
-        Some(token),
-        Some(body),
-        &headers,
-    )
-}
-
-fn session(gateway: &str, token: &str) -> Option<String> {
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let reply = mcp(gateway, token, None, &init);
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    let session = reply.header("mcp-session-id").map(String::from);
-    let listed = mcp(
-        gateway,
-        token,
-        session.as_deref(),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-    );
-    assert_eq!(listed.status, 200, "{}", listed.body);
-    session
-}
 
 /// One `tools/call` of the upstream's `write` (a recorded operation); its refusal code, "" when
 /// it executed, or `None` when the gateway did not answer at all.
@@ -50,7 +19,7 @@ fn write_call(gateway: &str, token: &str, session: Option<&str>, n: u64) -> Opti
     let call = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
         "params": {"name": "write", "arguments": {"n": n}}});
     let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        mcp(gateway, token, session, &call)
+        mcp_post(gateway, token, session, &call)
     }))
     .ok()?;
     if reply.status == 0 {
@@ -114,7 +83,7 @@ fn setup(failpoints: &str) -> (Home, McpUpstream, Gateway, String, Option<String
     );
     let token = home.token(&["--agent", "busy"]);
     let gateway = Gateway::start_with_env(&home, &config, &[("STOPLINE_FAILPOINTS", failpoints)]);
-    let session = session(&gateway.addr, &token);
+    let session = mcp_session(&gateway.addr, &token);
     (home, upstream, gateway, token, session)
 }
 

@@ -6,7 +6,7 @@
 mod gw;
 mod util;
 
-use gw::{http_with, rpc_messages, Gateway, McpUpstream};
+use gw::{rpc_messages, Gateway, McpUpstream};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::process::Stdio;
@@ -149,21 +149,6 @@ fn token_refusals_carry_no_mode_label_and_an_rfc3339_expiry() {
     assert!(!r.stdout.contains("unix seconds"), "{}", r.stdout);
 }
 
-fn mcp(gateway: &Gateway, token: &str, session: Option<&str>, body: &Value) -> gw::Reply {
-    let mut headers = vec![("Accept", "application/json, text/event-stream")];
-    if let Some(session) = session {
-        headers.push(("Mcp-Session-Id", session));
-    }
-    http_with(
-        &gateway.addr,
-        "POST",
-        "/mcp/dest",
-        Some(token),
-        Some(body),
-        &headers,
-    )
-}
-
 #[test]
 fn the_gateway_http_and_mcp_errors_and_the_hook_name_the_latch() {
     let home = Home::new();
@@ -178,11 +163,7 @@ fn the_gateway_http_and_mcp_errors_and_the_hook_name_the_latch() {
         ),
     );
     let token = home.token(&["--agent", "a"]);
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let reply = mcp(&gateway, &token, None, &init);
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    let session = reply.header("mcp-session-id").map(String::from);
+    let (_, session) = gw::mcp_initialize(&gateway.addr, &token);
 
     let latch = engage(&home);
 
@@ -210,7 +191,7 @@ fn the_gateway_http_and_mcp_errors_and_the_hook_name_the_latch() {
     // An MCP tools/call: the JSON-RPC error's data carries the latch (or the HTTP error does).
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "write", "arguments": {"n": 1}}});
-    let reply = mcp(&gateway, &token, session.as_deref(), &call);
+    let reply = gw::mcp_post(&gateway.addr, &token, session.as_deref(), &call);
     let error = rpc_messages(&reply)
         .into_iter()
         .find_map(|m| m.get("error").map(|e| e["data"].clone()))

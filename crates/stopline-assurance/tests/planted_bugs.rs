@@ -135,6 +135,15 @@ fn an_evidence_append_that_misses_a_segment_switch_forks_the_chain_and_is_found(
 }
 
 #[test]
+fn pruning_that_removes_segments_before_its_marker_loses_the_chains_start_and_is_found() {
+    found(
+        PlantedBug::PruneBeforeMark,
+        "evidence-segments",
+        Property::EvidenceKept,
+    );
+}
+
+#[test]
 fn without_a_planted_bug_the_operation_scenarios_pass() {
     for only in [
         "op-cut-resolves-later",

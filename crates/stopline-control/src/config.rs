@@ -181,8 +181,9 @@ pub struct RunConfig {
     pub uid_range: Option<String>,
 }
 
-/// `[retention]`: what is kept of the history. Whatever it says, the hot path (gates, reloads,
-/// status) reads none of the history: only what is open.
+/// `[retention]`: what is kept of the history (docs/wiring-agents.md shows every key).
+/// Whatever it says, the hot path (gates, reloads, status, evidence appends) reads none of the
+/// history: only what is open, and the evidence log's newest line.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
@@ -194,6 +195,10 @@ pub struct RetentionConfig {
     /// (default 8192; 0 is refused). Every segment is kept; an append reads none of them but
     /// the newest line, and `stopline evidence verify --all` reads them all.
     pub evidence_segment_records: std::num::NonZeroU64,
+    /// Evidence segments kept, the current one included (at least 1): at each segment switch
+    /// older ones are pruned, after `evidence/pruned.json` records where the kept ones start.
+    /// Absent (the default): every segment is kept on disk.
+    pub evidence_keep_segments: Option<std::num::NonZeroU64>,
 }
 
 impl Default for RetentionConfig {
@@ -204,6 +209,7 @@ impl Default for RetentionConfig {
                 stopline_store::evidence::DEFAULT_SEGMENT_RECORDS,
             )
             .unwrap_or(std::num::NonZeroU64::MIN),
+            evidence_keep_segments: None,
         }
     }
 }
@@ -463,6 +469,13 @@ mod tests {
         let error = parse("[retention]\nevidence_segment_records = 0\n").unwrap_err();
         assert_eq!(error.line, Some(2), "{error:?}");
         let error = parse("[retention]\nevidence_segment_records = -4\n").unwrap_err();
+        assert_eq!(error.line, Some(2), "{error:?}");
+        assert_eq!(parse("").unwrap().retention.evidence_keep_segments, None);
+        let retention = parse("[retention]\nevidence_keep_segments = 4\n")
+            .unwrap()
+            .retention;
+        assert_eq!(retention.evidence_keep_segments.map(|n| n.get()), Some(4));
+        let error = parse("[retention]\nevidence_keep_segments = 0\n").unwrap_err();
         assert_eq!(error.line, Some(2), "{error:?}");
         let error = parse("[retention]\ngone_journal = \"prune\"\n").unwrap_err();
         assert!(

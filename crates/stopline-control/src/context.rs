@@ -31,6 +31,12 @@ impl Context {
     pub fn new(store: Store, config: Config) -> Context {
         let store =
             store.with_evidence_segment_records(config.retention.evidence_segment_records.get());
+        let store = store.with_evidence_keep_segments(
+            config
+                .retention
+                .evidence_keep_segments
+                .map(std::num::NonZeroU64::get),
+        );
         let plane: Arc<dyn ControlPlane> = Arc::new(store.clone());
         Context {
             store,

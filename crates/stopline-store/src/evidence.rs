@@ -35,6 +35,9 @@ use std::io;
 use stopline_core::wal::{self, WalEntry, WalFault};
 use stopline_core::RefusalCode;
 
+/// The schema of `evidence/pruned.json`.
+pub const PRUNED_SCHEMA: &str = "stopline.evidence-pruned.v1";
+
 /// Records a segment holds before the next record starts a new one (`[retention]
 /// evidence_segment_records`).
 pub const DEFAULT_SEGMENT_RECORDS: u64 = 8192;
@@ -69,8 +72,10 @@ pub struct EvidenceChain {
     pub entries: Vec<WalEntry>,
     /// The segments read, oldest first.
     pub segments: Vec<SegmentSummary>,
-    /// How many segments the log has (read or not).
+    /// How many segments the log has (read or not; pruned ones not counted).
     pub total_segments: usize,
+    /// The last record pruned with its segment (`[retention] evidence_keep_segments`), if any.
+    pub pruned_through: Option<u64>,
 }
 
 /// The segment file name whose first record is `first`.
@@ -123,6 +128,13 @@ impl Store {
     /// Records a segment of the evidence log holds before the next starts a new one.
     pub fn with_evidence_segment_records(mut self, records: u64) -> Store {
         self.evidence_segment_records = records.max(1);
+        self
+    }
+
+    /// Keep only the newest `segments` evidence segments (the current one included), pruning
+    /// older ones at each segment switch; `None` keeps every segment.
+    pub fn with_evidence_keep_segments(mut self, segments: Option<u64>) -> Store {
+        self.evidence_keep_segments = segments.map(|n| n.max(1));
         self
     }
 
@@ -195,7 +207,89 @@ impl Store {
         if let Err(error) = self.write_evidence_head(seq, &hash, &segment, offset) {
             tracing::warn!(%error, "cannot anchor the evidence log's newest line");
         }
+        if let (Some(keep), true) = (self.evidence_keep_segments, offset == 0 && seq > 1) {
+            // The record is acknowledged whatever pruning does: a segment that cannot be pruned
+            // now is pruned at the next switch.
+            if let Err(error) = self.prune_evidence(keep) {
+                tracing::warn!(%error, "cannot prune the evidence log's old segments");
+            }
+        }
         Ok(seq)
+    }
+
+    /// `[retention] evidence_keep_segments`: remove every segment but the newest `keep`, under
+    /// the exclusive lock. First `evidence/pruned.json` says where the kept segments start — the
+    /// record before the oldest kept one and its hash (that segment's first `prev`) —, replaced
+    /// atomically (`evidence.prune.mark`); only then are the older segments removed
+    /// (`evidence.prune.remove`, `.dirsync`). A crash between leaves segments the marker already
+    /// covers, which readers skip and the next pruning removes.
+    fn prune_evidence(&self, keep: u64) -> Result<(), StoreError> {
+        let segments = self.evidence_segments()?;
+        let keep = usize::try_from(keep).unwrap_or(usize::MAX);
+        if segments.len() <= keep {
+            return Ok(());
+        }
+        let (cut, oldest) = segments.split_at(segments.len() - keep);
+        let (first, name) = &oldest[0];
+        let bytes = self
+            .read_optional(&self.layout.evidence().join(name))?
+            .unwrap_or_default();
+        let hash =
+            first_prev(&bytes, *first).map_err(|fault| corrupt(format!("{name}: {fault}")))?;
+        let mark = || {
+            let marker = json!({"schema": PRUNED_SCHEMA, "through": first - 1, "hash": hash});
+            self.replace_atomic(
+                &self.layout.evidence_pruned(),
+                marker.to_string().as_bytes(),
+                "evidence.prune.mark",
+            )
+        };
+        #[cfg(feature = "planted-bugs")]
+        let mark_first = self.planted != crate::planted::PlantedBug::PruneBeforeMark;
+        #[cfg(not(feature = "planted-bugs"))]
+        let mark_first = true;
+        if mark_first {
+            mark()?;
+        }
+        let dir = self.layout.evidence();
+        for (_, name) in cut {
+            let path = dir.join(name);
+            match self.fs.remove_file(&path, "evidence.prune.remove") {
+                Ok(()) => {}
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error).context(|| format!("removing {}", path.display())),
+            }
+        }
+        self.fs
+            .sync_dir(&dir, "evidence.prune.dirsync")
+            .context(|| format!("syncing {}", dir.display()))?;
+        if !mark_first {
+            mark()?;
+        }
+        Ok(())
+    }
+
+    /// Where the kept segments start when older ones were pruned: the `seq` of the last pruned
+    /// record and its hash. `Ok(None)` when nothing was pruned; `Err` with why when
+    /// `evidence/pruned.json` exists but cannot be read or parsed.
+    pub fn evidence_pruned(&self) -> Result<Option<(u64, String)>, String> {
+        let bytes = match self.read_optional(&self.layout.evidence_pruned()) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(None),
+            Err(error) => return Err(error.to_string()),
+        };
+        let value: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("evidence/pruned.json is not JSON: {e}"))?;
+        match (
+            value["schema"].as_str(),
+            value["through"].as_u64(),
+            value["hash"].as_str(),
+        ) {
+            (Some(PRUNED_SCHEMA), Some(through), Some(hash)) if through > 0 => {
+                Ok(Some((through, hash.to_string())))
+            }
+            _ => Err("evidence/pruned.json has no schema, through and hash".into()),
+        }
     }
 
     /// Replace `evidence/head.json` atomically: line `seq` hashes to `hash` and starts at byte
@@ -423,7 +517,14 @@ impl Store {
         let _guard = self
             .lock_log_shared(&self.layout.evidence_lock())
             .map_err(unreadable)?;
-        let segments = self.evidence_segments().map_err(unreadable)?;
+        let pruned = self
+            .evidence_pruned()
+            .map_err(|why| WalFault::Unparsable { line: 0, why })?;
+        let mut segments = self.evidence_segments().map_err(unreadable)?;
+        // Segments the pruning marker covers are gone or going (a crash before their removal).
+        if let Some((through, _)) = &pruned {
+            segments.retain(|(first, _)| first > through);
+        }
         let start = if all {
             0
         } else {
@@ -431,9 +532,12 @@ impl Store {
         };
         let mut chain = EvidenceChain {
             total_segments: segments.len(),
+            pruned_through: pruned.as_ref().map(|(through, _)| *through),
             ..EvidenceChain::default()
         };
-        let mut previous: Option<(u64, String)> = None;
+        // With `all`, the chain starts at record 1, or right after the pruned records, chained
+        // to the last of them.
+        let mut previous: Option<(u64, String)> = pruned.filter(|_| all);
         for (i, (first, name)) in segments.iter().enumerate().skip(start) {
             let bytes = self
                 .read_optional(&self.layout.evidence().join(name))
@@ -762,6 +866,59 @@ mod tests {
         assert!(
             kept.len() == 1 && kept[0].starts_with("evidence-log-000000000004.jsonl-"),
             "{kept:?}"
+        );
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_segments_and_says_where_they_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("home"))
+            .with_evidence_segment_records(3)
+            .with_evidence_keep_segments(Some(2));
+        let mut saved = Vec::new();
+        for n in 1..=10 {
+            if n == 10 {
+                saved = std::fs::read(store.layout().evidence_segment(4)).unwrap();
+            }
+            store.append_evidence("test", record(n)).unwrap();
+        }
+        let names: Vec<u64> = store
+            .evidence_segments()
+            .unwrap()
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect();
+        assert_eq!(names, [7, 10]);
+        let chain = store.evidence_chain(true).unwrap();
+        let seqs: Vec<u64> = chain.entries.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [7, 8, 9, 10]);
+        assert_eq!(chain.pruned_through, Some(6));
+        let (through, hash) = store.evidence_pruned().unwrap().unwrap();
+        assert_eq!(through, 6);
+        assert_eq!(
+            Some(Value::String(hash)),
+            lines(&store, 7)[0].get("prev").cloned()
+        );
+        // A crash after the marker, before the removal: the covered segment is skipped, and the
+        // next pruning removes it.
+        std::fs::write(store.layout().evidence_segment(4), &saved).unwrap();
+        assert_eq!(store.evidence_chain(true).unwrap().entries.len(), 4);
+        for n in 11..=13 {
+            store.append_evidence("test", record(n)).unwrap();
+        }
+        assert!(!store.layout().evidence_segment(4).exists());
+        assert_eq!(store.evidence_pruned().unwrap().unwrap().0, 9);
+        // Segments gone with nothing saying they were pruned: the records are missing.
+        std::fs::remove_file(store.layout().evidence_pruned()).unwrap();
+        assert_eq!(
+            store.evidence_chain(true).unwrap_err(),
+            WalFault::Missing { line: 1, last: 9 }
+        );
+        std::fs::write(store.layout().evidence_pruned(), b"{").unwrap();
+        assert!(store.evidence_chain(true).is_err());
+        assert!(
+            store.evidence_chain(false).is_err(),
+            "a marker that cannot be read"
         );
     }
 

@@ -87,6 +87,11 @@ impl Layout {
     pub fn evidence_head(&self) -> PathBuf {
         self.evidence().join("head.json")
     }
+    /// `evidence/pruned.json`: where the kept evidence segments start when older ones were
+    /// pruned (`[retention] evidence_keep_segments`).
+    pub fn evidence_pruned(&self) -> PathBuf {
+        self.evidence().join("pruned.json")
+    }
     /// `evidence/log.lock`: the evidence log's lock (appends exclusive, readers shared).
     pub fn evidence_lock(&self) -> PathBuf {
         self.evidence().join("log.lock")

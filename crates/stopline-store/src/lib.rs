@@ -73,6 +73,9 @@ pub struct Store {
     /// Records an evidence log segment holds before the next starts a new one (`[retention]
     /// evidence_segment_records`).
     evidence_segment_records: u64,
+    /// Evidence segments kept, the current one included, when older ones are pruned
+    /// (`[retention] evidence_keep_segments`; `None`: every segment is kept).
+    evidence_keep_segments: Option<u64>,
     #[cfg(feature = "planted-bugs")]
     planted: planted::PlantedBug,
 }
@@ -141,6 +144,7 @@ impl Store {
             wal_checkpoint_every: wal_checkpoint::DEFAULT_CHECKPOINT_EVERY,
             gone_journals: ops_archive::GoneJournals::Archive,
             evidence_segment_records: evidence::DEFAULT_SEGMENT_RECORDS,
+            evidence_keep_segments: None,
             #[cfg(feature = "planted-bugs")]
             planted: planted::PlantedBug::None,
         }

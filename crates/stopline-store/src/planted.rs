@@ -51,4 +51,9 @@ pub enum PlantedBug {
     /// acknowledged evidence record is kept and the chain stays whole" fails, the
     /// `evidence-segments` scenario).
     SegmentSwitchUnseen,
+    /// Pruning removes old evidence segments before `evidence/pruned.json` says where the kept
+    /// ones start: a crash in between leaves a log whose first records are missing with nothing
+    /// saying they were pruned, and every whole read fails ("the chain stays whole" fails, the
+    /// `evidence-segments` scenario).
+    PruneBeforeMark,
 }

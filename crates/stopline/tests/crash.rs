@@ -604,7 +604,12 @@ fn evidence_append_child_process() {
     let Some(home) = std::env::var_os("STOPLINE_TEST_EVIDENCE_HOME") else {
         return;
     };
-    let store = stopline_store::Store::open(home).with_evidence_segment_records(EVIDENCE_SEGMENT);
+    let keep = std::env::var("STOPLINE_TEST_EVIDENCE_KEEP")
+        .ok()
+        .map(|k| k.parse().unwrap());
+    let store = stopline_store::Store::open(home)
+        .with_evidence_segment_records(EVIDENCE_SEGMENT)
+        .with_evidence_keep_segments(keep);
     let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": true});
     store
         .append_evidence(
@@ -788,5 +793,70 @@ fn crash_at_every_step_of_an_evidence_append() {
                 );
             }
         }
+    }
+}
+
+/// `[retention] evidence_keep_segments`: a crash at every step of the pruning a segment switch
+/// does (the marker, each removal, the directory fsync) leaves a chain that verifies from the
+/// marker (or from record 1), every record of the kept segments, and an append that lands.
+#[test]
+fn crash_at_every_step_of_an_evidence_pruning() {
+    let keep = [("STOPLINE_TEST_EVIDENCE_KEEP", "1")];
+    let home = prepare_evidence_home(6, false);
+    let trace = home.dir.path().join("trace");
+    let mut env = keep.to_vec();
+    env.push(("STOPLINE_FAILPOINT_TRACE", trace.to_str().unwrap()));
+    let out = append_in_child(&home, &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!home.file("evidence/log.jsonl").exists(), "pruned");
+    let report = verify_all(&home, "no crash");
+    assert_eq!(
+        (
+            report["pruned_through"].as_u64(),
+            report["records"].as_u64()
+        ),
+        (Some(6), Some(1)),
+        "{report}"
+    );
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut seen = BTreeSet::new();
+    let names: Vec<&str> = text.lines().filter(|n| seen.insert(*n)).collect();
+    for step in [
+        "evidence.prune.mark.rename",
+        "evidence.prune.mark.dirsync",
+        "evidence.prune.remove",
+        "evidence.prune.dirsync",
+    ] {
+        assert!(names.contains(&step), "{step}: {names:?}");
+    }
+    for name in names {
+        let home = prepare_evidence_home(6, false);
+        let mut env = keep.to_vec();
+        let armed = format!("{name}=crash");
+        env.push(("STOPLINE_FAILPOINTS", &armed));
+        let out = append_in_child(&home, &env);
+        assert_eq!(out.status.signal(), Some(6), "{name}: must abort there");
+        let report = verify_all(&home, name);
+        let pruned = report["pruned_through"].as_u64().unwrap_or(0);
+        let records = report["records"].as_u64().unwrap();
+        assert!(
+            pruned + records >= 6,
+            "{name}: an acknowledged record of a kept segment is gone: {report}"
+        );
+        let out = append_in_child(&home, &keep);
+        assert!(
+            out.status.success(),
+            "{name}: the append after the crash: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report = verify_all(&home, name);
+        let pruned = report["pruned_through"].as_u64().unwrap_or(0);
+        let records = report["records"].as_u64().unwrap();
+        assert!(pruned + records >= 7, "{name}: {report}");
+        assert_eq!(report["unanchored_lines"], 0, "{name}: {report}");
     }
 }

@@ -182,7 +182,10 @@ impl Oracle {
                     .with_wal_checkpoint_every(crate::protocol::scenario::MODEL_CHECKPOINT_EVERY)
                     .with_evidence_segment_records(
                         crate::protocol::scenario::MODEL_EVIDENCE_SEGMENT_RECORDS,
-                    );
+                    )
+                    .with_evidence_keep_segments(Some(
+                        crate::protocol::scenario::MODEL_EVIDENCE_KEEP_SEGMENTS,
+                    ));
                 #[cfg(feature = "planted-bugs")]
                 let store = store.with_planted_bug(setup.planted);
                 if let OpResult::Failed(_) = worker.step(Op::Begin) {

@@ -30,6 +30,11 @@ pub const MODEL_CHECKPOINT_EVERY: usize = 1;
 /// Every model store's evidence log starts a new segment every two records, so a scenario of
 /// a few appends crosses a segment switch.
 pub const MODEL_EVIDENCE_SEGMENT_RECORDS: u64 = 2;
+/// The racing processes' stores keep one evidence segment (`[retention]
+/// evidence_keep_segments = 1`), so a segment switch in a race also prunes, and every step of
+/// the pruning is crashed. The setup's and the restart's stores keep every segment, so what a
+/// restart reads is what the race left.
+pub const MODEL_EVIDENCE_KEEP_SEGMENTS: u64 = 1;
 
 /// One race to explore.
 #[derive(Clone)]
@@ -416,9 +421,10 @@ pub fn op_archive() -> Scenario {
 /// Issue 15: the evidence log's segment switch. The setup fills the first segment (two records,
 /// `MODEL_EVIDENCE_SEGMENT_RECORDS`); two breaker trips then file a record each, the first of
 /// them starting the next segment (`evidence.segment`, its directory fsync, the head rewrite)
-/// and the other following it there, crashed at every step: every record whose append returned
-/// is kept, the chain stays whole across the switch, and the first append after the crash
-/// lands on it — whether the head was rewritten or not.
+/// and pruning the first (`MODEL_EVIDENCE_KEEP_SEGMENTS`: the marker, the removal), the other
+/// following it there, crashed at every step: every record whose append returned is kept, the
+/// chain stays whole across the switch (from the pruning marker when there is one), and the
+/// first append after the crash lands on it — whether the head was rewritten or not.
 pub fn evidence_segments() -> Scenario {
     let s = Setup::new();
     for n in [1, 2] {
@@ -432,7 +438,7 @@ pub fn evidence_segments() -> Scenario {
     ];
     s.finish(
         "evidence-segments",
-        "two breaker trips file evidence across a segment switch, crashed at every step",
+        "two breaker trips file evidence across a segment switch that prunes the old segment, crashed at every step",
         racers,
         SETUP_MS + 60_000,
         None,

@@ -68,6 +68,10 @@ pub struct EvidenceVerifyReceipt {
     /// How many segments the log has (absent when the chain is broken).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total_segments: Option<usize>,
+    /// The last record pruned with its segment under `[retention] evidence_keep_segments`
+    /// (absent when nothing was pruned): `--all` verifies from the record after it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pruned_through: Option<u64>,
     /// The first break: its line, fault and message (null when there is none).
     pub first_break: Value,
     /// Lines after the head anchor (absent when the chain is broken).

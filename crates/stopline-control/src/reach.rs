@@ -13,7 +13,7 @@
 //! exactly under stopline's parent group are ever written to.
 
 use crate::context::Context;
-use serde::Serialize;
+pub use crate::receipts::GroupReached;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use stopline_core::latch::LatchRecord;
@@ -23,21 +23,6 @@ use stopline_supervisor::{Group, Hierarchy};
 /// How long the engage looks for a killed group to be empty before it leaves the confirmation
 /// to the supervisor.
 pub const CONFIRM_WITHIN: Duration = Duration::from_millis(500);
-
-/// What the engage did to one covered group.
-#[derive(Debug, Clone, Serialize)]
-pub struct GroupReached {
-    /// The run.
-    pub run: String,
-    /// The agent.
-    pub agent: String,
-    /// The group.
-    pub cgroup: PathBuf,
-    /// `kill` (cgroup.kill written) or `freeze` (cgroup.freeze written).
-    pub order: &'static str,
-    /// For a kill: `populated 0` observed within [`CONFIRM_WITHIN`]; for a freeze: `frozen 1`.
-    pub confirmed: bool,
-}
 
 /// The outcome of the step: the groups reached and the failures (warnings).
 #[derive(Debug, Default)]

@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 pub mod client;
+mod control_plane;
 mod engage;
 mod epoch;
 pub mod gateways;

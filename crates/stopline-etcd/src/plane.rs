@@ -14,15 +14,8 @@ use crate::read::Snapshot;
 use crate::url::EtcdTarget;
 use etcd_client::{Txn, TxnResponse};
 use std::sync::Arc;
-use std::time::Duration;
-use stopline_core::{ControlView, Refusal, RefusalCode, Scope, StateRecord};
-use stopline_store::halts::DisengageReceipt;
-use stopline_store::ops::Census;
-use stopline_store::recovery::{ApplyReceipt, PlanReceipt};
-use stopline_store::repair::RepairReceipt;
-use stopline_store::{
-    ControlPlane, EngageOutcome, EngageRequest, PlaneAcks, PlaneGateway, Store, StoreError,
-};
+use stopline_core::{ControlView, Refusal, RefusalCode};
+use stopline_store::Store;
 
 /// How many times a verb re-reads and retries after losing a compare-and-swap race.
 pub const CAS_ATTEMPTS: usize = 16;
@@ -113,63 +106,4 @@ impl EtcdPlane {
 /// The fault an unreachable etcd means: every gate closes.
 pub fn unreachable(error: &EtcdError) -> Refusal {
     Refusal::new(RefusalCode::DistributedUnavailable, error.to_string())
-}
-
-impl ControlPlane for EtcdPlane {
-    fn backend(&self) -> &'static str {
-        "etcd"
-    }
-    fn engage(&self, request: &EngageRequest) -> Result<EngageOutcome, StoreError> {
-        EtcdPlane::engage(self, request)
-    }
-    fn load_view(&self) -> ControlView {
-        crate::merge::merge(self.etcd_view(), self.local.load_view())
-    }
-    fn load_view_and_census(&self) -> (ControlView, Census) {
-        let (local, census) = self.local.load_view_and_census();
-        (crate::merge::merge(self.etcd_view(), local), census)
-    }
-    fn disengage(
-        &self,
-        scope: &Scope,
-        reason: &str,
-        by: &str,
-    ) -> Result<DisengageReceipt, StoreError> {
-        EtcdPlane::disengage(self, scope, reason, by)
-    }
-    fn drain(&self, deadline_s: u64, reason: &str, by: &str) -> Result<StateRecord, StoreError> {
-        EtcdPlane::drain(self, deadline_s, reason, by)
-    }
-    fn recover_plan(
-        &self,
-        scope: &Scope,
-        reason: &str,
-        by: &str,
-        census: &Census,
-    ) -> Result<PlanReceipt, StoreError> {
-        EtcdPlane::recover_plan(self, scope, reason, by, census)
-    }
-    fn recover_apply(&self, plan_id: &str, by: &str) -> Result<ApplyReceipt, StoreError> {
-        EtcdPlane::recover_apply(self, plan_id, by)
-    }
-    fn repair(
-        &self,
-        reason: &str,
-        by: &str,
-        highest_issued_epoch: u64,
-    ) -> Result<RepairReceipt, StoreError> {
-        EtcdPlane::repair(self, reason, by, highest_issued_epoch)
-    }
-    fn gateways(&self) -> Option<Result<Vec<PlaneGateway>, StoreError>> {
-        Some(crate::gateways::registered(self).map_err(StoreError::from))
-    }
-    fn collect_acks(&self, latch_file: &str, timeout: Duration) -> Option<PlaneAcks> {
-        crate::gateways::collect_acks(self, latch_file, timeout).ok()
-    }
-    fn published_key(&self) -> Result<Option<[u8; 32]>, StoreError> {
-        crate::gateways::published_key(self)
-    }
-    fn publish_key(&self, key: [u8; 32]) -> Result<[u8; 32], StoreError> {
-        crate::gateways::publish_key(self, key)
-    }
 }

@@ -6,13 +6,14 @@
 //! re-issued. This module must never report a group quiescent from a timer, a cached value or the
 //! exit of the one process it started, and never signals a process outside the group.
 
-use crate::events::{EventsParseError, EventsSnapshot, EventsWatch};
+pub use crate::cgroup_error::CgroupError;
+use crate::events::{EventsSnapshot, EventsWatch};
 use crate::hierarchy::Hierarchy;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// How long a kill waits for a notification before it reads again and re-issues `cgroup.kill`.
@@ -35,50 +36,6 @@ fn poll_interval(waited: Duration) -> Duration {
 
 /// See [`poll_interval`].
 const FAST_POLL_WINDOW: Duration = Duration::from_millis(25);
-
-/// Errors from cgroup operations.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CgroupError {
-    /// No `cgroup2` filesystem is listed in `/proc/mounts`.
-    #[error("no cgroup2 filesystem is mounted (see /proc/mounts)")]
-    NoCgroup2,
-    /// A group name that is not one path component of `[a-z0-9][a-z0-9._-]{0,254}`.
-    #[error("invalid group name {0:?}")]
-    InvalidName(String),
-    /// The group to create already exists.
-    #[error("group {0} already exists")]
-    Exists(PathBuf),
-    /// A read or write of a cgroup file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// The error.
-        source: io::Error,
-    },
-    /// `cgroup.events` could not be read as an observation.
-    #[error("{path}: {source}")]
-    Events {
-        /// The events file.
-        path: PathBuf,
-        /// Why.
-        source: EventsParseError,
-    },
-    /// A freeze or thaw was written but the kernel did not confirm it in time.
-    #[error("{path}: `{expected}` not observed within {waited:?}")]
-    NotConfirmed {
-        /// The group.
-        path: PathBuf,
-        /// The line that was expected in `cgroup.events`.
-        expected: &'static str,
-        /// How long it was waited for.
-        waited: Duration,
-    },
-    /// The group still holds live processes and cannot be removed.
-    #[error("group {0} is still populated")]
-    Populated(PathBuf),
-}
 
 /// How a worker's processes are contained and killed. `cgroup2` is the strong method;
 /// `subreaper` is the fallback (SPEC §6) and is reported as weaker in status.
@@ -420,6 +377,54 @@ fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
         path: path.to_owned(),
         source,
     })
+}
+
+/// The groups under stopline's parent group: here rather than in `hierarchy.rs`, so that the
+/// hierarchy (where groups live) depends on no group and the modules import one way only.
+impl Hierarchy {
+    /// The groups that exist under stopline's parent group now (after a supervisor restart,
+    /// these are the groups whose agents may still run). A missing parent means none.
+    pub fn list_groups(&self) -> Result<Vec<Group>, CgroupError> {
+        let entries = match fs::read_dir(self.parent()) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(CgroupError::Io {
+                    path: self.parent().to_owned(),
+                    source,
+                })
+            }
+        };
+        let mut groups = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| CgroupError::Io {
+                path: self.parent().to_owned(),
+                source,
+            })?;
+            // Every directory is listed, whatever its name: a group stopline would not have
+            // named is still a group whose processes someone should look at.
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                groups.push(Group::from_path(entry.path()));
+            }
+        }
+        groups.sort_by(|a, b| a.path().cmp(b.path()));
+        Ok(groups)
+    }
+
+    /// The supervised group at `path`, when `path` is exactly `<parent>/<name>` of a valid group
+    /// name and the group exists. A registration naming anything else (another cgroup, a path
+    /// with `..`, a file) is not a supervised group and is never written to.
+    pub fn registered_group(&self, path: &Path) -> Option<Group> {
+        let name = path.strip_prefix(self.parent()).ok()?;
+        let mut components = name.components();
+        let Some(Component::Normal(name)) = components.next() else {
+            return None;
+        };
+        if components.next().is_some() {
+            return None;
+        }
+        Group::open(self, name.to_str()?).ok()
+    }
 }
 
 #[cfg(test)]

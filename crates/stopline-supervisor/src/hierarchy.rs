@@ -7,7 +7,7 @@
 //! `<mount>/stopline/`. This module never creates a group other than that parent and never
 //! moves or signals a process.
 
-use crate::cgroup::{CgroupError, Group};
+use crate::cgroup_error::CgroupError;
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Component, Path, PathBuf};
@@ -65,50 +65,6 @@ impl Hierarchy {
                 source,
             }),
         }
-    }
-
-    /// The groups that exist under stopline's parent group now (after a supervisor restart,
-    /// these are the groups whose agents may still run). A missing parent means none.
-    pub fn list_groups(&self) -> Result<Vec<Group>, CgroupError> {
-        let entries = match fs::read_dir(&self.parent) {
-            Ok(entries) => entries,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(CgroupError::Io {
-                    path: self.parent.clone(),
-                    source,
-                })
-            }
-        };
-        let mut groups = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|source| CgroupError::Io {
-                path: self.parent.clone(),
-                source,
-            })?;
-            // Every directory is listed, whatever its name: a group stopline would not have
-            // named is still a group whose processes someone should look at.
-            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                groups.push(Group::from_path(entry.path()));
-            }
-        }
-        groups.sort_by(|a, b| a.path().cmp(b.path()));
-        Ok(groups)
-    }
-
-    /// The supervised group at `path`, when `path` is exactly `<parent>/<name>` of a valid group
-    /// name and the group exists. A registration naming anything else (another cgroup, a path
-    /// with `..`, a file) is not a supervised group and is never written to.
-    pub fn registered_group(&self, path: &Path) -> Option<Group> {
-        let name = path.strip_prefix(&self.parent).ok()?;
-        let mut components = name.components();
-        let Some(Component::Normal(name)) = components.next() else {
-            return None;
-        };
-        if components.next().is_some() {
-            return None;
-        }
-        Group::open(self, name.to_str()?).ok()
     }
 
     /// The group of `pid` if it lies under stopline's parent group, as an absolute path.

@@ -21,6 +21,7 @@
 
 pub mod bench;
 pub mod cgroup;
+mod cgroup_error;
 pub mod confine;
 pub mod events;
 mod forward;

@@ -2,10 +2,25 @@
 
 use super::compact;
 use crate::acks::AckOutcome;
-use crate::reach::GroupReached;
 use serde::Serialize;
 use std::fmt;
+use std::path::PathBuf;
 use stopline_core::LatchRecord;
+
+/// What the engage did to one covered group (`reach.rs`).
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupReached {
+    /// The run.
+    pub run: String,
+    /// The agent.
+    pub agent: String,
+    /// The group.
+    pub cgroup: PathBuf,
+    /// `kill` (cgroup.kill written) or `freeze` (cgroup.freeze written).
+    pub order: &'static str,
+    /// For a kill: `populated 0` observed within [`crate::reach::CONFIRM_WITHIN`]; for a freeze: `frozen 1`.
+    pub confirmed: bool,
+}
 
 /// The latch an engage published (or coalesced into), with its file name.
 #[derive(Debug, Clone, Serialize)]

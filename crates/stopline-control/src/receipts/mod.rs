@@ -12,7 +12,7 @@ mod status;
 mod status_text;
 mod tokens;
 
-pub use engage::{DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch};
+pub use engage::{DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch, GroupReached};
 pub use evidence::{EvidenceListReceipt, EvidenceVerifyReceipt};
 pub use owner::{
     DrainReceipt, ReconcileReceipt, RecoverApplyReceipt, RecoverPlanReceipt, RepairReceipt,

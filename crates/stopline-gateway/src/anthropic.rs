@@ -21,6 +21,7 @@
 
 use crate::admit::Plan;
 use crate::error::{refusal_status, retry_after_s, GatewayError};
+use crate::exchange::Outgoing;
 use crate::governor::Governor;
 use crate::model::{self, ModelCall};
 use crate::request::parse_body;
@@ -147,19 +148,14 @@ async fn run(
         url.push('?');
         url.push_str(&query);
     }
-    let mut outgoing = gov
-        .http_client()
-        .post(&url)
-        .timeout(Duration::from_secs(upstream.timeout_s))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(forwarded);
+    let mut outgoing = Outgoing::post(&url, Duration::from_secs(upstream.timeout_s), forwarded)?;
     for name in PASSED_THROUGH {
         for value in headers.get_all(name) {
-            outgoing = outgoing.header(name, value.as_bytes());
+            outgoing.header(header::HeaderName::from_static(name), value.as_bytes())?;
         }
     }
     if let Some(key) = model::upstream_key(upstream.api_key_env.as_deref()) {
-        outgoing = outgoing.header("x-api-key", key);
+        outgoing.header(header::HeaderName::from_static("x-api-key"), key.as_bytes())?;
     }
     let call = ModelCall {
         plan,

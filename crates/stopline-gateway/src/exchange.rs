@@ -17,16 +17,22 @@
 //! - The upstream connection breaks after dispatch: the outcome cannot be known, so the
 //!   operation is in doubt. A connection refused before anything was sent is `UpstreamUnreachable`.
 //!
-//! Every wait is bounded: by the upstream request timeout (`[model] timeout_s`), and after a
-//! cut by `cut_outcome_wait_s`. Nothing here retries anything.
+//! Every wait is bounded: by the upstream request timeout (`[model] timeout_s`, from sending the
+//! request to the last byte of its answer), and after a cut by `cut_outcome_wait_s`. Nothing
+//! here retries anything, and no redirect is followed: an upstream's `3xx` is the agent's answer
+//! (following it would send the request and the upstream key to a URL the owner never
+//! configured). The request goes through the gateway's pooled hyper client (`client.rs`, rustls
+//! for `https`), the one the MCP proxy uses.
 
 use crate::admit::{Admission, CutWatch, Outcome};
 use crate::caller::Caller;
+use crate::client::{body_bytes, body_stream, UpstreamClient};
 use crate::error::GatewayError;
 use crate::governor::Governor;
 use axum::body::{Body, Bytes};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use futures::StreamExt;
+use http_body_util::Full;
 use std::future::Future;
 use std::time::Duration;
 use stopline_core::budget::{BudgetKind, Budgets};
@@ -49,7 +55,7 @@ pub struct DetachedCall {
     /// The admission (not yet dispatched).
     pub admission: Admission,
     /// The upstream request, fully built (URL, upstream key, body, timeout).
-    pub request: reqwest::RequestBuilder,
+    pub request: Outgoing,
     /// True when the agent asked for a stream.
     pub stream: bool,
     /// The route's usage reader.
@@ -57,6 +63,46 @@ pub struct DetachedCall {
     /// The bytes that end a stream cut at EMERGENCY: the route's own error event carrying the
     /// refusal (for OpenAI `data: {"error":{…}}`).
     pub stream_refusal: fn(&Refusal) -> Bytes,
+}
+
+/// A model request ready to go upstream, and how long its whole exchange may take.
+pub struct Outgoing {
+    request: hyper::Request<Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl Outgoing {
+    /// A `POST` of `body` (JSON) to `url`, whose exchange may take `timeout` from sending to
+    /// the answer's last byte. A URL that is not one refuses the call before anything is
+    /// admitted or sent.
+    pub fn post(url: &str, timeout: Duration, body: Bytes) -> Result<Outgoing, GatewayError> {
+        let uri: Uri = url.parse().map_err(|error| {
+            GatewayError::Upstream(format!(
+                "the model upstream URL {url:?} is not a URL: {error}"
+            ))
+        })?;
+        let mut request = hyper::Request::new(Full::new(body));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        Ok(Outgoing { request, timeout })
+    }
+
+    /// Add a header (a value that cannot be sent refuses the call before anything is sent).
+    pub fn header(&mut self, name: HeaderName, value: &[u8]) -> Result<(), GatewayError> {
+        let value = HeaderValue::from_bytes(value).map_err(|_| {
+            GatewayError::Upstream(format!(
+                "the {name} header for the model upstream is not a valid header value"
+            ))
+        })?;
+        self.request.headers_mut().append(name, value);
+        Ok(())
+    }
 }
 
 /// What the agent gets back.
@@ -122,7 +168,7 @@ impl Governor {
             cut_wait: self.config().cut_outcome_wait(),
             stream_refusal,
         };
-        tokio::spawn(task.run(request, stream, meter));
+        tokio::spawn(task.run(self.upstream_client().clone(), request, stream, meter));
         match answer.await {
             Ok(head) => head,
             Err(_) => Err(GatewayError::Upstream(
@@ -213,9 +259,31 @@ impl Task {
         )
     }
 
-    async fn run(mut self, request: reqwest::RequestBuilder, stream: bool, meter: Box<dyn Meter>) {
-        let sent = match self.wait(request.send()).await {
-            Some(sent) => sent,
+    async fn run(
+        mut self,
+        client: UpstreamClient,
+        outgoing: Outgoing,
+        stream: bool,
+        meter: Box<dyn Meter>,
+    ) {
+        let deadline = Instant::now() + outgoing.timeout;
+        let timeout_s = outgoing.timeout.as_secs();
+        let sent = self
+            .wait(tokio::time::timeout_at(
+                deadline,
+                client.send(outgoing.request),
+            ))
+            .await;
+        let sent = match sent {
+            Some(Ok(sent)) => sent,
+            Some(Err(_)) => {
+                let why =
+                    format!("the upstream gave no answer within [model] timeout_s ({timeout_s} s)");
+                self.finish(Outcome::InDoubt(why), None);
+                return self.answer(Err(GatewayError::Upstream(format!(
+                    "the model upstream gave no answer within {timeout_s} s"
+                ))));
+            }
             None => {
                 let why = self.no_answer_in_time();
                 return self.finish(Outcome::InDoubt(why), None);
@@ -237,30 +305,44 @@ impl Task {
                 ))));
             }
         };
-        let status =
-            StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let content_type = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
+        let (parts, body) = response.into_parts();
+        let status = parts.status;
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("application/json")
             .to_string();
         if stream && status.is_success() {
-            return self.relay(response, status, content_type, meter).await;
+            return self
+                .relay(body, deadline, status, content_type, meter)
+                .await;
         }
-        let bytes = match self.wait(response.bytes()).await {
+        let read = self
+            .wait(tokio::time::timeout_at(deadline, body_bytes(body)))
+            .await;
+        let bytes = match read {
             None => {
                 let why = self.no_answer_in_time();
                 return self.finish(Outcome::InDoubt(why), None);
             }
-            Some(Err(error)) => {
+            Some(Err(_)) => {
+                let why = format!(
+                    "the upstream's answer did not end within [model] timeout_s ({timeout_s} s)"
+                );
+                self.finish(Outcome::InDoubt(why), None);
+                return self.answer(Err(GatewayError::Upstream(format!(
+                    "the model response did not end within {timeout_s} s"
+                ))));
+            }
+            Some(Ok(Err(error))) => {
                 let why = format!("the upstream's answer was lost: {error}");
                 self.finish(Outcome::InDoubt(why), None);
                 return self.answer(Err(GatewayError::Upstream(format!(
                     "the model response was lost: {error}"
                 ))));
             }
-            Some(Ok(bytes)) => bytes,
+            Some(Ok(Ok(bytes))) => bytes,
         };
         let outcome = if status.is_success() {
             Outcome::Committed
@@ -283,7 +365,8 @@ impl Task {
     /// Relay a stream chunk by chunk while the agent reads it, and read it to its end anyway.
     async fn relay(
         mut self,
-        response: reqwest::Response,
+        response: hyper::body::Incoming,
+        deadline: Instant,
         status: StatusCode,
         content_type: String,
         mut meter: Box<dyn Meter>,
@@ -306,14 +389,25 @@ impl Task {
                 }
             }
         }
-        let mut upstream = response.bytes_stream();
+        let mut upstream = std::pin::pin!(body_stream(response));
         loop {
-            let next = match self.wait(upstream.next()).await {
+            let next = match self
+                .wait(tokio::time::timeout_at(deadline, upstream.next()))
+                .await
+            {
                 None => {
                     let why = self.no_answer_in_time();
                     return self.finish(Outcome::InDoubt(why), None);
                 }
-                Some(next) => next,
+                Some(Err(_)) => {
+                    let why = "the upstream stream did not end within [model] timeout_s";
+                    self.finish(Outcome::InDoubt(why.into()), None);
+                    if let Client::Streaming(chunks) = &self.client {
+                        let _ = chunks.try_send(Err(std::io::Error::other(why)));
+                    }
+                    return;
+                }
+                Some(Ok(next)) => next,
             };
             match next {
                 None => {

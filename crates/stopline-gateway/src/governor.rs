@@ -60,6 +60,8 @@ struct Inner {
     refusals: RefusalCache,
     server_id: String,
     http: reqwest::Client,
+    /// The pooled upstream client every model exchange is sent with (`client.rs`).
+    upstream: crate::client::UpstreamClient,
 }
 
 impl Governor {
@@ -116,6 +118,7 @@ impl Governor {
                 refusals: RefusalCache::default(),
                 server_id,
                 http,
+                upstream: crate::client::UpstreamClient::new(),
             }),
         })
     }
@@ -185,6 +188,11 @@ impl Governor {
     /// The shared HTTP client for upstream calls.
     pub fn http_client(&self) -> &reqwest::Client {
         &self.inner.http
+    }
+
+    /// The pooled upstream client model exchanges are sent with.
+    pub(crate) fn upstream_client(&self) -> &crate::client::UpstreamClient {
+        &self.inner.upstream
     }
 
     pub(crate) fn now_s(&self) -> i64 {

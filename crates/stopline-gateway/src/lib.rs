@@ -17,6 +17,7 @@ pub mod bench;
 pub mod breaker;
 pub mod budget;
 mod caller;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod exchange;

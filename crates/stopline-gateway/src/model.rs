@@ -18,7 +18,7 @@
 use crate::admit::Plan;
 use crate::caller::Caller;
 use crate::error::GatewayError;
-use crate::exchange::{Answer, DetachedCall, Meter};
+use crate::exchange::{Answer, DetachedCall, Meter, Outgoing};
 use crate::governor::Governor;
 use crate::request::{bearer, parse_body};
 use crate::state::AppState;
@@ -226,14 +226,9 @@ async fn run(
         upstream.base_url.trim_end_matches('/'),
         endpoint.path()
     );
-    let mut outgoing = gov
-        .http_client()
-        .post(&url)
-        .timeout(Duration::from_secs(upstream.timeout_s))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(forwarded);
+    let mut outgoing = Outgoing::post(&url, Duration::from_secs(upstream.timeout_s), forwarded)?;
     if let Some(key) = upstream_key(upstream.api_key_env.as_deref()) {
-        outgoing = outgoing.bearer_auth(key);
+        outgoing.header(header::AUTHORIZATION, format!("Bearer {key}").as_bytes())?;
     }
     let call = ModelCall {
         plan,
@@ -258,7 +253,7 @@ pub(crate) struct ModelCall {
     /// The admission plan (class, `model:<m>` target, reservation bound, adapter breaker).
     pub plan: Plan,
     /// The upstream request, headers and key included, ready to send.
-    pub outgoing: reqwest::RequestBuilder,
+    pub outgoing: Outgoing,
     /// The response is a stream to relay chunk by chunk.
     pub stream: bool,
     /// The model's price, for settling spend from usage.

@@ -43,7 +43,7 @@ pub struct McpState {
     pub(crate) governor: Arc<dyn Governor>,
     pub(crate) servers: BTreeMap<String, McpServerConfig>,
     pub(crate) catalog: Arc<ToolCatalog>,
-    pub(crate) client: crate::client::UpstreamClient,
+    pub(crate) client: stopline_gateway::client::UpstreamClient,
     /// Which agent opened which session.
     pub(crate) sessions: SessionBindings,
     pub(crate) stdio: Arc<upstream::StdioSessions>,
@@ -98,7 +98,7 @@ pub fn router_with(
         servers,
         urls,
         catalog: Arc::new(ToolCatalog::default()),
-        client: crate::client::UpstreamClient::new(),
+        client: stopline_gateway::client::UpstreamClient::new(),
         sessions: SessionBindings::default(),
         stdio: Arc::default(),
     });

@@ -12,7 +12,6 @@
 
 pub mod bench_sessions;
 pub mod breaker;
-mod client;
 pub mod entry;
 pub mod frame;
 pub mod gateway;

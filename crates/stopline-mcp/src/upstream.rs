@@ -12,7 +12,6 @@
 pub(crate) use crate::stdio_upstream::post_stdio;
 pub use crate::stdio_upstream::{delete_stdio, get_stdio, StdioSessions};
 
-use crate::client::{body_bytes, body_stream, UpstreamResponse};
 use crate::govern::{refusal_response, Member, Tracker};
 use crate::governor::Caller;
 use crate::http::{McpState, FORWARDED_REQUEST_HEADERS};
@@ -30,6 +29,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use stopline_core::Refusal;
+use stopline_gateway::client::{body_bytes, body_stream, UpstreamResponse};
 use stopline_gateway::refusal_status;
 use tokio::sync::oneshot;
 use tokio::time::Instant;

@@ -1,11 +1,11 @@
-//! The HTTP client the Streamable HTTP proxy forwards with: hyper-util's pooled client (the one
-//! `stopline bench gateway`'s bare proxy uses), over plain HTTP or HTTPS (rustls, the web PKI
-//! roots, as reqwest had them).
+//! The HTTP client every upstream exchange goes through (the MCP proxy's Streamable HTTP
+//! upstreams and the model routes' `[model]`/`[anthropic]` upstreams): hyper-util's pooled client
+//! (the one `stopline bench gateway`'s bare proxy uses), over plain HTTP or HTTPS (rustls, the
+//! web PKI roots, as reqwest had them).
 //!
-//! It replaced a `reqwest::Client` on the MCP path because the profile of the read-only path
-//! showed reqwest's own per-request work (its redirect layer re-parses every URI, a boxed
-//! future per send, its own request and response wrappers) as the largest item the gateway
-//! added over the bare proxy. Behaviour kept: a 10 s connect timeout, no proxy, `TCP_NODELAY`,
+//! It replaced `reqwest::Client` because the profile of the read-only path showed reqwest's own
+//! per-request work (its redirect layer re-parses every URI, a boxed future per send, its own
+//! request and response wrappers) as the largest item the gateway added over the bare proxy. Behaviour kept: a 10 s connect timeout, no proxy, `TCP_NODELAY`,
 //! idle connections pooled per host and dropped after 90 s, no overall timeout (a stream can
 //! last), and "could not connect" told apart from a failure after the message may have been
 //! delivered. Redirects are not followed: an upstream's `3xx` is passed back to the agent as the
@@ -28,11 +28,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// An upstream's answer, its body not read yet.
-pub(crate) type UpstreamResponse = hyper::Response<Incoming>;
+pub type UpstreamResponse = hyper::Response<Incoming>;
 
 /// Why a request to an upstream failed.
 #[derive(Debug)]
-pub(crate) struct UpstreamError {
+pub struct UpstreamError {
     connect: bool,
     text: String,
 }
@@ -64,8 +64,14 @@ impl std::fmt::Display for UpstreamError {
 
 /// The pooled client; cheap to clone (the pool is shared).
 #[derive(Clone, Debug)]
-pub(crate) struct UpstreamClient {
+pub struct UpstreamClient {
     inner: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+impl Default for UpstreamClient {
+    fn default() -> UpstreamClient {
+        UpstreamClient::new()
+    }
 }
 
 impl UpstreamClient {
@@ -113,7 +119,7 @@ impl UpstreamClient {
 }
 
 /// Read an answer's body whole.
-pub(crate) async fn body_bytes(body: Incoming) -> Result<Bytes, UpstreamError> {
+pub async fn body_bytes(body: Incoming) -> Result<Bytes, UpstreamError> {
     body.collect()
         .await
         .map(|collected| collected.to_bytes())
@@ -121,7 +127,7 @@ pub(crate) async fn body_bytes(body: Incoming) -> Result<Bytes, UpstreamError> {
 }
 
 /// An answer's body as the stream of its data chunks (for SSE).
-pub(crate) fn body_stream(
+pub fn body_stream(
     body: Incoming,
 ) -> impl Stream<Item = Result<Bytes, UpstreamError>> + Send + 'static {
     futures::StreamExt::map(body.into_data_stream(), |chunk| {

@@ -119,6 +119,12 @@ impl ViewSource for LocalSource {
         stop: Arc<AtomicBool>,
     ) {
         crate::watch::spawn_watcher(self.store.clone(), view.clone(), stop.clone());
-        crate::watch::spawn_periodic(self.store.clone(), view, reload_interval, stop);
+        crate::watch::spawn_periodic(
+            self.store.clone(),
+            view,
+            reload_interval,
+            stop,
+            self.follower.clone(),
+        );
     }
 }

@@ -15,6 +15,7 @@ use crate::feed::ViewFeed;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use stopline_store::follow::WalFollower;
 use stopline_store::{Store, WatchError};
 
 /// Start the watch thread. It ends when `stop` is set (checked after each batch of events).
@@ -76,6 +77,7 @@ pub fn spawn_periodic(
     view: Arc<dyn ViewFeed>,
     interval: Duration,
     stop: Arc<AtomicBool>,
+    follower: Arc<WalFollower>,
 ) {
     let spawned = std::thread::Builder::new()
         .name("stopline-view-reload".into())
@@ -103,7 +105,7 @@ pub fn spawn_periodic(
                 // A reader that can take the WAL lock without waiting finishes the records an
                 // engage had to defer (SPEC §12.1); never waits, and a failure is only logged:
                 // the latch itself is in force whatever the WAL says.
-                if let Err(error) = store.finish_deferred() {
+                if let Err(error) = store.finish_deferred_following(&follower) {
                     tracing::warn!(%error, "cannot finish a deferred WAL record");
                 }
                 view.refresh_full();

@@ -123,6 +123,23 @@ impl Store {
     /// deferred). For readers that may write (status, a gateway's periodic reload); gates that
     /// only decide (`check`, the hook) never call it.
     pub fn finish_deferred(&self) -> Result<usize, StoreError> {
+        self.finish_deferred_with(None)
+    }
+
+    /// [`Store::finish_deferred`] for a reader that follows the WAL (`follow.rs`): the WAL is
+    /// verified only from the last line `follower` verified. A latch with no `latch_engaged`
+    /// at all is unrecorded in a followed log as in any other, so nothing deferred is missed.
+    pub fn finish_deferred_following(
+        &self,
+        follower: &crate::follow::WalFollower,
+    ) -> Result<usize, StoreError> {
+        self.finish_deferred_with(Some(follower))
+    }
+
+    fn finish_deferred_with(
+        &self,
+        follower: Option<&crate::follow::WalFollower>,
+    ) -> Result<usize, StoreError> {
         let wal = self.layout.wal();
         // Without a WAL nothing was deferred (an engage defers only when another process
         // holds the WAL's lock); without `latches/` there is nothing to record.
@@ -136,7 +153,7 @@ impl Store {
             Err(error) if error.is_lock_busy() => return Ok(0),
             Err(error) => return Err(error),
         };
-        let log = self.read_wal()?;
+        let log = self.read_wal_following(follower)?;
         let unrecorded = self.unrecorded_entries(&log, None);
         let count = Self::unrecorded_latches(&log, &unrecorded, None).len();
         if count > 0 {

@@ -9,7 +9,8 @@
 //! after its last complete line and the lines of the operations it leaves open; the next read
 //! takes only the bytes appended after that offset (an unterminated last line is left for the
 //! next read, which reads it again from the start of the line). `ops/archive/open.json`, which is
-//! rewritten atomically and never appended to, is kept while its file stays the same.
+//! rewritten atomically and never appended to, is kept while its file stays the same, and a
+//! writer found gone (no process has its pid and start time) is not looked up in `/proc` again.
 //!
 //! A file that is not the one remembered — another inode (replaced, renamed over), shorter than
 //! what was read (truncated), the same length but changed, or whose remembered last line no
@@ -60,6 +61,8 @@ struct Journals {
     files: BTreeMap<String, FollowedJournal>,
     /// `ops/archive/open.json` as last read: the file and its open sets.
     archive: Option<(FileId, OpenSets)>,
+    /// Writers found gone (pid and start time of no live process): never alive again.
+    gone: BTreeSet<String>,
 }
 
 #[derive(Debug)]
@@ -155,11 +158,12 @@ impl Store {
         &self,
         follower: &JournalFollower,
     ) -> BTreeMap<String, Vec<Blocker>> {
-        let journals = match follower.followed.try_lock() {
-            Ok(mut held) => self.follow_journals(&mut held),
-            Err(_) => self.read_journals(true),
+        let Ok(mut held) = follower.followed.try_lock() else {
+            return self.blocked_targets();
         };
-        self.blocked_of(self.census_of(Self::fold_journals(journals)))
+        let journals = Self::fold_journals(self.follow_journals(&mut held));
+        let census = self.census_remembering(journals, &mut held.gone);
+        self.blocked_of(census)
     }
 
     /// `read_journals(true)`, following.
@@ -278,7 +282,7 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::env::{Env, SystemEnv};
     use crate::fs::{Fs, LockGuard, RealFs};
@@ -293,7 +297,7 @@ mod tests {
 
     /// The real filesystem, counting the bytes every read returns, per path.
     #[derive(Default)]
-    struct Counting {
+    pub(crate) struct Counting {
         read: Mutex<BTreeMap<PathBuf, u64>>,
     }
 
@@ -306,10 +310,10 @@ mod tests {
                 .entry(path.to_path_buf())
                 .or_default() += bytes as u64;
         }
-        fn take(&self, path: &Path) -> u64 {
+        pub(crate) fn take(&self, path: &Path) -> u64 {
             self.read.lock().unwrap().remove(path).unwrap_or(0)
         }
-        fn reset(&self) {
+        pub(crate) fn reset(&self) {
             self.read.lock().unwrap().clear();
         }
     }
@@ -617,6 +621,41 @@ mod tests {
         let fresh = store.load_control_view();
         assert_eq!(view.latches, fresh.latches);
         assert_eq!(view.epoch, fresh.epoch);
+    }
+
+    #[test]
+    fn a_followed_wal_still_finds_a_deferred_record() {
+        let (_dir, store, _, follower) = followed_wal();
+        // The WAL's lock held elsewhere for the whole of an engage: its record is deferred.
+        let held = store.lock_log_exclusive(&store.layout().wal()).unwrap();
+        let scope = Scope::Agent(Name::parse("deferred").unwrap());
+        let outcome = store
+            .engage(&EngageRequest {
+                scope,
+                level: Level::Emergency,
+                by: "monitor".into(),
+                reason: "follow test".into(),
+                session: LatchSession {
+                    bound: None,
+                    tier: "console".into(),
+                },
+            })
+            .unwrap();
+        assert!(outcome.wal_deferred, "{:?}", outcome.warnings);
+        drop(held);
+        assert_eq!(store.finish_deferred_following(&follower).unwrap(), 1);
+        let whole = store.read_wal_whole().unwrap();
+        assert!(whole
+            .recorded_latches()
+            .contains(&outcome.latch.file_name()));
+        let view = store.load_control_view_following(&follower);
+        assert!(view.faults.is_empty(), "{:?}", view.faults);
+        assert_eq!(
+            view.epoch,
+            store.load_control_view().epoch,
+            "its advance too"
+        );
+        assert_eq!(store.finish_deferred_following(&follower).unwrap(), 0);
     }
 
     #[test]

@@ -282,9 +282,17 @@ impl Store {
     }
 
     /// The census of `ops` (folded open operations) and the registry errors read with them.
-    pub(crate) fn census_of(
+    pub(crate) fn census_of(&self, journals: (BTreeMap<String, Operation>, Vec<String>)) -> Census {
+        self.census_remembering(journals, &mut Default::default())
+    }
+
+    /// [`Store::census_of`], with `gone`: writers already found gone, which are never alive
+    /// again (a writer is named by pid and start time), so they are not looked up again; the
+    /// writers found gone now are added.
+    pub(crate) fn census_remembering(
         &self,
         (ops, errors): (BTreeMap<String, Operation>, Vec<String>),
+        gone: &mut std::collections::BTreeSet<String>,
     ) -> Census {
         let mut census = Census {
             errors,
@@ -292,9 +300,16 @@ impl Store {
         };
         let mut alive: BTreeMap<String, bool> = BTreeMap::new();
         for op in ops.into_values().filter(Operation::is_unresolved) {
-            let live = *alive
-                .entry(op.writer.clone())
-                .or_insert_with(|| writer_alive_by(&op.writer, |p| self.env.process_start_time(p)));
+            let live = *alive.entry(op.writer.clone()).or_insert_with(|| {
+                if gone.contains(&op.writer) {
+                    return false;
+                }
+                let live = writer_alive_by(&op.writer, |p| self.env.process_start_time(p));
+                if !live {
+                    gone.insert(op.writer.clone());
+                }
+                live
+            });
             let in_flight = live && !op.in_doubt;
             let entry = CensusEntry {
                 in_flight,

@@ -8,7 +8,11 @@
 //! lock `spend/.lock` ([`SpendJournal::lock`]), after folding what every *other* journal added
 //! since the last look ([`Elsewhere`]): settled reservations at what they used; open ones of a
 //! writer that is gone (crashed, killed, restarted) at their bound — spending in doubt is spent,
-//! never forgotten; open ones of a live writer as calls in flight elsewhere. Losing a `settled`
+//! never forgotten; open ones of a live writer as calls in flight elsewhere. Each look reads of
+//! every other journal only the bytes after the complete lines it already folded (issue 15),
+//! and keeps of them only the open reservations and each account's settled total; a journal
+//! that is another file than the one folded (another inode) is folded again from its start,
+//! one shorter than what was folded is corruption. Losing a `settled`
 //! line in a crash therefore only over-counts. A torn last line is a remnant (a `reserved` that
 //! was never fsynced was never dispatched on) and is left for later; a broken line anywhere else
 //! is corruption and fails closed.
@@ -59,10 +63,22 @@ pub struct Elsewhere {
 /// One other writer's journal as folded so far.
 #[derive(Debug, Default)]
 struct Folded {
+    /// The file folded (`None`: not known, or this filesystem cannot tell).
+    file: Option<crate::fs::FileId>,
     /// Bytes of complete lines already folded.
     offset: usize,
+    /// Reservations not settled yet: their chain and bound.
     reserved: BTreeMap<String, (Vec<String>, Budgets)>,
+    /// What settled reservations used, per account.
     settled: BTreeMap<String, Budgets>,
+}
+
+/// Add `amounts` to `account` in `into`.
+fn add(into: &mut BTreeMap<String, Budgets>, account: &str, amounts: &Budgets) {
+    let account = into.entry(account.to_string()).or_default();
+    for (&kind, &amount) in amounts {
+        *account.entry(kind).or_default() += amount;
+    }
 }
 
 /// This process's spending journal (`spend/<label>-<pid>-<start>.jsonl`).
@@ -97,19 +113,15 @@ impl Store {
     }
 }
 
-/// The complete lines of `bytes` from `offset`: an unterminated last line is a remnant, left
-/// for a later look; a complete line that does not parse is corruption.
-fn fold_lines(bytes: &[u8], offset: usize) -> Result<(Vec<SpendLine>, usize), String> {
+/// The complete lines of `bytes` (what a journal holds after the lines already folded): an
+/// unterminated last line is a remnant, left for a later look; a complete line that does not
+/// parse is corruption. Returns the lines and the length of the complete part.
+fn fold_lines(bytes: &[u8]) -> Result<(Vec<SpendLine>, usize), String> {
     let complete = bytes
         .iter()
         .rposition(|&b| b == b'\n')
         .map_or(0, |end| end + 1);
-    if complete < offset {
-        return Err(format!(
-            "shrank from {offset} to {complete} bytes of complete lines"
-        ));
-    }
-    let lines = bytes[offset..complete]
+    let lines = bytes[..complete]
         .split(|&b| b == b'\n')
         .filter(|line| !line.is_empty())
         .map(|line| {
@@ -155,19 +167,38 @@ impl SpendJournal {
             .filter(|n| n.ends_with(".jsonl") && **n != self.name)
         {
             let path = dir.join(name);
-            let bytes = self
-                .store
-                .fs
-                .read(&path)
-                .context(|| format!("reading {}", path.display()))?;
-            let folded = others.entry(name.clone()).or_default();
-            let (lines, offset) = fold_lines(&bytes, folded.offset).map_err(|why| {
+            let read = |offset: usize| {
+                self.store
+                    .fs
+                    .read_from_identified(&path, offset as u64)
+                    .context(|| format!("reading {}", path.display()))
+            };
+            let corrupt = |why: String| {
                 StoreError::corrupt(
                     RefusalCode::ControlStateCorrupt,
                     format!("spend/{name}: {why}"),
                 )
-            })?;
-            folded.offset = offset;
+            };
+            let folded = others.entry(name.clone()).or_default();
+            let (mut bytes, mut file) = read(folded.offset)?;
+            if let (Some(was), Some(now)) = (folded.file, file) {
+                if !was.same_file(&now) {
+                    // Another file under the same name: fold it from its start.
+                    *folded = Folded::default();
+                    (bytes, file) = read(0)?;
+                }
+            }
+            if let Some(now) = file {
+                if now.len < folded.offset as u64 {
+                    return Err(corrupt(format!(
+                        "shrank from {} to {} bytes",
+                        folded.offset, now.len
+                    )));
+                }
+            }
+            let (lines, complete) = fold_lines(&bytes).map_err(corrupt)?;
+            folded.file = file;
+            folded.offset += complete;
             for line in lines {
                 match line {
                     SpendLine::Reserved {
@@ -176,25 +207,33 @@ impl SpendJournal {
                         folded.reserved.insert(id, (chain, amounts));
                     }
                     SpendLine::Settled { id, used } => {
-                        folded.settled.insert(id, used);
+                        // A settled reservation leaves the open set for its accounts' totals.
+                        if let Some((chain, _)) = folded.reserved.remove(&id) {
+                            for jti in &chain {
+                                add(&mut folded.settled, jti, &used);
+                            }
+                        }
                     }
                 }
             }
         }
         let mut elsewhere = Elsewhere::default();
         for (name, folded) in others.iter() {
+            for (jti, used) in &folded.settled {
+                add(&mut elsewhere.used, jti, used);
+            }
+            if folded.reserved.is_empty() {
+                continue;
+            }
             let alive = crate::ops::writer_alive(name.trim_end_matches(".jsonl"));
-            for (id, (chain, bound)) in &folded.reserved {
-                let (into, amounts) = match folded.settled.get(id) {
-                    Some(used) => (&mut elsewhere.used, used),
-                    None if alive => (&mut elsewhere.in_flight, bound),
-                    None => (&mut elsewhere.used, bound),
+            for (chain, bound) in folded.reserved.values() {
+                let into = if alive {
+                    &mut elsewhere.in_flight
+                } else {
+                    &mut elsewhere.used
                 };
                 for jti in chain {
-                    let account = into.entry(jti.clone()).or_default();
-                    for (&kind, &amount) in amounts {
-                        *account.entry(kind).or_default() += amount;
-                    }
+                    add(into, jti, bound);
                 }
             }
         }
@@ -356,6 +395,98 @@ mod tests {
         let seen = mine.lock().unwrap().elsewhere().clone();
         assert_eq!(seen.used["t"][&BudgetKind::ToolCalls], 1.0);
         assert!(seen.in_flight.is_empty());
+    }
+
+    #[test]
+    fn a_look_reads_only_what_the_other_journals_gained() {
+        let dir = tempfile::tempdir().unwrap();
+        let counting = Arc::new(crate::follow::tests::Counting::default());
+        let store = Store::with_io(
+            dir.path().join("home"),
+            counting.clone(),
+            Arc::new(crate::env::SystemEnv),
+        );
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        let history: Vec<SpendLine> = (0..200)
+            .flat_map(|i| {
+                let id = format!("r{i}");
+                [
+                    reserved(&id, &["t"], &one),
+                    SpendLine::Settled {
+                        id,
+                        used: one.clone(),
+                    },
+                ]
+            })
+            .collect();
+        let path = gone_writer(&store, &history);
+        let journal = store.spend_journal("gateway").unwrap();
+        assert_eq!(
+            journal.lock().unwrap().elsewhere().used["t"][&BudgetKind::ToolCalls],
+            200.0
+        );
+        counting.reset();
+        let before = std::fs::metadata(&path).unwrap().len();
+        let mut bytes = serde_json::to_vec(&reserved("open", &["t"], &one)).unwrap();
+        bytes.push(b'\n');
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(&bytes)
+            .unwrap();
+        let seen = journal.lock().unwrap().elsewhere().clone();
+        assert_eq!(seen.used["t"][&BudgetKind::ToolCalls], 201.0, "{seen:?}");
+        assert_eq!(
+            counting.take(&path),
+            std::fs::metadata(&path).unwrap().len() - before,
+            "only the appended line is read"
+        );
+    }
+
+    #[test]
+    fn a_replaced_journal_is_folded_again_and_a_shorter_one_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("home"));
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        let two: Budgets = [(BudgetKind::ToolCalls, 2.0)].into();
+        let path = gone_writer(&store, &[reserved("a", &["t"], &one)]);
+        let journal = store.spend_journal("gateway").unwrap();
+        assert_eq!(
+            journal.lock().unwrap().elsewhere().used["t"][&BudgetKind::ToolCalls],
+            1.0
+        );
+        // Renamed over by another file: folded from its start, not from the old offset.
+        let mut bytes = Vec::new();
+        for line in [reserved("x", &["t"], &two), reserved("y", &["u"], &one)] {
+            bytes.extend(serde_json::to_vec(&line).unwrap());
+            bytes.push(b'\n');
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &bytes).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        let seen = journal.lock().unwrap().elsewhere().clone();
+        assert_eq!(seen.used["t"][&BudgetKind::ToolCalls], 2.0, "{seen:?}");
+        assert_eq!(seen.used["u"][&BudgetKind::ToolCalls], 1.0, "{seen:?}");
+        // Cut shorter in place: what was folded is gone, which fails closed.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(10)
+            .unwrap();
+        let error = journal
+            .lock()
+            .err()
+            .expect("a shorter journal")
+            .to_refusal();
+        assert_eq!(
+            error.code,
+            RefusalCode::ControlStateCorrupt,
+            "{}",
+            error.message
+        );
     }
 
     #[test]

@@ -1,10 +1,9 @@
 //! Talking to a Streamable HTTP upstream on behalf of a governed exchange.
 //!
 //! Each member of a frame is forwarded on its own, re-serialized, right after it passed its
-//! dispatch re-check. The agent's token never goes upstream. The exchange owns its operations
-//! and is never owned by the agent (SPEC §12.2): it runs on the agent's task only until the
-//! agent's answer is ready and goes on in a task of its own after that, or as soon as the agent
-//! goes away, and the outcome is recorded when the upstream gives it. At EMERGENCY the agent is answered at once
+//! dispatch re-check. The agent's token never goes upstream. The exchange runs in a detached
+//! task that owns its operations (SPEC §12.2): an agent that goes away does not end it, and the
+//! outcome is recorded when the upstream gives it. At EMERGENCY the agent is answered at once
 //! and the exchange has `cut_outcome_wait_s` to give its outcome. When the upstream cannot be
 //! reached at all the calls end `UpstreamUnreachable` (nothing happened; it feeds the adapter
 //! breaker); when the connection fails after that they are in doubt.
@@ -232,55 +231,14 @@ fn is_sse(headers: &HeaderMap) -> bool {
 }
 
 /// Forward one member to a Streamable HTTP upstream at `uri` (`None`: the configured URL is
-/// not one, so nothing can be delivered), waiting only for what the agent gets. The exchange is
-/// driven on the agent's own task until the agent's answer is ready (no task hand-off on the
-/// way out and back); whatever is left of it then — the rest of a stream, the outcome of a cut
-/// call — and the whole of it if the agent's connection goes away first goes on in a task of
-/// its own (SPEC §12.2: the agent never owns the exchange).
+/// not one, so nothing can be delivered); the exchange runs detached and this waits only for
+/// what the agent gets.
 pub(crate) async fn post_http(exchange: Exchange, uri: Option<Uri>, member: Member) -> Response {
     let (reply, answer) = oneshot::channel();
-    until_answered(Box::pin(drive_http(exchange, uri, member, reply)), answer).await
-}
-
-/// An exchange driven on its caller's task until `answer` is ready, then detached.
-struct Detachable(Option<BoxFuture<'static, ()>>);
-
-impl Drop for Detachable {
-    fn drop(&mut self) {
-        // The caller is gone (or answered) before the exchange ended: it goes on by itself. A
-        // runtime shutting down takes it along; its tracker then leaves it in doubt.
-        if let (Some(work), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
-            runtime.spawn(work);
-        }
-    }
-}
-
-async fn until_answered(
-    work: BoxFuture<'static, ()>,
-    mut answer: oneshot::Receiver<Response>,
-) -> Response {
-    let mut work = Detachable(Some(work));
-    let answered = std::future::poll_fn(|cx| {
-        if let std::task::Poll::Ready(reply) = std::pin::Pin::new(&mut answer).poll(cx) {
-            return std::task::Poll::Ready(Some(reply));
-        }
-        let Some(running) = work.0.as_mut() else {
-            return std::task::Poll::Ready(None);
-        };
-        if running.as_mut().poll(cx).is_ready() {
-            work.0 = None;
-            // It ended: its answer was sent (read just below) or it had none to give.
-            return std::task::Poll::Ready(None);
-        }
-        std::task::Poll::Pending
-    })
-    .await;
-    let reply = match answered {
-        Some(reply) => reply.ok(),
-        None => answer.try_recv().ok(),
-    };
-    drop(work);
-    reply.unwrap_or_else(|| StatusCode::BAD_GATEWAY.into_response())
+    tokio::spawn(drive_http(exchange, uri, member, reply));
+    answer
+        .await
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }
 
 async fn drive_http(

@@ -19,6 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::time::Duration;
+use stopline_gateway::client::error_chain;
 
 /// The bound on one call, answer read included.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -75,13 +76,17 @@ impl CallerClient {
             headers.insert(name.clone(), value.clone());
         }
         let exchange = async {
-            let response = self.inner.request(request).await.map_err(chain)?;
+            let response = self
+                .inner
+                .request(request)
+                .await
+                .map_err(|e| error_chain(&e))?;
             let status = response.status().as_u16();
             let body = response
                 .into_body()
                 .collect()
                 .await
-                .map_err(chain)?
+                .map_err(|e| error_chain(&e))?
                 .to_bytes();
             Ok(Reply { status, body })
         };
@@ -90,16 +95,4 @@ impl CallerClient {
             Err(_) => Err(format!("no answer within {} s", CALL_TIMEOUT.as_secs())),
         }
     }
-}
-
-/// An error with its causes (hyper-util's own text, "client error (Connect)", says little).
-fn chain(error: impl std::error::Error + 'static) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -39,15 +39,10 @@ pub struct UpstreamError {
 
 impl UpstreamError {
     fn new(error: &(dyn std::error::Error + 'static), connect: bool) -> UpstreamError {
-        // The whole chain: hyper-util's own text ("client error (Connect)") says little alone.
-        let mut text = error.to_string();
-        let mut source = error.source();
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
+        UpstreamError {
+            connect,
+            text: error_chain(error),
         }
-        UpstreamError { connect, text }
     }
 
     /// True when no connection could be made: nothing was delivered.
@@ -60,6 +55,19 @@ impl std::fmt::Display for UpstreamError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text)
     }
+}
+
+/// An error with its causes, `: `-separated: hyper-util's own text ("client error (Connect)")
+/// says little alone.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// The pooled client; cheap to clone (the pool is shared).

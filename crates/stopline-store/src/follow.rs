@@ -2,7 +2,7 @@
 //! remembers, so that a read costs what changed since the last one, never what is on disk.
 //!
 //! [`WalFollower`] remembers the WAL it verified last (from the checkpoint or whole, as
-//! [`Store::read_wal`] reads it) and the file it came from; the next read, under the same shared
+//! `Store::read_wal` reads it) and the file it came from; the next read, under the same shared
 //! lock as always, re-checks the hash of the last line it verified and verifies only the bytes
 //! appended after it ([`stopline_core::wal::verify_appended`]). [`JournalFollower`] does the same
 //! for the operation journals the census folds: per journal, the file it read, the offset just
@@ -19,7 +19,7 @@
 //! a WAL that does not verify is `control_wal_corrupt`, a journal line that does not parse a
 //! registry error that blocks every target for everyone. So is any append that does not verify:
 //! following never trusts more than a fresh read would. A followed WAL re-bases on its newest
-//! checkpoint once twice [`Store::wal_checkpoint_every`] lines follow its base, so what is kept
+//! checkpoint once twice `Store::wal_checkpoint_every` lines follow its base, so what is kept
 //! stays bounded by what is live.
 //!
 //! Following is not a durable step: nothing here writes. A follower whose lock is held (a read

@@ -3,7 +3,7 @@
 //! It truncates an unterminated last WAL line, and rebuilds `epoch.json` from a valid WAL.
 //! (Besides the owner's repair, one more cut lives here: the torn remnant of an evidence append
 //! that never returned, which the next evidence append keeps and cuts off, see
-//! [`Store::cut_torn_evidence`]; it is not a control record and no gate reads it.)
+//! `Store::cut_torn_evidence`; it is not a control record and no gate reads it.)
 //! Before either it saves the old bytes to `recovery-evidence/<file>-<sha256>.bin` (create-new,
 //! fsync, read back). It refuses a WAL broken anywhere but its unterminated tail, and refuses to
 //! rebuild when an issued authority claims an epoch newer than the WAL knows. Gates never call it.

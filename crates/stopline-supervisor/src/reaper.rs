@@ -201,7 +201,7 @@ impl Reaper {
     }
 
     /// The weaker freeze: SIGSTOP every live member until a census shows them all held: stopped,
-    /// or parked in a `vfork` whose child is held (see [`not_yet_held`]).
+    /// or parked in a `vfork` whose child is held (see `not_yet_held`).
     pub fn stop_all(&mut self, timeout: Duration) -> Result<DateTime<Utc>, ReaperError> {
         self.until_all(
             timeout,

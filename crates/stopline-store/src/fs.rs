@@ -293,26 +293,8 @@ impl Fs for RealFs {
     }
 
     fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
-        use std::io::{Seek, SeekFrom};
-        let started = Instant::now();
-        let mut file = open_regular(path)?;
-        let mut bytes = Vec::new();
-        if file.metadata()?.len() > offset {
-            file.seek(SeekFrom::Start(offset))?;
-            file.read_to_end(&mut bytes)?;
-        }
-        if started.elapsed() > ENTRY_READ_BOUND {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "reading {} took {} ms, more than the {} ms bound",
-                    path.display(),
-                    started.elapsed().as_millis(),
-                    ENTRY_READ_BOUND.as_millis()
-                ),
-            ));
-        }
-        Ok(bytes)
+        self.read_from_identified(path, offset)
+            .map(|(bytes, _)| bytes)
     }
 
     fn read_from_identified(

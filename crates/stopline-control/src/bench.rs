@@ -8,7 +8,6 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use stopline_core::latch::LatchSession;
 use stopline_core::view::Authority;
 use stopline_core::{ActiveLatch, ControlView, Level, Name, Scope, Subject, TaskClass};
 use stopline_store::{EngageRequest, Store};
@@ -49,15 +48,8 @@ pub fn engage(home: &Path, iterations: usize) -> std::io::Result<Value> {
     let body = vec![b'x'; 330];
     let (mut bare, mut machine, mut agent, mut full) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let request = |scope: Scope, level: Level, i: usize| EngageRequest {
-        scope,
-        level,
-        by: format!("bench-{i}"),
-        reason: "benchmark".into(),
-        session: LatchSession {
-            bound: None,
-            tier: "console".into(),
-        },
+    let request = |scope: Scope, level: Level, i: usize| {
+        EngageRequest::console(scope, level, &format!("bench-{i}"), "benchmark")
     };
     let fail = |e: stopline_store::StoreError| std::io::Error::other(e.to_string());
     for i in 0..iterations.max(1) {
@@ -121,19 +113,14 @@ fn receipts_beside_a_frozen_reader(
     let clear = Store::open(scratch.join("clear"));
     let held = Store::open(scratch.join("held"));
     let request = |i: usize| -> std::io::Result<EngageRequest> {
-        Ok(EngageRequest {
-            scope: Scope::Agent(
-                Name::parse(&format!("frozen-{i}"))
-                    .map_err(|e| std::io::Error::other(e.message))?,
-            ),
-            level: Level::Emergency,
-            by: format!("bench-{i}"),
-            reason: "benchmark".into(),
-            session: LatchSession {
-                bound: None,
-                tier: "console".into(),
-            },
-        })
+        let agent =
+            Name::parse(&format!("frozen-{i}")).map_err(|e| std::io::Error::other(e.message))?;
+        Ok(EngageRequest::console(
+            Scope::Agent(agent),
+            Level::Emergency,
+            &format!("bench-{i}"),
+            "benchmark",
+        ))
     };
     // Each home starts with a WAL, the one to be held.
     clear.engage(&request(usize::MAX / 2)?).map_err(fail)?;

@@ -6,7 +6,6 @@
 mod cluster;
 
 use cluster::{Cluster, Raw};
-use stopline_core::latch::LatchSession;
 use stopline_core::{ControlView, Level, RefusalCode, Scope};
 use stopline_etcd::{EtcdPlane, EtcdTarget};
 use stopline_store::ops::Census;
@@ -28,16 +27,7 @@ fn host(url: &str) -> Host {
 }
 
 fn request(scope: &str, level: Level, by: &str) -> EngageRequest {
-    EngageRequest {
-        scope: Scope::parse_stored(scope).unwrap(),
-        level,
-        by: by.into(),
-        reason: "test stop".into(),
-        session: LatchSession {
-            bound: None,
-            tier: "console".into(),
-        },
-    }
+    EngageRequest::console(Scope::parse_stored(scope).unwrap(), level, by, "test stop")
 }
 
 fn fault_codes(view: &ControlView) -> Vec<RefusalCode> {

@@ -18,9 +18,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stopline_core::latch::LatchSession;
 use stopline_core::{Decision, Level, Name, Scope, Subject, TaskClass};
-use stopline_store::env::{Env, SystemEnv};
+use stopline_store::env::{Env, GoneProcess, SystemEnv};
 use stopline_store::fs::{Fs, LockGuard, RealFs};
 use stopline_store::ops::OpOwner;
 use stopline_store::{EngageRequest, Store};
@@ -97,25 +96,6 @@ impl Fs for UnsyncedFs {
     }
 }
 
-/// The real clock and ids, with the pid of a gateway that has gone (no such process runs), so
-/// the history's journals read as those of earlier, finished gateways.
-struct GoneWriter(u32);
-
-impl Env for GoneWriter {
-    fn now_ms(&self) -> i64 {
-        SystemEnv.now_ms()
-    }
-    fn random_hex(&self, bytes: usize) -> String {
-        SystemEnv.random_hex(bytes)
-    }
-    fn pid(&self) -> u32 {
-        self.0
-    }
-    fn process_start_time(&self, _pid: u32) -> Option<u64> {
-        None
-    }
-}
-
 fn other(error: impl std::fmt::Display) -> io::Error {
     io::Error::other(error.to_string())
 }
@@ -123,16 +103,7 @@ fn other(error: impl std::fmt::Display) -> io::Error {
 const CONFIG: &str = "listen = \"127.0.0.1:0\"\noperators = [\"operator\"]\n";
 
 fn console_request(scope: Scope, by: &str) -> EngageRequest {
-    EngageRequest {
-        scope,
-        level: Level::HaltAll,
-        by: by.into(),
-        reason: "history benchmark".into(),
-        session: LatchSession {
-            bound: None,
-            tier: "console".into(),
-        },
-    }
+    EngageRequest::console(scope, Level::HaltAll, by, "history benchmark")
 }
 
 /// Make `home` whole with the benchmark's configuration.
@@ -149,7 +120,9 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<()> {
     let per_writer = sizes.operations.div_ceil(writers);
     let mut left = sizes.operations;
     for w in 0..writers {
-        let env = Arc::new(GoneWriter(4_100_000 + w as u32));
+        // A gateway that has gone (no such process runs): its journal reads as that of an
+        // earlier, finished gateway.
+        let env = Arc::new(GoneProcess(4_100_000 + w as u32));
         let store = Store::with_io(home, Arc::new(UnsyncedFs(RealFs)), env);
         let journal = store.ops_journal("gateway").map_err(other)?;
         let owner = OpOwner::agent(&format!("history-{w}"));

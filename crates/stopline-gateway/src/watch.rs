@@ -120,45 +120,20 @@ pub fn spawn_periodic(
 mod tests {
     use super::*;
     use crate::view::ViewHolder;
-    use stopline_core::latch::LatchSession;
     use stopline_core::{Level, Name, Scope};
+    use stopline_store::env::GoneProcess;
     use stopline_store::EngageRequest;
 
     fn halt(store: &Store, agent: &str) -> Scope {
         let scope = Scope::Agent(Name::parse(agent).unwrap());
-        store
-            .engage(&EngageRequest {
-                scope: scope.clone(),
-                level: Level::HaltAll,
-                by: "monitor".into(),
-                reason: "watch test".into(),
-                session: LatchSession {
-                    bound: None,
-                    tier: "console".into(),
-                },
-            })
-            .unwrap();
+        let request =
+            EngageRequest::console(scope.clone(), Level::HaltAll, "monitor", "watch test");
+        store.engage(&request).unwrap();
         scope
     }
 
-    /// The real clock and ids with the pid of another writer, one that is gone (no such
-    /// process runs): its dispatched calls without an outcome are in doubt.
-    struct GoneWriter;
-
-    impl stopline_store::env::Env for GoneWriter {
-        fn now_ms(&self) -> i64 {
-            stopline_store::env::SystemEnv.now_ms()
-        }
-        fn random_hex(&self, bytes: usize) -> String {
-            stopline_store::env::SystemEnv.random_hex(bytes)
-        }
-        fn pid(&self) -> u32 {
-            4_200_003
-        }
-        fn process_start_time(&self, _pid: u32) -> Option<u64> {
-            None
-        }
-    }
+    /// Another writer, one that is gone: its dispatched calls without an outcome are in doubt.
+    const GONE_WRITER: GoneProcess = GoneProcess(4_200_003);
 
     fn decide(view: &ViewHolder, target: &str) -> stopline_core::Decision {
         let subject = stopline_core::Subject::unprovable(
@@ -205,7 +180,7 @@ mod tests {
         let other = Store::with_io(
             &home,
             Arc::new(stopline_store::fs::RealFs),
-            Arc::new(GoneWriter),
+            Arc::new(GONE_WRITER),
         );
         let journal = other.ops_journal("gateway").unwrap();
         let owner = stopline_store::ops::OpOwner::agent("worker");
@@ -257,14 +232,9 @@ mod tests {
             "{quiet} reads in a second in which nothing changed"
         );
         halt(&store, "later");
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while view.reads_started() == before + quiet {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the stop was never read"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        until("the stop was never read", || {
+            view.reads_started() != before + quiet
+        });
         stop.store(true, Ordering::SeqCst);
     }
 }

@@ -44,6 +44,23 @@ pub struct EngageRequest {
     pub session: LatchSession,
 }
 
+impl EngageRequest {
+    /// A stop engaged from a local console session bound to no agent (tier `console`): what a
+    /// person at the machine engages, and how benchmarks and tests engage.
+    pub fn console(scope: Scope, level: Level, by: &str, reason: &str) -> EngageRequest {
+        EngageRequest {
+            scope,
+            level,
+            by: by.into(),
+            reason: reason.into(),
+            session: LatchSession {
+                bound: None,
+                tier: "console".into(),
+            },
+        }
+    }
+}
+
 /// The durable part of an engage receipt.
 #[derive(Debug, Clone)]
 pub struct EngageOutcome {

@@ -39,6 +39,28 @@ impl Env for SystemEnv {
     }
 }
 
+/// The real clock and randomness with the pid of a process that does not run (no start time):
+/// what it writes reads as the records of a writer that has gone, whose dispatched calls without
+/// an outcome are in doubt. The gateway's history benchmark writes earlier gateways' journals
+/// with it; tests write another process's records with it.
+#[derive(Debug, Clone, Copy)]
+pub struct GoneProcess(pub u32);
+
+impl Env for GoneProcess {
+    fn now_ms(&self) -> i64 {
+        SystemEnv.now_ms()
+    }
+    fn random_hex(&self, bytes: usize) -> String {
+        SystemEnv.random_hex(bytes)
+    }
+    fn pid(&self) -> u32 {
+        self.0
+    }
+    fn process_start_time(&self, _pid: u32) -> Option<u64> {
+        None
+    }
+}
+
 /// RFC 3339 with milliseconds, UTC (`2026-10-31T20:10:00.000Z`).
 pub fn rfc3339(unix_ms: i64) -> String {
     DateTime::<Utc>::from_timestamp_millis(unix_ms)

@@ -284,14 +284,13 @@ impl Store {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::env::{Env, SystemEnv};
+    use crate::env::{GoneProcess, SystemEnv};
     use crate::fs::{Fs, LockGuard, RealFs};
     use crate::ops::OpOwner;
     use crate::EngageRequest;
     use std::path::{Path, PathBuf};
     use std::sync::Arc;
     use std::time::Duration;
-    use stopline_core::latch::LatchSession;
     use stopline_core::ops::Blocks;
     use stopline_core::{Level, Name, RefusalCode, Scope};
 
@@ -379,24 +378,6 @@ pub(crate) mod tests {
         }
     }
 
-    /// The real clock and ids with the pid of a writer that is gone (no such process runs).
-    struct Gone;
-
-    impl Env for Gone {
-        fn now_ms(&self) -> i64 {
-            SystemEnv.now_ms()
-        }
-        fn random_hex(&self, bytes: usize) -> String {
-            SystemEnv.random_hex(bytes)
-        }
-        fn pid(&self) -> u32 {
-            4_200_001
-        }
-        fn process_start_time(&self, _pid: u32) -> Option<u64> {
-            None
-        }
-    }
-
     /// A home, a reader of it counting its reads, and the journal of a writer that is gone
     /// with `resolved` resolved tool calls.
     fn home(
@@ -413,7 +394,7 @@ pub(crate) mod tests {
         let reader = Store::with_io(&home, counting.clone(), Arc::new(SystemEnv))
             .with_wal_checkpoint_every(8);
         reader.ensure_home().unwrap();
-        let writer = Store::with_io(&home, Arc::new(RealFs), Arc::new(Gone));
+        let writer = Store::with_io(&home, Arc::new(RealFs), Arc::new(GoneProcess(4_200_001)));
         let journal = writer.ops_journal("gateway").unwrap();
         let owner = OpOwner::agent("worker");
         for _ in 0..resolved {
@@ -558,19 +539,15 @@ pub(crate) mod tests {
         }
     }
 
+    /// A console stop of `scope` at `level`, as these tests engage it.
+    fn request(scope: Scope, level: Level) -> EngageRequest {
+        EngageRequest::console(scope, level, "monitor", "follow test")
+    }
+
     fn halt(store: &Store, agent: &str) -> Scope {
         let scope = Scope::Agent(Name::parse(agent).unwrap());
         store
-            .engage(&EngageRequest {
-                scope: scope.clone(),
-                level: Level::HaltAll,
-                by: "monitor".into(),
-                reason: "follow test".into(),
-                session: LatchSession {
-                    bound: None,
-                    tier: "console".into(),
-                },
-            })
+            .engage(&request(scope.clone(), Level::HaltAll))
             .unwrap();
         scope
     }
@@ -629,18 +606,7 @@ pub(crate) mod tests {
         // The WAL's lock held elsewhere for the whole of an engage: its record is deferred.
         let held = store.lock_log_exclusive(&store.layout().wal()).unwrap();
         let scope = Scope::Agent(Name::parse("deferred").unwrap());
-        let outcome = store
-            .engage(&EngageRequest {
-                scope,
-                level: Level::Emergency,
-                by: "monitor".into(),
-                reason: "follow test".into(),
-                session: LatchSession {
-                    bound: None,
-                    tier: "console".into(),
-                },
-            })
-            .unwrap();
+        let outcome = store.engage(&request(scope, Level::Emergency)).unwrap();
         assert!(outcome.wal_deferred, "{:?}", outcome.warnings);
         drop(held);
         assert_eq!(store.finish_deferred_following(&follower).unwrap(), 1);

@@ -461,32 +461,18 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::Env;
+    use crate::env::GoneProcess;
     use crate::ops::OpOwner;
     use std::sync::Arc;
 
-    /// A writer that has gone (pid 4242, a start time no process has).
-    struct Gone;
-    impl Env for Gone {
-        fn now_ms(&self) -> i64 {
-            crate::env::SystemEnv.now_ms()
-        }
-        fn random_hex(&self, bytes: usize) -> String {
-            crate::env::SystemEnv.random_hex(bytes)
-        }
-        fn pid(&self) -> u32 {
-            4242
-        }
-        fn process_start_time(&self, _pid: u32) -> Option<u64> {
-            None
-        }
-    }
+    /// A writer that has gone.
+    const GONE: GoneProcess = GoneProcess(4242);
 
     /// A home with a gone gateway's journal: `resolved` resolved calls, one in doubt.
     fn home(resolved: usize) -> (tempfile::TempDir, Store, String) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("home");
-        let gone = Store::with_io(&path, Arc::new(crate::fs::RealFs), Arc::new(Gone));
+        let gone = Store::with_io(&path, Arc::new(crate::fs::RealFs), Arc::new(GONE));
         gone.ensure_home().unwrap();
         let journal = gone.ops_journal("gateway").unwrap();
         let owner = OpOwner::agent("worker");
@@ -500,7 +486,7 @@ mod tests {
         drop(journal);
         (
             dir,
-            Store::with_io(&path, Arc::new(crate::fs::RealFs), Arc::new(Gone)),
+            Store::with_io(&path, Arc::new(crate::fs::RealFs), Arc::new(GONE)),
             doubt,
         )
     }

@@ -122,20 +122,10 @@ impl Store {
 mod tests {
     use super::*;
     use crate::EngageRequest;
-    use stopline_core::latch::LatchSession;
     use stopline_core::{Level, Name, RefusalCode, Scope};
 
     fn request(scope: Scope, level: Level, by: &str) -> EngageRequest {
-        EngageRequest {
-            scope,
-            level,
-            by: by.into(),
-            reason: "checkpoint test".into(),
-            session: LatchSession {
-                bound: None,
-                tier: "console".into(),
-            },
-        }
+        EngageRequest::console(scope, level, by, "checkpoint test")
     }
 
     /// A home with an emergency and a halt engaged first, then `cycles` halt

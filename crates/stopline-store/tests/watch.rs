@@ -4,24 +4,13 @@
 //! its own does not, and a home that goes away ends the watch.
 
 use std::time::{Duration, Instant};
-use stopline_core::latch::LatchSession;
 use stopline_core::{Level, Name, Scope};
 use stopline_store::{ControlChanges, EngageRequest, Store, WatchError, WatchNote};
 
 fn halt(store: &Store, agent: &str) -> Scope {
     let scope = Scope::Agent(Name::parse(agent).unwrap());
-    store
-        .engage(&EngageRequest {
-            scope: scope.clone(),
-            level: Level::HaltAll,
-            by: "monitor".into(),
-            reason: "watch test".into(),
-            session: LatchSession {
-                bound: None,
-                tier: "console".into(),
-            },
-        })
-        .unwrap();
+    let request = EngageRequest::console(scope.clone(), Level::HaltAll, "monitor", "watch test");
+    store.engage(&request).unwrap();
     scope
 }
 
@@ -118,24 +107,6 @@ fn a_lost_latches_dir_is_noted_and_watched_again_and_a_gone_home_ends_the_watch(
     );
 }
 
-/// The real clock and ids with the pid of another process.
-struct Another;
-
-impl stopline_store::env::Env for Another {
-    fn now_ms(&self) -> i64 {
-        stopline_store::env::SystemEnv.now_ms()
-    }
-    fn random_hex(&self, bytes: usize) -> String {
-        stopline_store::env::SystemEnv.random_hex(bytes)
-    }
-    fn pid(&self) -> u32 {
-        4_200_002
-    }
-    fn process_start_time(&self, _pid: u32) -> Option<u64> {
-        None
-    }
-}
-
 #[test]
 fn another_processs_journal_wakes_the_watch_and_its_own_does_not() {
     let dir = tempfile::tempdir().unwrap();
@@ -156,7 +127,8 @@ fn another_processs_journal_wakes_the_watch_and_its_own_does_not() {
     let other = Store::with_io(
         &home,
         std::sync::Arc::new(stopline_store::fs::RealFs),
-        std::sync::Arc::new(Another),
+        // Another process's: the real clock and ids with a pid of its own.
+        std::sync::Arc::new(stopline_store::env::GoneProcess(4_200_002)),
     )
     .ops_journal("gateway")
     .unwrap();

@@ -16,22 +16,32 @@ use std::time::Duration;
 use util::Home;
 
 /// A gateway whose `[mcp.frames]` is a frame-counting upstream (`extra`: more lines of that
-/// section), over a throwaway home. Fields drop in order: the gateway before its upstream and
-/// home (tests destructure a reference, so that order holds).
+/// section), over a throwaway home, and a token minted there (`token issue` with `token_args`).
+/// Fields drop in order: the gateway before its upstream and home (tests borrow its parts, so
+/// that order holds).
 struct Frames {
     gateway: Gateway,
     upstream: FrameUpstream,
     home: Home,
+    token: String,
 }
 
-fn frames(extra: &str) -> Frames {
+fn frames(extra: &str, token_args: &[&str]) -> Frames {
     let home = Home::new();
     let upstream = FrameUpstream::start(&home);
     let gateway = Gateway::start(&home, &upstream.config(extra));
+    let token = home.token(token_args);
     Frames {
         gateway,
         upstream,
         home,
+        token,
+    }
+}
+
+impl Frames {
+    fn parts(&self) -> (&Gateway, &FrameUpstream, &Home, &str) {
+        (&self.gateway, &self.upstream, &self.home, &self.token)
     }
 }
 
@@ -114,16 +124,11 @@ fn post_and_hang_up(gateway: &Gateway, token: &str, body: &Value, after: Duratio
 
 #[test]
 fn a_client_that_hangs_up_mid_call_leaves_an_outcome_and_blocks_nobody() {
-    let frames = frames("");
-    let Frames {
-        gateway,
-        upstream,
-        home,
-    } = &frames;
-    let token = home.token(&["--agent", "impatient"]);
+    let frames = frames("", &["--agent", "impatient"]);
+    let (gateway, upstream, home, token) = frames.parts();
     post_and_hang_up(
         gateway,
-        &token,
+        token,
         &call(1, "slow", 2.0),
         Duration::from_millis(500),
     );
@@ -142,21 +147,16 @@ fn a_client_that_hangs_up_mid_call_leaves_an_outcome_and_blocks_nobody() {
         upstream.done(),
         home.run(&["ops", "list"]).stdout
     );
-    let again = post(gateway, &token, &call(2, "slow", 0.0));
+    let again = post(gateway, token, &call(2, "slow", 0.0));
     assert_answered(&again, "nobody is blocked");
 }
 
 #[test]
 fn a_batch_with_a_duplicate_id_is_refused_whole_and_nothing_runs() {
-    let frames = frames("");
-    let Frames {
-        gateway,
-        upstream,
-        home,
-    } = &frames;
-    let token = home.token(&["--agent", "batcher"]);
+    let frames = frames("", &["--agent", "batcher"]);
+    let (gateway, upstream, home, token) = frames.parts();
     let batch = json!([call(7, "count", 0.0), call(7, "count", 0.0)]);
-    let reply = post(gateway, &token, &batch);
+    let reply = post(gateway, token, &batch);
     assert_eq!(reply.status, 400, "{}", reply.body);
     assert_eq!(reply.json()["error"]["code"], -32600, "{}", reply.body);
     assert!(
@@ -169,20 +169,18 @@ fn a_batch_with_a_duplicate_id_is_refused_whole_and_nothing_runs() {
 
 #[test]
 fn a_tools_call_sent_as_a_notification_never_reaches_the_upstream() {
-    let frames = frames("allowed_tools = [\"count\"]");
-    let Frames {
-        gateway,
-        upstream,
-        home,
-    } = &frames;
-    let token = home.token(&["--agent", "sneaky", "--budget", "tool_calls=1"]);
+    let frames = frames(
+        "allowed_tools = [\"count\"]",
+        &["--agent", "sneaky", "--budget", "tool_calls=1"],
+    );
+    let (gateway, upstream, home, token) = frames.parts();
     for tool in ["count", "count", "count", "count", "slow"] {
         let note = json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": tool}});
-        let reply = post(gateway, &token, &note);
+        let reply = post(gateway, token, &note);
         assert_eq!(reply.status, 400, "{tool}: {}", reply.body);
         let batch = json!([note, {"jsonrpc": "2.0", "method": "notifications/initialized"}]);
         assert_eq!(
-            post(gateway, &token, &batch).status,
+            post(gateway, token, &batch).status,
             400,
             "{tool} in a batch"
         );
@@ -194,28 +192,23 @@ fn a_tools_call_sent_as_a_notification_never_reaches_the_upstream() {
     );
     // A real notification passes, and the budget is untouched by the refused ones.
     let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    assert_eq!(post(gateway, &token, &note).status, 202);
+    assert_eq!(post(gateway, token, &note).status, 202);
     assert_eq!(upstream.received("notifications/initialized").len(), 1);
-    let counted = post(gateway, &token, &call(1, "count", 0.0));
+    let counted = post(gateway, token, &call(1, "count", 0.0));
     assert_eq!(code_of(&counted), "", "{}", counted.body);
     assert!(ops(home, "mcp:frames:count").len() == 1);
 }
 
 #[test]
 fn batch_members_reach_the_upstream_one_by_one_and_come_back_as_a_batch() {
-    let frames = frames("");
-    let Frames {
-        gateway,
-        upstream,
-        home,
-    } = &frames;
-    let token = home.token(&["--agent", "batcher"]);
+    let frames = frames("", &["--agent", "batcher"]);
+    let (gateway, upstream, home, token) = frames.parts();
     let batch = json!([
         call(1, "count", 0.0),
         {"jsonrpc": "2.0", "id": 2, "method": "ping"},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
     ]);
-    let reply = post(gateway, &token, &batch);
+    let reply = post(gateway, token, &batch);
     assert_eq!(reply.status, 200, "{}", reply.body);
     let mut ids: Vec<Value> = reply
         .json()
@@ -236,25 +229,20 @@ fn batch_members_reach_the_upstream_one_by_one_and_come_back_as_a_batch() {
 
 #[test]
 fn ping_and_notifications_are_critical_and_pass_a_halt_all() {
-    let frames = frames("");
-    let Frames {
-        gateway,
-        upstream,
-        home,
-    } = &frames;
-    let token = home.token(&["--agent", "halted"]);
+    let frames = frames("", &["--agent", "halted"]);
+    let (gateway, upstream, home, token) = frames.parts();
     home.engage("agent:halted", "halt-all");
-    let call = post(gateway, &token, &call(1, "count", 0.0));
+    let call = post(gateway, token, &call(1, "count", 0.0));
     assert_eq!(code_of(&call), "break_glass_contained", "{}", call.body);
     let ping = post(
         gateway,
-        &token,
+        token,
         &json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}),
     );
     assert_answered(&ping, "ping is critical");
     let note =
         json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}});
-    assert_eq!(post(gateway, &token, &note).status, 202);
+    assert_eq!(post(gateway, token, &note).status, 202);
     assert_eq!(upstream.received("ping").len(), 1);
     assert!(upstream.received("tools/call").is_empty());
 }

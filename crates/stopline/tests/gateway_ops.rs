@@ -202,7 +202,7 @@ fn a_tools_call_sent_as_a_notification_never_reaches_the_upstream() {
 #[test]
 fn batch_members_reach_the_upstream_one_by_one_and_come_back_as_a_batch() {
     let frames = frames("", &["--agent", "batcher"]);
-    let (gateway, upstream, home, token) = frames.parts();
+    let (gateway, upstream, _, token) = frames.parts();
     let batch = json!([
         call(1, "count", 0.0),
         {"jsonrpc": "2.0", "id": 2, "method": "ping"},

@@ -1,11 +1,15 @@
 //! `stopline bench history`: what a long history costs, measured beside a fresh home in one run.
 //!
-//! Two throwaway homes side by side: a fresh one, and an aged one built with the store's own
-//! calls (operations prepared, dispatched and resolved in the journals of gateways that have
-//! since gone, engage/disengage cycles, evidence records). The build skips fsync (a wrapper
-//! [`Fs`] that turns every sync into a plain write) so a long history can be made in seconds;
-//! the bytes on disk are exactly what the synced calls write. Every measure then alternates
-//! fresh, aged, fresh, aged … on the real binary (`check`, `status`, `engage`, `disengage`) or
+//! Three throwaway homes side by side: a fresh one (nothing in it), a live one (only the live
+//! state the aged home has too: three gone gateways' unresolved model requests, which stay in
+//! doubt until reconciled), and an aged one built with the store's own calls (that live state,
+//! plus operations prepared, dispatched and resolved in the journals of gateways that have since
+//! gone, engage/disengage cycles, evidence records). `ratio` is aged ÷ fresh, as the issue asks;
+//! `ratio_vs_live` is aged ÷ live: the cost of the history alone, with the live state equal on
+//! both sides (cost may follow what is live, never what happened). The build skips fsync (a
+//! wrapper [`Fs`] that turns every sync into a plain write) so a long history can be made in
+//! seconds; the bytes on disk are exactly what the synced calls write. Every measure then
+//! alternates fresh, live, aged, fresh, … on the real binary (`check`, `status`, `engage`, `disengage`) or
 //! the gateway's own view code (a full reload, engage → refusal through the inotify watch). Before
 //! those, an idle `stopline serve` on each home is sampled from `/proc` for CPU and RSS (first,
 //! as a deployment's gateway starts in front of its home). Figures, never assertions.
@@ -112,37 +116,61 @@ fn prepare(home: &Path) -> io::Result<()> {
     std::fs::write(home.join("config.toml"), CONFIG)
 }
 
-/// Build the aged history in `home` through the store's own calls (without fsync).
-fn age(home: &Path, sizes: HistorySizes) -> io::Result<()> {
-    // Ten earlier gateways share the operations; three of them left one model request
-    // unresolved each (which blocks nobody), as a long-lived home would have.
+/// Gone gateways that left one model request unresolved each (which blocks nobody): the live
+/// state the aged home and the live home share.
+const UNRESOLVED_WRITERS: usize = 3;
+
+/// Build in `home`, through the store's own calls (without fsync), `operations` recorded
+/// operations shared by ten earlier gateways, and the live state: the first
+/// [`UNRESOLVED_WRITERS`] of them left their last model request unresolved, as a long-lived home
+/// would have (the live request counts among `operations`). With `operations` 0 only the live
+/// state is written (one unresolved model request per such gateway, no history).
+fn record_operations(home: &Path, operations: usize) -> io::Result<()> {
     let writers = 10usize;
-    let per_writer = sizes.operations.div_ceil(writers);
-    let mut left = sizes.operations;
+    let per_writer = operations.div_ceil(writers);
+    let mut left = operations;
     for w in 0..writers {
+        let history = per_writer.min(left);
+        left = left.saturating_sub(per_writer);
+        let unresolved = w < UNRESOLVED_WRITERS;
+        if history == 0 && !unresolved {
+            continue;
+        }
         // A gateway that has gone (no such process runs): its journal reads as that of an
         // earlier, finished gateway.
         let env = Arc::new(GoneProcess(4_100_000 + w as u32));
         let store = Store::with_io(home, Arc::new(UnsyncedFs(RealFs)), env);
         let journal = store.ops_journal("gateway").map_err(other)?;
         let owner = OpOwner::agent(&format!("history-{w}"));
-        for i in 0..per_writer.min(left) {
-            let target = if i % 2 == 0 {
-                "mcp:bench:echo".to_string()
+        let count = history.max(usize::from(unresolved));
+        for i in 0..count {
+            // The live one is the writer's last operation, a model request.
+            let live = unresolved && i + 1 == count;
+            let target = if i % 2 == 0 && !live {
+                "mcp:bench:echo"
             } else {
-                "model:bench-model".to_string()
+                "model:bench-model"
             };
             let op = journal
-                .prepare_for(&target, &owner, Some(&format!("{i}")))
+                .prepare_for(target, &owner, Some(&format!("{i}")))
                 .map_err(other)?;
             journal.dispatched(&op).map_err(other)?;
-            let unresolved = w < 3 && i + 1 == per_writer.min(left);
-            if !unresolved || target.starts_with("mcp:") {
+            if !live {
                 journal.outcome(&op, "committed").map_err(other)?;
             }
         }
-        left = left.saturating_sub(per_writer);
     }
+    Ok(())
+}
+
+/// The live home: the aged home's live state and none of its history.
+fn make_live(home: &Path) -> io::Result<()> {
+    record_operations(home, 0)
+}
+
+/// Build the aged home: the live state and `sizes` of history.
+fn age(home: &Path, sizes: HistorySizes) -> io::Result<()> {
+    record_operations(home, sizes.operations)?;
     let store = Store::with_io(home, Arc::new(UnsyncedFs(RealFs)), Arc::new(SystemEnv));
     for i in 0..sizes.cycles {
         let name = Name::parse(&format!("cycle-{}", i % 64)).map_err(|e| other(e.message))?;
@@ -194,25 +222,39 @@ fn run_binary(exe: &Path, home: &Path, args: &[&str]) -> io::Result<Duration> {
     Ok(elapsed)
 }
 
-/// One measure, alternating fresh and aged `samples` times each.
-fn side_by_side(
-    name: &str,
-    homes: [&Path; 2],
-    samples: usize,
-    mut measure: impl FnMut(&Path, usize) -> io::Result<Duration>,
-) -> io::Result<Value> {
-    let (mut fresh, mut aged) = (Vec::new(), Vec::new());
-    for i in 0..samples.max(1) {
-        fresh.push(measure(homes[0], i)?);
-        aged.push(measure(homes[1], i)?);
-    }
-    let (fresh, aged) = (p50_ms(&mut fresh), p50_ms(&mut aged));
-    Ok(json!({
+/// The homes in the order every measure alternates them.
+const FRESH: usize = 0;
+const LIVE: usize = 1;
+const AGED: usize = 2;
+
+/// One measure's line from its samples per home (indexed [`FRESH`], [`LIVE`], [`AGED`]).
+fn measured(name: &str, mut samples: [Vec<Duration>; 3]) -> Value {
+    let [fresh, live, aged] = samples.each_mut().map(|s| p50_ms(s));
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    json!({
         "measure": name,
         "fresh_p50_ms": fresh,
+        "live_p50_ms": live,
         "aged_p50_ms": aged,
-        "ratio": if fresh > 0.0 { aged / fresh } else { 0.0 },
-    }))
+        "ratio": ratio(aged, fresh),
+        "ratio_vs_live": ratio(aged, live),
+    })
+}
+
+/// One measure, alternating fresh, live and aged `samples` times each (`measure` gets the
+/// home's index and the sample's).
+fn side_by_side(
+    name: &str,
+    samples: usize,
+    mut measure: impl FnMut(usize, usize) -> io::Result<Duration>,
+) -> io::Result<Value> {
+    let mut taken: [Vec<Duration>; 3] = Default::default();
+    for i in 0..samples.max(1) {
+        for (slot, samples) in taken.iter_mut().enumerate() {
+            samples.push(measure(slot, i)?);
+        }
+    }
+    Ok(measured(name, taken))
 }
 
 /// From an engage through the store to the moment a watching gateway view refuses the stopped
@@ -341,23 +383,28 @@ fn history_in(
     window: Duration,
 ) -> io::Result<Value> {
     let fresh = base.join("fresh");
+    let live = base.join("live");
     let aged = base.join("aged");
-    prepare(&fresh)?;
-    prepare(&aged)?;
+    for home in [&fresh, &live, &aged] {
+        prepare(home)?;
+    }
+    make_live(&live)?;
     let building = Instant::now();
     age(&aged, sizes)?;
     let build_s = building.elapsed().as_secs_f64();
     let disk_bytes = du(&aged);
+    let homes = [fresh.as_path(), live.as_path(), aged.as_path()];
     // The idle gateways first, as a deployment's gateway starts in front of its home: its
     // upkeep snapshots the journals the earlier, gone gateways left.
-    let idle_fresh = idle_gateway(exe, &fresh, window)?;
-    let idle_aged = idle_gateway(exe, &aged, window)?;
-    let homes = [fresh.as_path(), aged.as_path()];
+    let idle = homes
+        .iter()
+        .map(|home| idle_gateway(exe, home, window))
+        .collect::<io::Result<Vec<Value>>>()?;
     let mut runs = Vec::new();
-    runs.push(side_by_side("check", homes, samples, |home, _| {
+    runs.push(side_by_side("check", samples, |slot, _| {
         run_binary(
             exe,
-            home,
+            homes[slot],
             &[
                 "check",
                 "--class",
@@ -369,10 +416,11 @@ fn history_in(
             ],
         )
     })?);
-    runs.push(side_by_side("status", homes, samples, |home, _| {
-        run_binary(exe, home, &["status"])
+    runs.push(side_by_side("status", samples, |slot, _| {
+        run_binary(exe, homes[slot], &["status"])
     })?);
-    let (mut engaged, mut disengaged) = (Vec::new(), Vec::new());
+    let (mut engaged, mut disengaged): ([Vec<Duration>; 3], [Vec<Duration>; 3]) =
+        Default::default();
     for i in 0..samples.max(1) {
         for (slot, home) in homes.iter().enumerate() {
             let scope = format!("agent:probe-cycle-{i}");
@@ -397,53 +445,30 @@ fn history_in(
                     "operator",
                 ],
             )?;
-            engaged.push((slot, e));
-            disengaged.push((slot, d));
+            engaged[slot].push(e);
+            disengaged[slot].push(d);
         }
     }
-    for (name, samples) in [("engage", engaged), ("disengage", disengaged)] {
-        let mut split = [Vec::new(), Vec::new()];
-        for (slot, d) in samples {
-            split[slot].push(d);
-        }
-        let (f, a) = (p50_ms(&mut split[0]), p50_ms(&mut split[1]));
-        runs.push(json!({
-            "measure": name,
-            "fresh_p50_ms": f,
-            "aged_p50_ms": a,
-            "ratio": if f > 0.0 { a / f } else { 0.0 },
-        }));
-    }
+    runs.push(measured("engage", engaged));
+    runs.push(measured("disengage", disengaged));
     let holders: Vec<Arc<ViewHolder>> = homes
         .iter()
         .map(|home| Arc::new(ViewHolder::new(Store::open(*home), Duration::from_secs(1))))
         .collect();
-    runs.push(side_by_side(
-        "gateway_reload",
-        homes,
-        samples,
-        |home, _| {
-            let view = &holders[usize::from(home == aged.as_path())];
-            let started = Instant::now();
-            view.refresh_full();
-            Ok(started.elapsed())
-        },
-    )?);
+    runs.push(side_by_side("gateway_reload", samples, |slot, _| {
+        let started = Instant::now();
+        holders[slot].refresh_full();
+        Ok(started.elapsed())
+    })?);
     let stop = Arc::new(AtomicBool::new(false));
     for view in &holders {
         crate::watch::spawn_watcher(view.store().clone(), view.clone(), stop.clone());
     }
     std::thread::sleep(Duration::from_millis(200));
     let stores: Vec<Store> = homes.iter().map(|h| Store::open(*h)).collect();
-    runs.push(side_by_side(
-        "engage_to_refusal",
-        homes,
-        samples,
-        |home, i| {
-            let slot = usize::from(home == aged.as_path());
-            engage_to_refusal(&holders[slot], &stores[slot], i)
-        },
-    )?);
+    runs.push(side_by_side("engage_to_refusal", samples, |slot, i| {
+        engage_to_refusal(&holders[slot], &stores[slot], i)
+    })?);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(json!({
         "aged": {
@@ -453,14 +478,19 @@ fn history_in(
             "disk_mb": disk_bytes as f64 / 1048576.0,
             "build_s": build_s,
         },
+        "live": {
+            "unresolved_operations": UNRESOLVED_WRITERS,
+        },
         "samples": samples.max(1),
         "runs": runs,
         "idle_gateway": {
-            "cpu_pct": idle_aged["cpu_pct"],
-            "rss_mb": idle_aged["rss_mb"],
+            "cpu_pct": idle[AGED]["cpu_pct"],
+            "rss_mb": idle[AGED]["rss_mb"],
             "window_s": window.as_secs_f64(),
-            "fresh_cpu_pct": idle_fresh["cpu_pct"],
-            "fresh_rss_mb": idle_fresh["rss_mb"],
+            "fresh_cpu_pct": idle[FRESH]["cpu_pct"],
+            "fresh_rss_mb": idle[FRESH]["rss_mb"],
+            "live_cpu_pct": idle[LIVE]["cpu_pct"],
+            "live_rss_mb": idle[LIVE]["rss_mb"],
         },
     }))
 }
@@ -478,4 +508,56 @@ fn du(dir: &Path) -> u64 {
             _ => 0,
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The live home and the aged home carry the same live state (so `ratio_vs_live` is the
+    /// history's cost alone): the same unresolved model requests of the same gone gateways, and
+    /// the aged home's history is all resolved.
+    #[test]
+    fn the_live_home_has_the_aged_homes_live_state_and_no_history() {
+        let base = std::env::temp_dir().join(format!(
+            "stopline-history-live-{}-{}",
+            std::process::id(),
+            SystemEnv.random_hex(4)
+        ));
+        let (live, aged) = (base.join("live"), base.join("aged"));
+        for home in [&live, &aged] {
+            prepare(home).expect("prepare");
+        }
+        make_live(&live).expect("live");
+        let sizes = HistorySizes {
+            operations: 101,
+            cycles: 2,
+            evidence: 2,
+        };
+        age(&aged, sizes).expect("aged");
+        let unresolved = |home: &Path| {
+            let census = Store::open(home).census();
+            assert!(census.errors.is_empty(), "{:?}", census.errors);
+            let mut found: Vec<(String, String)> = census
+                .entries()
+                .map(|e| {
+                    (
+                        e.operation.target.clone(),
+                        e.operation.agent.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            found.sort();
+            found
+        };
+        let (in_live, in_aged) = (unresolved(&live), unresolved(&aged));
+        assert_eq!(in_live.len(), UNRESOLVED_WRITERS, "{in_live:?}");
+        assert!(in_live.iter().all(|(t, _)| t == "model:bench-model"));
+        assert_eq!(in_live, in_aged);
+        let (all_live, _) = Store::open(&live).operations();
+        let (all_aged, _) = Store::open(&aged).operations();
+        assert_eq!(all_live.len(), UNRESOLVED_WRITERS);
+        assert_eq!(all_aged.len(), sizes.operations);
+        let _ = std::fs::remove_dir_all(&base);
+    }
 }

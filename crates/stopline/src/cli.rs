@@ -300,7 +300,8 @@ pub enum BenchArg {
     /// (the warm spare) against one started for the session, side by side.
     Sessions,
     /// `check`, `status`, engage, disengage, gateway reload, engage → refusal and an idle
-    /// gateway on an aged home (long history) beside a fresh one, in one run.
+    /// gateway on an aged home (long history) beside a fresh one and one with only the aged
+    /// home's live state, in one run.
     History,
 }
 

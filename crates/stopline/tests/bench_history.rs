@@ -42,16 +42,27 @@ fn the_history_benchmark_reports_every_measure_fresh_beside_aged() {
         "{receipt}"
     );
     for run in runs {
-        for field in ["fresh_p50_ms", "aged_p50_ms", "ratio"] {
+        for field in [
+            "fresh_p50_ms",
+            "live_p50_ms",
+            "aged_p50_ms",
+            "ratio",
+            "ratio_vs_live",
+        ] {
             assert!(
                 run[field].as_f64().is_some_and(|v| v > 0.0),
                 "{field} of {run}"
             );
         }
     }
+    assert_eq!(receipt["live"]["unresolved_operations"], 3, "{receipt}");
     let idle = &receipt["idle_gateway"];
     assert!(idle["cpu_pct"].as_f64().is_some_and(|v| v >= 0.0), "{idle}");
     assert!(idle["rss_mb"].as_f64().is_some_and(|v| v > 1.0), "{idle}");
+    assert!(
+        idle["live_rss_mb"].as_f64().is_some_and(|v| v > 1.0),
+        "{idle}"
+    );
     // The throwaway homes are gone; the home named on the command line was never touched.
     assert!(home.entries("ops").is_empty(), "{:?}", home.entries("ops"));
 }

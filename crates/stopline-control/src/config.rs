@@ -189,7 +189,9 @@ pub struct RunConfig {
 pub struct RetentionConfig {
     /// The journal of an operation writer that is gone (a gateway or CLI that ended):
     /// `"archive"` (default) moves it to `ops/archive/` and keeps it whole; `"prune"` deletes it
-    /// once its open operations are kept in `ops/archive/open.json`.
+    /// once its open operations are kept in `ops/archive/open.json`. The same for its spending
+    /// journal: folded into `spend/settled.json`, then moved to `spend/archive/` (`"archive"`)
+    /// or deleted (`"prune"`).
     pub gone_journals: stopline_store::ops_archive::GoneJournals,
     /// Records an evidence log segment holds before the next record starts a new one
     /// (default 8192; 0 is refused). Every segment is kept; an append reads none of them but

@@ -39,17 +39,26 @@ pub fn list(ctx: &Context, unresolved: bool, older_than_s: Option<u64>) -> OpsLi
 }
 
 /// `ops compact`: rewrite the open-set snapshot of every journal that grew, then move the
-/// journals of writers that are gone into the archive (`[retention] gone_journals`).
+/// journals of writers that are gone into the archive (`[retention] gone_journals`), and fold
+/// their spending journals into `spend/settled.json`.
 pub fn compact(ctx: &Context) -> OpsCompactReceipt {
     let (snapshots_written, mut errors) = ctx.store.snapshot_ops_journals(1);
     let archive = ctx
         .store
         .archive_gone_journals(ctx.config.retention.gone_journals);
     errors.extend(archive.errors);
+    // The spending journals of gone writers likewise: folded into `spend/settled.json`, moved
+    // to `spend/archive/` (and deleted there under `prune`).
+    let spend = ctx
+        .store
+        .compact_spend_journals(ctx.config.retention.gone_journals);
+    errors.extend(spend.errors);
     OpsCompactReceipt {
         snapshots_written,
         journals_archived: archive.archived,
         journals_pruned: archive.pruned,
+        spend_journals_compacted: spend.compacted,
+        spend_journals_pruned: spend.pruned,
         errors,
     }
 }

@@ -406,8 +406,8 @@ impl Admission {
                         RefusalCode::BudgetExhausted,
                         format!("{kind} budget {limit} exhausted ({observed} needed)"),
                     ),
-                    Shortfall::Unrecorded(why) => Refusal::new(
-                        RefusalCode::ControlIo,
+                    Shortfall::Unrecorded(code, why) => Refusal::new(
+                        *code,
                         format!("the budget reservation could not be recorded durably: {why}"),
                     ),
                 };

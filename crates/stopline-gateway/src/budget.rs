@@ -98,8 +98,10 @@ pub enum Shortfall {
         /// The account (`jti`) whose limit it is.
         account: String,
     },
-    /// The reservation could not be recorded durably, so it was not granted.
-    Unrecorded(String),
+    /// The reservation could not be recorded durably, or the spending it must be decided
+    /// with cannot be trusted (a corrupt journal or `spend/settled.json`:
+    /// `control_state_corrupt`), so it was not granted.
+    Unrecorded(stopline_core::RefusalCode, String),
 }
 
 /// The ledger of every account this gateway has seen.
@@ -294,8 +296,14 @@ impl Ledger {
         .await;
         match attempt {
             Ok(Ok(outcome)) => outcome,
-            Ok(Err(error)) => Err(Shortfall::Unrecorded(error.to_string())),
-            Err(error) => Err(Shortfall::Unrecorded(error.to_string())),
+            Ok(Err(error)) => Err(Shortfall::Unrecorded(
+                error.to_refusal().code,
+                error.to_string(),
+            )),
+            Err(error) => Err(Shortfall::Unrecorded(
+                stopline_core::RefusalCode::ControlIo,
+                error.to_string(),
+            )),
         }
     }
 

@@ -100,6 +100,12 @@ pub fn spawn_periodic(
                     for error in archive.errors {
                         tracing::warn!(%error, "cannot archive an operation journal");
                     }
+                    // And their spending journals: folded into `spend/settled.json`, so a
+                    // reservation on a limit reads that snapshot, not their history.
+                    let spend = store.compact_spend_journals(store.gone_journals());
+                    for error in spend.errors {
+                        tracing::warn!(%error, "cannot compact a spending journal");
+                    }
                 }
                 std::thread::sleep(interval);
                 // A reader that can take the WAL lock without waiting finishes the records an

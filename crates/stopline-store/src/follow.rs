@@ -298,6 +298,8 @@ pub(crate) mod tests {
     #[derive(Default)]
     pub(crate) struct Counting {
         read: Mutex<BTreeMap<PathBuf, u64>>,
+        /// Reads (each one open and fstat) per path, counted apart from the bytes.
+        opened: Mutex<BTreeMap<PathBuf, u64>>,
     }
 
     impl Counting {
@@ -308,12 +310,31 @@ pub(crate) mod tests {
                 .unwrap()
                 .entry(path.to_path_buf())
                 .or_default() += bytes as u64;
+            *self
+                .opened
+                .lock()
+                .unwrap()
+                .entry(path.to_path_buf())
+                .or_default() += 1;
+        }
+        /// Every path under `dir` read since the last reset, with how many times, and the
+        /// bytes read of each.
+        pub(crate) fn read_under(&self, dir: &Path) -> BTreeMap<PathBuf, (u64, u64)> {
+            let bytes = self.read.lock().unwrap();
+            self.opened
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(path, _)| path.starts_with(dir))
+                .map(|(path, n)| (path.clone(), (*n, bytes.get(path).copied().unwrap_or(0))))
+                .collect()
         }
         pub(crate) fn take(&self, path: &Path) -> u64 {
             self.read.lock().unwrap().remove(path).unwrap_or(0)
         }
         pub(crate) fn reset(&self) {
             self.read.lock().unwrap().clear();
+            self.opened.lock().unwrap().clear();
         }
     }
 

@@ -66,6 +66,16 @@ impl Layout {
     pub fn spend(&self) -> PathBuf {
         self.home.join("spend")
     }
+    /// `spend/settled.json`: the spending of the gone writers' journals folded out of `spend/`
+    /// (settled totals per account, reservations in doubt, the journals it covers).
+    pub fn spend_settled(&self) -> PathBuf {
+        self.spend().join("settled.json")
+    }
+    /// `spend/archive/`: gone writers' spending journals once `settled.json` covers them
+    /// (never read on the hot path; deleted under `[retention] gone_journals = "prune"`).
+    pub fn spend_archive(&self) -> PathBuf {
+        self.spend().join("archive")
+    }
     /// `runs/`.
     pub fn runs(&self) -> PathBuf {
         self.home.join("runs")

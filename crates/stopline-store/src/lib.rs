@@ -35,6 +35,7 @@ pub mod recovery;
 pub mod repair;
 pub mod runs;
 pub mod spend;
+pub mod spend_compact;
 pub mod state;
 pub mod view;
 pub mod wal_checkpoint;

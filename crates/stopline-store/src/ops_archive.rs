@@ -85,7 +85,7 @@ pub struct ArchiveReport {
 }
 
 /// True when `writer` names a process by pid and start time (`<label>-<pid>-<start>`).
-fn names_a_process(writer: &str) -> bool {
+pub(crate) fn names_a_process(writer: &str) -> bool {
     let mut parts = writer.rsplitn(3, '-');
     matches!(
         (parts.next(), parts.next(), parts.next()),

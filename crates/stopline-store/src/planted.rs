@@ -56,4 +56,9 @@ pub enum PlantedBug {
     /// saying they were pruned, and every whole read fails ("the chain stays whole" fails, the
     /// `evidence-segments` scenario).
     PruneBeforeMark,
+    /// Spend compaction moves a gone writer's spending journal out of `spend/` before the
+    /// `spend/settled.json` that folds it in is written: a crash in between (or a reservation
+    /// deciding then) forgets what that writer spent, so a budget can be overrun ("spending
+    /// is never lost nor counted twice" fails, the `spend-compaction` scenario).
+    SpendJournalMovedBeforeSnapshot,
 }

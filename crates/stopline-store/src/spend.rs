@@ -12,7 +12,10 @@
 //! every other journal only the bytes after the complete lines it already folded (issue 15),
 //! and keeps of them only the open reservations and each account's settled total; a journal
 //! that is another file than the one folded (another inode) is folded again from its start,
-//! one shorter than what was folded is corruption. Losing a `settled`
+//! one shorter than what was folded is corruption. The journals of writers that are gone are
+//! folded into `spend/settled.json` and leave `spend/` ([`crate::spend_compact`]): a look reads
+//! that small snapshot (only when it changed) and the journals still listed, so what it costs
+//! depends on the live writers, not on how many gateways the home has ever run. Losing a `settled`
 //! line in a crash therefore only over-counts. A torn last line is a remnant (a `reserved` that
 //! was never fsynced was never dispatched on) and is left for later; a broken line anywhere else
 //! is corruption and fails closed.
@@ -67,6 +70,8 @@ struct Folded {
     file: Option<crate::fs::FileId>,
     /// Bytes of complete lines already folded.
     offset: usize,
+    /// Where folding started: the length `spend/settled.json` covers of it (`None`: from 0).
+    covered_from: Option<u64>,
     /// Reservations not settled yet: their chain and bound.
     reserved: BTreeMap<String, (Vec<String>, Budgets)>,
     /// What settled reservations used, per account.
@@ -74,11 +79,40 @@ struct Folded {
 }
 
 /// Add `amounts` to `account` in `into`.
-fn add(into: &mut BTreeMap<String, Budgets>, account: &str, amounts: &Budgets) {
+pub(crate) fn add(into: &mut BTreeMap<String, Budgets>, account: &str, amounts: &Budgets) {
     let account = into.entry(account.to_string()).or_default();
     for (&kind, &amount) in amounts {
         *account.entry(kind).or_default() += amount;
     }
+}
+
+/// What a journal's looks keep between them: every other journal as folded so far, and the
+/// compacted spending of `spend/settled.json` with the identity of the file it came from.
+#[derive(Debug)]
+struct Follow {
+    journals: BTreeMap<String, Folded>,
+    settled: Option<(Option<crate::fs::FileId>, Arc<LoadedSettled>)>,
+    /// Uncovered journals of others that make a look compact the gone ones itself.
+    compact_at: usize,
+}
+
+impl Default for Follow {
+    fn default() -> Follow {
+        Follow {
+            journals: BTreeMap::new(),
+            settled: None,
+            compact_at: crate::spend_compact::COMPACT_AFTER,
+        }
+    }
+}
+
+/// `spend/settled.json` as a look uses it.
+#[derive(Debug)]
+struct LoadedSettled {
+    /// Spent per account (settled use and reservations in doubt).
+    totals: BTreeMap<String, Budgets>,
+    /// Journals it covers, with the bytes folded of each.
+    covered: BTreeMap<String, u64>,
 }
 
 /// This process's spending journal (`spend/<label>-<pid>-<start>.jsonl`).
@@ -86,7 +120,7 @@ fn add(into: &mut BTreeMap<String, Budgets>, account: &str, amounts: &Budgets) {
 pub struct SpendJournal {
     store: Store,
     name: String,
-    others: Arc<Mutex<BTreeMap<String, Folded>>>,
+    others: Arc<Mutex<Follow>>,
     /// Whether this journal's directory entry (and `spend/`'s in the home) is durable yet.
     entry_durable: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -103,11 +137,11 @@ impl Store {
     pub fn spend_journal(&self, label: &str) -> Result<SpendJournal, StoreError> {
         self.ensure_dirs(&[&self.layout.spend()])?;
         let pid = self.env.pid();
-        let start = crate::ops::process_start_time(pid).unwrap_or(0);
+        let start = self.env.process_start_time(pid).unwrap_or(0);
         Ok(SpendJournal {
             store: self.clone(),
             name: format!("{label}-{pid}-{start}.jsonl"),
-            others: Arc::new(Mutex::new(BTreeMap::new())),
+            others: Arc::new(Mutex::new(Follow::default())),
             entry_durable: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         })
     }
@@ -116,7 +150,7 @@ impl Store {
 /// The complete lines of `bytes` (what a journal holds after the lines already folded): an
 /// unterminated last line is a remnant, left for a later look; a complete line that does not
 /// parse is corruption. Returns the lines and the length of the complete part.
-fn fold_lines(bytes: &[u8]) -> Result<(Vec<SpendLine>, usize), String> {
+pub(crate) fn fold_lines(bytes: &[u8]) -> Result<(Vec<SpendLine>, usize), String> {
     let complete = bytes
         .iter()
         .rposition(|&b| b == b'\n')
@@ -154,14 +188,62 @@ impl SpendJournal {
         })
     }
 
+    /// `spend/settled.json` as of now: the one already loaded when the file is the same
+    /// (a read of nothing at its end tells), else read and parsed again.
+    fn load_settled(&self, follow: &mut Follow) -> Result<Option<Arc<LoadedSettled>>, StoreError> {
+        let path = self.store.layout.spend_settled();
+        if let Some((Some(was), loaded)) = &follow.settled {
+            if let Ok((bytes, Some(now))) = self.store.fs.read_from_identified(&path, was.len) {
+                if bytes.is_empty() && now.same_file(was) && now == *was {
+                    return Ok(Some(loaded.clone()));
+                }
+            }
+        }
+        follow.settled = None;
+        let Some((settled, id)) = self.store.read_spend_settled()? else {
+            return Ok(None);
+        };
+        let loaded = Arc::new(LoadedSettled {
+            totals: settled.totals(),
+            covered: settled.covered,
+        });
+        follow.settled = Some((id, loaded.clone()));
+        Ok(Some(loaded))
+    }
+
     fn fold_others(&self) -> Result<Elsewhere, StoreError> {
         let dir = self.store.layout.spend();
-        let names = self
-            .store
-            .fs
-            .read_dir(&dir)
-            .context(|| format!("listing {}", dir.display()))?;
-        let mut others = self.others.lock().unwrap_or_else(|p| p.into_inner());
+        let list = || {
+            self.store
+                .fs
+                .read_dir(&dir)
+                .context(|| format!("listing {}", dir.display()))
+        };
+        let mut follow = self.others.lock().unwrap_or_else(|p| p.into_inner());
+        let mut names = list()?;
+        let mut settled = self.load_settled(&mut follow)?;
+        let uncovered = |names: &[String], settled: &Option<Arc<LoadedSettled>>| {
+            names
+                .iter()
+                .filter(|n| n.ends_with(".jsonl") && **n != self.name)
+                .filter(|n| settled.as_ref().is_none_or(|s| !s.covered.contains_key(*n)))
+                .count()
+        };
+        if uncovered(&names, &settled) >= follow.compact_at {
+            // Many journals nobody compacted (no gateway upkeep ran): the gone writers' among
+            // them are folded into the snapshot now, under the lock this look holds anyway.
+            // Only a snapshot that cannot be trusted fails the look; anything else left undone
+            // is left for the upkeep, and this look reads what is there.
+            self.store
+                .compact_spend_locked(Some(&self.name), self.store.gone_journals())?;
+            names = list()?;
+            settled = self.load_settled(&mut follow)?;
+            follow.compact_at = uncovered(&names, &settled) + crate::spend_compact::COMPACT_AFTER;
+        }
+        let journals = &mut follow.journals;
+        // A journal that left spend/ is in the snapshot (compaction moved it) or gone for
+        // every reader alike: nothing of it is counted from memory.
+        journals.retain(|name, _| names.contains(name));
         for name in names
             .iter()
             .filter(|n| n.ends_with(".jsonl") && **n != self.name)
@@ -179,13 +261,24 @@ impl SpendJournal {
                     format!("spend/{name}: {why}"),
                 )
             };
-            let folded = others.entry(name.clone()).or_default();
+            // What the snapshot covers of it (all of it, for a gone writer's journal a crash
+            // left behind) is counted there, never again here.
+            let covered = settled.as_ref().and_then(|s| s.covered.get(name).copied());
+            let from_covered = || Folded {
+                offset: covered.unwrap_or(0) as usize,
+                covered_from: covered,
+                ..Folded::default()
+            };
+            let folded = journals.entry(name.clone()).or_insert_with(from_covered);
+            if folded.covered_from != covered {
+                *folded = from_covered();
+            }
             let (mut bytes, mut file) = read(folded.offset)?;
             if let (Some(was), Some(now)) = (folded.file, file) {
                 if !was.same_file(&now) {
                     // Another file under the same name: fold it from its start.
-                    *folded = Folded::default();
-                    (bytes, file) = read(0)?;
+                    *folded = from_covered();
+                    (bytes, file) = read(folded.offset)?;
                 }
             }
             if let Some(now) = file {
@@ -217,15 +310,20 @@ impl SpendJournal {
                 }
             }
         }
-        let mut elsewhere = Elsewhere::default();
-        for (name, folded) in others.iter() {
+        let mut elsewhere = Elsewhere {
+            used: settled.map(|s| s.totals.clone()).unwrap_or_default(),
+            ..Elsewhere::default()
+        };
+        for (name, folded) in journals.iter() {
             for (jti, used) in &folded.settled {
                 add(&mut elsewhere.used, jti, used);
             }
             if folded.reserved.is_empty() {
                 continue;
             }
-            let alive = crate::ops::writer_alive(name.trim_end_matches(".jsonl"));
+            let alive = crate::ops::writer_alive_with(name.trim_end_matches(".jsonl"), |p| {
+                self.store.env.process_start_time(p)
+            });
             for (chain, bound) in folded.reserved.values() {
                 let into = if alive {
                     &mut elsewhere.in_flight
@@ -512,5 +610,230 @@ mod tests {
             "{}",
             error.message
         );
+    }
+
+    /// A journal at `spend/<name>` holding `lines`, as a gone writer left it.
+    fn journal_named(store: &Store, name: &str, lines: &[SpendLine]) -> PathBuf {
+        let path = store.layout().spend().join(name);
+        let mut bytes = Vec::new();
+        for line in lines {
+            bytes.extend(serde_json::to_vec(line).unwrap());
+            bytes.push(b'\n');
+        }
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// `n` settled reservations of `bound` that used `used`, on `chain`, then one left open.
+    fn settled_then_open(
+        n: usize,
+        chain: &[&str],
+        bound: &Budgets,
+        used: &Budgets,
+    ) -> Vec<SpendLine> {
+        let mut lines: Vec<SpendLine> = (0..n)
+            .flat_map(|i| {
+                let id = format!("r{i}");
+                [
+                    reserved(&id, chain, bound),
+                    SpendLine::Settled {
+                        id,
+                        used: used.clone(),
+                    },
+                ]
+            })
+            .collect();
+        lines.push(reserved("open", &chain[..1], bound));
+        lines
+    }
+
+    fn tool_calls(seen: &Elsewhere, account: &str) -> f64 {
+        seen.used
+            .get(account)
+            .and_then(|b| b.get(&BudgetKind::ToolCalls))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    fn listed(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .filter(|n| n.ends_with(".jsonl"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_reservation_with_many_gone_writers_reads_only_their_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let counting = Arc::new(crate::follow::tests::Counting::default());
+        let store = Store::with_io(
+            dir.path().join("home"),
+            counting.clone(),
+            Arc::new(crate::env::SystemEnv),
+        );
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        let two: Budgets = [(BudgetKind::ToolCalls, 2.0)].into();
+        // 40 gateways that have gone (no process has start time 1), 25 settled calls each and
+        // one reservation each that never settled (in doubt: spent at its bound).
+        for w in 0..40 {
+            let lines = settled_then_open(25, &["child", "parent"], &two, &one);
+            journal_named(
+                &store,
+                &format!("gateway-{}-1.jsonl", 3_000_000 + w),
+                &lines,
+            );
+        }
+        let spend = store.layout().spend();
+        let first = store.spend_journal("gateway").unwrap();
+        let seen = first.lock().unwrap().elsewhere().clone();
+        assert_eq!(tool_calls(&seen, "parent"), 1000.0, "{seen:?}");
+        assert_eq!(tool_calls(&seen, "child"), 1080.0, "{seen:?}");
+        assert!(seen.in_flight.is_empty(), "{seen:?}");
+        // A fresh reader (a new gateway) decides a reservation: it reads the snapshot, and
+        // nothing of any gone writer's journal.
+        counting.reset();
+        let fresh = store.spend_journal("fresh").unwrap();
+        let lock = fresh.lock().unwrap();
+        assert_eq!(
+            lock.elsewhere(),
+            &seen,
+            "the same spending, from the snapshot"
+        );
+        lock.reserved(&["child".to_string()], &one).unwrap();
+        drop(lock);
+        let settled = spend.join("settled.json");
+        let reads = counting.read_under(&spend);
+        assert_eq!(
+            reads.keys().collect::<Vec<_>>(),
+            vec![&settled],
+            "a fresh reservation reads spend/settled.json only: {reads:?}"
+        );
+        // The first reader's next look: the snapshot did not change (a zero-byte read tells),
+        // and the live writer's journal is read from where it was folded.
+        counting.reset();
+        let again = first.lock().unwrap().elsewhere().clone();
+        assert_eq!(tool_calls(&again, "child"), 1080.0, "{again:?}");
+        assert_eq!(again.in_flight["child"][&BudgetKind::ToolCalls], 1.0);
+        let reads = counting.read_under(&spend);
+        assert_eq!(reads.get(&settled).map(|r| r.1), Some(0), "{reads:?}");
+        assert_eq!(
+            reads.len(),
+            2,
+            "the snapshot and the live journal: {reads:?}"
+        );
+    }
+
+    #[test]
+    fn compaction_by_another_process_neither_loses_nor_counts_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("home"));
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        let two: Budgets = [(BudgetKind::ToolCalls, 2.0)].into();
+        for w in 0..3 {
+            let lines = settled_then_open(1, &["t"], &two, &one);
+            journal_named(
+                &store,
+                &format!("gateway-{}-1.jsonl", 3_000_100 + w),
+                &lines,
+            );
+        }
+        let (spend, archive) = (store.layout().spend(), store.layout().spend_archive());
+        let names = listed(&spend);
+        let follower = store.spend_journal("gateway").unwrap();
+        let total = |journal: &SpendJournal| tool_calls(journal.lock().unwrap().elsewhere(), "t");
+        assert_eq!(total(&follower), 9.0, "3 settled at 1, 3 in doubt at 2");
+        let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Archive);
+        assert_eq!((report.compacted, report.pruned), (3, 0), "{report:?}");
+        assert!(listed(&spend).is_empty(), "{:?}", listed(&spend));
+        assert_eq!(listed(&archive), names, "kept on disk, off the hot path");
+        assert_eq!(
+            total(&follower),
+            9.0,
+            "what it folded before is in the snapshot now"
+        );
+        assert_eq!(total(&store.spend_journal("fresh").unwrap()), 9.0);
+        // A crash between the snapshot and the removal leaves a covered journal in spend/.
+        std::fs::copy(archive.join(&names[0]), spend.join(&names[0])).unwrap();
+        assert_eq!(
+            total(&follower),
+            9.0,
+            "a covered journal is not counted again"
+        );
+        assert_eq!(total(&store.spend_journal("fresh").unwrap()), 9.0);
+        let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Archive);
+        assert_eq!(report.compacted, 1, "the next pass finishes it: {report:?}");
+        assert!(listed(&spend).is_empty());
+        // The pass after forgets the names whose journals left spend/.
+        store.compact_spend_journals(crate::ops_archive::GoneJournals::Archive);
+        let (settled, _) = store.read_spend_settled().unwrap().unwrap();
+        assert!(settled.covered.is_empty(), "{settled:?}");
+        assert_eq!(settled.in_doubt.len(), 3, "{settled:?}");
+        assert_eq!(total(&follower), 9.0);
+        assert_eq!(total(&store.spend_journal("fresh").unwrap()), 9.0);
+        let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Prune);
+        assert_eq!(report.pruned, 3, "{report:?}");
+        assert!(listed(&archive).is_empty());
+        assert_eq!(
+            total(&store.spend_journal("fresh").unwrap()),
+            9.0,
+            "pruned, still spent"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_that_cannot_be_trusted_fails_closed_never_zero_spent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("home"));
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        journal_named(
+            &store,
+            "gateway-3000200-1.jsonl",
+            &settled_then_open(2, &["t"], &one, &one),
+        );
+        let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Archive);
+        assert_eq!(report.compacted, 1, "{report:?}");
+        let settled = store.layout().spend_settled();
+        let good = std::fs::read(&settled).unwrap();
+        let journal = store.spend_journal("gateway").unwrap();
+        assert_eq!(tool_calls(journal.lock().unwrap().elsewhere(), "t"), 3.0);
+        let refused = |why: &str| {
+            let error = journal
+                .lock()
+                .err()
+                .unwrap_or_else(|| panic!("{why}: not refused"));
+            let refusal = error.to_refusal();
+            assert_eq!(
+                refusal.code,
+                RefusalCode::ControlStateCorrupt,
+                "{why}: {refusal:?}"
+            );
+            let fresh = store.spend_journal("fresh").unwrap();
+            assert!(fresh.lock().is_err(), "{why}: a fresh reader too");
+            let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Prune);
+            assert!(!report.errors.is_empty(), "{why}: {report:?}");
+        };
+        std::fs::write(&settled, b"{\"schema\":").unwrap();
+        refused("torn");
+        let other = String::from_utf8(good.clone()).unwrap().replace(
+            crate::spend_compact::SETTLED_SCHEMA,
+            "stopline.spend-settled.v0",
+        );
+        std::fs::write(&settled, other).unwrap();
+        refused("another schema");
+        std::fs::remove_file(&settled).unwrap();
+        refused("missing beside the archive");
+        assert_eq!(
+            listed(&store.layout().spend_archive()),
+            vec!["gateway-3000200-1.jsonl".to_string()],
+            "nothing pruned while the snapshot cannot be trusted"
+        );
+        std::fs::write(&settled, &good).unwrap();
+        assert_eq!(tool_calls(journal.lock().unwrap().elsewhere(), "t"), 3.0);
     }
 }

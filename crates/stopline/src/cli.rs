@@ -432,8 +432,9 @@ pub enum OpsCommand {
     },
     /// Rewrite the open-set snapshot of every journal that grew and move the journals of
     /// writers that are gone to ops/archive/, so gates read the open operations and not the
-    /// history (a gateway does this every minute; the history stays unless `[retention]
-    /// gone_journals = "prune"`).
+    /// history; fold gone writers' spending journals into spend/settled.json and move them to
+    /// spend/archive/, so a budget reservation reads that snapshot (a gateway does this every
+    /// minute; the history stays unless `[retention] gone_journals = "prune"`).
     Compact,
     /// Owner console: record the outcome of an unresolved operation.
     Reconcile {

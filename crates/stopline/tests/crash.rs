@@ -860,3 +860,171 @@ fn crash_at_every_step_of_an_evidence_pruning() {
         assert_eq!(report["unanchored_lines"], 0, "{name}: {report}");
     }
 }
+
+/// The spending journal lines of a gone gateway: two reservations of 1 tool call on `t` (its
+/// parent `p` too) that settled at 1, then one of 2 on `t` alone that never settled (in doubt).
+fn gone_spend_journal(home: &Home, writer: &str) {
+    use stopline_store::spend::SpendLine;
+    let one: stopline_core::budget::Budgets =
+        [(stopline_core::budget::BudgetKind::ToolCalls, 1.0)].into();
+    let two: stopline_core::budget::Budgets =
+        [(stopline_core::budget::BudgetKind::ToolCalls, 2.0)].into();
+    let chain = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut bytes = Vec::new();
+    let lines = [
+        SpendLine::Reserved {
+            id: "a".into(),
+            chain: chain(&["t", "p"]),
+            amounts: one.clone(),
+            ts_ms: 1,
+        },
+        SpendLine::Settled {
+            id: "a".into(),
+            used: one.clone(),
+        },
+        SpendLine::Reserved {
+            id: "b".into(),
+            chain: chain(&["t", "p"]),
+            amounts: one.clone(),
+            ts_ms: 2,
+        },
+        SpendLine::Settled {
+            id: "b".into(),
+            used: one.clone(),
+        },
+        SpendLine::Reserved {
+            id: "c".into(),
+            chain: chain(&["t"]),
+            amounts: two,
+            ts_ms: 3,
+        },
+    ];
+    for line in lines {
+        bytes.extend(serde_json::to_vec(&line).unwrap());
+        bytes.push(b'\n');
+    }
+    std::fs::create_dir_all(home.file("spend")).unwrap();
+    util::write(&home.file(&format!("spend/{writer}.jsonl")), &bytes);
+}
+
+/// What the spending journals say `t` and `p` spent, as a new gateway's first reservation sees
+/// it (no process has start time 1, so every writer of these homes is gone).
+fn spent(home: &Home, name: &str) -> (f64, f64) {
+    let store = stopline_store::Store::open(home.path());
+    let journal = store.spend_journal("probe").unwrap();
+    let lock = journal
+        .lock()
+        .unwrap_or_else(|e| panic!("{name}: the spending cannot be read: {e}"));
+    let kind = stopline_core::budget::BudgetKind::ToolCalls;
+    let of = |account: &str| lock.elsewhere().used.get(account).map_or(0.0, |b| b[&kind]);
+    (of("t"), of("p"))
+}
+
+/// `spend/` and `spend/archive/`'s journals.
+fn spend_journals(home: &Home, dir: &str) -> Vec<String> {
+    let mut names: Vec<String> = home
+        .entries(dir)
+        .into_iter()
+        .filter(|n| n.ends_with(".jsonl"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Spend compaction (`ops compact`, a gateway's upkeep): a crash at every step leaves every
+/// gone writer's spending counted exactly once — settled use at what it used, the reservation
+/// that never settled at its bound — and the next pass and the next reservation land. Twice:
+/// on a home never compacted (three gone journals), and on one compacted before with one more
+/// gone journal (the pass that forgets the names of journals already moved).
+#[test]
+fn crash_at_every_step_of_a_spend_compaction() {
+    let writers = [
+        "gateway-3000300-1",
+        "gateway-3000301-1",
+        "gateway-3000302-1",
+    ];
+    for retention in ["archive", "prune"] {
+        for again in [false, true] {
+            let prepare = || {
+                let home = Home::new();
+                home.run(&["init"]).assert_ok();
+                util::write(
+                    &home.file("config.toml"),
+                    format!("[retention]\ngone_journals = \"{retention}\"\n").as_bytes(),
+                );
+                for writer in writers {
+                    gone_spend_journal(&home, writer);
+                }
+                if again {
+                    home.run(&["ops", "compact"]).assert_ok();
+                    gone_spend_journal(&home, "gateway-3000303-1");
+                }
+                home
+            };
+            let journals = if again { 4.0 } else { 3.0 };
+            let exact = (4.0 * journals, 2.0 * journals);
+            let home = prepare();
+            assert_eq!(spent(&home, "before"), exact, "{retention}");
+            let names = trace(&home, &["ops", "compact"], false);
+            let mut steps = vec![
+                "spend.compact.snapshot.rename",
+                "spend.compact.snapshot.dirsync",
+                "spend.compact.link",
+                "spend.compact.link.dirsync",
+                "spend.compact.remove",
+                "spend.compact.dirsync",
+            ];
+            steps.push(if again {
+                "spend.compact.forget.dirsync"
+            } else {
+                "spend.compact.mkdir"
+            });
+            if retention == "prune" {
+                steps.extend(["spend.compact.prune", "spend.compact.prune.dirsync"]);
+            }
+            for step in steps {
+                assert!(
+                    names.iter().any(|n| n == step),
+                    "{retention} {again}: {step} is a failpoint: {names:?}"
+                );
+            }
+            assert_eq!(spent(&home, "compacted"), exact, "{retention} {again}");
+            assert!(spend_journals(&home, "spend").is_empty());
+            for name in names.iter().filter(|n| n.starts_with("spend.")) {
+                let home = prepare();
+                crash_at(&home, &["ops", "compact"], name, false);
+                let at = format!("{retention} {again} {name}");
+                assert_eq!(spent(&home, &at), exact, "{at}: after the crash");
+                home.run(&["ops", "compact"]).assert_ok();
+                assert_eq!(spent(&home, &at), exact, "{at}: compacted again");
+                assert!(
+                    spend_journals(&home, "spend").is_empty(),
+                    "{at}: every gone journal left spend/: {:?}",
+                    spend_journals(&home, "spend")
+                );
+                let archived = spend_journals(&home, "spend/archive").len();
+                let kept = if retention == "prune" {
+                    0
+                } else {
+                    journals as usize
+                };
+                assert_eq!(archived, kept, "{at}: kept on disk unless pruned");
+                // The next reservation lands, and counts once.
+                let store = stopline_store::Store::open(home.path());
+                let journal = store.spend_journal("next").unwrap();
+                let one: stopline_core::budget::Budgets =
+                    [(stopline_core::budget::BudgetKind::ToolCalls, 1.0)].into();
+                journal
+                    .lock()
+                    .unwrap()
+                    .reserved(&["t".to_string()], &one)
+                    .unwrap_or_else(|e| panic!("{at}: the next reservation: {e}"));
+                let kind = stopline_core::budget::BudgetKind::ToolCalls;
+                let seen = store.spend_journal("probe").unwrap();
+                let lock = seen.lock().unwrap();
+                assert_eq!(lock.elsewhere().in_flight["t"][&kind], 1.0, "{at}");
+                assert_eq!(lock.elsewhere().used["t"][&kind], exact.0, "{at}");
+            }
+        }
+    }
+}

@@ -91,6 +91,83 @@ fn write_call(gateway: &Gateway, token: &str, session: Option<&str>, n: u64) -> 
         .unwrap_or_default()
 }
 
+/// Issue 15: a home whose earlier gateways are gone, each leaving a spending journal with what
+/// it spent on the token — 12 calls settled at 1 and one reservation never settled (in doubt,
+/// counted at its bound) — is compacted (into `spend/settled.json`, the journals moved to
+/// `spend/archive/`) and 32 concurrent calls still execute at most the 7 the budget has left.
+#[test]
+fn concurrent_calls_over_compacted_gone_gateways_spending_never_overrun() {
+    use stopline_store::spend::SpendLine;
+    let home = Home::new();
+    let upstream = McpUpstream::start(&home);
+    let token = home.token(&["--agent", "heir", "--budget", "tool_calls=20"]);
+    let jti = stopline_token::decode_unverified(&token).unwrap().jti;
+    let one: stopline_core::budget::Budgets =
+        [(stopline_core::budget::BudgetKind::ToolCalls, 1.0)].into();
+    std::fs::create_dir_all(home.file("spend")).unwrap();
+    for w in 0..13 {
+        let mut lines = vec![SpendLine::Reserved {
+            id: format!("sp_{w}"),
+            chain: vec![jti.clone()],
+            amounts: one.clone(),
+            ts_ms: 1,
+        }];
+        if w < 12 {
+            lines.push(SpendLine::Settled {
+                id: format!("sp_{w}"),
+                used: one.clone(),
+            });
+        }
+        let mut bytes = Vec::new();
+        for line in lines {
+            bytes.extend(serde_json::to_vec(&line).unwrap());
+            bytes.push(b'\n');
+        }
+        // No process has start time 1: every one of these gateways is gone.
+        let name = format!("spend/gateway-{}-1.jsonl", 3_000_400 + w);
+        util::write(&home.file(&name), &bytes);
+    }
+    let gateway = Gateway::start(
+        &home,
+        &format!(
+            "[mcp.dest]\nurl = \"http://127.0.0.1:{}/mcp\"\n",
+            upstream.port
+        ),
+    );
+    let gone: Vec<String> = home
+        .entries("spend")
+        .into_iter()
+        .filter(|n| n.starts_with("gateway-30004"))
+        .collect();
+    assert!(gone.is_empty(), "the gone journals left spend/: {gone:?}");
+    assert_eq!(home.entries("spend/archive").len(), 13, "kept on disk");
+    assert!(home.file("spend/settled.json").exists());
+    let session = mcp_session(&gateway.addr, &token);
+    let outcomes: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..32)
+            .map(|i| {
+                let (token, session, gateway) = (&token, session.clone(), &gateway);
+                scope.spawn(move || write_call(gateway, token, session.as_deref(), i))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let executed = upstream.executed().len();
+    assert!(
+        (1..=7).contains(&executed),
+        "at most the 7 left executed at the destination: {executed} {outcomes:?}"
+    );
+    let refused: Vec<_> = outcomes.iter().filter(|code| !code.is_empty()).collect();
+    assert_eq!(refused.len() + executed, 32, "{outcomes:?}");
+    assert!(
+        refused.iter().all(|code| matches!(
+            code.as_str(),
+            "budget_exhausted" | "break_glass_contained" | "breaker_open"
+        )),
+        "{outcomes:?}"
+    );
+}
+
 #[test]
 fn a_budget_survives_a_gateway_killed_and_restarted() {
     let home = Home::new();

@@ -112,6 +112,11 @@ pub struct OpsCompactReceipt {
     pub journals_archived: usize,
     /// Archived journals deleted (`[retention] gone_journals = "prune"`).
     pub journals_pruned: usize,
+    /// Spending journals of gone writers folded into `spend/settled.json` and moved to
+    /// `spend/archive/`.
+    pub spend_journals_compacted: usize,
+    /// Archived spending journals deleted (`[retention] gone_journals = "prune"`).
+    pub spend_journals_pruned: usize,
     /// Journals whose snapshot could not be written or that could not be archived.
     pub errors: Vec<String>,
 }
@@ -136,6 +141,14 @@ impl fmt::Display for OpsCompactReceipt {
         )?;
         if self.journals_pruned > 0 {
             write!(f, " ({} pruned)", self.journals_pruned)?;
+        }
+        write!(
+            f,
+            ", {} spending journal(s) of gone writers compacted",
+            self.spend_journals_compacted
+        )?;
+        if self.spend_journals_pruned > 0 {
+            write!(f, " ({} pruned)", self.spend_journals_pruned)?;
         }
         if !self.errors.is_empty() {
             write!(f, "; errors: {}", super::compact(&self.errors))?;

@@ -28,6 +28,21 @@ pub struct IssueArgs {
     pub budgets: Budgets,
 }
 
+impl IssueArgs {
+    /// A token for `agent` in `role`, lasting `ttl_s`: no project, no run, no budgets (set them
+    /// with struct update syntax).
+    pub fn new(agent: impl Into<String>, role: Role, ttl_s: u64) -> IssueArgs {
+        IssueArgs {
+            agent: agent.into(),
+            role,
+            project: None,
+            run: None,
+            ttl_s,
+            budgets: Budgets::default(),
+        }
+    }
+}
+
 fn current_epoch(ctx: &Context) -> Result<u64, Refusal> {
     let view = ctx.plane.load_view();
     match view.faults.into_iter().next() {

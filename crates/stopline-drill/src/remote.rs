@@ -85,14 +85,7 @@ pub(crate) async fn start(home: &Path, url: &str, drill_id: &str) -> Result<Env,
     let minted = tokio::task::spawn_blocking(move || {
         tokens::issue(
             &puller_ctx,
-            &tokens::IssueArgs {
-                agent: puller_name,
-                role: Role::Monitor,
-                project: None,
-                run: None,
-                ttl_s: 3600,
-                budgets: Default::default(),
-            },
+            &tokens::IssueArgs::new(puller_name, Role::Monitor, 3600),
         )
     })
     .await

@@ -241,12 +241,8 @@ async fn mint(ctx: &Context, agent: String, run: &str) -> Result<String, DrillEr
         tokens::issue(
             &ctx,
             &tokens::IssueArgs {
-                agent,
-                role: Role::Agent,
-                project: None,
                 run: Some(run),
-                ttl_s: 3600,
-                budgets: Default::default(),
+                ..tokens::IssueArgs::new(agent, Role::Agent, 3600)
             },
         )
     })

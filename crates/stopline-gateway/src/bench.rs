@@ -119,14 +119,7 @@ pub async fn bench_token(governor: &Governor) -> Result<String, String> {
     tokio::task::spawn_blocking(move || {
         stopline_control::tokens::issue(
             &ctx,
-            &stopline_control::tokens::IssueArgs {
-                agent: "bench".into(),
-                role: stopline_core::Role::Agent,
-                project: None,
-                run: None,
-                ttl_s: 3600,
-                budgets: Default::default(),
-            },
+            &stopline_control::tokens::IssueArgs::new("bench", stopline_core::Role::Agent, 3600),
         )
     })
     .await

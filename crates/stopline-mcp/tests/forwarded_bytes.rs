@@ -6,83 +6,51 @@
 //! tool twice is refused without anything reaching the upstream. Runs the real gateway (in
 //! process) and a recording upstream on loopback sockets.
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{header, HeaderMap};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use serde_json::Value;
-use std::sync::{Arc, Mutex};
-use stopline_control::config::Config;
-use stopline_control::{tokens, Context};
-use stopline_core::Role;
-use stopline_gateway::{start, ServeOptions};
-use stopline_store::Store;
+mod support;
 
-/// Every body the upstream received, with whether it carried an `Authorization` header.
-type Seen = Arc<Mutex<Vec<(String, bool)>>>;
+use serde_json::Value;
+use stopline_testkit::upstream::{Answer, Received, Upstream};
+use support::World;
 
 /// The answer the upstream gives a `tools/call`, spelled as no serializer would.
 const ANSWER: &str = "{ \"result\" : {\"isError\":false, \"content\": [{\"type\":\"text\",\"text\":\"\\u0041 9007199254740993\"}], \"n\": 1.50e3}, \"id\" : 3, \"jsonrpc\":\"2.0\" }";
 
-async fn upstream(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Response {
-    let text = String::from_utf8(body.to_vec()).unwrap();
-    let request: Value = serde_json::from_str(&text).unwrap();
-    seen.lock()
-        .unwrap()
-        .push((text, headers.contains_key(header::AUTHORIZATION)));
-    let answer = match request["method"].as_str() {
-        Some("tools/call") => ANSWER.to_string(),
-        _ => format!(
+fn answer(request: &Received) -> Answer {
+    let request = request.json();
+    match request["method"].as_str() {
+        Some("tools/call") => Answer::json(ANSWER),
+        _ => Answer::json(format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{}}}}",
             request["id"]
-        ),
-    };
-    ([(header::CONTENT_TYPE, "application/json")], answer).into_response()
+        )),
+    }
+}
+
+/// Every body the upstream received, with whether it carried an `Authorization` header.
+fn seen(upstream: &Upstream) -> Vec<(String, bool)> {
+    upstream
+        .received()
+        .into_iter()
+        .map(|r| {
+            let authorized = r.header("authorization").is_some();
+            (r.body, authorized)
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn params_go_upstream_and_answers_come_back_exactly_as_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let seen = Seen::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream_addr = listener.local_addr().unwrap();
-    let app = axum::Router::new()
-        .route("/mcp", post(upstream))
-        .with_state(seen.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    std::fs::write(
-        home.join("config.toml"),
-        format!("[mcp.rec]\nurl = \"http://{upstream_addr}/mcp\"\n"),
-    )
-    .unwrap();
-    let gateway = start(ServeOptions {
-        home: home.clone(),
-        config: None,
-        listen: Some("127.0.0.1:0".into()),
-        mount: Some(Box::new(stopline_mcp::http::router)),
-    })
-    .await
-    .expect("gateway");
-    let ctx = Context::new(Store::open(&home), Config::default());
-    let args = tokens::IssueArgs {
-        agent: "writer".into(),
-        role: Role::Agent,
-        project: None,
-        run: None,
-        ttl_s: 600,
-        budgets: Default::default(),
-    };
-    let token = tokens::issue(&ctx, &args).expect("token").token;
+    let upstream = Upstream::start(answer);
+    let config = format!("[mcp.rec]\nurl = \"{}\"\n", upstream.url("/mcp"));
+    let world = World::start(&config, "writer").await;
+    let (url, token) = (world.mcp_url("rec"), &world.token);
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let post = |body: String| {
         client
-            .post(format!("http://{}/mcp/rec", gateway.addr))
-            .bearer_auth(&token)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json, text/event-stream")
+            .post(&url)
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
             .body(body)
             .send()
     };
@@ -99,7 +67,7 @@ async fn params_go_upstream_and_answers_come_back_exactly_as_written() {
         ANSWER,
         "the agent gets the upstream's answer as written"
     );
-    let forwarded = seen.lock().unwrap().clone();
+    let forwarded = seen(&upstream);
     assert_eq!(
         forwarded,
         [(
@@ -116,9 +84,9 @@ async fn params_go_upstream_and_answers_come_back_exactly_as_written() {
     assert_eq!(answer["id"], 4, "{answer}");
     assert_eq!(answer["error"]["data"]["code"], "bad_request", "{answer}");
     assert_eq!(
-        seen.lock().unwrap().len(),
+        upstream.received().len(),
         1,
         "nothing more reached the upstream"
     );
-    gateway.shutdown().await;
+    world.shutdown().await;
 }

@@ -35,14 +35,7 @@ fn setup() -> Setup {
         ..Config::default()
     };
     let ctx = Context::new(Store::open(&home), config);
-    let args = tokens::IssueArgs {
-        agent: "q".into(),
-        role: Role::Agent,
-        project: None,
-        run: None,
-        ttl_s: 600,
-        budgets: Default::default(),
-    };
+    let args = tokens::IssueArgs::new("q", Role::Agent, 600);
     let token = tokens::issue(&ctx, &args).expect("token").token;
     stop(&ctx, "halt-noncritical");
     let governor = LocalGovernor::new(ctx.clone()).expect("governor");

@@ -5,53 +5,30 @@
 //! upstream never answers is left in doubt when the wait ends, blocking its target for its own
 //! agent only. Runs the real gateway (in process) and a real upstream on loopback sockets.
 
-use axum::body::{Body, Bytes};
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+mod support;
+
+use axum::body::Bytes;
 use futures::StreamExt;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Duration;
-use stopline_control::config::Config;
-use stopline_control::{engage, tokens, Context};
-use stopline_core::Role;
-use stopline_gateway::{start, ServeOptions};
-use stopline_store::Store;
+use stopline_testkit::upstream::{Answer, Received, Upstream};
+use support::World;
 
 /// An upstream whose tools send one progress event and then: `slow` never finishes, `late`
 /// answers a second later.
-async fn upstream(body: Bytes) -> Response {
-    let request: Value = serde_json::from_slice(&body).unwrap();
+fn answer(request: &Received) -> Answer {
+    let request = request.json();
     if request["method"] == "tools/list" {
         let tools = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"tools": [{"name": "slow", "inputSchema": {"type": "object"}}]}});
-        return (
-            [(header::CONTENT_TYPE, "application/json")],
-            tools.to_string(),
-        )
-            .into_response();
+        return Answer::json(tools.to_string());
     }
     let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}});
-    let first = futures::stream::once(async move {
-        Ok::<_, std::io::Error>(Bytes::from(format!("event: message\ndata: {progress}\n\n")))
-    });
+    let first = Answer::events().event(progress.to_string());
     if request["params"]["name"] == "late" {
         let done = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"content": []}});
-        let answer = futures::stream::once(async move {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            Ok::<_, std::io::Error>(Bytes::from(format!("event: message\ndata: {done}\n\n")))
-        });
-        return (
-            [(header::CONTENT_TYPE, "text/event-stream")],
-            Body::from_stream(first.chain(answer)),
-        )
-            .into_response();
+        return first.event_after(Duration::from_secs(1), done.to_string());
     }
-    let stream = first.chain(futures::stream::pending());
-    (
-        [(header::CONTENT_TYPE, "text/event-stream")],
-        Body::from_stream(stream),
-    )
-        .into_response()
+    first.then_hang()
 }
 
 async fn next_event(
@@ -75,44 +52,22 @@ async fn next_event(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_streams_pass_event_by_event_and_an_emergency_answers_them_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream_addr = listener.local_addr().unwrap();
-    let upstream_task = tokio::spawn(async move {
-        axum::serve(listener, axum::Router::new().route("/mcp", post(upstream))).await
-    });
-    std::fs::write(
-        home.join("config.toml"),
-        format!("ack_timeout_ms = 2000\ncut_outcome_wait_s = 3\n[mcp.slow]\nurl = \"http://{upstream_addr}/mcp\"\n"),
-    )
-    .unwrap();
-    let options = ServeOptions {
-        home: home.clone(),
-        config: None,
-        listen: Some("127.0.0.1:0".into()),
-        mount: Some(Box::new(stopline_mcp::http::router)),
-    };
-    let gateway = start(options).await.expect("gateway");
-    let ctx = Context::new(Store::open(&home), Config::default());
-    let args = tokens::IssueArgs {
-        agent: "streamer".into(),
-        role: Role::Agent,
-        project: None,
-        run: None,
-        ttl_s: 600,
-        budgets: Default::default(),
-    };
-    let token = tokens::issue(&ctx, &args).expect("token").token;
+    let upstream = Upstream::start(answer);
+    let config = format!(
+        "ack_timeout_ms = 2000\ncut_outcome_wait_s = 3\n[mcp.slow]\nurl = \"{}\"\n",
+        upstream.url("/mcp")
+    );
+    let world = World::start(&config, "streamer").await;
+    let ctx = &world.ctx;
+    let (url, token) = (world.mcp_url("slow"), &world.token);
 
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let open = |id: u64, tool: &str| {
         let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": {}}});
         client
-            .post(format!("http://{}/mcp/slow", gateway.addr))
-            .bearer_auth(&token)
-            .header(header::ACCEPT, "application/json, text/event-stream")
+            .post(&url)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
             .json(&call)
             .send()
     };
@@ -140,24 +95,7 @@ async fn sse_streams_pass_event_by_event_and_an_emergency_answers_them_at_once()
         .expect("a prepared operation");
     assert!(op.in_flight && op.operation.dispatched, "{op:?}");
 
-    let stopper = ctx.clone();
-    let receipt = tokio::task::spawn_blocking(move || {
-        let caller = engage::Caller {
-            token: None,
-            by: Some("tester".into()),
-            local: true,
-        };
-        engage::engage(
-            &stopper,
-            &caller,
-            "agent:streamer",
-            Some("emergency"),
-            "cut the stream",
-        )
-    })
-    .await
-    .unwrap()
-    .expect("engage");
+    let receipt = world.emergency("agent:streamer", "cut the stream").await;
     let receipt = stopline_control::receipts::Receipt::to_json(&receipt);
     assert_eq!(receipt["engaged"], true);
 
@@ -227,6 +165,5 @@ async fn sse_streams_pass_event_by_event_and_an_emergency_answers_them_at_once()
         "{op:?}"
     );
 
-    gateway.shutdown().await;
-    upstream_task.abort();
+    world.shutdown().await;
 }

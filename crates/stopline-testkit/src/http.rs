@@ -82,10 +82,7 @@ impl Reply {
 
     /// A header's value (case-insensitive name).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        header_in(&self.headers, name)
     }
 
     /// `status code` for observations and failure messages.
@@ -109,6 +106,14 @@ impl Reply {
             .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
             .collect()
     }
+}
+
+/// The value of header `name` (case-insensitive) in `headers`, the first when repeated.
+pub(crate) fn header_in<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
 fn error_code(body: &Value) -> String {

@@ -76,7 +76,17 @@ impl Store {
 
     /// List and read every entry of `latches/`. A missing directory is empty; an unreadable one
     /// is an error the caller must treat as a fault.
+    ///
+    /// Without the WAL lock a latch may be removed (disengage, recovery) between the listing and
+    /// the read of its entry, which then reads as a machine emergency: a caller that reads
+    /// without the lock acts only on well-formed entries and leaves the rest to a locked read.
     pub fn scan_latches(&self) -> Result<Vec<ActiveLatch>, StoreError> {
+        self.scan_latches_parking(Some("latches.listed"))
+    }
+
+    /// [`Store::scan_latches`], reaching the failpoint `park` (when given) between the listing
+    /// and the reads.
+    fn scan_latches_parking(&self, park: Option<&str>) -> Result<Vec<ActiveLatch>, StoreError> {
         let dir = self.layout.latches();
         let names = match self.fs.read_dir(&dir) {
             Ok(names) => names,
@@ -88,6 +98,11 @@ impl Store {
                 ))
             }
         };
+        // Where a test parks a reader that holds no lock between the listing and the reads
+        // (stop_if:); a park point only: its result is not used.
+        if let Some(park) = park {
+            let _ = crate::failpoint::hit(park);
+        }
         Ok(names
             .iter()
             .map(|name| {
@@ -124,7 +139,7 @@ impl Store {
 
     /// Every active latch: the directory's entries plus vanished ones. Errors become faults.
     pub fn active_latches(&self, log: Option<&WalLog>) -> (Vec<ActiveLatch>, Vec<Refusal>) {
-        match self.scan_latches() {
+        match self.scan_latches_parking(None) {
             Ok(mut latches) => {
                 if let Some(log) = log {
                     let vanished = self.vanished_latches(log, &latches);

@@ -33,7 +33,7 @@ fn a_pause_freezes_the_group_and_disengage_thaws_it() {
     let run = run_id("freeze");
     let card = write_card(&home, &card(&run, "agent-p"));
     let out = open_dir("stopline-run-freeze-");
-    let running = start_run_env(
+    let mut running = start_run_env(
         &home,
         &card,
         &["--unconfined", "--gateway", &gateway.url()],
@@ -45,12 +45,12 @@ fn a_pause_freezes_the_group_and_disengage_thaws_it() {
         (counter(out.path()) > 3).then_some(())
     });
     let child = pids_in(&out.path().join("child"))[0];
-    let root = wait_for_state(&home, &run, "agent-p", "running")["pid"]
+    let root = running.await_state(&home, &run, "agent-p", "running")["pid"]
         .as_u64()
         .unwrap() as u32;
 
     home.engage(&format!("run:{run}"), "halt-noncritical");
-    let frozen = wait_for_state(&home, &run, "agent-p", "frozen");
+    let frozen = running.await_state(&home, &run, "agent-p", "frozen");
     assert_eq!(
         frozen["kill_issued_at"],
         serde_json::Value::Null,
@@ -77,7 +77,7 @@ fn a_pause_freezes_the_group_and_disengage_thaws_it() {
         "operator",
     ]);
     r.assert_ok();
-    wait_for_state(&home, &run, "agent-p", "running");
+    running.await_state(&home, &run, "agent-p", "running");
     wait_for("progress after the thaw", Duration::from_secs(20), || {
         (counter(out.path()) > held + 3).then_some(())
     });
@@ -90,4 +90,89 @@ fn a_pause_freezes_the_group_and_disengage_thaws_it() {
         "exited"
     );
     assert!(!is_alive(child));
+}
+
+/// True when `pid` is stopped (state `T` in `/proc/<pid>/stat`).
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|text| {
+        text[text.rfind(')').unwrap() + 1..]
+            .split_whitespace()
+            .next()
+            == Some("T")
+    })
+}
+
+/// The supervisor lists `latches/` without the WAL lock before its full read. A disengage that
+/// removed the pause between that listing and the read of the entry left it an entry that
+/// could not be read, which was judged a machine emergency: the agent whose pause was being
+/// lifted was killed (the first test of this file failed so, once in CI, under load). Here the
+/// supervisor is parked exactly there (`latches.listed=stop_if:`) while the pause is lifted.
+/// Needs `--features stopline/failpoints`: without it the supervisor never parks and the test
+/// fails waiting for it.
+#[test]
+fn a_pause_lifted_between_the_supervisors_listing_and_its_read_thaws_and_never_kills() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let run = run_id("freeze-listed");
+    let card = write_card(&home, &card(&run, "agent-l"));
+    let out = open_dir("stopline-run-freeze-listed-");
+    let park = home.dir.path().join("park-after-listing");
+    let failpoints = format!("latches.listed=stop_if:{}", park.display());
+    let mut running = start_run_env(
+        &home,
+        &card,
+        &["--unconfined", "--gateway", &gateway.url()],
+        out.path(),
+        COUNTING_AGENT,
+        &[
+            ("OUT", out.path().to_str().unwrap()),
+            ("STOPLINE_FAILPOINTS", &failpoints),
+        ],
+    );
+    wait_for("the counter to move", Duration::from_secs(20), || {
+        (counter(out.path()) > 3).then_some(())
+    });
+    running.await_state(&home, &run, "agent-l", "running");
+    home.engage(&format!("run:{run}"), "halt-noncritical");
+    running.await_state(&home, &run, "agent-l", "frozen");
+
+    // The next read lists the pause and stops before reading its entry.
+    std::fs::write(&park, b"").unwrap();
+    wait_for(
+        "the supervisor to park after listing latches/ (a failpoints build)",
+        Duration::from_secs(20),
+        || is_stopped(running.pid()).then_some(()),
+    );
+    let lifted = home.run(&[
+        "disengage",
+        "--scope",
+        &format!("run:{run}"),
+        "--reason",
+        "resume",
+        "--by",
+        "operator",
+    ]);
+    lifted.assert_ok();
+    assert_eq!(lifted.json()["cleared"].as_array().map(Vec::len), Some(1));
+    std::fs::remove_file(&park).unwrap();
+    let pid = rustix::process::Pid::from_raw(running.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+
+    let thawed = running.await_state(&home, &run, "agent-l", "running");
+    assert_eq!(
+        thawed["kill_issued_at"],
+        serde_json::Value::Null,
+        "{thawed}"
+    );
+    let held = counter(out.path());
+    wait_for("progress after the thaw", Duration::from_secs(20), || {
+        (counter(out.path()) > held + 3).then_some(())
+    });
+    std::fs::write(out.path().join("finish"), b"").unwrap();
+    let (code, _, stderr) = running.finish(Duration::from_secs(30));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        registration(&home, &run, "agent-l").unwrap()["state"],
+        "exited"
+    );
 }

@@ -107,13 +107,23 @@ pub fn read_order(ctx: &Context, subject: &Subject) -> Order {
 ///
 /// `latches/` is read first, on its own: a full view waits for the WAL's shared lock, which an
 /// engage holds while it fsyncs the WAL and the epoch snapshot, and a latch file is a stop
-/// whatever the WAL says. So a killing latch seen there is acted on at once (this can only
-/// over-stop, never under-stop); anything less is judged from the full view.
+/// whatever the WAL says. So a well-formed killing latch seen there is acted on at once (this
+/// can only over-stop, never under-stop); anything less is judged from the full view. An entry
+/// that cannot be read or parsed there is left to the full view too: without the lock, a
+/// disengage or a recovery may remove a latch between the listing and the read of its entry,
+/// and that gap is no emergency (it killed a paused agent whose pause was being lifted). The
+/// full view lists and reads `latches/` under the lock, where nothing is removed, and a doubtful
+/// entry there is a machine emergency as always; an unlistable `latches/` is a fault at once.
 fn read_order_now(ctx: &Context, subject: &Subject) -> Order {
     match catch_unwind(AssertUnwindSafe(|| {
         let mut early = ControlView::empty();
         match ctx.store.scan_latches() {
-            Ok(latches) => early.latches = latches,
+            Ok(latches) => {
+                early.latches = latches
+                    .into_iter()
+                    .filter(|latch| latch.problem.is_none())
+                    .collect()
+            }
             Err(error) => early.faults.push(error.to_refusal()),
         }
         let early = order_from_view(&early, subject);
@@ -380,6 +390,7 @@ impl Supervision {
     pub fn wake(&mut self, reload: bool) -> Result<Progress, Refusal> {
         if reload {
             self.order = read_order(&self.ctx, &self.subject);
+            tracing::debug!(level = ?self.order.level, "order read");
             // A test seam (`stop_if:` parks the supervisor just after its read); no action of
             // it means anything here, so its result is not a fault of the run.
             stopline_store::failpoint::hit("run.wake.ordered").ok();

@@ -102,6 +102,36 @@ impl RunningRun {
         self.child.id()
     }
 
+    /// As [`wait_for_state`], for this run: when the state does not come, the run is killed
+    /// and the panic shows the last registration and everything the run wrote to stderr (a
+    /// supervisor that did not record a change says why only there).
+    pub fn await_state(&mut self, home: &Home, run: &str, agent: &str, state: &str) -> Value {
+        let started = Instant::now();
+        loop {
+            if let Some(found) = registration(home, run, agent).filter(|r| r["state"] == state) {
+                return found;
+            }
+            if started.elapsed() >= STATE_WAIT {
+                let last = registration(home, run, agent);
+                // Nothing of the run outlives the test: its agent's group, then the supervisor.
+                if let Some(group) = last.as_ref().and_then(|r| r["cgroup"].as_str()) {
+                    let _ = std::fs::write(format!("{group}/cgroup.kill"), "1");
+                }
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let mut err = String::new();
+                if let Some(mut s) = self.child.stderr.take() {
+                    let _ = s.read_to_string(&mut err);
+                }
+                panic!(
+                    "timed out waiting for worker state {state}\nlast registration: {}\nthe run's stderr:\n{err}",
+                    last.map_or_else(|| "none".into(), |r| r.to_string())
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Wait (at most `timeout`) for the run to end: exit code, stdout, stderr.
     pub fn finish(mut self, timeout: Duration) -> (i32, String, String) {
         let started = Instant::now();
@@ -172,6 +202,10 @@ pub fn start_run_global(
     for (key, value) in env {
         command.env(key, value);
     }
+    // The run's own log, when the one running the tests asks for it (a diagnosis aid).
+    if let Ok(filter) = std::env::var("STOPLINE_TEST_RUN_LOG") {
+        command.env("STOPLINE_LOG", filter);
+    }
     RunningRun {
         child: command.spawn().expect("start stopline run"),
     }
@@ -195,13 +229,14 @@ pub fn registration(home: &Home, run: &str, agent: &str) -> Option<Value> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// How long a test waits for a worker's registration to reach a state.
+pub const STATE_WAIT: Duration = Duration::from_secs(20);
+
 /// Wait until the registration's `state` is `state`.
 pub fn wait_for_state(home: &Home, run: &str, agent: &str, state: &str) -> Value {
-    wait_for(
-        &format!("worker state {state}"),
-        Duration::from_secs(20),
-        || registration(home, run, agent).filter(|r| r["state"] == state),
-    )
+    wait_for(&format!("worker state {state}"), STATE_WAIT, || {
+        registration(home, run, agent).filter(|r| r["state"] == state)
+    })
 }
 
 /// Every line of the evidence log, each validated against the schema it names.

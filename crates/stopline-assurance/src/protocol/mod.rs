@@ -53,7 +53,7 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     #[cfg(feature = "planted-bugs")]
     all.push(scenario::checkpoint_vs_plan(options.planted));
     #[cfg(not(feature = "planted-bugs"))]
-    all.push(scenario::checkpoint_vs_plan(()));
+    all.push(scenario::checkpoint_vs_plan(scenario::Planted));
     all.extend(scenario::operations());
     all.push(scenario::evidence_segments());
     all.retain(|s| {

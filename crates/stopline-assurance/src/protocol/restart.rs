@@ -107,13 +107,9 @@ pub struct Restarted {
     pub closed: bool,
 }
 
-/// The bug planted in every store of a search, the restart's included (`()` without the
-/// `planted-bugs` feature).
-#[cfg(feature = "planted-bugs")]
-pub type Planted = stopline_store::planted::PlantedBug;
-/// The bug planted in every store of a search (none without the `planted-bugs` feature).
-#[cfg(not(feature = "planted-bugs"))]
-pub type Planted = ();
+/// The bug planted in every store of a search, the restart's included (none without the
+/// `planted-bugs` feature): the scenario's.
+pub type Planted = crate::protocol::scenario::Planted;
 
 /// Run the restart phase (with `repair`) or just look (without) at `image`.
 pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Planted) -> Restarted {
@@ -126,7 +122,7 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
     #[cfg(feature = "planted-bugs")]
     let store = store.with_planted_bug(planted);
     #[cfg(not(feature = "planted-bugs"))]
-    let () = planted;
+    let crate::protocol::scenario::Planted = planted;
     let mut view = store.load_view();
     let codes = |v: &stopline_core::ControlView| -> Vec<String> {
         v.faults.iter().map(|f| f.code.to_string()).collect()

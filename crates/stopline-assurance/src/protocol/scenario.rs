@@ -520,9 +520,11 @@ pub fn checkpoint_vs_plan(#[allow(unused)] setup_bug: Planted) -> Scenario {
 /// The bug a scenario's setup may carry.
 #[cfg(feature = "planted-bugs")]
 pub type Planted = stopline_store::planted::PlantedBug;
-/// The bug a scenario's setup may carry (none without the `planted-bugs` feature).
+/// The bug a scenario's setup may carry: none without the `planted-bugs` feature (a unit
+/// struct rather than `()`, so passing it on reads as passing a value).
 #[cfg(not(feature = "planted-bugs"))]
-pub type Planted = ();
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Planted;
 
 /// The home as a path.
 pub fn home() -> PathBuf {

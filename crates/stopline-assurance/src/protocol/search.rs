@@ -276,7 +276,7 @@ impl<'a> Search<'a> {
         #[cfg(feature = "planted-bugs")]
         return self.options.planted;
         #[cfg(not(feature = "planted-bugs"))]
-        return ();
+        return crate::protocol::scenario::Planted;
     }
 
     /// The judging context.

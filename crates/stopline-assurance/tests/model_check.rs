@@ -22,7 +22,7 @@ fn the_real_protocol_passes_every_property() {
     let protocol = &json["protocol"];
     assert!(protocol["states"].as_u64().unwrap() > 10_000);
     let properties = protocol["properties"].as_array().unwrap();
-    assert_eq!(properties.len(), 11);
+    assert_eq!(properties.len(), 12);
     assert!(properties
         .iter()
         .all(|p| p["pass"] == true && p["checks"].as_u64() > Some(0)));

@@ -159,6 +159,32 @@ fn without_a_planted_bug_the_operation_scenarios_pass() {
 }
 
 #[test]
+fn a_spend_compaction_that_moves_a_journal_before_its_snapshot_loses_spending_and_is_found() {
+    found(
+        PlantedBug::SpendJournalMovedBeforeSnapshot,
+        "spend-compaction",
+        Property::SpendKept,
+    );
+}
+
+#[test]
+fn a_look_that_ignores_what_the_spend_snapshot_covers_counts_spending_twice_and_is_found() {
+    found(
+        PlantedBug::SpendCoveredCountedTwice,
+        "spend-compaction",
+        Property::SpendKept,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_spend_scenario_passes() {
+    let report = check(PlantedBug::None, "spend-compaction");
+    assert!(report.ok(), "{}", report.text());
+    let scenario = &report.protocol[0];
+    assert!(scenario.states > 100, "{} states", scenario.states);
+}
+
+#[test]
 fn recovery_that_skips_deferred_records_clears_a_stop_the_wal_never_recorded() {
     found(
         PlantedBug::SkipDeferredRecord,

@@ -77,6 +77,9 @@ pub struct Store {
     /// Evidence segments kept, the current one included, when older ones are pruned
     /// (`[retention] evidence_keep_segments`; `None`: every segment is kept).
     evidence_keep_segments: Option<u64>,
+    /// Uncovered spending journals of others that make a reservation compact the gone ones
+    /// itself (`spend_compact::COMPACT_AFTER`; the model checker's stores use 1).
+    spend_compact_after: usize,
     #[cfg(feature = "planted-bugs")]
     planted: planted::PlantedBug,
 }
@@ -123,6 +126,13 @@ impl Store {
         self.gone_journals
     }
 
+    /// This store's reservations compact the gone writers' spending journals themselves once
+    /// `journals` (at least 1) the snapshot does not cover are listed.
+    pub fn with_spend_compact_after(mut self, journals: usize) -> Store {
+        self.spend_compact_after = journals.max(1);
+        self
+    }
+
     /// Lines after the last WAL checkpoint that make a lock holder write a new one.
     pub fn with_wal_checkpoint_every(mut self, lines: usize) -> Store {
         self.wal_checkpoint_every = lines.max(1);
@@ -146,6 +156,7 @@ impl Store {
             gone_journals: ops_archive::GoneJournals::Archive,
             evidence_segment_records: evidence::DEFAULT_SEGMENT_RECORDS,
             evidence_keep_segments: None,
+            spend_compact_after: spend_compact::COMPACT_AFTER,
             #[cfg(feature = "planted-bugs")]
             planted: planted::PlantedBug::None,
         }

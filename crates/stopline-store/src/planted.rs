@@ -61,4 +61,9 @@ pub enum PlantedBug {
     /// deciding then) forgets what that writer spent, so a budget can be overrun ("spending
     /// is never lost nor counted twice" fails, the `spend-compaction` scenario).
     SpendJournalMovedBeforeSnapshot,
+    /// A reservation's look ignores what `spend/settled.json` says it covers, folding a gone
+    /// writer's journal a crash left in `spend/` (after the snapshot, before its removal) from
+    /// its start: that writer's spending is counted twice, and a budget refuses calls it has
+    /// room for ("spending is never lost nor counted twice" fails, `spend-compaction`).
+    SpendCoveredCountedTwice,
 }

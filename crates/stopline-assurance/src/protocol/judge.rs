@@ -80,6 +80,7 @@ pub fn on_return(
                 cleared_files: None,
                 ops: None,
                 evidence: None,
+                spend: None,
             };
             let before = earlier(search, state, began);
             let before: Vec<(String, &Outcome)> =

@@ -56,6 +56,7 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     all.push(scenario::checkpoint_vs_plan(scenario::Planted));
     all.extend(scenario::operations());
     all.push(scenario::evidence_segments());
+    all.push(scenario::spend_compaction());
     all.retain(|s| {
         options
             .only

@@ -185,7 +185,8 @@ impl Oracle {
                     )
                     .with_evidence_keep_segments(Some(
                         crate::protocol::scenario::MODEL_EVIDENCE_KEEP_SEGMENTS,
-                    ));
+                    ))
+                    .with_spend_compact_after(crate::protocol::scenario::MODEL_SPEND_COMPACT_AFTER);
                 #[cfg(feature = "planted-bugs")]
                 let store = store.with_planted_bug(setup.planted);
                 if let OpResult::Failed(_) = worker.step(Op::Begin) {

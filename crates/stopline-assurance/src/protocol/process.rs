@@ -75,6 +75,15 @@ pub enum ProcSpec {
     /// A gateway's archive upkeep (`Store::archive_gone_journals`, also `stopline ops
     /// compact`): the journals of writers that are gone leave `ops/` for `ops/archive/`.
     ArchiveOps,
+    /// A gateway's reservation on a budget limit (`SpendJournal::lock`, which compacts the gone
+    /// writers' journals it finds, then `SpendLock::reserved`, fsynced): `amount` tool calls on
+    /// the account `t`.
+    ReserveSpend {
+        /// The reserved bound.
+        amount: u64,
+    },
+    /// A gateway's spend upkeep (`Store::compact_spend_journals`, also `stopline ops compact`).
+    CompactSpend,
     /// A breaker trip's evidence record (`Store::append_evidence`, as `stopline_control::trip`
     /// files it), its field `n` naming it.
     AppendEvidence {
@@ -143,6 +152,11 @@ pub enum Outcome {
     Finished,
     /// `snapshot_ops_journals` returned without an error.
     Compacted,
+    /// A reservation returned Ok: it is durable, and its call may be dispatched.
+    Reserved {
+        /// Its bound.
+        amount: u64,
+    },
     /// `append_evidence` returned Ok: the record is acknowledged.
     Filed {
         /// Its `n`.
@@ -222,6 +236,8 @@ impl ProcSpec {
             ProcSpec::CompactOps => "compact the operation journals".into(),
             ProcSpec::ArchiveOps => "archive the journals of gone writers".into(),
             ProcSpec::AppendEvidence { n } => format!("append evidence record {n}"),
+            ProcSpec::ReserveSpend { amount } => format!("reserve {amount} on a budget limit"),
+            ProcSpec::CompactSpend => "compact the gone writers' spending journals".into(),
         }
     }
 
@@ -374,6 +390,27 @@ impl ProcSpec {
                     Err(e) => failed(e),
                 }
             }
+            ProcSpec::ReserveSpend { amount } => {
+                let reserved = store.spend_journal("gateway").and_then(|journal| {
+                    let lock = journal.lock()?;
+                    lock.reserved(&[SPEND_ACCOUNT.to_string()], &tool_calls(*amount))
+                });
+                match reserved {
+                    Ok(_) => Outcome::Reserved { amount: *amount },
+                    Err(e) => failed(e),
+                }
+            }
+            ProcSpec::CompactSpend => {
+                let report = store
+                    .compact_spend_journals(stopline_store::ops_archive::GoneJournals::Archive);
+                if report.errors.is_empty() {
+                    Outcome::Compacted
+                } else {
+                    Outcome::Failed {
+                        code: report.errors.join("; "),
+                    }
+                }
+            }
             ProcSpec::CompactOps => match store.snapshot_ops_journals(1) {
                 (_, errors) if errors.is_empty() => Outcome::Compacted,
                 (_, errors) => Outcome::Failed {
@@ -382,6 +419,14 @@ impl ProcSpec {
             },
         }
     }
+}
+
+/// The account every spending scenario draws on.
+pub const SPEND_ACCOUNT: &str = "t";
+
+/// `n` tool calls, as a reservation's bound or what it used.
+pub fn tool_calls(n: u64) -> stopline_core::budget::Budgets {
+    [(stopline_core::budget::BudgetKind::ToolCalls, n as f64)].into()
 }
 
 /// The evidence record a scenario files as `n`.

@@ -53,14 +53,18 @@ pub enum Property {
     /// Issue 15: an evidence record whose append returned is in the log after any crash, the
     /// chain verifies across every segment, and the next append after the crash lands on it.
     EvidenceKept,
+    /// Issue 15: after any crash the spending journals and `spend/settled.json` count every
+    /// reservation that returned (and no journal twice: never more than was ever reserved),
+    /// and the next reservation lands and is counted once.
+    SpendKept,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 14;
+pub const COUNT: usize = 15;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 11] = [
+    pub const ALL: [Property; 12] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -72,6 +76,7 @@ impl Property {
         Property::PreparedSurvives,
         Property::EveryStopOnRecord,
         Property::EvidenceKept,
+        Property::SpendKept,
     ];
 
     /// Findings: checked and reported, but not part of SPEC §9's verdict.
@@ -114,6 +119,9 @@ impl Property {
             Property::EvidenceKept => {
                 "an acknowledged evidence record is kept, and the chain stays whole across segments and crashes"
             }
+            Property::SpendKept => {
+                "spending is never lost nor counted twice across compactions and crashes, and the next reservation lands"
+            }
         }
     }
 }
@@ -150,7 +158,23 @@ pub struct Observation {
     /// The evidence log, when the observation reads it (after a restart and at the end of a
     /// scenario that files evidence; not for racing gates).
     pub evidence: Option<EvidenceSeen>,
+    /// What the spending journals count, when the observation reads them (after a restart and
+    /// at the end of a scenario that reserves; not for racing gates).
+    pub spend: Option<SpendSeen>,
 }
+
+/// The spending as a fresh reader finds it: what account `t` has spent, then one more
+/// reservation and a count after it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SpendSeen {
+    /// Spent on `t` (settled and in doubt, in whole tool calls), or why it cannot be read.
+    pub spent: Result<u64, String>,
+    /// Spent after one more reservation of [`SPEND_PROBE`], or why it was refused.
+    pub after_probe: Result<u64, String>,
+}
+
+/// The bound of the reservation an observation makes after counting.
+pub const SPEND_PROBE: u64 = 16;
 
 /// The evidence log as an observation finds it: read whole, then appended to once, then read
 /// whole again.
@@ -261,6 +285,63 @@ pub fn obligations(
                 )
             });
         }
+    }
+    if let Some(spend) = &seen.spend {
+        // The setup's spending, every reservation that returned, and any of the others whose
+        // line may have become durable before the crash: nothing less (lost), nothing else
+        // (the amounts are distinct powers of two, so a journal counted twice is another sum).
+        let acknowledged: Vec<u64> = earlier
+            .iter()
+            .filter_map(|(_, o)| match o {
+                Outcome::Reserved { amount } => Some(*amount),
+                _ => None,
+            })
+            .collect();
+        let maybe: Vec<u64> = ctx
+            .scenario
+            .procs
+            .iter()
+            .filter_map(|p| match p {
+                crate::protocol::process::ProcSpec::ReserveSpend { amount } => Some(*amount),
+                _ => None,
+            })
+            .filter(|a| !acknowledged.contains(a))
+            .collect();
+        let base = crate::protocol::scenario::SPEND_SETUP_TOTAL + acknowledged.iter().sum::<u64>();
+        let allowed: Vec<u64> = (0..1u32 << maybe.len())
+            .map(|set| {
+                base + maybe
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| set & (1 << i) != 0)
+                    .map(|(_, a)| a)
+                    .sum::<u64>()
+            })
+            .collect();
+        out.judge(
+            Property::SpendKept,
+            spend.spent.as_ref().is_ok_and(|s| allowed.contains(s)),
+            || {
+                format!(
+                    "a fresh reader counts {:?} spent; only {allowed:?} are possible (the setup's {}, the reservations that returned {acknowledged:?}, perhaps {maybe:?})",
+                    spend.spent,
+                    crate::protocol::scenario::SPEND_SETUP_TOTAL
+                )
+            },
+        );
+        out.judge(
+            Property::SpendKept,
+            match (&spend.spent, &spend.after_probe) {
+                (Ok(before), Ok(after)) => *after == before + SPEND_PROBE,
+                _ => false,
+            },
+            || {
+                format!(
+                    "the next reservation of {SPEND_PROBE}: {:?} after {:?}",
+                    spend.after_probe, spend.spent
+                )
+            },
+        );
     }
     if let Some(evidence) = &seen.evidence {
         out.judge(Property::EvidenceKept, evidence.fault.is_none(), || {

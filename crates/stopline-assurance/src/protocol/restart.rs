@@ -14,7 +14,7 @@ use crate::protocol::fs_state::FsState;
 use crate::protocol::model_fs::ModelFs;
 use crate::protocol::op::Blob;
 use crate::protocol::process::ProcSpec;
-use crate::protocol::properties::{EvidenceSeen, Observation, OpSeen};
+use crate::protocol::properties::{EvidenceSeen, Observation, OpSeen, SpendSeen, SPEND_PROBE};
 use crate::protocol::scenario::{Scenario, HOME, SOLO};
 use crate::protocol::solo::{ModelEnv, Solo};
 use std::sync::Arc;
@@ -118,7 +118,8 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
     let env = Arc::new(ModelEnv::new(0xf, now_ms));
     let store = Store::with_io(HOME, Arc::new(ModelFs::new(solo.clone())), env)
         .with_wal_checkpoint_every(crate::protocol::scenario::MODEL_CHECKPOINT_EVERY)
-        .with_evidence_segment_records(crate::protocol::scenario::MODEL_EVIDENCE_SEGMENT_RECORDS);
+        .with_evidence_segment_records(crate::protocol::scenario::MODEL_EVIDENCE_SEGMENT_RECORDS)
+        .with_spend_compact_after(crate::protocol::scenario::MODEL_SPEND_COMPACT_AFTER);
     #[cfg(feature = "planted-bugs")]
     let store = store.with_planted_bug(planted);
     #[cfg(not(feature = "planted-bugs"))]
@@ -195,6 +196,16 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
     if let Some(seen) = &evidence {
         summary.push_str(&format!("; evidence after one more append {seen:?}"));
     }
+    let reserves = scenario
+        .procs
+        .iter()
+        .any(|p| matches!(p, ProcSpec::ReserveSpend { .. } | ProcSpec::CompactSpend));
+    let spend = reserves.then(|| spend_seen(&store));
+    if let Some(seen) = &spend {
+        summary.push_str(&format!(
+            "; spending, then after one more reservation {seen:?}"
+        ));
+    }
     Restarted {
         closed: !view.faults.is_empty(),
         seen: Observation {
@@ -207,6 +218,7 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
             cleared_files: Some(cleared),
             ops: Some(ops),
             evidence,
+            spend,
         },
         summary,
     }
@@ -243,6 +255,42 @@ fn evidence_seen(store: &Store) -> EvidenceSeen {
     let fault = (kept.last() != Some(&PROBE))
         .then(|| format!("the record appended after the crash is not the newest: {kept:?}"));
     EvidenceSeen { kept, fault }
+}
+
+/// What a fresh reader (a new gateway) counts spent on the spending scenarios' account — its
+/// look compacts whatever gone journal it finds — then one more reservation, and what a second
+/// fresh reader counts after it.
+fn spend_seen(store: &Store) -> SpendSeen {
+    use crate::protocol::process::{tool_calls, SPEND_ACCOUNT};
+    let count = |label: &str| -> Result<(u64, stopline_store::spend::SpendJournal), String> {
+        let journal = store.spend_journal(label).map_err(|e| e.to_string())?;
+        let lock = journal.lock().map_err(|e| e.to_string())?;
+        let elsewhere = lock.elsewhere();
+        let kind = stopline_core::budget::BudgetKind::ToolCalls;
+        let of = |m: &std::collections::BTreeMap<String, stopline_core::budget::Budgets>| {
+            m.get(SPEND_ACCOUNT)
+                .and_then(|b| b.get(&kind))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let spent = of(&elsewhere.used) + of(&elsewhere.in_flight);
+        drop(lock);
+        Ok((spent.round() as u64, journal))
+    };
+    let (spent, after_probe) = match count("probe") {
+        Err(why) => (Err(why.clone()), Err(why)),
+        Ok((spent, journal)) => {
+            let probe = journal
+                .lock()
+                .and_then(|lock| {
+                    lock.reserved(&[SPEND_ACCOUNT.to_string()], &tool_calls(SPEND_PROBE))
+                })
+                .map_err(|e| format!("the reservation after the crash was refused: {e}"));
+            let after = probe.and_then(|_| count("recount").map(|(n, _)| n));
+            (Ok(spent), after)
+        }
+    };
+    SpendSeen { spent, after_probe }
 }
 
 /// What the registry of `store` (and `view`'s blocked targets) says of each racing operation.

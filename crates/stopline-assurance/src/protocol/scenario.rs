@@ -36,6 +36,10 @@ pub const MODEL_EVIDENCE_SEGMENT_RECORDS: u64 = 2;
 /// restart reads is what the race left.
 pub const MODEL_EVIDENCE_KEEP_SEGMENTS: u64 = 1;
 
+/// Every racing (and restarting) model store's reservation compacts any gone writer's
+/// spending journal it finds, so a reservation's own compaction races too.
+pub const MODEL_SPEND_COMPACT_AFTER: usize = 1;
+
 /// One race to explore.
 #[derive(Clone)]
 pub struct Scenario {
@@ -444,6 +448,49 @@ pub fn evidence_segments() -> Scenario {
         None,
     )
 }
+
+/// Issue 15: spend compaction. The setup's earlier gateway spent 4 on account `t` (settled),
+/// and was compacted into `spend/settled.json`; its last gateway spent 1 (settled) and left a
+/// reservation of 2 that never settled (in doubt), 7 in all. A gateway's reservation of 8
+/// (whose look compacts the gone journal itself) races the spend upkeep, crashed at every step
+/// of both: after any crash a fresh reader counts exactly 7, plus 8 once the reservation is
+/// durable (it must, once it returned), never less and never a journal twice, and the next
+/// reservation lands on it.
+pub fn spend_compaction() -> Scenario {
+    use crate::protocol::process::{tool_calls, SPEND_ACCOUNT};
+    let s = Setup::new();
+    let t = [SPEND_ACCOUNT.to_string()];
+    let earlier = s
+        .store
+        .spend_journal("gateway-earlier")
+        .expect("setup: spend");
+    let id = earlier
+        .lock()
+        .and_then(|lock| lock.reserved(&t, &tool_calls(4)))
+        .expect("setup: reserve");
+    earlier.settled(&id, &tool_calls(4)).expect("setup: settle");
+    let report = s
+        .store
+        .compact_spend_journals(stopline_store::ops_archive::GoneJournals::Archive);
+    assert_eq!(report.compacted, 1, "setup: compact {report:?}");
+    let last = s.store.spend_journal("gateway").expect("setup: spend");
+    let lock = last.lock().expect("setup: lock");
+    let id = lock.reserved(&t, &tool_calls(1)).expect("setup: reserve");
+    lock.reserved(&t, &tool_calls(2)).expect("setup: reserve");
+    drop(lock);
+    last.settled(&id, &tool_calls(1)).expect("setup: settle");
+    let racers = vec![ProcSpec::ReserveSpend { amount: 8 }, ProcSpec::CompactSpend];
+    s.finish(
+        "spend-compaction",
+        "a reservation on a budget limit raced by the spend upkeep, both compacting a gone gateway's journal, crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    )
+}
+
+/// What the setup of `spend-compaction` left spent on account `t`.
+pub const SPEND_SETUP_TOTAL: u64 = 7;
 
 /// An emergency engage whose WAL record and epoch advance were deferred, raced by a process
 /// that finishes deferred records and by the owner's recover plan then apply of its scope:

@@ -78,22 +78,28 @@ async fn passthrough(
     if let Err(refusal) = admission.dispatch() {
         return crate::error::refusal_response(&refusal);
     }
-    match gov
-        .http_client()
-        .post(&url)
-        .json_body(&forwarded)
-        .send()
-        .await
-    {
+    // Sent as every upstream exchange is: the pooled client (`client.rs`), no redirect followed.
+    let request = hyper::Request::post(url.as_str())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(http_body_util::Full::new(Bytes::from(
+            serde_json::to_vec(&forwarded).unwrap_or_default(),
+        )));
+    let request = match request {
+        Ok(request) => request,
+        Err(error) => {
+            admission.finish(Outcome::UpstreamUnreachable);
+            return (StatusCode::BAD_GATEWAY, error.to_string()).into_response();
+        }
+    };
+    match gov.upstream_client().send(request).await {
         Ok(response) => {
-            let status = response.status().as_u16();
-            let bytes = response.bytes().await.unwrap_or_default();
+            let status = response.status();
+            let bytes = crate::client::body_bytes(response.into_body())
+                .await
+                .unwrap_or_default();
             admission.finish(Outcome::Committed);
-            (
-                StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
-                bytes,
-            )
-                .into_response()
+            (status, bytes).into_response()
         }
         Err(error) => {
             admission.finish(Outcome::UpstreamUnreachable);
@@ -470,4 +476,20 @@ async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Valu
         "bare": "a minimal hyper forwarder on the same runtime and listener settings, no admission, same upstream",
         "goal": {"added_p50_us_below": 200, "ratio_p50_below": 1.5, "ratio_vs_bare_at_most": 1.5, "recorded_vs_read_only_at_c32_at_least": 0.5},
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Without an MCP proxy mounted the gateway route is the built-in passthrough: every call
+    /// of the run (handshakes, latencies, throughput) must come back `2xx` through it.
+    #[test]
+    fn the_builtin_passthrough_forwards_through_the_pooled_client() {
+        let report = super::gateway(64, None).expect("the benchmark ran");
+        assert_eq!(report["route"], "builtin-passthrough", "{report}");
+        assert_eq!(report["runs"].as_array().map(Vec::len), Some(2), "{report}");
+        assert!(
+            report["throughput"][1]["recorded_rps"].as_f64() > Some(0.0),
+            "{report}"
+        );
+    }
 }

@@ -1,5 +1,6 @@
 //! The HTTP client every upstream exchange goes through (the MCP proxy's Streamable HTTP
-//! upstreams and the model routes' `[model]`/`[anthropic]` upstreams): hyper-util's pooled client
+//! upstreams, the model routes' `[model]`/`[anthropic]` upstreams, the breakers' alert webhooks
+//! and the bench's built-in passthrough): hyper-util's pooled client
 //! (the one `stopline bench gateway`'s bare proxy uses), over plain HTTP or HTTPS (rustls, the
 //! web PKI roots, as reqwest had them).
 //!

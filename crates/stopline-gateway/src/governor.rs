@@ -59,8 +59,8 @@ struct Inner {
     /// Refusals already worded under the current view (see `refusals.rs`).
     refusals: RefusalCache,
     server_id: String,
-    http: reqwest::Client,
-    /// The pooled upstream client every model exchange is sent with (`client.rs`).
+    /// The pooled upstream client every model exchange, the bench's passthrough and the
+    /// breakers' webhooks are sent with (`client.rs`).
     upstream: crate::client::UpstreamClient,
 }
 
@@ -87,11 +87,7 @@ impl Governor {
             .map_err(|e| e.to_refusal())?;
         let ledger = Ledger::durable(spend.clone());
         ledger.set_elsewhere(spend.lock().map_err(|e| e.to_refusal())?.elsewhere());
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(64)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+        let upstream = crate::client::UpstreamClient::new();
         let agents = Arc::new(AgentBreakers::default());
         let tripper = Tripper::new(
             ctx.clone(),
@@ -99,7 +95,7 @@ impl Governor {
             view.clone(),
             &config,
             server_id.clone(),
-            http.clone(),
+            upstream.clone(),
         );
         Ok(Governor {
             inner: Arc::new(Inner {
@@ -117,8 +113,7 @@ impl Governor {
                 metrics: Metrics::new(),
                 refusals: RefusalCache::default(),
                 server_id,
-                http,
-                upstream: crate::client::UpstreamClient::new(),
+                upstream,
             }),
         })
     }
@@ -183,11 +178,6 @@ impl Governor {
             tripped_agents: inner.agents.tripped_agents(),
         };
         inner.metrics.render(&state)
-    }
-
-    /// The shared HTTP client for upstream calls.
-    pub fn http_client(&self) -> &reqwest::Client {
-        &self.inner.http
     }
 
     /// The pooled upstream client model exchanges are sent with.

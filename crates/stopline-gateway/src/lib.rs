@@ -42,6 +42,7 @@ pub mod usage;
 pub mod view;
 mod waiters;
 mod watch;
+mod webhook;
 
 pub use admit::{Admission, CutWatch, Outcome};
 pub use caller::{bearer_token, Caller};

@@ -1,12 +1,13 @@
 //! Carrying out a gateway's breaker trip: `stopline_control::trip::trip` (the agent-scoped latch,
 //! level from `[breakers] trip_level`, `by: "breaker:<kind>"`, then the `evidence-record.v1`),
 //! then what only a gateway does: remember the trip's latch, refresh the view, and raise the
-//! alert (a log line, plus the configured webhook or command).
+//! alert (a log line, plus the configured webhook, `webhook.rs`, or command).
 //!
 //! The latch comes first; evidence and alerts follow and their failures are logged, never
 //! allowed to undo or delay the stop.
 
 use crate::breaker::{AgentBreakers, BreakerKind, TripOrder};
+use crate::client::UpstreamClient;
 use crate::config::BreakerConfig;
 use crate::view::ViewHolder;
 use serde_json::Value;
@@ -26,7 +27,10 @@ pub(crate) struct Tripper {
     breakers: BreakerConfig,
     level: Level,
     server_id: String,
-    http: reqwest::Client,
+    /// The gateway's pooled client, which webhooks are sent with.
+    upstream: UpstreamClient,
+    /// The runtime webhooks are sent on: the gateway's (a trip runs on a blocking thread).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Tripper {
@@ -37,7 +41,7 @@ impl Tripper {
         view: Arc<ViewHolder>,
         config: &crate::config::GatewayConfig,
         server_id: String,
-        http: reqwest::Client,
+        upstream: UpstreamClient,
     ) -> Tripper {
         Tripper {
             ctx,
@@ -46,7 +50,8 @@ impl Tripper {
             breakers: config.breakers.clone(),
             level: config.trip_level,
             server_id,
-            http,
+            upstream,
+            runtime: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -109,20 +114,16 @@ impl Tripper {
     fn alert(&self, record: &Value) {
         let breakers = &self.breakers;
         if let Some(url) = breakers.alert_webhook.clone() {
-            let client = self.http.clone();
+            let client = self.upstream.clone();
             let body = record.to_string();
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move {
-                    let sent = client
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .body(body)
-                        .send()
-                        .await;
-                    if let Err(error) = sent {
-                        tracing::error!(%error, url, "breaker alert webhook failed");
-                    }
-                });
+            match &self.runtime {
+                Some(runtime) => {
+                    runtime.spawn(async move {
+                        crate::webhook::post(&client, &url, body, crate::webhook::WEBHOOK_TIMEOUT)
+                            .await
+                    });
+                }
+                None => tracing::error!("breaker alert webhook not sent: no runtime to send it on"),
             }
         }
         if let Some(command) = breakers.alert_command.clone().filter(|c| !c.is_empty()) {

@@ -214,7 +214,13 @@ pub fn check() -> Vec<String> {
                 continue;
             }
             let text = std::fs::read_to_string(&file).unwrap_or_default();
-            for forbidden in ["std::fs::read_dir", ".layout().runs()"] {
+            // `.worker_registrations(` is the whole history of runs: what is live is read
+            // through the live-run index (`.live_worker_registrations(`).
+            for forbidden in [
+                "std::fs::read_dir",
+                ".layout().runs()",
+                ".worker_registrations(",
+            ] {
                 if text.contains(forbidden) {
                     problems.push(format!(
                         "{}: reads the control directory itself ({forbidden}); go through the store",

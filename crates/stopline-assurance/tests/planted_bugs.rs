@@ -152,6 +152,8 @@ fn without_a_planted_bug_the_operation_scenarios_pass() {
         "op-batch-prepared",
         "op-archive",
         "evidence-segments",
+        "live-runs",
+        "live-runs-older-home",
     ] {
         let report = check(PlantedBug::None, only);
         assert!(report.ok(), "{}", report.text());
@@ -197,4 +199,32 @@ fn recovery_that_skips_deferred_records_clears_a_stop_the_wal_never_recorded() {
 fn without_a_planted_bug_the_deferred_scenario_passes() {
     let report = check(PlantedBug::None, "deferred-vs-recover");
     assert!(report.ok(), "{}", report.text());
+}
+
+#[test]
+fn a_live_run_reader_that_trusts_another_instances_registration_hides_a_running_worker_and_is_found(
+) {
+    found(
+        PlantedBug::LiveEntryTrustsAnyRegistration,
+        "live-runs",
+        Property::LiveWorkersReached,
+    );
+}
+
+#[test]
+fn a_live_run_entry_written_without_fsync_is_lost_to_a_power_cut_and_found() {
+    found(
+        PlantedBug::LiveEntryUnsynced,
+        "live-runs",
+        Property::LiveWorkersReached,
+    );
+}
+
+#[test]
+fn an_older_homes_index_marked_before_its_legacy_entries_hides_a_running_worker_and_is_found() {
+    found(
+        PlantedBug::LiveIndexMarkedFirst,
+        "live-runs-older-home",
+        Property::LiveWorkersReached,
+    );
 }

@@ -67,12 +67,13 @@ pub fn ancestry(pid: u32) -> Vec<u32> {
     chain
 }
 
-/// Pids registered as supervised agents under `runs/*/workers/*.json` (field `pid`), read
-/// through the store. A registration that cannot be read names no pid; the cgroup check below
-/// still finds a supervised caller by its group.
+/// Pids registered as supervised agents under `runs/*/workers/*.json` (field `pid`) by the
+/// workers that may be live (the store's `runs.live/` index; a home without it is read whole).
+/// A registration that cannot be read names no pid; the cgroup check below still finds a
+/// supervised caller by its group.
 fn registered_agent_pids(ctx: &Context) -> BTreeSet<u32> {
     ctx.store
-        .worker_registrations()
+        .live_worker_registrations()
         .into_iter()
         .flatten()
         .filter_map(|worker| worker.get("pid").and_then(|p| p.as_u64()))

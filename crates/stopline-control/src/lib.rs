@@ -18,6 +18,7 @@ pub mod context;
 pub mod engage;
 pub mod evidence;
 pub mod home;
+pub mod live;
 pub mod open;
 pub mod ops;
 pub mod owner;

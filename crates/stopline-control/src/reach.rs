@@ -10,7 +10,13 @@
 //! stands whatever happens. Every wait is bounded ([`CONFIRM_WITHIN`]).
 //!
 //! Only groups registered under `runs/*/workers/*.json` (read through the store) and lying
-//! exactly under stopline's parent group are ever written to.
+//! exactly under stopline's parent group are ever written to. The registrations read are those
+//! of the live-run index (`runs.live/`, `Store::live_worker_registrations`), never every run
+//! that ever ran; and since an agent able to write the home could remove its own entry, the
+//! populated groups under stopline's parent that no entry named are looked up too: one whose
+//! registration in this home names it and is not finished is reached as well (warning
+//! `group_not_indexed`). A group no registration of this home names is another home's and is
+//! never written to.
 
 use crate::context::Context;
 pub use crate::receipts::GroupReached;
@@ -36,10 +42,7 @@ pub struct Reached {
 /// Write the latch's order into every registered group it covers.
 pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
     let mut reached = Reached::default();
-    let registrations = ctx.store.worker_registrations();
-    if registrations.is_empty() {
-        return reached;
-    }
+    let registrations = ctx.store.live_worker_registrations();
     let hierarchy = match Hierarchy::discover() {
         Ok(hierarchy) => hierarchy,
         // No cgroup2: the subreaper fallback has no group to write to.
@@ -77,16 +80,8 @@ pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
             // A group already removed (its run ended) or a path that is not a supervised group.
             continue;
         };
-        let order = if latch.level == Level::Emergency {
-            "kill"
-        } else {
-            "freeze"
-        };
-        let written = match order {
-            "kill" => group.kill(),
-            _ => group.order_freeze(),
-        };
-        match written {
+        let order = order_name(latch.level);
+        match write_order(&group, order) {
             Ok(()) => orders.push((
                 group,
                 GroupReached {
@@ -102,9 +97,106 @@ pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
                 .push(format!("group_not_reached: {path}: {error}")),
         }
     }
+    for (group, worker) in unindexed_groups(ctx, &hierarchy, &orders) {
+        let name = |field: &str| {
+            worker
+                .get(field)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        reached.warnings.push(format!(
+            "group_not_indexed: {} (run {}, agent {}) is populated and registered here but has no entry in runs.live/",
+            group.path().display(),
+            name("run"),
+            name("agent")
+        ));
+        if !crate::status::worker_subject(&worker).is_covered_by(&latch.scope) {
+            continue;
+        }
+        let order = order_name(latch.level);
+        let path = group.path().to_path_buf();
+        match write_order(&group, order) {
+            Ok(()) => orders.push((
+                group,
+                GroupReached {
+                    run: name("run"),
+                    agent: name("agent"),
+                    cgroup: path,
+                    order,
+                    confirmed: false,
+                },
+            )),
+            Err(error) => reached
+                .warnings
+                .push(format!("group_not_reached: {}: {error}", path.display())),
+        }
+    }
     confirm(&mut orders);
     reached.groups = orders.into_iter().map(|(_, reached)| reached).collect();
     reached
+}
+
+/// `kill` at an emergency, `freeze` at the halts.
+fn order_name(level: Level) -> &'static str {
+    if level == Level::Emergency {
+        "kill"
+    } else {
+        "freeze"
+    }
+}
+
+fn write_order(group: &Group, order: &str) -> Result<(), stopline_supervisor::CgroupError> {
+    match order {
+        "kill" => group.kill(),
+        _ => group.order_freeze(),
+    }
+}
+
+/// The populated groups under stopline's parent that no order of this reach wrote to and that
+/// a registration of this home names (`runs/<run>/workers/<agent>.json` for a group
+/// `run-<run>.<agent>`, its `cgroup` field that very path), not finished: workers whose entry
+/// in `runs.live/` is gone. Costs one listing of the parent group and one look per live group.
+fn unindexed_groups(
+    ctx: &Context,
+    hierarchy: &Hierarchy,
+    orders: &[(Group, GroupReached)],
+) -> Vec<(Group, serde_json::Value)> {
+    let Ok(groups) = hierarchy.list_groups() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for group in groups {
+        if orders.iter().any(|(_, r)| r.cgroup == group.path()) {
+            continue;
+        }
+        let Some(name) = group
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("run-"))
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        if !group.events().is_ok_and(|events| events.populated) {
+            continue;
+        }
+        // Names may hold dots: try every split of `<run>.<agent>`.
+        let registration = name.match_indices('.').find_map(|(at, _)| {
+            let worker = ctx
+                .store
+                .worker_registration(&name[..at], &name[at + 1..])
+                .ok()
+                .flatten()?;
+            let names_it = worker.get("cgroup").and_then(|c| c.as_str()) == group.path().to_str();
+            (names_it && !stopline_store::live_runs::finished(&worker)).then_some(worker)
+        });
+        if let Some(worker) = registration {
+            found.push((group, worker));
+        }
+    }
+    found
 }
 
 /// Look for every order's effect for at most [`CONFIRM_WITHIN`], re-issuing kills.

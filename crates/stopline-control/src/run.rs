@@ -181,8 +181,33 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         "supervisor_pid": std::process::id(),
         "started_at": stopline_store::env::rfc3339(ctx.store.now_ms()),
     });
-    ctx.store
-        .record_run(card.run_id.as_str(), &card.json, &record)
+    // The worker's entry in runs.live/ first, then the card and run record: nothing starts
+    // before all three are durable, so a stop's reach never misses a worker that may run.
+    for warning in crate::live::retire(ctx) {
+        tracing::warn!("{warning}");
+    }
+    let supervisor_pid = std::process::id();
+    let entry = json!({
+        "project": project,
+        "cgroup": Hierarchy::discover()
+            .ok()
+            .map(|h| h.parent().join(start::group_name(&card))),
+        "supervisor_start": stopline_supervisor::proc::read_stat(supervisor_pid)
+            .ok()
+            .flatten()
+            .map(|s| s.starttime),
+        "since": stopline_store::env::rfc3339(ctx.store.now_ms()),
+    });
+    let live = ctx
+        .store
+        .begin_run(
+            card.run_id.as_str(),
+            card.agent.as_str(),
+            supervisor_pid,
+            &entry,
+            &card.json,
+            &record,
+        )
         .map_err(|e| e.to_refusal())?;
 
     let plan = start::StartPlan {
@@ -200,7 +225,7 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         Err(error) => {
             record["outcome"] = "start_failed".into();
             record["error"] = json!(error.to_refusal());
-            finish_record(ctx, &card, &mut record);
+            finish_record(ctx, &card, &mut record, live.as_ref());
             return Err(error);
         }
     };
@@ -211,7 +236,8 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         project: project.display().to_string(),
         user: identity.as_ref().map(|i| i.name.clone()),
         net: request.net.as_str().into(),
-        supervisor_pid: std::process::id(),
+        supervisor_pid,
+        live_entry: live.as_ref().map(|l| l.file.clone()),
     };
     let wall_clock = card.wall_clock_s().map(|budget_s| WallClock {
         budget_s,
@@ -228,7 +254,7 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     let progress = react(ctx, &mut supervision);
     drop(started.namespace);
     started.relays.drain();
-    let outcome = conclude(ctx, &card, record, supervision, progress);
+    let outcome = conclude(ctx, &card, record, supervision, progress, live.as_ref());
     // Held until the agent's group was observed empty or its root exited and was reaped.
     drop(chosen.lease);
     outcome
@@ -266,6 +292,7 @@ fn conclude(
     mut record: Value,
     supervision: Supervision,
     progress: Progress,
+    live: Option<&stopline_store::live_runs::LiveRun>,
 ) -> Result<RunOutcome, RunError> {
     let status = supervision.worker.status();
     let warnings = supervision.recorder.warnings.clone();
@@ -298,7 +325,7 @@ fn conclude(
     .into();
     record["exit_code"] = exit_code.into();
     record["stop"] = json!(stopped);
-    finish_record(ctx, card, &mut record);
+    finish_record(ctx, card, &mut record, live);
     Ok(RunOutcome {
         record,
         exit_code,
@@ -367,10 +394,23 @@ fn stop_refusal(
     Refusal::new(code, format!("{why}; {observed}"))
 }
 
-fn finish_record(ctx: &Context, card: &LoadedCard, record: &mut Value) {
+/// Write how the run ended, then take its entry out of `runs.live/` (its worker's last
+/// registration is written and its group released by now). An entry that cannot be removed
+/// stays for the census (`crate::live`), which removes it once this process is gone.
+fn finish_record(
+    ctx: &Context,
+    card: &LoadedCard,
+    record: &mut Value,
+    live: Option<&stopline_store::live_runs::LiveRun>,
+) {
     record["ended_at"] = stopline_store::env::rfc3339(ctx.store.now_ms()).into();
     if let Err(error) = ctx.store.update_run_record(card.run_id.as_str(), record) {
         tracing::error!(%error, "the run record could not be updated");
+    }
+    if let Some(live) = live {
+        if let Err(error) = ctx.store.end_run(live) {
+            tracing::error!(%error, "the run's entry in runs.live/ stays for the census");
+        }
     }
 }
 

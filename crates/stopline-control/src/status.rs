@@ -10,14 +10,15 @@ use serde_json::Value;
 use stopline_core::phase::{derive, PhaseInputs};
 use stopline_core::{ControlView, Subject};
 
-/// The workers as registered by the supervisor under `runs/<run>/workers/<agent>.json`, read
-/// through the store, and whether every registration could be read (a census with a hole in
-/// it cannot confirm quiescence).
+/// The workers that may be live, as registered by the supervisor under
+/// `runs/<run>/workers/<agent>.json` and indexed in `runs.live/` (read through the store; a
+/// home without the index is read whole), and whether every entry and registration could be
+/// read (a census with a hole in it cannot confirm quiescence). Finished runs are not read.
 fn registered_workers(ctx: &Context) -> (Vec<Value>, bool) {
     let mut census_ok = true;
     let workers = ctx
         .store
-        .worker_registrations()
+        .live_worker_registrations()
         .into_iter()
         .filter_map(|registration| match registration {
             Ok(worker) => Some(worker),
@@ -63,6 +64,9 @@ pub fn status(ctx: &Context) -> StatusReceipt {
             warnings.push(format!("deferred WAL records not finished: {error}"));
         }
     }
+    // Entries of runs.live/ that nothing live stands behind any more (a crashed supervisor's)
+    // leave the index here; whatever cannot be looked at stays.
+    warnings.extend(crate::live::retire(ctx));
     // One read of the operation registry: the census shown is the one the view's blocked
     // targets come from.
     let (view, census): (ControlView, _) = ctx.plane.load_view_and_census();

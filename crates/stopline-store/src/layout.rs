@@ -80,6 +80,10 @@ impl Layout {
     pub fn runs(&self) -> PathBuf {
         self.home.join("runs")
     }
+    /// `runs.live/`: the index of supervised workers that may be live (`live_runs.rs`).
+    pub fn runs_live(&self) -> PathBuf {
+        self.home.join("runs.live")
+    }
     /// `evidence/`.
     pub fn evidence(&self) -> PathBuf {
         self.home.join("evidence")

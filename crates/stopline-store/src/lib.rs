@@ -25,6 +25,7 @@ pub mod group_commit;
 pub mod halts;
 pub mod keys;
 pub mod layout;
+pub mod live_runs;
 pub mod ops;
 pub mod ops_archive;
 pub mod ops_snapshot;

@@ -66,4 +66,18 @@ pub enum PlantedBug {
     /// its start: that writer's spending is counted twice, and a budget refuses calls it has
     /// room for ("spending is never lost nor counted twice" fails, `spend-compaction`).
     SpendCoveredCountedTwice,
+    /// A reader of `runs.live/` takes any registration of the entry's run and agent for the
+    /// entry's worker, whichever instance wrote it: while a run id is reused, the earlier
+    /// instance's `exited` registration hides the new worker from every reach until it
+    /// registers ("every live worker is in the reach" fails, the `live-runs` scenario).
+    LiveEntryTrustsAnyRegistration,
+    /// The `runs.live/` entry is written without fsync of the file or of the directory: a power
+    /// cut after the run record can lose the entry of a worker that runs ("every live worker is
+    /// in the reach" fails after a crash, the `live-runs` scenario).
+    LiveEntryUnsynced,
+    /// An older home's index is marked trusted before its legacy entries are written: a crash
+    /// in between (or a reach reading then) leaves a running worker of the older stopline out of
+    /// every reach ("every live worker is in the reach" fails, the `live-runs-older-home`
+    /// scenario).
+    LiveIndexMarkedFirst,
 }

@@ -89,7 +89,9 @@ impl Store {
         }
     }
 
-    /// Every worker registration under `runs/*/workers/*.json`, in name order. An entry that
+    /// Every worker registration under `runs/*/workers/*.json`, in name order: the whole
+    /// history. Readers of what is live use [`Store::live_worker_registrations`], which reads
+    /// this only on a home without a trusted `runs.live/` index. An entry that
     /// cannot be read or parsed is returned as an error beside the others, never dropped: the
     /// caller (an engage containing covered groups) must know what it could not look at.
     pub fn worker_registrations(&self) -> Vec<Result<Value, StoreError>> {
@@ -111,19 +113,22 @@ impl Store {
                 }
             };
             for name in names.into_iter().filter(|n| n.ends_with(".json")) {
-                let path = workers.join(&name);
-                found.push(self.read_optional(&path).and_then(|bytes| {
-                    let bytes = bytes.unwrap_or_default();
-                    serde_json::from_slice(&bytes).map_err(|e| {
-                        StoreError::corrupt(
-                            RefusalCode::ControlStateCorrupt,
-                            format!("{}: {e}", path.display()),
-                        )
-                    })
-                }));
+                found.push(self.registration_at(&workers.join(&name)));
             }
         }
         found
+    }
+
+    /// One registration file, read and parsed (a missing or empty one is corrupt: it was
+    /// listed).
+    pub(crate) fn registration_at(&self, path: &Path) -> Result<Value, StoreError> {
+        let bytes = self.read_optional(path)?.unwrap_or_default();
+        serde_json::from_slice(&bytes).map_err(|e| {
+            StoreError::corrupt(
+                RefusalCode::ControlStateCorrupt,
+                format!("{}: {e}", path.display()),
+            )
+        })
     }
 
     /// Create `dir` (and its parents under the home) and fsync each parent whose entries

@@ -81,11 +81,27 @@ pub fn on_return(
                 ops: None,
                 evidence: None,
                 spend: None,
+                reach: None,
             };
             let before = earlier(search, state, began);
             let before: Vec<(String, &Outcome)> =
                 before.iter().map(|(w, o)| (w.clone(), o)).collect();
             obligations(&search.context(state), &before, &seen, out);
+        }
+        Outcome::Reached { workers } => {
+            // A worker live throughout the reach (when it began and when it returned) must be
+            // in it.
+            let began = state
+                .ghost
+                .live_at_begin
+                .get(&proc)
+                .cloned()
+                .unwrap_or_default();
+            for worker in began.intersection(&state.ghost.live_workers) {
+                out.judge(Property::LiveWorkersReached, workers.contains(worker), || {
+                    format!("{who} returned {workers:?}, leaving out {worker}, which was running throughout")
+                });
+            }
         }
         Outcome::Engaged {
             level: stopline_core::Level::Emergency,
@@ -220,6 +236,28 @@ pub fn after_step(search: &Search<'_>, state: &mut State, proc: usize, op: &Op, 
     let latches = search.layout.latches();
     let ok = *result == OpResult::Done;
     match (&search.scenario.procs[proc], op) {
+        (ProcSpec::Reach, Op::Begin) => {
+            let live = state.ghost.live_workers.clone();
+            state.ghost_mut().live_at_begin.insert(proc, live);
+        }
+        (ProcSpec::Supervise { run, agent }, Op::SyncDir { fp, .. })
+            if ok && fp == "runs.record.dirsync" =>
+        {
+            state
+                .ghost_mut()
+                .live_workers
+                .insert(format!("{run}/{agent}"));
+        }
+        (ProcSpec::Supervise { run, agent }, Op::Write { path, bytes, .. })
+            if path.parent().and_then(|p| p.file_name()) == Some("workers".as_ref())
+                && serde_json::from_slice::<serde_json::Value>(bytes.bytes())
+                    .is_ok_and(|r| r["state"] == "exited") =>
+        {
+            state
+                .ghost_mut()
+                .live_workers
+                .remove(&format!("{run}/{agent}"));
+        }
         (ProcSpec::Admission { .. }, Op::Begin) => {
             let returned = state.ghost.returned.len();
             state.ghost_mut().began_after.insert(proc, returned);

@@ -90,6 +90,22 @@ pub enum ProcSpec {
         /// The record's name in the judgment.
         n: u64,
     },
+    /// `stopline run`'s store steps for one worker, in order: `Store::begin_run` (the entry in
+    /// `runs.live/`, then the card and run record), the registration `running` (the agent was
+    /// started once `begin_run` returned), the registration `exited` (its end observed), then
+    /// `Store::end_run`.
+    Supervise {
+        /// The run.
+        run: String,
+        /// The agent.
+        agent: String,
+    },
+    /// An engage's reach (and `status`, the owner console's pid list): the registrations of
+    /// what may be live, `Store::live_worker_registrations`.
+    Reach,
+    /// The census of `runs.live/` by the store's rule (`Store::retire_finished_live_runs`, run
+    /// by `status` and by every `stopline run`).
+    RetireLiveRuns,
     /// A gateway admission: `Store::load_view`, verify the token, `ControlView::decide`.
     Admission {
         /// The token minted at e0.
@@ -190,6 +206,13 @@ pub enum Outcome {
         /// Their targets.
         targets: Vec<String>,
     },
+    /// A supervised run's store steps all returned Ok.
+    Supervised,
+    /// A reach returned: `<run>/<agent>` of every registration it found not finished.
+    Reached {
+        /// The workers it would reach.
+        workers: Vec<String>,
+    },
     /// A gate decided.
     Admitted {
         /// allow / queue / block.
@@ -236,6 +259,9 @@ impl ProcSpec {
             ProcSpec::CompactOps => "compact the operation journals".into(),
             ProcSpec::ArchiveOps => "archive the journals of gone writers".into(),
             ProcSpec::AppendEvidence { n } => format!("append evidence record {n}"),
+            ProcSpec::Supervise { run, agent } => format!("supervise run {run} agent {agent}"),
+            ProcSpec::Reach => "an engage's reach (runs.live/)".into(),
+            ProcSpec::RetireLiveRuns => "retire finished runs.live/ entries".into(),
             ProcSpec::ReserveSpend { amount } => format!("reserve {amount} on a budget limit"),
             ProcSpec::CompactSpend => "compact the gone writers' spending journals".into(),
         }
@@ -411,6 +437,40 @@ impl ProcSpec {
                     }
                 }
             }
+            ProcSpec::Supervise { run, agent } => {
+                let steps = || -> Result<(), stopline_store::StoreError> {
+                    let entry = serde_json::json!({"project": "/project"});
+                    let card = serde_json::json!({"schema": "policy-card.v1", "run_id": run});
+                    let record = serde_json::json!({"schema": "run-record.v1", "run_id": run});
+                    let live = store.begin_run(run, agent, 4242, &entry, &card, &record)?;
+                    let entry = live.as_ref().map(|l| l.file.clone());
+                    for state in ["running", "exited"] {
+                        let registration = worker_registration(run, agent, state, entry.as_deref());
+                        store.register_worker(run, agent, &registration)?;
+                    }
+                    match live {
+                        Some(live) => store.end_run(&live),
+                        None => Ok(()),
+                    }
+                };
+                match steps() {
+                    Ok(()) => Outcome::Supervised,
+                    Err(e) => failed(e),
+                }
+            }
+            ProcSpec::Reach => Outcome::Reached {
+                workers: reached(store),
+            },
+            ProcSpec::RetireLiveRuns => {
+                let retired = store.retire_finished_live_runs();
+                if retired.errors.is_empty() {
+                    Outcome::Compacted
+                } else {
+                    Outcome::Failed {
+                        code: retired.errors.join("; "),
+                    }
+                }
+            }
             ProcSpec::CompactOps => match store.snapshot_ops_journals(1) {
                 (_, errors) if errors.is_empty() => Outcome::Compacted,
                 (_, errors) => Outcome::Failed {
@@ -427,6 +487,41 @@ pub const SPEND_ACCOUNT: &str = "t";
 /// `n` tool calls, as a reservation's bound or what it used.
 pub fn tool_calls(n: u64) -> stopline_core::budget::Budgets {
     [(stopline_core::budget::BudgetKind::ToolCalls, n as f64)].into()
+}
+
+/// A worker registration as the supervisor writes it (the fields the readers look at).
+pub fn worker_registration(
+    run: &str,
+    agent: &str,
+    state: &str,
+    live_entry: Option<&str>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "schema": "worker-registration.v1", "run": run, "agent": agent, "state": state,
+        "project": "/project", "supervisor_pid": 4242, "live_entry": live_entry,
+    })
+}
+
+/// `<run>/<agent>` of every registration `Store::live_worker_registrations` returns that is not
+/// finished, in order; an error (a hole) is `?`.
+pub fn reached(store: &Store) -> Vec<String> {
+    let mut workers: Vec<String> = store
+        .live_worker_registrations()
+        .into_iter()
+        .map(|found| match found {
+            Ok(r) if stopline_store::live_runs::finished(&r) => String::new(),
+            Ok(r) => format!(
+                "{}/{}",
+                r["run"].as_str().unwrap_or("?"),
+                r["agent"].as_str().unwrap_or("?")
+            ),
+            Err(_) => "?".into(),
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    workers.sort();
+    workers.dedup();
+    workers
 }
 
 /// The evidence record a scenario files as `n`.

@@ -57,14 +57,18 @@ pub enum Property {
     /// reservation that returned (and no journal twice: never more than was ever reserved),
     /// and the next reservation lands and is counted once.
     SpendKept,
+    /// Issue 15: every supervised worker that may be running is in an engage's reach (the
+    /// registrations read through `runs.live/`), during a run's start and end and after any
+    /// crash: no live worker is left out.
+    LiveWorkersReached,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 15;
+pub const COUNT: usize = 16;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 12] = [
+    pub const ALL: [Property; 13] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -77,6 +81,7 @@ impl Property {
         Property::EveryStopOnRecord,
         Property::EvidenceKept,
         Property::SpendKept,
+        Property::LiveWorkersReached,
     ];
 
     /// Findings: checked and reported, but not part of SPEC §9's verdict.
@@ -115,6 +120,9 @@ impl Property {
             }
             Property::PreparedSurvives => {
                 "a prepared record reported durable (its call dispatchable) survives a crash"
+            }
+            Property::LiveWorkersReached => {
+                "every supervised worker that may be running is in an engage's reach, across crashes"
             }
             Property::EvidenceKept => {
                 "an acknowledged evidence record is kept, and the chain stays whole across segments and crashes"
@@ -161,6 +169,9 @@ pub struct Observation {
     /// What the spending journals count, when the observation reads them (after a restart and
     /// at the end of a scenario that reserves; not for racing gates).
     pub spend: Option<SpendSeen>,
+    /// `<run>/<agent>` of every worker an engage's reach would find (`?` for a hole), when the
+    /// observation reads `runs.live/` (after a restart of a scenario that supervises a run).
+    pub reach: Option<Vec<String>>,
 }
 
 /// The spending as a fresh reader finds it: what account `t` has spent, then one more
@@ -214,6 +225,8 @@ pub struct Context<'a> {
     pub disengaged: &'a BTreeSet<String>,
     /// Latch files a plan made during the race fixed (a plan made after a latch may clear it).
     pub planned: &'a BTreeSet<String>,
+    /// The supervised workers that may be running at the observation.
+    pub live_workers: &'a BTreeSet<String>,
 }
 
 /// Count of obligations checked, per property, and what broke.
@@ -342,6 +355,15 @@ pub fn obligations(
                 )
             },
         );
+    }
+    if let Some(reach) = &seen.reach {
+        for worker in ctx.live_workers {
+            out.judge(Property::LiveWorkersReached, reach.contains(worker), || {
+                format!(
+                    "{worker} may be running, but the reach after the crash found only {reach:?}"
+                )
+            });
+        }
     }
     if let Some(evidence) = &seen.evidence {
         out.judge(Property::EvidenceKept, evidence.fault.is_none(), || {

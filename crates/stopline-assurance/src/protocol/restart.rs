@@ -206,6 +206,14 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
             "; spending, then after one more reservation {seen:?}"
         ));
     }
+    let supervises = scenario
+        .procs
+        .iter()
+        .any(|p| matches!(p, ProcSpec::Supervise { .. }));
+    let reach = supervises.then(|| crate::protocol::process::reached(&store));
+    if let Some(reach) = &reach {
+        summary.push_str(&format!("; reach {reach:?}"));
+    }
     Restarted {
         closed: !view.faults.is_empty(),
         seen: Observation {
@@ -219,6 +227,7 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
             ops: Some(ops),
             evidence,
             spend,
+            reach,
         },
         summary,
     }

@@ -65,6 +65,9 @@ pub struct Scenario {
     /// Operations the setup recorded (target, agent, chain root), judged after every crash
     /// like the racing ones.
     pub setup_ops: Vec<(String, String, String)>,
+    /// `<run>/<agent>` of workers the setup registered running, whose supervisors (an older
+    /// stopline's) run throughout: every reach must find them.
+    pub live_workers: Vec<String>,
 }
 
 struct Setup {
@@ -199,6 +202,7 @@ impl Setup {
             initial_latches: self.latches,
             plan,
             setup_ops: self.ops,
+            live_workers: Vec::new(),
         }
     }
 }
@@ -491,6 +495,88 @@ pub fn spend_compaction() -> Scenario {
 
 /// What the setup of `spend-compaction` left spent on account `t`.
 pub const SPEND_SETUP_TOTAL: u64 = 7;
+
+/// Issue 15: the live-run index (`runs.live/`). The setup ran run `r1` of agent `worker` to its
+/// end (its registration says `exited`, its entry is gone); the run id is then started again
+/// (`Store::begin_run`: the entry, the card, the record; the registrations `running` and
+/// `exited`; `Store::end_run`), raced by an engage's reach and by the census of finished entries,
+/// crashed at every step: a worker that may be running is in every reach that spans it and in
+/// the reach after any crash — the earlier instance's `exited` registration never hides it, and
+/// no entry leaves the index while its worker runs.
+pub fn live_runs() -> Scenario {
+    let s = Setup::new();
+    let live = s
+        .store
+        .begin_run(
+            "r1",
+            "worker",
+            4241,
+            &serde_json::json!({"project": "/project"}),
+            &serde_json::json!({"schema": "policy-card.v1"}),
+            &serde_json::json!({"schema": "run-record.v1"}),
+        )
+        .expect("setup: begin_run")
+        .expect("setup: the index");
+    for state in ["running", "exited"] {
+        let registration =
+            crate::protocol::process::worker_registration("r1", "worker", state, Some(&live.file));
+        s.store
+            .register_worker("r1", "worker", &registration)
+            .expect("setup: registration");
+    }
+    s.store.end_run(&live).expect("setup: end_run");
+    let racers = vec![
+        ProcSpec::Supervise {
+            run: "r1".into(),
+            agent: "worker".into(),
+        },
+        ProcSpec::Reach,
+        ProcSpec::RetireLiveRuns,
+    ];
+    s.finish(
+        "live-runs",
+        "a run id started again, raced by an engage's reach and the census of runs.live/, crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    )
+}
+
+/// Issue 15: an older home gets its live-run index. The setup is a home an older stopline
+/// wrote: no `runs.live/`, run `r0` of `worker` registered running (no `live_entry`; its
+/// supervisor runs throughout) and run `old` of `worker` finished. A new run `r1` starts
+/// (`Store::begin_run` builds the index: `runs.live/`, a legacy entry for `r0`, the marker, then
+/// its own entry), raced by an engage's reach, crashed at every step: `r0` is in every reach
+/// and after every crash, whether the index was built, half built or not at all.
+pub fn live_runs_older_home() -> Scenario {
+    let s = Setup::new();
+    for (run, state) in [("old", "exited"), ("r0", "running")] {
+        s.store
+            .record_run(run, &serde_json::json!({}), &serde_json::json!({}))
+            .expect("setup: record");
+        let registration =
+            crate::protocol::process::worker_registration(run, "worker", state, None);
+        s.store
+            .register_worker(run, "worker", &registration)
+            .expect("setup: registration");
+    }
+    let racers = vec![
+        ProcSpec::Supervise {
+            run: "r1".into(),
+            agent: "worker".into(),
+        },
+        ProcSpec::Reach,
+    ];
+    let mut scenario = s.finish(
+        "live-runs-older-home",
+        "an older home's first run builds runs.live/, raced by an engage's reach, crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    );
+    scenario.live_workers = vec!["r0/worker".into()];
+    scenario
+}
 
 /// An emergency engage whose WAL record and epoch advance were deferred, raced by a process
 /// that finishes deferred records and by the owner's recover plan then apply of its scope:

@@ -86,7 +86,10 @@ impl<'a> Search<'a> {
     pub fn run(mut self) -> ScenarioReport {
         let started = Instant::now();
         let mut last_progress = Instant::now();
-        let root = State::initial(self.scenario.initial.clone(), self.scenario.procs.len());
+        let mut root = State::initial(self.scenario.initial.clone(), self.scenario.procs.len());
+        if !self.scenario.live_workers.is_empty() {
+            root.ghost_mut().live_workers = self.scenario.live_workers.iter().cloned().collect();
+        }
         self.visited.insert(root.key(), 0);
         self.successors.push(Vec::new());
         let mut stack: Vec<Frame> = Vec::new();
@@ -285,6 +288,7 @@ impl<'a> Search<'a> {
             scenario: self.scenario,
             disengaged: &state.ghost.disengaged,
             planned: &state.ghost.planned,
+            live_workers: &state.ghost.live_workers,
         }
     }
 }

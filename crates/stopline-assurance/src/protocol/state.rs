@@ -34,6 +34,12 @@ pub struct Ghost {
     pub disengaged: BTreeSet<String>,
     /// Latch files named by a `recovery_intent` a racing plan appended to the WAL.
     pub planned: BTreeSet<String>,
+    /// `<run>/<agent>` of every supervised worker that may be running now: from the moment its
+    /// supervisor's `begin_run` made its last step (the agent is started right after) until its
+    /// supervisor began writing its `exited` registration. A killed supervisor's agent runs on.
+    pub live_workers: BTreeSet<String>,
+    /// For each reach that began: the workers live when it began.
+    pub live_at_begin: BTreeMap<usize, BTreeSet<String>>,
 }
 
 /// A state of the search.

@@ -147,6 +147,8 @@ fn measure(ctx: &Context, n: usize, iteration: usize) -> Result<Sample, Refusal>
         user: None,
         net: "host".into(),
         supervisor_pid: std::process::id(),
+        // A throwaway home with no runs.live/ index: read whole, as a home before the index.
+        live_entry: None,
     };
     let mut supervision = Supervision::new(
         ctx.clone(),

@@ -84,6 +84,8 @@ pub struct RunFacts {
     pub net: String,
     /// The supervising `stopline run` process.
     pub supervisor_pid: u32,
+    /// The run's entry in `runs.live/` (`None` on a home whose index could not be built).
+    pub live_entry: Option<String>,
 }
 
 /// Writes registrations and stop evidence for one worker.
@@ -120,6 +122,7 @@ impl Recorder {
             "user": self.facts.user,
             "net": self.facts.net,
             "supervisor_pid": self.facts.supervisor_pid,
+            "live_entry": self.facts.live_entry,
             "state": status.state,
             "limits": status.limits,
             "kill_issued_at": status.kill_issued_at,

@@ -216,6 +216,13 @@ impl ViewSource for EtcdSource {
         }
     }
 
+    fn permit_left(&self) -> Option<Duration> {
+        let heard = *self.heard.lock().unwrap_or_else(|p| p.into_inner());
+        Some(heard.map_or(Duration::ZERO, |h| {
+            self.permit_ttl.saturating_sub(h.elapsed())
+        }))
+    }
+
     fn permit_lapsed(&self) -> Option<Refusal> {
         let heard = *self.heard.lock().unwrap_or_else(|p| p.into_inner());
         let silent = heard.map(|h| h.elapsed());

@@ -22,7 +22,7 @@ use stopline_core::budget::{BudgetKind, Budgets};
 use stopline_core::call::{allowed_tool, must_cut};
 use stopline_core::ops::{blocks_of, target_kind, BlockScope};
 use stopline_core::view::{Authority, Blocker};
-use stopline_core::{Decision, Refusal, RefusalCode, TaskClass};
+use stopline_core::{ControlState, Decision, Refusal, RefusalCode, TaskClass};
 use stopline_store::ops::OpOwner;
 
 /// What one call asks for; built by the surfaces.
@@ -219,9 +219,21 @@ impl Governor {
 
     /// Hold a queued call until the mode drops (re-admitted), an escalation (refused at once)
     /// or the queue timeout (`queued_timeout`).
+    ///
+    /// It wakes only for a view change that ends its hold (`waiters.rs`: registered before the
+    /// first judgment, so none is missed) and at the moments time alone can change its
+    /// judgment: the view growing too old, a drain's deadline, a distributed source's permit
+    /// lapsing. There is no periodic re-check: a held call is never dispatched without a
+    /// judgment that admits it, and each of those moments is known.
     async fn hold(&self, admission: &mut Admission) -> Result<(), Refusal> {
         let deadline = tokio::time::Instant::now() + self.config().queue_timeout();
-        let mut changes = self.subscribe_view();
+        let registration = self.wait_on_view(
+            &admission.caller,
+            Interest::Held {
+                class: admission.plan.class,
+                target: admission.plan.target.clone(),
+            },
+        );
         loop {
             let snapshot = self.snapshot();
             let receipt = self.judge(
@@ -242,9 +254,8 @@ impl Governor {
                 }
                 Decision::Queue => {}
             }
-            // Wake on a view change, and at least every 250 ms (a drain deadline, a stale view).
-            let wake = (tokio::time::Instant::now() + Duration::from_millis(250)).min(deadline);
-            if tokio::time::timeout_at(wake, changes.changed())
+            let wake = self.next_change_by_time(&snapshot).min(deadline);
+            if tokio::time::timeout_at(wake, registration.woken())
                 .await
                 .is_err()
                 && tokio::time::Instant::now() >= deadline
@@ -262,6 +273,24 @@ impl Governor {
                 return Err(self.refused(refusal));
             }
         }
+    }
+
+    /// The next moment time alone can change a held call's judgment of `snapshot` (see
+    /// [`Governor::hold`]): the view too old, a drain's deadline, the permit lapsing.
+    fn next_change_by_time(&self, snapshot: &crate::view::Snapshot) -> tokio::time::Instant {
+        let now_ms = self.now_ms();
+        let stale_at = snapshot.loaded_ms + self.max_view_age_ms() + 1;
+        let drain_at = match snapshot.view.state.state {
+            ControlState::Draining => snapshot.view.state.deadline_unix_ms,
+            _ => None,
+        };
+        let at_ms = drain_at.map_or(stale_at, |d| d.min(stale_at));
+        let now = tokio::time::Instant::now();
+        let by_time = now + Duration::from_millis(u64::try_from(at_ms - now_ms).unwrap_or(0));
+        let permit = self
+            .permit_left()
+            .map(|left| now + left + Duration::from_millis(1));
+        permit.map_or(by_time, |p| p.min(by_time))
     }
 
     /// A watch that resolves when `caller` must be cut: an EMERGENCY covering its subject, a

@@ -384,14 +384,19 @@ impl Governor {
         self.inner.view.source().permit_lapsed()
     }
 
+    /// How long the view source's permit holds from now (`None`: it never lapses by time).
+    pub(crate) fn permit_left(&self) -> Option<std::time::Duration> {
+        self.inner.view.source().permit_left()
+    }
+
+    /// The oldest the view may be (ms) before it closes the gate.
+    pub(crate) fn max_view_age_ms(&self) -> i64 {
+        self.inner.view.max_age_ms()
+    }
+
     /// Re-read the view now (after this gateway changed the control state itself).
     pub(crate) fn refresh_view(&self) -> Arc<Snapshot> {
         self.inner.view.refresh_fast()
-    }
-
-    /// A receiver woken with the generation whenever the view changes.
-    pub(crate) fn subscribe_view(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.inner.view.subscribe()
     }
 
     /// Register `caller` as waiting on the view for `interest`: a changed view wakes the

@@ -44,6 +44,11 @@ pub trait ViewSource: Send + Sync + std::fmt::Debug {
     fn permit_lapsed(&self) -> Option<Refusal> {
         None
     }
+    /// How long from now the permit holds if the backend is not heard from again (zero once
+    /// it lapsed); `None` when it never lapses by time alone (the local directory).
+    fn permit_left(&self) -> Option<Duration> {
+        None
+    }
     /// Carry this gateway's registration (and the latches it acknowledges) to the backend.
     fn publish(&self, record: &ServerRecord) {
         let _ = record;

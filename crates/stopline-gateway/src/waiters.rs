@@ -1,8 +1,9 @@
 //! Who a view change concerns: the calls waiting on the view, each woken only when a change
 //! can end its wait.
 //!
-//! A call in flight waits to be cut (`stopline_core::call::must_cut`), and a call waiting for
-//! its `prepared` fsync waits to be refused if the view now blocks it. Both used to wait on
+//! A call in flight waits to be cut (`stopline_core::call::must_cut`), a call waiting for its
+//! `prepared` fsync waits to be refused if the view now blocks it, and a call held under
+//! HALT_NONCRITICAL waits for the halt to lift or escalate. All used to wait on
 //! the view's one change signal, so every change woke every such call — a stop of one agent
 //! woke every call of every other agent, each to find it was not concerned. Now each waiting
 //! call registers what it waits for ([`Interest`]), and the holder, right after it swapped a
@@ -11,7 +12,8 @@
 //! a call in flight (exactly when `must_cut` cuts, with no message built), and for a call being
 //! admitted anything that can make `decide` refuse it (a fault, a contained machine, a latch
 //! covering it, a stale or future token, a blocked target) — a superset, so the woken call
-//! judges itself and may wait on.
+//! judges itself and may wait on. A held call is concerned exactly when `decide` would no
+//! longer queue it: a stop of another agent leaves it asleep.
 //!
 //! No stop is ever missed, by the order of the two sides. A waiter registers (under this
 //! registry's lock) *before* it reads the view to check itself ([`wait_until`]); the holder
@@ -26,7 +28,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use stopline_core::call::cut_cause;
 use stopline_core::view::Authority;
-use stopline_core::{ControlState, ControlView};
+use stopline_core::{ControlState, ControlView, Decision, TaskClass};
 use tokio::sync::Notify;
 
 /// What a waiting call waits for.
@@ -37,6 +39,12 @@ pub(crate) enum Interest {
     /// A call still being admitted (waiting for its `prepared` record): to be refused, on its
     /// operation target if it has one.
     Admission { target: Option<String> },
+    /// A call held under HALT_NONCRITICAL: to be admitted when the halt lifts, or refused when
+    /// it escalates; judged as `class` on its operation target, if it has one.
+    Held {
+        class: TaskClass,
+        target: Option<String>,
+    },
 }
 
 #[derive(Debug)]
@@ -151,6 +159,14 @@ fn concerns(view: &ControlView, caller: &Caller, interest: &Interest, now_ms: i6
                 || target
                     .as_deref()
                     .is_some_and(|t| view.blocked_targets.contains_key(t))
+        }
+        // Exactly when the held call's own judgment would stop queueing it (the gateway adds
+        // only an unreadable registry to `decide`, which `blocked_targets["*"]` is).
+        Interest::Held { class, target } => {
+            view.decide(subject, *class, Some(authority), target.as_deref(), now_ms)
+                .decision
+                != Decision::Queue
+                || (target.is_some() && view.blocked_targets.contains_key("*"))
         }
     }
 }
@@ -273,6 +289,71 @@ mod tests {
             .await
             .expect("b's emergency wakes b's call");
         assert!(w.cut_of(&b).is_some());
+    }
+
+    /// A call held under HALT_NONCRITICAL sleeps through a stop of another agent (the view
+    /// signal it used to wait on fires for that change) and is woken by the lift of its own
+    /// halt and by its escalation.
+    #[tokio::test]
+    async fn a_held_call_is_woken_only_by_what_ends_its_hold() {
+        let w = world();
+        let b = w.caller("b");
+        w.engage("b", Level::HaltNoncritical);
+        w.view.refresh_fast();
+        let held = || Interest::Held {
+            class: TaskClass::Noncritical,
+            target: Some("mcp:s:write".into()),
+        };
+        let queued = |w: &World| {
+            w.view
+                .load()
+                .view
+                .decide(
+                    b.subject(),
+                    TaskClass::Noncritical,
+                    Some(Authority {
+                        issue_epoch: b.claims().epoch,
+                    }),
+                    Some("mcp:s:write"),
+                    w.store.now_ms(),
+                )
+                .decision
+        };
+        assert_eq!(queued(&w), Decision::Queue, "b's call is held");
+        let b_held = w.view.waiters().register(&b, held());
+        let mut every_change = w.view.subscribe();
+        every_change.borrow_and_update();
+
+        w.engage("a", Level::Emergency);
+        w.view.refresh_fast();
+        assert!(
+            every_change.has_changed().unwrap(),
+            "the view changed (the old wait woke here)"
+        );
+        assert!(not_woken(&b_held), "another agent's stop leaves it asleep");
+        assert_eq!(queued(&w), Decision::Queue);
+
+        // Lifted: woken, and its own judgment admits it.
+        w.store
+            .disengage(&Scope::Agent(Name::parse("b").unwrap()), "lift", "test")
+            .unwrap();
+        w.view.refresh_fast();
+        tokio::time::timeout(Duration::from_secs(5), b_held.woken())
+            .await
+            .expect("the lift wakes the held call");
+        assert_eq!(queued(&w), Decision::Allow);
+
+        // Held again, then escalated: woken, and refused.
+        w.engage("b", Level::HaltNoncritical);
+        w.view.refresh_fast();
+        let b_held = w.view.waiters().register(&b, held());
+        assert!(not_woken(&b_held), "a registration starts asleep");
+        w.engage("b", Level::HaltAll);
+        assert!(w.view.add_appeared_latches());
+        tokio::time::timeout(Duration::from_secs(5), b_held.woken())
+            .await
+            .expect("an escalation wakes the held call");
+        assert_eq!(queued(&w), Decision::Block);
     }
 
     /// Stop wins the race between a view swap and a call that starts waiting: the swapping

@@ -148,6 +148,27 @@ pub struct OpLine {
     pub reason: Option<String>,
 }
 
+impl OpLine {
+    /// A line of `phase` for `op`, written at `ts_ms` (`ts`: the same time in RFC 3339), with
+    /// every phase's own fields empty for the caller to fill.
+    pub fn new(op: &str, phase: Phase, ts: String, ts_ms: i64) -> OpLine {
+        OpLine {
+            op: op.to_string(),
+            phase,
+            ts,
+            ts_ms,
+            target: None,
+            agent: None,
+            request_id: None,
+            root: None,
+            blocks: None,
+            outcome: None,
+            by: None,
+            reason: None,
+        }
+    }
+}
+
 /// The folded state of one operation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Operation {
@@ -256,18 +277,9 @@ mod tests {
 
     fn line(op: &str, phase: Phase, target: Option<&str>) -> OpLine {
         OpLine {
-            op: op.into(),
-            phase,
-            ts: "t".into(),
-            ts_ms: 1,
             target: target.map(String::from),
-            agent: None,
-            request_id: None,
-            root: None,
-            blocks: None,
             outcome: (phase == Phase::Outcome).then(|| "committed".into()),
-            by: None,
-            reason: None,
+            ..OpLine::new(op, phase, "t".into(), 1)
         }
     }
 

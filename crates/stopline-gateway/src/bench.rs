@@ -282,15 +282,22 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
+/// The three paths every figure compares, and the load generator's client.
+struct Paths {
+    client: reqwest::Client,
+    direct: Target,
+    bare: Target,
+    gateway: Target,
+}
+
 /// One concurrency level: direct, the bare proxy and the gateway side by side.
-async fn measure(
-    client: &reqwest::Client,
-    direct: &Target,
-    bare: &Target,
-    gateway: &Target,
-    concurrency: usize,
-    calls: usize,
-) -> Result<Value, BenchError> {
+async fn measure(paths: &Paths, concurrency: usize, calls: usize) -> Result<Value, BenchError> {
+    let Paths {
+        client,
+        direct,
+        bare,
+        gateway,
+    } = paths;
     let all = latencies(
         client,
         &[direct.clone(), bare.clone(), gateway.clone()],
@@ -325,14 +332,13 @@ async fn measure(
 
 /// Throughput of each path alone at one concurrency level: direct, bare, the gateway's
 /// read-only tool and its recorded tool (a prepared and an outcome record, fsynced, per call).
-async fn rates(
-    client: &reqwest::Client,
-    direct: &Target,
-    bare: &Target,
-    gateway: &Target,
-    concurrency: usize,
-    calls: usize,
-) -> Result<Value, BenchError> {
+async fn rates(paths: &Paths, concurrency: usize, calls: usize) -> Result<Value, BenchError> {
+    let Paths {
+        client,
+        direct,
+        bare,
+        gateway,
+    } = paths;
     let (direct_rps, _) = throughput(client, direct, "echo", concurrency, calls).await?;
     let (bare_rps, _) = throughput(client, bare, "echo", concurrency, calls).await?;
     let (read_only_rps, _) = throughput(client, gateway, "echo", concurrency, calls).await?;
@@ -434,35 +440,21 @@ async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Valu
     handshake(&client, &mut direct).await?;
     handshake(&client, &mut bare).await?;
     handshake(&client, &mut through).await?;
+    let paths = Paths {
+        client,
+        direct,
+        bare,
+        gateway: through,
+    };
     // Warm every path (connections, token cache, catalog).
-    measure(&client, &direct, &bare, &through, 4, 64).await?;
+    measure(&paths, 4, 64).await?;
     let mut runs = Vec::new();
     for concurrency in [1, 32] {
-        runs.push(
-            measure(
-                &client,
-                &direct,
-                &bare,
-                &through,
-                concurrency,
-                calls.max(concurrency * 8),
-            )
-            .await?,
-        );
+        runs.push(measure(&paths, concurrency, calls.max(concurrency * 8)).await?);
     }
     let mut throughput = Vec::new();
     for concurrency in [1, 32] {
-        throughput.push(
-            rates(
-                &client,
-                &direct,
-                &bare,
-                &through,
-                concurrency,
-                calls.max(concurrency * 8),
-            )
-            .await?,
-        );
+        throughput.push(rates(&paths, concurrency, calls.max(concurrency * 8)).await?);
     }
     gateway.shutdown().await;
     bare_server.abort();

@@ -394,18 +394,10 @@ impl Store {
         };
         let now = self.env.now_ms();
         let line = OpLine {
-            op: op_id.to_string(),
-            phase: Phase::Outcome,
-            ts: crate::env::rfc3339(now),
-            ts_ms: now,
-            target: None,
-            agent: None,
-            request_id: None,
-            root: None,
-            blocks: None,
             outcome: Some(outcome.to_string()),
             by: Some(by.to_string()),
             reason: Some(reason),
+            ..OpLine::new(op_id, Phase::Outcome, crate::env::rfc3339(now), now)
         };
         let path = self.layout.ops().join(format!("{OWNER_JOURNAL}.jsonl"));
         let mut bytes = serde_json::to_vec(&line).expect("an op line always serializes");
@@ -447,20 +439,7 @@ impl OpsJournal {
 
     fn line(&self, op: &str, phase: Phase) -> OpLine {
         let now = self.store.env.now_ms();
-        OpLine {
-            op: op.to_string(),
-            phase,
-            ts: crate::env::rfc3339(now),
-            ts_ms: now,
-            target: None,
-            agent: None,
-            request_id: None,
-            root: None,
-            blocks: None,
-            outcome: None,
-            by: None,
-            reason: None,
-        }
+        OpLine::new(op, phase, crate::env::rfc3339(now), now)
     }
 
     /// Record durable intent (fsynced before returning) of an operation by `agent`, which is

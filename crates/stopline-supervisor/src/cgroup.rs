@@ -99,6 +99,33 @@ pub struct KillReport {
     pub method: Method,
 }
 
+impl KillIssued {
+    /// The report of this kill once quiescence was freshly observed, just now, after `retries`
+    /// re-issued orders. Call it only right after that observation.
+    pub fn confirmed_now(&self, retries: u32) -> KillReport {
+        let elapsed = self.issued_instant.elapsed();
+        KillReport {
+            issued_at: self.issued_at,
+            confirmed_at: Some(Utc::now()),
+            elapsed_us: Some(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)),
+            retries,
+            method: self.method,
+        }
+    }
+
+    /// The report of this kill when the timeout passed before quiescence was observed: still
+    /// pending.
+    pub fn unconfirmed(&self, retries: u32) -> KillReport {
+        KillReport {
+            issued_at: self.issued_at,
+            confirmed_at: None,
+            elapsed_us: None,
+            retries,
+            method: self.method,
+        }
+    }
+}
+
 impl KillReport {
     /// True when quiescence was observed.
     pub fn confirmed(&self) -> bool {
@@ -271,25 +298,12 @@ impl Group {
         let mut retries = 0u32;
         loop {
             if !self.events()?.populated {
-                let elapsed = issued.issued_instant.elapsed();
-                return Ok(KillReport {
-                    issued_at: issued.issued_at,
-                    confirmed_at: Some(Utc::now()),
-                    elapsed_us: Some(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)),
-                    retries,
-                    method: Method::Cgroup2,
-                });
+                return Ok(issued.confirmed_now(retries));
             }
             let waited = started.elapsed();
             if waited >= timeout {
                 tracing::warn!(group = %self.path.display(), ?waited, retries, "kill not yet confirmed");
-                return Ok(KillReport {
-                    issued_at: issued.issued_at,
-                    confirmed_at: None,
-                    elapsed_us: None,
-                    retries,
-                    method: Method::Cgroup2,
-                });
+                return Ok(issued.unconfirmed(retries));
             }
             if last_order.elapsed() >= KILL_REISSUE_INTERVAL {
                 self.kill()?;

@@ -165,14 +165,7 @@ impl Reaper {
         loop {
             let live = self.live()?;
             if live.is_empty() {
-                let elapsed = issued.issued_instant.elapsed();
-                return Ok(KillReport {
-                    issued_at: issued.issued_at,
-                    confirmed_at: Some(Utc::now()),
-                    elapsed_us: Some(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)),
-                    retries,
-                    method: Method::Subreaper,
-                });
+                return Ok(issued.confirmed_now(retries));
             }
             if started.elapsed() >= timeout {
                 tracing::warn!(
@@ -180,13 +173,7 @@ impl Reaper {
                     live = live.len(),
                     "subreaper kill not yet confirmed"
                 );
-                return Ok(KillReport {
-                    issued_at: issued.issued_at,
-                    confirmed_at: None,
-                    elapsed_us: None,
-                    retries,
-                    method: Method::Subreaper,
-                });
+                return Ok(issued.unconfirmed(retries));
             }
             self.kill_pass(&live)?;
             retries += 1;

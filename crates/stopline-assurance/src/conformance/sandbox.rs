@@ -159,6 +159,24 @@ impl Sandbox {
         self.run_with(args, &[], None)
     }
 
+    /// `stopline drill` at its smallest (one agent, no sub-agents, the pull after 50 ms, a
+    /// 400 ms window) with `more` arguments: a real drill whose record lands in the evidence log.
+    pub fn small_drill(&self, more: &[&str]) -> Result<Out, CaseError> {
+        let mut args = vec![
+            "drill",
+            "--agents",
+            "1",
+            "--subagents",
+            "0",
+            "--pull-after-ms",
+            "50",
+            "--window-ms",
+            "400",
+        ];
+        args.extend_from_slice(more);
+        self.run(&args)
+    }
+
     /// Run `args` with extra environment and optional stdin bytes.
     pub fn run_with(
         &self,

@@ -26,21 +26,7 @@ fn evidence_tampering_detected(s: &Sandbox) -> Verdict {
     let gateway = Upstream::start().map_err(harness)?;
     // Two real evidence records: drills of a version, both passing or not (their outcome does
     // not matter here, only that the binary wrote them).
-    s.run(&[
-        "drill",
-        "--agents",
-        "1",
-        "--subagents",
-        "0",
-        "--pull-after-ms",
-        "50",
-        "--window-ms",
-        "400",
-        "--repeat",
-        "2",
-        "--harness-version",
-        "harness-evidence",
-    ])?;
+    s.small_drill(&["--repeat", "2", "--harness-version", "harness-evidence"])?;
     let clean = s.run(&["evidence", "verify"])?;
     ensure(clean.code == 0 && clean.json()["ok"] == true, || {
         format!("verify of an untouched log: {}", clean.brief())
@@ -84,21 +70,7 @@ fn evidence_tampering_detected(s: &Sandbox) -> Verdict {
 fn evidence_edit_is_not_laundered(s: &Sandbox) -> Verdict {
     let gateway = Upstream::start().map_err(harness)?;
     let drill = |version: &str, target: &str| {
-        s.run(&[
-            "drill",
-            "--agents",
-            "1",
-            "--subagents",
-            "0",
-            "--pull-after-ms",
-            "50",
-            "--window-ms",
-            "400",
-            "--target-ms",
-            target,
-            "--harness-version",
-            version,
-        ])
+        s.small_drill(&["--target-ms", target, "--harness-version", version])
     };
     let failed = drill("harness-laundry", "0")?;
     ensure(failed.code == 1 && failed.json()["pass"] == false, || {

@@ -125,16 +125,7 @@ fn policy_card_incomplete(s: &Sandbox) -> Verdict {
 fn drill_required_after_a_failed_drill(s: &Sandbox) -> Verdict {
     let gateway = Upstream::start().map_err(harness)?;
     // A drill that cannot meet its target: a gateway view held 300 ms late against a 0 ms target.
-    let drill = s.run(&[
-        "drill",
-        "--agents",
-        "1",
-        "--subagents",
-        "0",
-        "--pull-after-ms",
-        "50",
-        "--window-ms",
-        "400",
+    let drill = s.small_drill(&[
         "--target-ms",
         "0",
         "--slow-view-ms",

@@ -8,13 +8,15 @@
 //! when it could not within the deadline. It never acknowledges what its view does not hold.
 //!
 //! With a distributed view source, engaging hosts cannot reach this socket; they watch the
-//! backend for acknowledgements instead, so [`spawn_push`] acknowledges every view change by
-//! itself, under the same rule (the view holds the latch, nothing older is still dispatching).
+//! backend for acknowledgements instead, so [`spawn_push`] acknowledges by itself each set of
+//! latches the view comes to hold, under the same rule (the view holds the latch, nothing older
+//! is still dispatching), woken only when that set changes.
 
 use crate::inflight::DispatchTracker;
 use crate::registry::Registry;
 use crate::view::ViewHolder;
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,9 +116,13 @@ impl AckServer {
     }
 }
 
-/// Acknowledge every view change by itself (distributed sources): on each new generation, wait
-/// (bounded) until no call admitted under an older view is still being handed upstream, then
-/// record the latches the view holds, which the source carries to its backend.
+/// Acknowledge by itself (distributed sources): whenever the view holds another set of latches,
+/// wait (bounded) until no call admitted under an older view is still being handed upstream,
+/// then record the latches the view holds, which the source carries to its backend.
+///
+/// The thread wakes only when the set of latches changes (`waiters.rs`: its registration is
+/// made before the view is compared with what was recorded, so no change is missed), not on
+/// every view change: an epoch, a state or a census change acknowledges nothing new.
 pub fn spawn_push(
     view: Arc<ViewHolder>,
     tracker: Arc<DispatchTracker>,
@@ -126,23 +132,23 @@ pub fn spawn_push(
     let spawned = std::thread::Builder::new()
         .name("stopline-ack-push".into())
         .spawn(move || {
-            let mut changes = view.subscribe();
-            let mut acknowledged: Option<u64> = None;
+            let mut acknowledged: Option<BTreeSet<String>> = None;
             while !stop.load(Ordering::SeqCst) {
                 let snapshot = view.load();
-                if acknowledged != Some(snapshot.generation)
-                    && tracker.wait_older_than(snapshot.generation, Instant::now() + MAX_WAIT)
-                {
-                    let held: Vec<String> = snapshot.latch_files.iter().cloned().collect();
-                    if let Err(error) = registry.acknowledge(held) {
-                        tracing::warn!(%error, "cannot record the acknowledgement");
+                if acknowledged.as_ref() != Some(&snapshot.latch_files) {
+                    if tracker.wait_older_than(snapshot.generation, Instant::now() + MAX_WAIT) {
+                        let held: Vec<String> = snapshot.latch_files.iter().cloned().collect();
+                        if let Err(error) = registry.acknowledge(held) {
+                            tracing::warn!(%error, "cannot record the acknowledgement");
+                        }
+                        acknowledged = Some(snapshot.latch_files.clone());
                     }
-                    acknowledged = Some(snapshot.generation);
+                    continue;
                 }
-                if acknowledged == Some(view.load().generation)
-                    && futures::executor::block_on(changes.changed()).is_err()
-                {
-                    break;
+                let held = snapshot.latch_files.clone();
+                let registration = view.waiters().register_latches(held.clone());
+                if view.load().latch_files == held {
+                    futures::executor::block_on(registration.woken());
                 }
             }
         });

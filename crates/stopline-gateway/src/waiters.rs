@@ -24,7 +24,7 @@
 //! [`Notify`] permit: one given while the waiter is not waiting is kept for its next wait.
 
 use crate::caller::Caller;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use stopline_core::call::cut_cause;
 use stopline_core::view::Authority;
@@ -45,11 +45,15 @@ pub(crate) enum Interest {
         class: TaskClass,
         target: Option<String>,
     },
+    /// An acknowledgement of `held` (the latches it recorded, for a distributed source): to
+    /// acknowledge again once the view holds another set. It has no caller.
+    Latches { held: BTreeSet<String> },
 }
 
 #[derive(Debug)]
 struct Entry {
-    caller: Caller,
+    /// The waiting call (`None` for [`Interest::Latches`]).
+    caller: Option<Caller>,
     interest: Interest,
     wake: Arc<Notify>,
 }
@@ -71,6 +75,16 @@ pub(crate) struct Registration {
 impl Waiters {
     /// Register `caller` as waiting for `interest`. Register before the first check.
     pub fn register(self: &Arc<Self>, caller: &Caller, interest: Interest) -> Registration {
+        self.enter(Some(caller.clone()), interest)
+    }
+
+    /// Register an acknowledgement of `held` as waiting for the view to hold another set of
+    /// latches. Register before comparing the view with `held`.
+    pub fn register_latches(self: &Arc<Self>, held: BTreeSet<String>) -> Registration {
+        self.enter(None, Interest::Latches { held })
+    }
+
+    fn enter(self: &Arc<Self>, caller: Option<Caller>, interest: Interest) -> Registration {
         let wake = Arc::new(Notify::new());
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries.0 += 1;
@@ -78,7 +92,7 @@ impl Waiters {
         entries.1.insert(
             id,
             Entry {
-                caller: caller.clone(),
+                caller,
                 interest,
                 wake: wake.clone(),
             },
@@ -96,7 +110,7 @@ impl Waiters {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut woken = 0;
         for entry in entries.1.values() {
-            if concerns(view, &entry.caller, &entry.interest, now_ms) {
+            if concerns(view, entry.caller.as_ref(), &entry.interest, now_ms) {
                 entry.wake.notify_one();
                 woken += 1;
             }
@@ -139,7 +153,15 @@ pub(crate) async fn wait_until<T>(
 }
 
 /// True when `view` can end the wait of `caller` for `interest`.
-fn concerns(view: &ControlView, caller: &Caller, interest: &Interest, now_ms: i64) -> bool {
+fn concerns(view: &ControlView, caller: Option<&Caller>, interest: &Interest, now_ms: i64) -> bool {
+    if let Interest::Latches { held } = interest {
+        return view.latches.len() != held.len()
+            || view.latches.iter().any(|l| !held.contains(&l.file));
+    }
+    // Every other interest is a call's; one without its caller is woken to judge itself.
+    let Some(caller) = caller else {
+        return true;
+    };
     let authority = Authority {
         issue_epoch: caller.claims().epoch,
     };
@@ -168,6 +190,7 @@ fn concerns(view: &ControlView, caller: &Caller, interest: &Interest, now_ms: i6
                 != Decision::Queue
                 || (target.is_some() && view.blocked_targets.contains_key("*"))
         }
+        Interest::Latches { .. } => true,
     }
 }
 
@@ -354,6 +377,50 @@ mod tests {
             .await
             .expect("an escalation wakes the held call");
         assert_eq!(queued(&w), Decision::Block);
+    }
+
+    /// An acknowledgement of a set of latches sleeps through a view change that keeps the set
+    /// (a drain changes only the state; the view signal it used to wait on fires for it) and is
+    /// woken when a latch joins the set.
+    #[tokio::test]
+    async fn an_acknowledgement_is_woken_only_when_the_latches_change() {
+        let w = world();
+        w.store
+            .engage(&EngageRequest {
+                scope: Scope::Machine,
+                level: Level::HaltAll,
+                by: "test".into(),
+                reason: "waiters".into(),
+                session: LatchSession {
+                    bound: None,
+                    tier: "console".into(),
+                },
+            })
+            .unwrap();
+        w.view.refresh_fast();
+        let held = w.view.load().latch_files.clone();
+        assert_eq!(held.len(), 1);
+        let ack = w.view.waiters().register_latches(held.clone());
+        let mut every_change = w.view.subscribe();
+        every_change.borrow_and_update();
+
+        w.store.drain(60, "drain", "test").unwrap();
+        w.view.refresh_fast();
+        assert!(
+            every_change.has_changed().unwrap(),
+            "the view changed (the old wait woke here)"
+        );
+        assert_eq!(w.view.load().latch_files, held);
+        assert!(
+            not_woken(&ack),
+            "a change that keeps the latches leaves it asleep"
+        );
+
+        w.engage("a", Level::Emergency);
+        assert!(w.view.add_appeared_latches());
+        tokio::time::timeout(Duration::from_secs(5), ack.woken())
+            .await
+            .expect("a new latch wakes the acknowledgement");
     }
 
     /// Stop wins the race between a view swap and a call that starts waiting: the swapping

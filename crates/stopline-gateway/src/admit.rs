@@ -160,24 +160,6 @@ impl Governor {
     /// Admit `plan` for `caller`; every refusal is logged (`crate::logs`).
     pub(crate) async fn admit(&self, caller: &Caller, plan: Plan) -> Result<Admission, Refusal> {
         let started = Instant::now();
-        let target = plan.target.clone();
-        let admitted = self.admit_plan(caller, plan, started).await;
-        if let Err(refusal) = &admitted {
-            crate::logs::refused(caller.agent(), target.as_deref(), refusal, started);
-        }
-        admitted
-    }
-
-    async fn admit_plan(
-        &self,
-        caller: &Caller,
-        plan: Plan,
-        started: Instant,
-    ) -> Result<Admission, Refusal> {
-        let snapshot = self.snapshot();
-        if let Some(refusal) = self.agent_breaker_refusal(caller, &snapshot) {
-            return Err(self.refused(refusal));
-        }
         let mut admission = Admission {
             gov: self.clone(),
             caller: caller.clone(),
@@ -189,6 +171,22 @@ impl Governor {
             finished: false,
             started,
         };
+        match self.admit_plan(caller, &mut admission).await {
+            Ok(()) => Ok(admission),
+            Err(refusal) => {
+                let target = admission.plan.target.as_deref();
+                crate::logs::refused(caller.agent(), target, &refusal, started);
+                Err(refusal)
+            }
+        }
+    }
+
+    async fn admit_plan(&self, caller: &Caller, admission: &mut Admission) -> Result<(), Refusal> {
+        let started = admission.started;
+        let snapshot = self.snapshot();
+        if let Some(refusal) = self.agent_breaker_refusal(caller, &snapshot) {
+            return Err(self.refused(refusal));
+        }
         let receipt = self.judge(
             &snapshot,
             caller,
@@ -201,7 +199,7 @@ impl Governor {
             Decision::Queue => {
                 self.count_decision("queue", receipt.code);
                 admission.prepare().await?;
-                self.hold(&mut admission).await?;
+                self.hold(admission).await?;
             }
         }
         admission.reserve().await?;
@@ -214,7 +212,7 @@ impl Governor {
         admission.prepare().await?;
         self.count_decision("allow", None);
         self.count_admission_latency(admission.plan.surface, started.elapsed());
-        Ok(admission)
+        Ok(())
     }
 
     /// Hold a queued call until the mode drops (re-admitted), an escalation (refused at once)
@@ -514,6 +512,14 @@ impl Admission {
             };
             self.record(op, text, doubt);
         }
+    }
+
+    /// False when the outcome [`Admission::finish`] is given changes nothing it records: a
+    /// call with no operation settles its reservation, its upstream's breaker and its metrics
+    /// alike whether it was committed, failed or is in doubt (only an upstream that could not be
+    /// reached differs, and that is known without an answer).
+    pub fn records_outcome(&self) -> bool {
+        self.op.is_some()
     }
 
     /// True once [`Admission::dispatch`] handed it upstream.

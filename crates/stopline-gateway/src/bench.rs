@@ -404,6 +404,7 @@ async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Valu
                 Router::new()
                     .route("/mcp/{server}", post(passthrough))
                     .with_state((gov, url))
+                    .into()
             })
         }
     };

@@ -155,6 +155,22 @@ impl Ledger {
     /// Make sure the caller's account exists and carries its limits.
     pub fn register(&self, claims: &Claims) {
         let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        Ledger::register_in(&mut accounts, claims);
+    }
+
+    fn register_in(accounts: &mut HashMap<String, Account>, claims: &Claims) {
+        // Known already (every call after a token's first): nothing to add, nothing to copy.
+        let parent_known = claims
+            .parent
+            .as_ref()
+            .is_none_or(|parent| accounts.contains_key(parent));
+        if parent_known
+            && accounts
+                .get(&claims.jti)
+                .is_some_and(|account| account.known_limits)
+        {
+            return;
+        }
         let account = accounts.entry(claims.jti.clone()).or_default();
         if !account.known_limits {
             account.limits = claims.budgets.clone();
@@ -197,8 +213,8 @@ impl Ledger {
     /// were most of the read-only path's cost). An account not yet seen here (a parent whose
     /// token never reached this gateway) may limit anything: the journal decides then.
     fn may_draw_on_limit(&self, claims: &Claims, amounts: &Budgets) -> bool {
-        self.register(claims);
-        let accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        Ledger::register_in(&mut accounts, claims);
         Ledger::chain_of(&accounts, &claims.jti).iter().any(|jti| {
             accounts.get(jti).is_none_or(|account| {
                 !account.known_limits || amounts.keys().any(|k| account.limits.contains_key(k))
@@ -213,8 +229,8 @@ impl Ledger {
         amounts: &Budgets,
         now_s: i64,
     ) -> Result<Reservation, Shortfall> {
-        self.register(claims);
         let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        Ledger::register_in(&mut accounts, claims);
         let chain = Ledger::chain_of(&accounts, &claims.jti);
         for jti in &chain {
             let Some(account) = accounts.get(jti) else {

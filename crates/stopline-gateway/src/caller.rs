@@ -18,6 +18,8 @@ pub struct Caller {
     /// Shared: a caller is cloned into every admission and exchange of a call.
     subject: Arc<Subject>,
     token: Arc<str>,
+    /// The acting agent's name, shared (made once per token).
+    agent: Arc<str>,
 }
 
 impl Caller {
@@ -33,7 +35,12 @@ impl Caller {
 
     /// The acting agent (last link of the chain).
     pub fn agent(&self) -> &str {
-        self.claims.agent().map(Name::as_str).unwrap_or("")
+        &self.agent
+    }
+
+    /// The acting agent, shared (a copy costs no allocation).
+    pub fn shared_agent(&self) -> &Arc<str> {
+        &self.agent
     }
 
     /// The token's role.
@@ -46,8 +53,8 @@ impl Caller {
         &self.token
     }
 
-    /// The token text, shared (a key of what was decided for it).
-    pub(crate) fn shared_token(&self) -> &Arc<str> {
+    /// The token text, shared (a key of what was decided for it; a copy costs no allocation).
+    pub fn shared_token(&self) -> &Arc<str> {
         &self.token
     }
 }
@@ -56,7 +63,15 @@ impl Caller {
 #[derive(Debug)]
 pub struct Authenticator {
     key: VerifyingKey,
-    cache: Mutex<HashMap<Arc<str>, Arc<Claims>>>,
+    /// Verified token texts, with their claims and the subject they prove (made once).
+    cache: Mutex<HashMap<Arc<str>, Verified>>,
+}
+
+#[derive(Debug, Clone)]
+struct Verified {
+    claims: Arc<Claims>,
+    subject: Arc<Subject>,
+    agent: Arc<str>,
 }
 
 /// Entries kept before the cache is cleared (a flood of distinct tokens costs verifications,
@@ -98,27 +113,34 @@ impl Authenticator {
             .unwrap_or_else(|p| p.into_inner())
             .get_key_value(token)
             .map(|(k, v)| (k.clone(), v.clone()));
-        let (text, claims) = match cached {
-            Some((text, claims)) => {
-                if claims.is_expired(now_s) {
-                    return Err(stopline_token::TokenError::Expired { exp: claims.exp }.into());
+        let (text, verified) = match cached {
+            Some((text, verified)) => {
+                if verified.claims.is_expired(now_s) {
+                    let exp = verified.claims.exp;
+                    return Err(stopline_token::TokenError::Expired { exp }.into());
                 }
-                (text, claims)
+                (text, verified)
             }
             None => {
                 let claims = Arc::new(stopline_token::verify(&self.key, token, now_s)?);
+                let verified = Verified {
+                    subject: Arc::new(claims.subject()),
+                    agent: Arc::from(claims.agent().map(Name::as_str).unwrap_or("")),
+                    claims,
+                };
                 let text: Arc<str> = Arc::from(token);
                 let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
                 if cache.len() >= CACHE_LIMIT {
                     cache.clear();
                 }
-                cache.insert(text.clone(), claims.clone());
-                (text, claims)
+                cache.insert(text.clone(), verified.clone());
+                (text, verified)
             }
         };
         Ok(Caller {
-            subject: Arc::new(claims.subject()),
-            claims,
+            subject: verified.subject,
+            claims: verified.claims,
+            agent: verified.agent,
             token: text,
         })
     }

@@ -15,8 +15,19 @@ use std::time::Instant;
 /// Open dispatch tickets by generation.
 #[derive(Debug, Default)]
 pub struct DispatchTracker {
-    open: Mutex<BTreeMap<u64, usize>>,
+    open: Mutex<Open>,
     closed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    /// Open tickets by generation. A generation's entry stays at 0 when its tickets close and
+    /// is dropped when a newer generation enters, so calls under one view (nearly all of them)
+    /// neither allocate nor free a node of the map.
+    by_generation: BTreeMap<u64, usize>,
+    /// Threads waiting in [`DispatchTracker::wait_older_than`]: a closing ticket wakes them
+    /// only when there are some (a wake is a system call).
+    waiting: usize,
 }
 
 /// One open ticket; closes on drop.
@@ -27,10 +38,23 @@ pub struct Ticket {
 }
 
 impl DispatchTracker {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Open a ticket at `generation`.
     pub fn enter(self: &Arc<Self>, generation: u64) -> Ticket {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        *open.entry(generation).or_default() += 1;
+        let mut open = self.lock();
+        if open.by_generation.len() > 1
+            || open
+                .by_generation
+                .keys()
+                .next()
+                .is_some_and(|&g| g != generation)
+        {
+            open.by_generation.retain(|&g, n| *n > 0 || g == generation);
+        }
+        *open.by_generation.entry(generation).or_default() += 1;
         Ticket {
             tracker: self.clone(),
             generation,
@@ -39,43 +63,44 @@ impl DispatchTracker {
 
     /// Wait until no ticket older than `generation` is open, or `deadline`. True when none is.
     pub fn wait_older_than(&self, generation: u64, deadline: Instant) -> bool {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.lock();
         loop {
-            if open.range(..generation).all(|(_, &n)| n == 0) {
+            if open.by_generation.range(..generation).all(|(_, &n)| n == 0) {
                 return true;
             }
             let now = Instant::now();
             if now >= deadline {
                 return false;
             }
+            open.waiting += 1;
             open = self
                 .closed
                 .wait_timeout(open, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            open.waiting -= 1;
         }
     }
 
     /// Tickets open right now.
     pub fn open_count(&self) -> usize {
-        self.open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .sum()
+        self.lock().by_generation.values().sum()
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut open = self.tracker.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.generation) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.generation);
+        let mut open = self.tracker.lock();
+        let closed_all = match open.by_generation.get_mut(&self.generation) {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                *n == 0
             }
+            None => false,
+        };
+        if closed_all && open.waiting > 0 {
+            self.tracker.closed.notify_all();
         }
-        self.tracker.closed.notify_all();
     }
 }
 

@@ -51,7 +51,7 @@ pub use error::{refusal_status, retry_after_s, GatewayError};
 pub use feed::ViewFeed;
 pub use governor::Governor;
 pub use server::{
-    serve, serve_with, start, start_with, Distributed, MountFn, RunningGateway, ServeError,
-    ServeOptions,
+    mcp_post_server, serve, serve_with, start, start_with, Distributed, McpPost, Mount, MountFn,
+    RunningGateway, ServeError, ServeOptions,
 };
 pub use source::{LocalSource, ViewSource};

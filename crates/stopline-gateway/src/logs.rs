@@ -4,7 +4,8 @@
 //! view fault is one event with the fields `agent`, `route` (the HTTP path the call came in
 //! on), `code` (the stopline refusal code) and `latency_ms` where they apply (a refusal also
 //! names the `operation` target, `mcp:<server>:<tool>` or `model:<model>`). The route is kept
-//! in a task-local for the request ([`with_route`], a middleware over the whole router), so the
+//! in a task-local for the request ([`with_route`], a middleware over the whole router, and
+//! [`in_route`] for the MCP handler served before it), so the
 //! admission path names it without every handler passing it down. This module imports nothing
 //! else of the crate.
 
@@ -31,6 +32,12 @@ pub fn route() -> Arc<str> {
 pub async fn with_route(request: Request, next: Next) -> Response {
     let path: Arc<str> = Arc::from(request.uri().path());
     ROUTE.scope(path, next.run(request)).await
+}
+
+/// Run `work` (a request's handling, served without the router's middleware) with `path` as
+/// [`route`].
+pub async fn in_route<F: std::future::Future>(path: Arc<str>, work: F) -> F::Output {
+    ROUTE.scope(path, work).await
 }
 
 /// Milliseconds since `started`, to the microsecond.

@@ -10,6 +10,7 @@ use crate::acks::AckServer;
 use crate::config::{GatewayConfig, GatewayConfigError};
 use crate::governor::Governor;
 use crate::inflight::DispatchTracker;
+pub use crate::listener::{mcp_post_server, McpPost};
 use crate::registry::Registry;
 use crate::source::ViewSource;
 use crate::state::AppState;
@@ -25,7 +26,26 @@ use stopline_store::{ControlPlane, Store};
 use tokio::sync::oneshot;
 
 /// Builds extra routes (the MCP proxy) from the governor; merged into the gateway's router.
-pub type MountFn = Box<dyn FnOnce(Governor) -> axum::Router + Send>;
+pub type MountFn = Box<dyn FnOnce(Governor) -> Mount + Send>;
+
+/// What a mount adds to the gateway: routes merged into its router, and the MCP proxy's
+/// `POST /mcp/<server>` handler served before the router (`listener.rs`), which must be the
+/// handler the mounted router has at that route.
+pub struct Mount {
+    /// Routes merged into the gateway's router.
+    pub router: axum::Router,
+    /// The `POST /mcp/<server>` handler served on hyper directly, when there is one.
+    pub mcp_post: Option<Arc<dyn McpPost>>,
+}
+
+impl From<axum::Router> for Mount {
+    fn from(router: axum::Router) -> Mount {
+        Mount {
+            router,
+            mcp_post: None,
+        }
+    }
+}
 
 /// How to start a gateway.
 pub struct ServeOptions {
@@ -191,14 +211,18 @@ pub async fn start_with(
         registry: registry.clone(),
     };
     let mut router = crate::routes::router(state);
+    let mut mcp_post = None;
     if let Some(mount) = options.mount {
-        router = router.merge(mount(gov.clone()));
+        let mount = mount(gov.clone());
+        router = router.merge(mount.router);
+        mcp_post = mount.mcp_post;
     }
-    // Every request's path is the `route` of what it logs (`crate::logs`).
+    // Every request's path is the `route` of what it logs (`crate::logs`); the MCP handler
+    // served before the router sets it itself.
     let router = router.layer(axum::middleware::from_fn(crate::logs::with_route));
     let (tx, rx) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        crate::listener::serve(http, router, async move {
+        crate::listener::serve(http, router, mcp_post, async move {
             let _ = rx.await;
         })
         .await

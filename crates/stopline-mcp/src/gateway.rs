@@ -22,6 +22,10 @@ impl Admission for gw::Admission {
     fn cut(self: Box<Self>, reason: &str) {
         gw::Admission::cut(*self, reason)
     }
+
+    fn records_outcome(&self) -> bool {
+        gw::Admission::records_outcome(self)
+    }
 }
 
 fn gateway_caller(caller: &Caller) -> Result<&gw::Caller, Refusal> {
@@ -38,9 +42,9 @@ impl Governor for gw::Governor {
     fn authenticate(&self, bearer: Option<&str>) -> Result<Caller, Refusal> {
         let inner = gw::Governor::authenticate(self, bearer)?;
         Ok(Caller {
-            agent: inner.agent().to_string(),
+            agent: inner.shared_agent().clone(),
             role: inner.role(),
-            token: inner.token().to_string(),
+            token: inner.shared_token().clone(),
             proof: Proof::Gateway(inner),
         })
     }

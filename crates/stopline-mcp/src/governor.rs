@@ -11,6 +11,7 @@
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use stopline_core::{Refusal, Role};
 
 pub use stopline_gateway::Outcome;
@@ -19,11 +20,11 @@ pub use stopline_gateway::Outcome;
 #[derive(Debug, Clone)]
 pub struct Caller {
     /// The acting agent (last link of the chain).
-    pub agent: String,
+    pub agent: Arc<str>,
     /// The token's role.
     pub role: Role,
     /// The token as presented (a remote governor forwards it to its gateway, never upstream).
-    pub token: String,
+    pub token: Arc<str>,
     /// What the governor that authenticated it needs to judge it later.
     pub(crate) proof: Proof,
 }
@@ -33,9 +34,9 @@ impl Caller {
     /// every call, as a remote gateway does).
     pub fn opaque(agent: &str, role: Role, token: &str) -> Caller {
         Caller {
-            agent: agent.to_string(),
+            agent: Arc::from(agent),
             role,
-            token: token.to_string(),
+            token: Arc::from(token),
             proof: Proof::Opaque,
         }
     }
@@ -81,6 +82,11 @@ pub trait Admission: Send {
     /// The call's outcome cannot be known (a cut exchange gave none in time): its operation is
     /// left in doubt.
     fn cut(self: Box<Self>, reason: &str);
+    /// False when how the call ended changes nothing this admission records (no operation:
+    /// committed, failed and in doubt settle it alike), so its answer need not be read for it.
+    fn records_outcome(&self) -> bool {
+        true
+    }
 }
 
 /// What enforces stops for the MCP surfaces.

@@ -19,16 +19,17 @@ use crate::jsonrpc::{parse, Incoming, Message};
 use crate::reply::{json_reply, local_reply, refusal_reply, reply_messages};
 use crate::sessions::SessionBindings;
 use crate::upstream::{self, Exchange};
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use std::collections::BTreeMap;
+use futures::future::BoxFuture;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use stopline_core::{Refusal, RefusalCode};
-use stopline_gateway::McpServerConfig;
+use stopline_gateway::{McpPost, McpServerConfig, Mount};
 
 /// Headers the agent sends that the upstream needs (never `Authorization`).
 pub const FORWARDED_REQUEST_HEADERS: [&str; 4] = [
@@ -47,8 +48,21 @@ pub struct McpState {
     /// Which agent opened which session.
     pub(crate) sessions: SessionBindings,
     pub(crate) stdio: Arc<upstream::StdioSessions>,
-    /// Each HTTP upstream's URL, parsed once (not on every forwarded message).
-    pub(crate) urls: std::collections::HashMap<String, axum::http::Uri>,
+    /// Each configured server's name, route and upstream, made once (not on every message).
+    pub(crate) entries: HashMap<String, Arc<ServerEntry>>,
+}
+
+/// A configured server as every message to it needs it.
+#[derive(Debug)]
+pub(crate) struct ServerEntry {
+    /// Its name (`everything` for `/mcp/everything`).
+    pub name: Arc<str>,
+    /// The path it is served at: the `route` its calls log.
+    pub route: Arc<str>,
+    /// Where its messages go.
+    pub upstream: Upstream,
+    /// An HTTP upstream's URL, parsed (`None`: not a URL, so nothing can be delivered).
+    pub uri: Option<Uri>,
 }
 
 /// Where a server's messages go.
@@ -69,34 +83,47 @@ pub fn upstream_of(config: &McpServerConfig) -> Option<Upstream> {
     }
 }
 
-/// The MCP proxy routes over the gateway's governor and its `[mcp.*]` configuration, ready to
-/// be merged into the gateway's router (`ServeOptions::mount`).
-pub fn router(governor: stopline_gateway::Governor) -> Router {
+/// The MCP proxy over the gateway's governor and its `[mcp.*]` configuration, ready to be
+/// mounted on the gateway (`ServeOptions::mount`): its routes, and its `POST` handler served
+/// before the gateway's router.
+pub fn router(governor: stopline_gateway::Governor) -> Mount {
     let servers = governor.config().mcp.clone();
     router_with(Arc::new(governor), servers)
 }
 
-/// The MCP proxy routes over any governor and server table.
+/// The MCP proxy over any governor and server table.
 pub fn router_with(
     governor: Arc<dyn Governor>,
     servers: BTreeMap<String, McpServerConfig>,
-) -> Router {
+) -> Mount {
     for (name, server) in &servers {
         if upstream_of(server).is_none() {
             tracing::error!(server = %name, "[mcp.{name}] names neither or both of url and command; its calls are refused");
         }
     }
-    let urls = servers
+    // A server whose table names no upstream has no entry: its calls are refused as to a
+    // server that is not configured.
+    let entries = servers
         .iter()
-        .filter_map(|(name, server)| match upstream_of(server) {
-            Some(Upstream::Http(url)) => Some((name.clone(), url.parse().ok()?)),
-            _ => None,
+        .filter_map(|(name, server)| {
+            let upstream = upstream_of(server)?;
+            let uri = match &upstream {
+                Upstream::Http(url) => url.parse().ok(),
+                Upstream::Stdio(_) => None,
+            };
+            let entry = ServerEntry {
+                name: Arc::from(name.as_str()),
+                route: Arc::from(format!("/mcp/{name}")),
+                upstream,
+                uri,
+            };
+            Some((name.clone(), Arc::new(entry)))
         })
         .collect();
     let state = Arc::new(McpState {
         governor,
         servers,
-        urls,
+        entries,
         catalog: Arc::new(ToolCatalog::default()),
         client: stopline_gateway::client::UpstreamClient::new(),
         sessions: SessionBindings::default(),
@@ -108,12 +135,44 @@ pub fn router_with(
             state.stdio.refill(name, &command, server);
         }
     }
-    Router::new()
+    let router = Router::new()
         .route(
             "/mcp/{server}",
             post(handle_post).get(handle_get).delete(handle_delete),
         )
-        .with_state(state)
+        .with_state(state.clone());
+    Mount {
+        router,
+        mcp_post: Some(Arc::new(Post(state))),
+    }
+}
+
+/// `POST /mcp/<server>` served on hyper directly, before the gateway's router: the request
+/// takes the same steps as through [`handle_post`] (the router's body limit and its refusal
+/// included), with the route logged as the router's middleware would.
+struct Post(Arc<McpState>);
+
+impl McpPost for Post {
+    fn post(&self, request: hyper::Request<hyper::body::Incoming>) -> BoxFuture<'static, Response> {
+        let state = self.0.clone();
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            let uri = std::mem::take(&mut parts.uri);
+            let path = uri.path();
+            let server = stopline_gateway::mcp_post_server(&parts.method, path).unwrap_or("");
+            let entry = state.entries.get(server).cloned();
+            let route = entry
+                .as_ref()
+                .map_or_else(|| Arc::from(path), |e| e.route.clone());
+            let headers = std::mem::take(&mut parts.headers);
+            let request = axum::extract::Request::from_parts(parts, Body::new(body));
+            stopline_gateway::logs::in_route(
+                route,
+                post_message(&state, server, entry, headers, request),
+            )
+            .await
+        })
+    }
 }
 
 impl McpState {
@@ -126,18 +185,10 @@ impl McpState {
 
     /// The upstream of `server`, or a 404 reply.
     fn upstream(&self, server: &str) -> Result<Upstream, Box<Response>> {
-        self.servers
-            .get(server)
-            .and_then(upstream_of)
-            .ok_or_else(|| {
-                let refusal = Refusal::new(
-                    RefusalCode::BadRequest,
-                    format!("no MCP server named {server:?} is configured"),
-                );
-                let mut reply = refusal_reply(None, &refusal);
-                *reply.status_mut() = StatusCode::NOT_FOUND;
-                Box::new(reply)
-            })
+        match self.entries.get(server) {
+            Some(entry) => Ok(entry.upstream.clone()),
+            None => Err(Box::new(not_found(server))),
+        }
     }
 
     /// Authenticate and check the session: the caller, or the reply that refuses it.
@@ -152,25 +203,37 @@ impl McpState {
     }
 }
 
+/// `POST /mcp/{server}` through the router (a path the handler served before the router
+/// leaves to it, e.g. a percent-encoded server name, which the router decodes).
 async fn handle_post(
     State(state): State<Arc<McpState>>,
     Path(server): Path<String>,
+    mut request: axum::extract::Request,
+) -> Response {
+    // The headers are taken, not copied (axum's `HeaderMap` extractor clones them).
+    let headers = std::mem::take(request.headers_mut());
+    let entry = state.entries.get(&server).cloned();
+    post_message(&state, &server, entry, headers, request).await
+}
+
+/// One `POST` of messages to `server` (`entry`, when it is configured), however it was routed.
+async fn post_message(
+    state: &Arc<McpState>,
+    server: &str,
+    entry: Option<Arc<ServerEntry>>,
+    headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
-    // The headers are taken, not copied (axum's `HeaderMap` extractor clones them); the body is
-    // read under the router's body limit as the `Bytes` extractor reads it.
-    let (mut parts, body) = request.into_parts();
-    let headers = std::mem::take(&mut parts.headers);
-    let body = match Bytes::from_request(axum::extract::Request::from_parts(parts, body), &()).await
-    {
+    // The body is read under the router's body limit as the `Bytes` extractor reads it (the
+    // same limit and refusal whichever way the request came).
+    let body = match Bytes::from_request(request, &()).await {
         Ok(body) => body,
         Err(rejection) => return rejection.into_response(),
     };
-    let upstream = match state.upstream(&server) {
-        Ok(upstream) => upstream,
-        Err(reply) => return unknown_server(&state, &server, &headers, &body, *reply).await,
+    let Some(entry) = entry else {
+        return unknown_server(state, server, &headers, &body, not_found(server)).await;
     };
-    let caller = match state.admit_caller(&server, &headers) {
+    let caller = match state.admit_caller(server, &headers) {
         Ok(caller) => caller,
         Err(reply) => return *reply,
     };
@@ -189,7 +252,7 @@ async fn handle_post(
     let mut governed = govern_frame(
         state.governor.as_ref(),
         &state.catalog,
-        &server,
+        server,
         &caller,
         frame,
     )
@@ -200,7 +263,7 @@ async fn handle_post(
     }
     let exchange = Exchange {
         state: state.clone(),
-        server,
+        server: entry.name.clone(),
         caller,
         headers: forwarded_headers(&headers),
         initialize,
@@ -208,13 +271,13 @@ async fn handle_post(
     let mut members = dispatch.members;
     if !governed.is_batch() && members.len() == 1 {
         let member = members.pop().expect("one member");
-        return forward(exchange, &upstream, member).await;
+        return forward(exchange, &entry, member).await;
     }
     // A batch: each member on its own (never as a batch), their answers gathered into one.
     let replies = futures::future::join_all(
         members
             .into_iter()
-            .map(|member| forward(exchange.clone(), &upstream, member)),
+            .map(|member| forward(exchange.clone(), &entry, member)),
     )
     .await;
     let mut messages = Vec::new();
@@ -245,14 +308,22 @@ fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
 }
 
 /// Forward one member to the server's upstream.
-async fn forward(exchange: Exchange, upstream: &Upstream, member: Member) -> Response {
-    match upstream {
-        Upstream::Http(_) => {
-            let uri = exchange.state.urls.get(&exchange.server).cloned();
-            upstream::post_http(exchange, uri, member).await
-        }
+async fn forward(exchange: Exchange, entry: &ServerEntry, member: Member) -> Response {
+    match &entry.upstream {
+        Upstream::Http(_) => upstream::post_http(exchange, entry.uri.clone(), member).await,
         Upstream::Stdio(command) => upstream::post_stdio(exchange, command.clone(), member).await,
     }
+}
+
+/// The 404 for a server that is not configured (or names no upstream).
+fn not_found(server: &str) -> Response {
+    let refusal = Refusal::new(
+        RefusalCode::BadRequest,
+        format!("no MCP server named {server:?} is configured"),
+    );
+    let mut reply = refusal_reply(None, &refusal);
+    *reply.status_mut() = StatusCode::NOT_FOUND;
+    reply
 }
 
 /// A call to a server that is not configured is egress the gateway refuses. A caller it can

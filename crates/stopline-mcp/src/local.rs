@@ -147,9 +147,9 @@ impl Governor for LocalGovernor {
         }
         let claims = verify_token(&self.inner.ctx, token)?;
         Ok(Caller {
-            agent: claims.agent().map(|a| a.to_string()).unwrap_or_default(),
+            agent: std::sync::Arc::from(claims.agent().map(|a| a.as_str()).unwrap_or_default()),
             role: claims.role,
-            token: token.to_string(),
+            token: std::sync::Arc::from(token),
             proof: Proof::Local(Box::new(claims)),
         })
     }
@@ -219,7 +219,7 @@ impl Governor for LocalGovernor {
                 (Some(target), false) => {
                     let journal = self.inner.journal()?;
                     let owner = OpOwner {
-                        agent: Some(caller.agent.clone()),
+                        agent: Some(caller.agent.to_string()),
                         root: claims.subject().chain.first().map(|n| n.to_string()),
                         blocks: server.unresolved_blocks,
                     };

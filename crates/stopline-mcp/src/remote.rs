@@ -160,9 +160,9 @@ impl Governor for RemoteGovernor {
         let claims = stopline_token::decode_unverified(token)
             .map_err(|e| Refusal::new(RefusalCode::TokenInvalid, e.to_string()))?;
         Ok(Caller {
-            agent: claims.agent().map(|a| a.to_string()).unwrap_or_default(),
+            agent: std::sync::Arc::from(claims.agent().map(|a| a.as_str()).unwrap_or_default()),
             role: claims.role,
-            token: token.to_string(),
+            token: std::sync::Arc::from(token),
             proof: Proof::Opaque,
         })
     }

@@ -35,7 +35,7 @@ impl SessionBindings {
             return Ok(());
         };
         match self.table().get(&key) {
-            Some(agent) if agent != &caller.agent => Err(Refusal::new(
+            Some(agent) if **agent != *caller.agent => Err(Refusal::new(
                 RefusalCode::TokenInvalid,
                 "this MCP session was opened by another agent",
             )),
@@ -50,7 +50,7 @@ impl SessionBindings {
             if table.len() >= MAX_BOUND_SESSIONS {
                 table.clear();
             }
-            table.entry(key).or_insert_with(|| caller.agent.clone());
+            table.entry(key).or_insert_with(|| caller.agent.to_string());
         }
     }
 

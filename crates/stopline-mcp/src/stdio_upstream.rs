@@ -98,7 +98,7 @@ pub(crate) async fn post_stdio(
             None => return no_session(),
         },
         None if initialize => {
-            let config = state.servers.get(&server).cloned().unwrap_or_default();
+            let config = state.servers.get(&*server).cloned().unwrap_or_default();
             match state.stdio.claim(&server, command, &config) {
                 Ok(spawned) => {
                     let id = spawned.id.clone();

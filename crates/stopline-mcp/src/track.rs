@@ -51,13 +51,17 @@ impl ToolCatalog {
 }
 
 /// Follows answers for the forwarded requests of one exchange (or one stdio session).
+///
+/// An HTTP exchange forwards one message, so it tracks at most one request: the open requests
+/// are a short list matched by id (ids are equal exactly when their [`id_key`]s are), not a map
+/// of keys built per call.
 pub struct Tracker {
     catalog: Arc<ToolCatalog>,
-    server: String,
-    pending: BTreeMap<String, Pending>,
+    server: Arc<str>,
+    pending: Vec<Pending>,
     /// Requests the agent was already answered for (by a cut): their real answers are
     /// recorded, not forwarded.
-    muted: std::collections::BTreeSet<String>,
+    muted: Vec<Id>,
 }
 
 impl std::fmt::Debug for Tracker {
@@ -72,17 +76,41 @@ impl std::fmt::Debug for Tracker {
 impl Tracker {
     /// A tracker for `server`'s answers.
     pub fn new(catalog: Arc<ToolCatalog>, server: &str) -> Tracker {
+        Tracker::for_server(catalog, Arc::from(server))
+    }
+
+    /// A tracker for `server`'s answers, its name shared.
+    pub fn for_server(catalog: Arc<ToolCatalog>, server: Arc<str>) -> Tracker {
         Tracker {
             catalog,
-            server: server.to_string(),
-            pending: BTreeMap::new(),
-            muted: Default::default(),
+            server,
+            pending: Vec::new(),
+            muted: Vec::new(),
         }
     }
 
     /// Track requests that were handed over.
     pub fn track(&mut self, pending: BTreeMap<String, Pending>) {
-        self.pending.extend(pending);
+        for one in pending.into_values() {
+            self.track_one(Some(one));
+        }
+    }
+
+    /// Track one request that was handed over (a member's, if it is a request). A request
+    /// still open under the same id is replaced (and dropped: left in doubt, as a map keyed by
+    /// id always did).
+    pub fn track_one(&mut self, pending: Option<Pending>) {
+        let Some(pending) = pending else {
+            return;
+        };
+        match self.position(&pending.id) {
+            Some(at) => self.pending[at] = pending,
+            None => self.pending.push(pending),
+        }
+    }
+
+    fn position(&self, id: &Id) -> Option<usize> {
+        self.pending.iter().position(|p| &p.id == id)
     }
 
     /// Observe one message from the upstream. Returns true when it answered a tracked request.
@@ -90,9 +118,10 @@ impl Tracker {
         let Message::Response { id, outcome } = message else {
             return false;
         };
-        let Some(pending) = self.pending.remove(&id_key(id)) else {
+        let Some(at) = self.position(id) else {
             return false;
         };
+        let pending = self.pending.remove(at);
         if let (Ok(result), "tools/list") = (outcome, pending.method.as_str()) {
             self.catalog.learn(&self.server, &result.to_value());
         }
@@ -108,18 +137,35 @@ impl Tracker {
         true
     }
 
+    /// True when an answer must be read for what it says: a `tools/list` (the catalog learns
+    /// from it) or a request whose admission records its outcome. Otherwise
+    /// [`Tracker::answered`] finishes them without reading the answer.
+    pub fn reads_answers(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|p| p.method == "tools/list" || p.admission.records_outcome())
+    }
+
+    /// The upstream answered and nothing open needs the answer read
+    /// ([`Tracker::reads_answers`] is false): every open request is finished as answered.
+    pub fn answered(&mut self) {
+        for pending in std::mem::take(&mut self.pending) {
+            pending.admission.finish(Outcome::Committed);
+        }
+    }
+
     /// Answered locally already: mark every open request so, and return their ids (the caller
     /// answers them). They stay tracked, so their real outcome is still recorded.
     pub fn mute_open(&mut self) -> Vec<Id> {
         let ids = self.open_ids();
-        self.muted.extend(self.pending.keys().cloned());
+        self.muted.extend(ids.iter().cloned());
         ids
     }
 
     /// False for an upstream answer to a request the agent was already answered for.
     pub fn forwardable(&self, message: &Message) -> bool {
         match message {
-            Message::Response { id, .. } => !self.muted.contains(&id_key(id)),
+            Message::Response { id, .. } => !self.muted.contains(id),
             _ => true,
         }
     }
@@ -138,12 +184,13 @@ impl Tracker {
 
     /// Ids still awaiting an answer.
     pub fn open_ids(&self) -> Vec<Id> {
-        self.pending.values().map(|p| p.id.clone()).collect()
+        self.pending.iter().map(|p| p.id.clone()).collect()
     }
 
     /// Stop waiting for `id`: its operation is left in doubt (its upstream went away).
     pub fn abandon(&mut self, id: &str, reason: &str) -> Option<Id> {
-        let pending = self.pending.remove(id)?;
+        let at = self.pending.iter().position(|p| id_key(&p.id) == id)?;
+        let pending = self.pending.remove(at);
         pending
             .admission
             .finish(Outcome::InDoubt(reason.to_string()));
@@ -152,28 +199,28 @@ impl Tracker {
 
     /// The upstream could not be reached at all: nothing open was delivered.
     pub fn unreachable(&mut self) {
-        for pending in std::mem::take(&mut self.pending).into_values() {
+        for pending in std::mem::take(&mut self.pending) {
             pending.admission.finish(Outcome::UpstreamUnreachable);
         }
     }
 
     /// The upstream refused the messages outright (an HTTP 4xx): nothing open was executed.
     pub fn refused_by_upstream(&mut self) {
-        for pending in std::mem::take(&mut self.pending).into_values() {
+        for pending in std::mem::take(&mut self.pending) {
             pending.admission.finish(Outcome::Failed);
         }
     }
 
     /// A cut exchange gave no outcome in time: every open operation is left in doubt.
     pub fn cut(&mut self, reason: &str) {
-        for pending in std::mem::take(&mut self.pending).into_values() {
+        for pending in std::mem::take(&mut self.pending) {
             pending.admission.cut(reason);
         }
     }
 
     /// The exchange ended without answers: every open operation is left in doubt.
     pub fn finish(&mut self, reason: &str) {
-        for pending in std::mem::take(&mut self.pending).into_values() {
+        for pending in std::mem::take(&mut self.pending) {
             pending
                 .admission
                 .finish(Outcome::InDoubt(reason.to_string()));

@@ -177,6 +177,69 @@ fn an_agent_killed_by_an_engage_just_after_the_supervisor_read_its_order_ends_th
     assert_eq!(worker["state"], "quiescent", "{worker}");
 }
 
+/// The supervisor has read its order (no stop yet) when a pause lands and the engage freezes
+/// the group itself: once resumed, the supervisor must not thaw a group frozen by a stop its
+/// order was read too early to hold (it thawed it until its next read, the agent running on
+/// after the engage's receipt said frozen). Watched with inotify on `cgroup.events`: any change
+/// of it after the engage returned is a thaw. Needs `--features stopline/failpoints`.
+#[test]
+fn a_pause_engaged_just_after_the_supervisor_read_its_order_is_not_undone_by_it() {
+    use rustix::fs::inotify;
+    let home = Home::new();
+    let out = open_dir("stopline-run-reach-pause-race-");
+    let park = out.path().join("park");
+    let failpoints = format!("run.wake.ordered=stop_if:{}", park.display());
+    let Supervised {
+        gateway: _gateway,
+        run,
+        running,
+        worker,
+    } = supervise(
+        &home,
+        out.path(),
+        "reach-pause-race",
+        "agent-u",
+        &[("STOPLINE_FAILPOINTS", &failpoints)],
+    );
+    let cgroup = worker["cgroup"].as_str().unwrap().to_string();
+    std::fs::write(&park, "").unwrap();
+    wait_for(
+        "the supervisor parked after its read",
+        Duration::from_secs(20),
+        || process_state(running.pid()).filter(|s| s == "T"),
+    );
+    let receipt = home.engage(&format!("run:{run}"), "halt-noncritical");
+    assert_eq!(receipt["groups_reached"][0]["confirmed"], true, "{receipt}");
+    assert!(group_events(&cgroup).contains("frozen 1"));
+    // Past the kernel's 10 ms notification window of the freeze, then watch.
+    std::thread::sleep(Duration::from_millis(50));
+    let watch =
+        inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC).unwrap();
+    inotify::add_watch(
+        &watch,
+        format!("{cgroup}/cgroup.events"),
+        inotify::WatchFlags::MODIFY,
+    )
+    .unwrap();
+
+    std::fs::remove_file(&park).unwrap();
+    signal(running.pid(), rustix::process::Signal::CONT);
+    // The supervisor's next reads find the pause; its registration says so.
+    wait_for_state(&home, &run, "agent-u", "frozen");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut buffer = [0u8; 1024];
+    let changed = rustix::io::read(&watch, &mut buffer);
+    assert_eq!(
+        changed.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "cgroup.events changed after the engage froze the group: the supervisor thawed it"
+    );
+    assert!(group_events(&cgroup).contains("frozen 1"));
+    home.engage(&format!("run:{run}"), "emergency");
+    let (code, _, stderr) = running.finish(Duration::from_secs(30));
+    assert_eq!(code, 1, "{stderr}");
+}
+
 /// The state letter of `pid` (`/proc/<pid>/stat`), `None` once it is gone.
 fn process_state(pid: u32) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -399,6 +399,15 @@ impl Supervision {
             // Every wake: the poller keeps it current, and reading it costs a lock.
             self.order = self.order.clone().stricter(plane.order(&self.subject));
         }
+        if self.order.level.is_none() && self.frozen_by_another()? {
+            // An engage freezes a covered group itself (SPEC §12.3), so a group this worker did
+            // not freeze may be frozen by a stop this wake's order was read too early to hold:
+            // read it again before thawing (a pause lifted meanwhile still thaws).
+            self.order = read_order(&self.ctx, &self.subject);
+            if let Some(plane) = &self.plane {
+                self.order = self.order.clone().stricter(plane.order(&self.subject));
+            }
+        }
         let mut level = self.order.level;
         if let Some(cause) = self.check_wall_clock() {
             level = level.max(Some(Level::HaltAll));
@@ -488,6 +497,23 @@ impl Supervision {
             _ if enforcement.status.state == WorkerState::Frozen => Progress::Frozen,
             _ => Progress::Running,
         })
+    }
+
+    /// True when the worker's group is frozen although this worker did not freeze it.
+    fn frozen_by_another(&self) -> Result<bool, Refusal> {
+        if matches!(
+            self.worker.status().state,
+            WorkerState::Frozen | WorkerState::Freezing
+        ) {
+            return Ok(false);
+        }
+        let Some(group) = self.worker.group() else {
+            return Ok(false);
+        };
+        group
+            .events()
+            .map(|events| events.frozen)
+            .map_err(|e| Refusal::new(RefusalCode::ControlIo, format!("observing the agent: {e}")))
     }
 
     fn root_exited(&mut self) -> Result<bool, Refusal> {

@@ -10,7 +10,10 @@
 //! wrapper [`Fs`] that turns every sync into a plain write) so a long history can be made in
 //! seconds; the bytes on disk are exactly what the synced calls write. Every measure then
 //! alternates fresh, live, aged, fresh, … on the real binary (`check`, `status`, `engage`, `disengage`) or
-//! the gateway's own view code (a full reload, engage → refusal through the inotify watch). Before
+//! the gateway's own view code (a full reload, engage → refusal through the inotify watch), and a
+//! reservation on a budget limit through the store's spending journals (a new gateway's first,
+//! a running one's next; the aged home holds 40 gone gateways' spending journals, the live one
+//! only their reservations in doubt). Before
 //! those, an idle `stopline serve` on each home is sampled from `/proc` for CPU and RSS (first,
 //! as a deployment's gateway starts in front of its home). Figures, never assertions.
 
@@ -163,14 +166,85 @@ fn record_operations(home: &Path, operations: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// The live home: the aged home's live state and none of its history.
-fn make_live(home: &Path) -> io::Result<()> {
-    record_operations(home, 0)
+/// Gone gateways whose spending journals the aged home holds (settled reservations on a
+/// budget limit: the spending history a reservation must not re-read).
+const SPEND_WRITERS: usize = 40;
+
+/// Settled reservations in the aged home's spending journals: one for every ten operations.
+fn spend_reservations(sizes: HistorySizes) -> usize {
+    sizes.operations / 10
 }
 
-/// Build the aged home: the live state and `sizes` of history.
-fn age(home: &Path, sizes: HistorySizes) -> io::Result<()> {
+/// The account the spending journals draw on, and the one the measured reservations do.
+const SPEND_ACCOUNT: &str = "bench-spend";
+
+/// Write in `home` the spending journals of gone gateways (`spend/gateway-<pid>-1.jsonl`: no
+/// process has start time 1), as a gateway writes them (`reserved`, `settled`): `settled`
+/// reservations of one tool call each spread over [`SPEND_WRITERS`] of them, and the live
+/// state — the first [`UNRESOLVED_WRITERS`] left one reservation that never settled (in doubt,
+/// spent at its bound). Written as files, not through a reservation's lock, so the state is
+/// the same whatever the store under measurement does with gone writers' journals. Returns how
+/// many journals it wrote.
+fn record_spending(home: &Path, settled: usize) -> io::Result<usize> {
+    use stopline_store::spend::SpendLine;
+    let one: stopline_core::budget::Budgets =
+        [(stopline_core::budget::BudgetKind::ToolCalls, 1.0)].into();
+    let chain = vec![SPEND_ACCOUNT.to_string()];
+    let per_writer = settled.div_ceil(SPEND_WRITERS);
+    let mut left = settled;
+    std::fs::create_dir_all(home.join("spend"))?;
+    let mut written = 0;
+    for w in 0..SPEND_WRITERS {
+        let history = per_writer.min(left);
+        left -= history;
+        let unresolved = w < UNRESOLVED_WRITERS;
+        if history == 0 && !unresolved {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        let mut push = |line: SpendLine| {
+            bytes.extend(serde_json::to_vec(&line).expect("a spend line serializes"));
+            bytes.push(b'\n');
+        };
+        for i in 0..history {
+            let id = format!("sp_{w}_{i}");
+            push(SpendLine::Reserved {
+                id: id.clone(),
+                chain: chain.clone(),
+                amounts: one.clone(),
+                ts_ms: i as i64,
+            });
+            push(SpendLine::Settled {
+                id,
+                used: one.clone(),
+            });
+        }
+        if unresolved {
+            push(SpendLine::Reserved {
+                id: format!("sp_{w}_open"),
+                chain: chain.clone(),
+                amounts: one.clone(),
+                ts_ms: 0,
+            });
+        }
+        let name = format!("gateway-{}-1.jsonl", 4_200_000 + w);
+        std::fs::write(home.join("spend").join(name), bytes)?;
+        written += 1;
+    }
+    Ok(written)
+}
+
+/// The live home: the aged home's live state and none of its history.
+fn make_live(home: &Path) -> io::Result<()> {
+    record_operations(home, 0)?;
+    record_spending(home, 0).map(|_| ())
+}
+
+/// Build the aged home: the live state and `sizes` of history. Returns how many gone
+/// gateways' spending journals it holds.
+fn age(home: &Path, sizes: HistorySizes) -> io::Result<usize> {
     record_operations(home, sizes.operations)?;
+    let spend_journals = record_spending(home, spend_reservations(sizes))?;
     let store = Store::with_io(home, Arc::new(UnsyncedFs(RealFs)), Arc::new(SystemEnv));
     for i in 0..sizes.cycles {
         let name = Name::parse(&format!("cycle-{}", i % 64)).map_err(|e| other(e.message))?;
@@ -191,7 +265,7 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<()> {
             .append_evidence("bench_history", record)
             .map_err(other)?;
     }
-    Ok(())
+    Ok(spend_journals)
 }
 
 fn p50_ms(samples: &mut [Duration]) -> f64 {
@@ -285,6 +359,22 @@ fn engage_to_refusal(view: &ViewHolder, store: &Store, i: usize) -> io::Result<D
     store
         .disengage(&scope, "history benchmark", "operator")
         .map_err(other)?;
+    Ok(elapsed)
+}
+
+/// One reservation of one tool call on a budget limit, recorded (fsynced) and settled, by
+/// `journal` — a new gateway's first (a fresh reader) or a running one's next.
+fn reserve_once(journal: &stopline_store::spend::SpendJournal) -> io::Result<Duration> {
+    let one: stopline_core::budget::Budgets =
+        [(stopline_core::budget::BudgetKind::ToolCalls, 1.0)].into();
+    let started = Instant::now();
+    let lock = journal.lock().map_err(other)?;
+    let id = lock
+        .reserved(&[SPEND_ACCOUNT.to_string()], &one)
+        .map_err(other)?;
+    drop(lock);
+    let elapsed = started.elapsed();
+    journal.settled(&id, &one).map_err(other)?;
     Ok(elapsed)
 }
 
@@ -390,7 +480,7 @@ fn history_in(
     }
     make_live(&live)?;
     let building = Instant::now();
-    age(&aged, sizes)?;
+    let spend_journals = age(&aged, sizes)?;
     let build_s = building.elapsed().as_secs_f64();
     let disk_bytes = du(&aged);
     let homes = [fresh.as_path(), live.as_path(), aged.as_path()];
@@ -470,6 +560,22 @@ fn history_in(
         engage_to_refusal(&holders[slot], &stores[slot], i)
     })?);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    // A reservation on a budget limit: a new gateway's first (its journal opened afresh each
+    // time, so it folds every other writer's spending), then a running gateway's next.
+    runs.push(side_by_side("spend_reserve_fresh", samples, |slot, _| {
+        let journal = stores[slot].spend_journal("bench").map_err(other)?;
+        reserve_once(&journal)
+    })?);
+    let running = stores
+        .iter()
+        .map(|s| s.spend_journal("bench-running").map_err(other))
+        .collect::<io::Result<Vec<_>>>()?;
+    for journal in &running {
+        reserve_once(journal)?;
+    }
+    runs.push(side_by_side("spend_reserve", samples, |slot, _| {
+        reserve_once(&running[slot])
+    })?);
     Ok(json!({
         "aged": {
             "operations": sizes.operations,
@@ -477,9 +583,12 @@ fn history_in(
             "evidence": sizes.evidence,
             "disk_mb": disk_bytes as f64 / 1048576.0,
             "build_s": build_s,
+            "spend_journals": spend_journals,
+            "spend_reservations": spend_reservations(sizes),
         },
         "live": {
             "unresolved_operations": UNRESOLVED_WRITERS,
+            "spend_in_doubt": UNRESOLVED_WRITERS,
         },
         "samples": samples.max(1),
         "runs": runs,

@@ -37,7 +37,9 @@ fn the_history_benchmark_reports_every_measure_fresh_beside_aged() {
             "engage",
             "disengage",
             "gateway_reload",
-            "engage_to_refusal"
+            "engage_to_refusal",
+            "spend_reserve_fresh",
+            "spend_reserve"
         ],
         "{receipt}"
     );
@@ -56,6 +58,9 @@ fn the_history_benchmark_reports_every_measure_fresh_beside_aged() {
         }
     }
     assert_eq!(receipt["live"]["unresolved_operations"], 3, "{receipt}");
+    assert_eq!(receipt["live"]["spend_in_doubt"], 3, "{receipt}");
+    assert_eq!(receipt["aged"]["spend_journals"], 30, "{receipt}");
+    assert_eq!(receipt["aged"]["spend_reservations"], 30, "{receipt}");
     let idle = &receipt["idle_gateway"];
     assert!(idle["cpu_pct"].as_f64().is_some_and(|v| v >= 0.0), "{idle}");
     assert!(idle["rss_mb"].as_f64().is_some_and(|v| v > 1.0), "{idle}");

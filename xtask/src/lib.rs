@@ -331,6 +331,9 @@ pub const ACYCLIC_CRATES: &[&str] = &[
     "crates/stopline-token/src",
     "crates/stopline-assurance/src",
     "crates/stopline-testkit/src",
+    "crates/stopline-core/src",
+    "crates/stopline-store/src",
+    "crates/stopline/src",
 ];
 
 /// The binary crate stays thin (ARCHITECTURE.md: "no control logic in the binary"): every file

@@ -7,6 +7,8 @@
 use crate::admission::Level;
 use crate::scope::Scope;
 use crate::subject::Subject;
+// What a refusal names of a latch is the refusal's (refusal.rs stays below every module).
+pub use crate::refusal::{LatchRef, REFUSAL_REASON_CHARS};
 use serde::{Deserialize, Serialize};
 
 /// The session that engaged a latch, when known.
@@ -45,70 +47,6 @@ impl LatchRecord {
     /// The file name of this latch inside `latches/`.
     pub fn file_name(&self) -> String {
         format!("{}.json", self.id)
-    }
-}
-
-/// The longest reason a refusal quotes, in characters (SPEC §12.4).
-pub const REFUSAL_REASON_CHARS: usize = 200;
-
-/// The latch a refusal names (SPEC §12.4): the error object's `latch`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LatchRef {
-    /// `latch_<hex>`.
-    pub id: String,
-    /// The scope it stops.
-    pub scope: String,
-    /// Its level.
-    pub level: String,
-    /// Who engaged it (`unknown` for an entry whose body cannot be trusted).
-    pub by: String,
-    /// Why, at most [`REFUSAL_REASON_CHARS`] characters (an untrusted entry: what is wrong).
-    pub reason: String,
-    /// RFC 3339 time of engagement, when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engaged_at: Option<String>,
-}
-
-impl LatchRef {
-    /// How long ago the latch was engaged, in words (`42s`, `5m 3s`, `2h 5m`, `3d 4h`), from
-    /// `now_unix_ms`; `None` when its time is unknown.
-    pub fn age(&self, now_unix_ms: i64) -> Option<String> {
-        let engaged = crate::time::parse_rfc3339_ms(self.engaged_at.as_deref()?)?;
-        let seconds = (now_unix_ms - engaged).max(0) / 1000;
-        let (d, h, m, s) = (
-            seconds / 86_400,
-            seconds / 3600 % 24,
-            seconds / 60 % 60,
-            seconds % 60,
-        );
-        Some(match (d, h, m) {
-            (0, 0, 0) => format!("{s}s"),
-            (0, 0, _) => format!("{m}m {s}s"),
-            (0, _, _) => format!("{h}h {m}m"),
-            _ => format!("{d}d {h}h"),
-        })
-    }
-
-    /// Who stopped the caller and why, for a refusal's message: scope, level, `by`, age, the
-    /// latch id and the reason (SPEC §12.4).
-    pub fn describe(&self, now_unix_ms: i64) -> String {
-        let when = match self.age(now_unix_ms) {
-            Some(age) => format!("engaged {age} ago"),
-            None => "engaged at an unknown time".to_string(),
-        };
-        format!(
-            "stopped by {} (latch {}: scope {}, level {}, {when}); reason: {:?}",
-            self.by, self.id, self.scope, self.level, self.reason
-        )
-    }
-
-    /// What a caller should do about a stop at this latch's level: never retry.
-    pub fn advice(&self) -> &'static str {
-        if self.level == Level::Emergency.as_str() {
-            "do not retry: every call stays refused until the owner recovers from this stop"
-        } else {
-            "do not retry: every call stays refused until an operator disengages this stop"
-        }
     }
 }
 
@@ -260,6 +198,12 @@ mod tests {
         let broken = ActiveLatch::from_entry("latch_2.json", Ok(b"{"));
         let r = broken.summary();
         assert_eq!((r.by.as_str(), r.level.as_str()), ("unknown", "emergency"));
+        assert_eq!(r.level, Level::Emergency.as_str());
+        assert!(
+            r.advice().contains("until the owner recovers"),
+            "{}",
+            r.advice()
+        );
         assert!(r.describe(0).contains("unknown time"));
     }
 

@@ -159,6 +159,73 @@ impl fmt::Display for RefusalCode {
     }
 }
 
+/// The longest reason a refusal quotes, in characters (SPEC §12.4).
+pub const REFUSAL_REASON_CHARS: usize = 200;
+
+/// The latch a refusal names (SPEC §12.4): the error object's `latch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatchRef {
+    /// `latch_<hex>`.
+    pub id: String,
+    /// The scope it stops.
+    pub scope: String,
+    /// Its level.
+    pub level: String,
+    /// Who engaged it (`unknown` for an entry whose body cannot be trusted).
+    pub by: String,
+    /// Why, at most [`REFUSAL_REASON_CHARS`] characters (an untrusted entry: what is wrong).
+    pub reason: String,
+    /// RFC 3339 time of engagement, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engaged_at: Option<String>,
+}
+
+impl LatchRef {
+    /// How long ago the latch was engaged, in words (`42s`, `5m 3s`, `2h 5m`, `3d 4h`), from
+    /// `now_unix_ms`; `None` when its time is unknown.
+    pub fn age(&self, now_unix_ms: i64) -> Option<String> {
+        let engaged = crate::time::parse_rfc3339_ms(self.engaged_at.as_deref()?)?;
+        let seconds = (now_unix_ms - engaged).max(0) / 1000;
+        let (d, h, m, s) = (
+            seconds / 86_400,
+            seconds / 3600 % 24,
+            seconds / 60 % 60,
+            seconds % 60,
+        );
+        Some(match (d, h, m) {
+            (0, 0, 0) => format!("{s}s"),
+            (0, 0, _) => format!("{m}m {s}s"),
+            (0, _, _) => format!("{h}h {m}m"),
+            _ => format!("{d}d {h}h"),
+        })
+    }
+
+    /// Who stopped the caller and why, for a refusal's message: scope, level, `by`, age, the
+    /// latch id and the reason (SPEC §12.4).
+    pub fn describe(&self, now_unix_ms: i64) -> String {
+        let when = match self.age(now_unix_ms) {
+            Some(age) => format!("engaged {age} ago"),
+            None => "engaged at an unknown time".to_string(),
+        };
+        format!(
+            "stopped by {} (latch {}: scope {}, level {}, {when}); reason: {:?}",
+            self.by, self.id, self.scope, self.level, self.reason
+        )
+    }
+
+    /// What a caller should do about a stop at this latch's level: never retry.
+    pub fn advice(&self) -> &'static str {
+        // `Level::Emergency`'s name: refusal.rs imports nothing of admission.rs (which refuses
+        // with it), so the level is the string the summary carries; latch.rs's tests hold the
+        // two together.
+        if self.level == "emergency" {
+            "do not retry: every call stays refused until the owner recovers from this stop"
+        } else {
+            "do not retry: every call stays refused until an operator disengages this stop"
+        }
+    }
+}
+
 /// A typed refusal: a stable code, a human message and, when a latch caused it, that latch
 /// (SPEC §12.4: `{"code","message","latch":{id,scope,level,by,reason}}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -171,7 +238,7 @@ pub struct Refusal {
     /// The latch that caused the refusal, when one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// (Boxed: a refusal is the error of many small results.)
-    pub latch: Option<Box<crate::latch::LatchRef>>,
+    pub latch: Option<Box<LatchRef>>,
 }
 
 impl Refusal {
@@ -185,7 +252,7 @@ impl Refusal {
     }
 
     /// This refusal naming `latch` as its cause.
-    pub fn with_latch(mut self, latch: Option<crate::latch::LatchRef>) -> Self {
+    pub fn with_latch(mut self, latch: Option<LatchRef>) -> Self {
         self.latch = latch.map(Box::new);
         self
     }

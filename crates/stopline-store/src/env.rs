@@ -16,8 +16,15 @@ pub trait Env: Send + Sync {
     /// The start time of process `pid` (field 22 of `/proc/<pid>/stat`), to tell a live writer
     /// of a journal from a dead one whose pid was reused; `None` when no such process runs.
     fn process_start_time(&self, pid: u32) -> Option<u64> {
-        crate::ops::process_start_time(pid)
+        process_start_time(pid)
     }
+}
+
+/// The start time of `pid` (field 22 of `/proc/<pid>/stat`), to tell a live writer from a reused pid.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// The real clock, OS randomness and pid. In a `failpoints` build the clock is shifted by

@@ -3,6 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+/// The archive of gone writers' operation journals, a directory under `ops/` (`ops_archive.rs`).
+pub const OPS_ARCHIVE_DIR: &str = "archive";
+
 /// Paths inside one control directory.
 #[derive(Debug, Clone)]
 pub struct Layout {

@@ -147,12 +147,8 @@ impl Census {
     }
 }
 
-/// The start time of `pid` (field 22 of `/proc/<pid>/stat`), to tell a live writer from a reused pid.
-pub fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split_whitespace().nth(19)?.parse().ok()
-}
+// Kept at its old path for the gateway's registry and the acknowledgements.
+pub use crate::env::process_start_time;
 
 /// True when the journal `writer` belongs to a live process.
 pub fn writer_alive(writer: &str) -> bool {
@@ -246,7 +242,7 @@ impl Store {
         }
         // Journals of writers that are gone, archived (`ops_archive.rs`): a journal still in
         // `ops/` stands for its writer over the archive's entry.
-        if names.iter().any(|n| n == crate::ops_archive::ARCHIVE_DIR) {
+        if names.iter().any(|n| n == crate::layout::OPS_ARCHIVE_DIR) {
             let (archived, archive_errors) = self.read_archive(&live, hot);
             journals.extend(archived);
             errors.extend(archive_errors);

@@ -38,8 +38,8 @@ use stopline_core::RefusalCode;
 /// The schema of `ops/archive/open.json`.
 pub const ARCHIVE_SCHEMA: &str = "stopline.ops-archive-open.v1";
 
-/// The archive's directory under `ops/`.
-pub const ARCHIVE_DIR: &str = "archive";
+/// The archive's directory under `ops/` (named in `layout.rs`, which `ops.rs` reads it from).
+pub use crate::layout::OPS_ARCHIVE_DIR as ARCHIVE_DIR;
 
 /// What becomes of a gone writer's journal (`[retention] gone_journals`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

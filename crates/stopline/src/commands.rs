@@ -4,6 +4,7 @@
 
 use crate::cli::{Cli, Command, HookCommand, OpsCommand, TokenCommand};
 use crate::output;
+use crate::wiring::Wiring;
 use stopline_control::home::default_home;
 use stopline_control::open::{open, OnBrokenConfig, Opened};
 use stopline_core::Refusal;
@@ -58,16 +59,6 @@ pub fn run(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(refusal) => output::refusal(json, &refusal),
     }
-}
-
-/// What the dispatcher hands a verb family besides the context.
-pub struct Wiring {
-    /// `--json`.
-    pub json: bool,
-    /// The distributed plane's gateway side, with `--control`.
-    pub distributed: Option<stopline_gateway::Distributed>,
-    /// `config_invalid`, when engage landed on the defaults.
-    pub config_warning: Option<String>,
 }
 
 fn execute(

@@ -2,8 +2,8 @@
 //! `run`. Each is a crate's entry point; this file only wires arguments to it.
 
 use crate::cli::{Command, HookCommand, McpCommand, NetArg};
-use crate::commands::Wiring;
 use crate::output;
+use crate::wiring::Wiring;
 use stopline_control::run::{NetMode, RunRequest};
 use stopline_control::Context;
 use stopline_core::{Refusal, RefusalCode};

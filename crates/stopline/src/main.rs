@@ -14,6 +14,7 @@ mod output;
 mod owner;
 mod stop;
 mod tokens;
+mod wiring;
 
 use clap::Parser;
 // The definition lives in the library target so `cargo xtask dist` can generate completions and

@@ -2,8 +2,8 @@
 //! `stopline-control` calls, receipts to output and exit codes.
 
 use crate::cli::{ClassArg, Command, TokenArgs};
-use crate::commands::Wiring;
 use crate::output;
+use crate::wiring::Wiring;
 use stopline_control::{check, engage, status, tokens, Context};
 use stopline_core::{Refusal, RefusalCode, TaskClass};
 use stopline_store::Store;

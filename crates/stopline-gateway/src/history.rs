@@ -40,6 +40,9 @@ pub struct HistorySizes {
     pub cycles: usize,
     /// Evidence records.
     pub evidence: usize,
+    /// Supervised runs that ran to their end (their card, record and `exited` registration
+    /// under `runs/`, their `runs.live/` entry gone), as `stopline run` leaves them.
+    pub runs: usize,
 }
 
 impl Default for HistorySizes {
@@ -48,6 +51,7 @@ impl Default for HistorySizes {
             operations: 100_000,
             cycles: 10_000,
             evidence: 10_000,
+            runs: 10_000,
         }
     }
 }
@@ -256,6 +260,9 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<usize> {
             .disengage(&scope, "history benchmark", "operator")
             .map_err(other)?;
     }
+    for i in 0..sizes.runs {
+        finished_run(&store, &format!("bench-run-{i}")).map_err(other)?;
+    }
     for i in 0..sizes.evidence {
         let record = stopline_store::chain::fields([
             ("schema", json!("stopline.bench-history.v1")),
@@ -266,6 +273,34 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<usize> {
             .map_err(other)?;
     }
     Ok(spend_journals)
+}
+
+/// One supervised run from start to end through the store's own calls, as `stopline run`
+/// makes them: the entry in `runs.live/`, card and record, the registrations `running` and
+/// `exited`, the entry removed.
+fn finished_run(store: &Store, run: &str) -> Result<(), stopline_store::StoreError> {
+    // A supervisor that has gone (no such process runs).
+    let pid = 4_200_001;
+    let live = store.begin_run(
+        run,
+        "bench",
+        pid,
+        &json!({"project": "/bench"}),
+        &json!({"schema": "policy-card.v1", "run_id": run}),
+        &json!({"schema": "run-record.v1", "run_id": run, "outcome": "exited"}),
+    )?;
+    for state in ["running", "exited"] {
+        let registration = json!({
+            "schema": "worker-registration.v1", "run": run, "agent": "bench", "state": state,
+            "project": "/bench", "supervisor_pid": pid,
+            "live_entry": live.as_ref().map(|l| l.file.clone()),
+        });
+        store.register_worker(run, "bench", &registration)?;
+    }
+    match live {
+        Some(live) => store.end_run(&live),
+        None => Ok(()),
+    }
 }
 
 fn p50_ms(samples: &mut [Duration]) -> f64 {
@@ -581,6 +616,7 @@ fn history_in(
             "operations": sizes.operations,
             "cycles": sizes.cycles,
             "evidence": sizes.evidence,
+            "runs": sizes.runs,
             "disk_mb": disk_bytes as f64 / 1048576.0,
             "build_s": build_s,
             "spend_journals": spend_journals,
@@ -641,9 +677,18 @@ mod tests {
         let sizes = HistorySizes {
             operations: 101,
             cycles: 2,
+            runs: 3,
             evidence: 2,
         };
         age(&aged, sizes).expect("aged");
+        // The finished runs are under runs/, none of them in the live-run index.
+        let aged_store = Store::open(&aged);
+        assert_eq!(aged_store.live_runs().expect("index"), Some(Vec::new()));
+        assert!(aged_store.live_worker_registrations().is_empty());
+        assert_eq!(
+            std::fs::read_dir(aged.join("runs")).expect("runs").count(),
+            3
+        );
         let unresolved = |home: &Path| {
             let census = Store::open(home).census();
             assert!(census.errors.is_empty(), "{:?}", census.errors);

@@ -29,6 +29,7 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
             operations,
             cycles,
             evidence,
+            runs,
             samples,
             idle_window_s,
             server_command,
@@ -37,6 +38,7 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
                 operations,
                 cycles,
                 evidence,
+                runs,
             };
             let idle = std::time::Duration::from_secs_f64(idle_window_s.clamp(0.1, 600.0));
             let (samples, server) = (samples.unwrap_or(15), server_command);

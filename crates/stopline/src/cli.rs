@@ -220,6 +220,9 @@ pub enum Command {
         /// `history`: evidence records in the aged home.
         #[arg(long, default_value_t = 10_000)]
         evidence: usize,
+        /// `history`: supervised runs that ran to their end, in the aged home.
+        #[arg(long, default_value_t = 10_000)]
+        runs: usize,
         /// `history`: samples per measure and home (default 15).
         #[arg(long)]
         samples: Option<usize>,

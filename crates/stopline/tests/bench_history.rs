@@ -17,6 +17,8 @@ fn the_history_benchmark_reports_every_measure_fresh_beside_aged() {
         "20",
         "--evidence",
         "20",
+        "--runs",
+        "20",
         "--samples",
         "2",
         "--idle-window-s",
@@ -27,6 +29,7 @@ fn the_history_benchmark_reports_every_measure_fresh_beside_aged() {
     assert_eq!(receipt["aged"]["operations"], 300, "{receipt}");
     assert_eq!(receipt["aged"]["cycles"], 20, "{receipt}");
     assert_eq!(receipt["aged"]["evidence"], 20, "{receipt}");
+    assert_eq!(receipt["aged"]["runs"], 20, "{receipt}");
     let runs = receipt["runs"].as_array().expect("runs");
     let measures: Vec<&str> = runs.iter().filter_map(|r| r["measure"].as_str()).collect();
     assert_eq!(

@@ -8,10 +8,13 @@
 //!   the broken build behaves like the normal one.
 //!
 //! The binaries are built by nested `cargo build` calls (a test cannot depend on a binary of a
-//! package that depends on this one). The normal binary goes to this test run's own target
-//! directory; the broken one is *uplifted* to `<target>/conformance-broken/` but compiled in the
-//! same build directory (`CARGO_BUILD_BUILD_DIR`), so only the `stopline` crate itself is
-//! compiled again and the normal `target/debug/stopline` is never replaced.
+//! package that depends on this one). Each is *uplifted* to a directory of its own,
+//! `<target>/conformance-normal/` and `<target>/conformance-broken/`, but compiled in this test
+//! run's build directory (`CARGO_BUILD_BUILD_DIR`), so only the `stopline` crate itself is
+//! compiled again and the suite's own `target/debug/stopline` is never replaced. (The normal
+//! build was once uplifted there: a suite run with `--features stopline/failpoints` then had
+//! its binary swapped mid-run for one without failpoints, and a test starting the binary in the
+//! remove-then-link window found none.)
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -106,7 +109,7 @@ fn the_inventory_holds_at_least_45_distinct_cases() {
 #[test]
 fn the_binary_passes_its_own_battery() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let binary = build(None, &target_dir());
+    let binary = build(None, &target_dir().join("conformance-normal"));
     let (code, report) = battery(&binary, &[], &[]);
     assert_eq!(
         (code, &report["ok"]),

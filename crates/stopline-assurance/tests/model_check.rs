@@ -2,6 +2,7 @@
 //! and the report has the shape SPEC §4 fixes.
 
 use stopline_assurance::model_check::run;
+use stopline_assurance::protocol::properties::Property;
 use stopline_assurance::protocol::Options;
 
 #[test]
@@ -22,7 +23,15 @@ fn the_real_protocol_passes_every_property() {
     let protocol = &json["protocol"];
     assert!(protocol["states"].as_u64().unwrap() > 10_000);
     let properties = protocol["properties"].as_array().unwrap();
-    assert_eq!(properties.len(), 12);
+    // Every property of the verdict is reported, by name and in order (issue 15 added
+    // SpendKept and LiveWorkersReached: 13).
+    let names: Vec<&str> = properties
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    let expected: Vec<&str> = Property::ALL.iter().map(|p| p.name()).collect();
+    assert_eq!(names, expected);
+    assert_eq!(properties.len(), 13);
     assert!(properties
         .iter()
         .all(|p| p["pass"] == true && p["checks"].as_u64() > Some(0)));

@@ -231,6 +231,22 @@ pub fn check() -> Vec<String> {
         }
     }
 
+    // Issue 15: the drill gate and `GET /v1/drills` read the drill index
+    // (`Store::evidence_drills`), never the whole evidence log.
+    for file in [
+        "crates/stopline-control/src/run/preflight.rs",
+        "crates/stopline-gateway/src/page.rs",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+        for forbidden in [".evidence_entries(", ".evidence_chain("] {
+            if text.contains(forbidden) {
+                problems.push(format!(
+                    "{file}: reads the whole evidence log ({forbidden}); read the drill index (Store::evidence_drills)"
+                ));
+            }
+        }
+    }
+
     // Only the store watches the control directory (`Store::watch`): inotify (or `notify`)
     // anywhere else is a watch of its own. The supervisor's is on `cgroup.events` files under
     // the cgroup2 mount, never on the control directory.

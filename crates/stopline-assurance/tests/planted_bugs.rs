@@ -179,6 +179,34 @@ fn a_look_that_ignores_what_the_spend_snapshot_covers_counts_spending_twice_and_
 }
 
 #[test]
+fn a_drill_index_renamed_before_its_fsync_is_lost_to_a_power_cut_and_is_found() {
+    found(
+        PlantedBug::DrillIndexRenamedBeforeFsync,
+        "drill-index",
+        Property::DrillGateAsTheLog,
+    );
+}
+
+#[test]
+fn a_reader_that_ignores_the_drill_line_after_the_head_passes_a_failed_drill_and_is_found() {
+    found(
+        PlantedBug::DrillLineAfterHeadIgnored,
+        "drill-index",
+        Property::DrillGateAsTheLog,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_drill_scenarios_pass() {
+    for only in ["drill-index", "drills-older-home"] {
+        let report = check(PlantedBug::None, only);
+        assert!(report.ok(), "{}", report.text());
+        let scenario = &report.protocol[0];
+        assert!(scenario.states > 100, "{only}: {} states", scenario.states);
+    }
+}
+
+#[test]
 fn without_a_planted_bug_the_spend_scenario_passes() {
     let report = check(PlantedBug::None, "spend-compaction");
     assert!(report.ok(), "{}", report.text());

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use stopline_core::wal::{WalEntry, WalFault};
 use stopline_core::{Refusal, RefusalCode};
 use stopline_store::env::parse_rfc3339;
+use stopline_store::evidence_drills::DrillIndexCheck;
 
 /// A breaker trip or budget exhaustion read from the log.
 #[derive(Debug, Clone)]
@@ -93,10 +94,18 @@ pub fn list(ctx: &Context) -> Result<EvidenceListReceipt, Refusal> {
 /// `ok` is true only when the chain is whole, anchored (at most the newest line unanchored),
 /// the registries were read, and no operation was admitted after a trip. Without `all` the
 /// newest two segments are verified (the current one and its link into the one before); with
-/// it, every segment from the log's first record.
+/// it, every segment from the log's first record, and the drill index (what the drill gate
+/// reads) is checked against them: an index that disagrees makes `ok` false.
 pub fn verify(ctx: &Context, all: bool) -> EvidenceVerifyReceipt {
-    let chain = match ctx.store.evidence_chain(all) {
-        Ok(chain) => chain,
+    let read = if all {
+        ctx.store
+            .evidence_chain_with_drills()
+            .map(|(chain, check)| (chain, Some(check)))
+    } else {
+        ctx.store.evidence_chain(false).map(|chain| (chain, None))
+    };
+    let (chain, drills) = match read {
+        Ok(read) => read,
         Err(fault) => {
             return EvidenceVerifyReceipt {
                 ok: false,
@@ -110,6 +119,7 @@ pub fn verify(ctx: &Context, all: bool) -> EvidenceVerifyReceipt {
                 trips: None,
                 operations_after_trip: Vec::new(),
                 registry_errors: Vec::new(),
+                drill_index: None,
             };
         }
     };
@@ -174,8 +184,18 @@ pub fn verify(ctx: &Context, all: bool) -> EvidenceVerifyReceipt {
     }
     // Each append re-anchors the head, so only a crash between an append and its anchor can
     // leave one line unanchored; more means the anchor is being lost or was removed.
-    let ok =
-        first_break.is_null() && unanchored <= 1 && after.is_empty() && registry_errors.is_empty();
+    // The drill index must say what the log says (a home not indexed yet is not a fault).
+    let (drill_index, drills_ok) = match drills {
+        None => (None, true),
+        Some(DrillIndexCheck::Agrees) => (Some("agrees".to_string()), true),
+        Some(DrillIndexCheck::NotBuilt) => (Some("not built".to_string()), true),
+        Some(DrillIndexCheck::Disagrees(why)) => (Some(why), false),
+    };
+    let ok = first_break.is_null()
+        && unanchored <= 1
+        && after.is_empty()
+        && registry_errors.is_empty()
+        && drills_ok;
     EvidenceVerifyReceipt {
         ok,
         records: Some(entries.len()),
@@ -188,5 +208,6 @@ pub fn verify(ctx: &Context, all: bool) -> EvidenceVerifyReceipt {
         trips: Some(trips.len()),
         operations_after_trip: after,
         registry_errors,
+        drill_index,
     }
 }

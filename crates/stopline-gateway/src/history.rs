@@ -13,7 +13,10 @@
 //! the gateway's own view code (a full reload, engage → refusal through the inotify watch), and a
 //! reservation on a budget limit through the store's spending journals (a new gateway's first,
 //! a running one's next; the aged home holds 40 gone gateways' spending journals, the live one
-//! only their reservations in doubt). Before
+//! only their reservations in doubt), and `stopline run`'s drill gate (`drill_gate`, the drill
+//! index; every tenth aged evidence record is a drill, the live home holds its last one) beside
+//! the whole verified read of the evidence log it made before the index (`evidence_whole_read`,
+//! what `evidence verify --all` and `evidence list` still read). Before
 //! those, an idle `stopline serve` on each home is sampled from `/proc` for CPU and RSS (first,
 //! as a deployment's gateway starts in front of its home). Figures, never assertions.
 
@@ -27,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stopline_core::{Decision, Level, Name, Scope, Subject, TaskClass};
 use stopline_store::env::{Env, GoneProcess, SystemEnv};
+use stopline_store::evidence_drills::DRILL_SCHEMA;
 use stopline_store::fs::{Fs, LockGuard, RealFs};
 use stopline_store::ops::OpOwner;
 use stopline_store::{EngageRequest, Store};
@@ -238,10 +242,60 @@ fn record_spending(home: &Path, settled: usize) -> io::Result<usize> {
     Ok(written)
 }
 
-/// The live home: the aged home's live state and none of its history.
+/// The live home: the aged home's live state and none of its history (its last drill).
 fn make_live(home: &Path) -> io::Result<()> {
     record_operations(home, 0)?;
-    record_spending(home, 0).map(|_| ())
+    record_spending(home, 0)?;
+    let store = Store::with_io(home, Arc::new(UnsyncedFs(RealFs)), Arc::new(SystemEnv));
+    store
+        .append_evidence(DRILL_SCHEMA, drill_record(0))
+        .map(|_| ())
+        .map_err(other)
+}
+
+/// A passing drill of harness version `bench`, `i` naming it.
+fn drill_record(i: usize) -> serde_json::Map<String, Value> {
+    stopline_store::chain::fields([
+        ("schema", json!(DRILL_SCHEMA)),
+        ("harness_version", json!("bench")),
+        ("pass", json!(true)),
+        ("i", json!(i)),
+    ])
+}
+
+/// Every tenth evidence record of the aged home is a drill, and so is its last (the live
+/// home's one drill).
+fn is_drill_at(i: usize, evidence: usize) -> bool {
+    i % 10 == 9 || i + 1 == evidence
+}
+
+/// What `stopline run`'s drill gate reads of `store` (the drill index) and decides.
+fn drill_gate(store: &Store) -> io::Result<Duration> {
+    let started = Instant::now();
+    let index = store.evidence_drills().map_err(other)?;
+    let history = index.history("bench");
+    let elapsed = started.elapsed();
+    if history.last_passed == Some(false) {
+        return Err(other("the bench's drills failed"));
+    }
+    Ok(elapsed)
+}
+
+/// The whole verified read of the evidence log the drill gate made before issue 15 (and
+/// `evidence verify --all` and `evidence list` still make), folded as the gate folds it.
+fn evidence_whole_read(store: &Store) -> io::Result<Duration> {
+    let started = Instant::now();
+    let entries = store.evidence_entries().map_err(other)?;
+    if let Some(why) = store.evidence_anchor_fault(&entries) {
+        return Err(other(why));
+    }
+    let history =
+        stopline_store::evidence_drills::DrillIndex::from_entries(&entries).history("bench");
+    let elapsed = started.elapsed();
+    if history.last_passed == Some(false) {
+        return Err(other("the bench's drills failed"));
+    }
+    Ok(elapsed)
 }
 
 /// Build the aged home: the live state and `sizes` of history. Returns how many gone
@@ -264,6 +318,12 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<usize> {
         finished_run(&store, &format!("bench-run-{i}")).map_err(other)?;
     }
     for i in 0..sizes.evidence {
+        if is_drill_at(i, sizes.evidence) {
+            store
+                .append_evidence(DRILL_SCHEMA, drill_record(i))
+                .map_err(other)?;
+            continue;
+        }
         let record = stopline_store::chain::fields([
             ("schema", json!("stopline.bench-history.v1")),
             ("i", json!(i)),
@@ -621,11 +681,20 @@ fn history_in(
     runs.push(side_by_side("spend_reserve", samples, |slot, _| {
         reserve_once(&running[slot])
     })?);
+    // The drill gate of `stopline run` (and `GET /v1/drills`), beside the whole read it made
+    // before the drill index.
+    runs.push(side_by_side("drill_gate", samples, |slot, _| {
+        drill_gate(&stores[slot])
+    })?);
+    runs.push(side_by_side("evidence_whole_read", samples, |slot, _| {
+        evidence_whole_read(&stores[slot])
+    })?);
     Ok(json!({
         "aged": {
             "operations": sizes.operations,
             "cycles": sizes.cycles,
             "evidence": sizes.evidence,
+            "drills": (0..sizes.evidence).filter(|i| is_drill_at(*i, sizes.evidence)).count(),
             "runs": sizes.runs,
             "disk_mb": disk_bytes as f64 / 1048576.0,
             "build_s": build_s,

@@ -28,9 +28,6 @@ const HTML: &str = include_str!("../assets/status.html");
 const STYLE: &str = include_str!("../assets/status.css");
 const SCRIPT: &str = include_str!("../assets/status.js");
 
-/// The schema (and evidence kind) of a drill record (SPEC §7).
-const DRILL_SCHEMA: &str = "control-observation.v1";
-
 /// The page with its style and script inlined, and the policy that admits exactly those two.
 struct Page {
     html: String,
@@ -151,30 +148,26 @@ pub struct DrillsQuery {
     limit: Option<usize>,
 }
 
-/// `GET /v1/drills`: the newest drill records first, from a verified evidence log. A log that
-/// cannot be verified is reported as `error` (with no drills), never shown as "no drills".
+/// `GET /v1/drills`: the newest drill records first, from the drill index
+/// (`Store::evidence_drills`: the evidence log's head, its newest line and
+/// `evidence/drills.json`, never the history). A log or index that cannot be verified is
+/// reported as `error` (with no drills), never shown as "no drills".
 pub async fn drills_route(
     State(state): State<AppState>,
     headers: HeaderMap,
     Query(query): Query<DrillsQuery>,
 ) -> Result<Json<Value>, GatewayError> {
     state.gov.authenticate(bearer(&headers))?;
-    let limit = query.limit.unwrap_or(5).clamp(1, 100);
+    let limit = query
+        .limit
+        .unwrap_or(5)
+        .clamp(1, stopline_store::evidence_drills::RECENT_DRILLS);
     let store = state.gov.context().store.clone();
-    let entries = blocking(move || Ok(store.evidence_entries())).await?;
-    let body = match entries {
-        Ok(entries) => {
-            let drills: Vec<&serde_json::Map<String, Value>> = entries
-                .iter()
-                .map(|e| &e.body)
-                .filter(|body| {
-                    body.get("kind").and_then(Value::as_str) == Some(DRILL_SCHEMA)
-                        || body.get("schema").and_then(Value::as_str) == Some(DRILL_SCHEMA)
-                })
-                .collect();
-            let newest: Vec<&serde_json::Map<String, Value>> =
-                drills.iter().rev().take(limit).copied().collect();
-            json!({"drills": newest, "total": drills.len(), "error": null})
+    let index = blocking(move || Ok(store.evidence_drills())).await?;
+    let body = match index {
+        Ok(index) => {
+            let newest: Vec<&serde_json::Map<String, Value>> = index.newest(limit).collect();
+            json!({"drills": newest, "total": index.total, "error": null})
         }
         Err(fault) => json!({"drills": [], "total": null, "error": fault.to_string()}),
     };

@@ -11,7 +11,8 @@
 //! **The head.** A chain alone cannot see an edit of its *last* line (nothing follows it), so
 //! every append also replaces `evidence/head.json` — `{"seq","hash","segment","offset"}` of the
 //! newest line: its hash, the segment that holds it and the byte offset where it starts —
-//! atomically (temporary file, fsync, rename, directory fsync). An append reads only that: the
+//! atomically (temporary file, fsync, rename, directory fsync); it also carries `"drills"`, the
+//! drill index's anchor (`evidence_drills.rs`). An append reads only that: the
 //! head, the newest line at its offset (which must hash to the head), whatever follows it there,
 //! and whether the segment the next record would start exists. It never reads the history, so
 //! its cost does not grow with it.
@@ -52,6 +53,11 @@ pub struct EvidenceHead {
     /// Where that line is: its segment's file name and the byte offset it starts at (absent in
     /// a head written before the log was segmented: the line is in `log.jsonl`).
     pub at: Option<(String, u64)>,
+    /// The drill index's anchor: the newest drill line at or before this one (`Some(None)`:
+    /// none), which `evidence/drills.json` must cover (`evidence_drills.rs`); `None` when the
+    /// head carries no anchor (written by an older stopline, or by an append that could not
+    /// update the index): the index is then built again from a full read.
+    pub drills: Option<Option<LineRef>>,
 }
 
 /// One segment of the evidence log as a whole read found it.
@@ -97,8 +103,9 @@ pub fn segment_first(name: &str) -> Option<u64> {
     (digits.len() == 12 && first > 1).then_some(first)
 }
 
-/// Where the next record goes: what an append read of the log's end.
-struct Tail {
+/// Where the next record goes: what an append (or a reader of the drill index) read of the
+/// log's end.
+pub(crate) struct Tail {
     /// The segment the newest line is in, or an empty segment a crashed switch left after it.
     segment: String,
     /// That segment's first record.
@@ -106,15 +113,31 @@ struct Tail {
     /// Its byte length.
     end: u64,
     /// The newest line (`None`: the log is empty).
-    last: Option<WalEntry>,
+    pub(crate) last: Option<WalEntry>,
     /// Where the newest line is: its segment and the byte offset it starts at.
-    last_at: (String, u64),
+    pub(crate) last_at: (String, u64),
     /// Lines after the head's anchor (a crash between an append and its head leaves one).
-    after: u64,
+    pub(crate) after: u64,
+}
+
+impl Tail {
+    /// The one line after the head's anchor, verified, when a crash left one.
+    pub(crate) fn unanchored(&self) -> Option<&WalEntry> {
+        self.last.as_ref().filter(|_| self.after == 1)
+    }
 }
 
 fn seq_line(line: u64) -> usize {
     usize::try_from(line).unwrap_or(usize::MAX)
+}
+
+/// An evidence log that cannot be read is not an empty one: that would fail open for the drill
+/// gate ("no failed drill") and for `evidence verify`.
+fn unreadable(error: StoreError) -> WalFault {
+    WalFault::Unparsable {
+        line: 0,
+        why: format!("the evidence log cannot be read: {error}"),
+    }
 }
 
 fn corrupt(why: String) -> StoreError {
@@ -147,7 +170,11 @@ impl Store {
     ) -> Result<u64, StoreError> {
         self.ensure_dirs(&[&self.layout.evidence()])?;
         let _guard = self.lock_log_exclusive(&self.layout.evidence_lock())?;
-        let tail = self.evidence_tail()?;
+        let head = self.evidence_head().map_err(corrupt)?;
+        // The drill index's anchor through the newest line (`None`: unknown, see
+        // `evidence_drills.rs`); a fresh log has no drill.
+        let mut drills = head.as_ref().map_or(Some(None), |h| h.drills.clone());
+        let tail = self.evidence_tail(head, true)?;
         // Before a line is written, the line before it is durable and durably anchored: either
         // the head read names it (a head is written only after its line's fsync, and the
         // directory fsync makes the head's rename durable, in case its writer died before its
@@ -155,18 +182,14 @@ impl Store {
         // perhaps before its fsync — and is fsynced, its entry with it, and then anchored. So a
         // crash at any step, however many writers it interrupts, leaves at most the newest
         // line after a durable head, and never a head naming a line a power cut can lose
-        // (both found by the model checker: `evidence-segments`).
+        // (both found by the model checker: `evidence-segments`). A drill line so anchored is
+        // folded into the drill index first, if its writer died before doing it.
         let dir = self.layout.evidence();
-        if let (Some(last), 1..) = (&tail.last, tail.after) {
+        if let Some(last) = tail.unanchored() {
+            self.confirm_unanchored(&tail)?;
             let (segment, offset) = &tail.last_at;
-            let path = dir.join(segment);
-            self.fs
-                .append(&path, &[], true, "evidence.confirm")
-                .context(|| format!("syncing {}", path.display()))?;
-            self.fs
-                .sync_dir(&dir, "evidence.confirm.dirsync")
-                .context(|| format!("syncing {}", dir.display()))?;
-            self.write_evidence_head(last.seq, &last.hash, segment, *offset)?;
+            drills = self.drills_after(drills, last);
+            self.write_evidence_head(last.seq, &last.hash, segment, *offset, drills.as_ref())?;
         } else {
             self.fs
                 .sync_dir(&dir, "evidence.head.confirm")
@@ -184,6 +207,7 @@ impl Store {
         let ts = crate::env::rfc3339(self.env.now_ms());
         let (seq, mut line) = wal::next_line(tail.last.as_ref(), kind, &ts, record);
         let hash = wal::sha256_hex(&line);
+        let record_body: Map<String, Value> = serde_json::from_slice(&line).unwrap_or_default();
         line.push(b'\n');
         let path = self.layout.evidence().join(&segment);
         let fp = if offset == 0 && seq > 1 {
@@ -202,9 +226,18 @@ impl Store {
                 .sync_dir(&dir, &format!("{fp}.dirsync"))
                 .context(|| format!("syncing {}", dir.display()))?;
         }
-        // The record is durable already; a head that cannot be written only leaves the newest
-        // line unanchored, which `evidence verify` reports and the next append re-anchors.
-        if let Err(error) = self.write_evidence_head(seq, &hash, &segment, offset) {
+        // The record is durable already: a drill is folded into the drill index, then the head
+        // names it. A head that cannot be written only leaves the newest line unanchored, which
+        // `evidence verify` reports and the next append re-anchors.
+        let entry = WalEntry {
+            seq,
+            kind: kind.to_string(),
+            body: record_body,
+            hash: hash.clone(),
+        };
+        let drills = self.drills_after(drills, &entry);
+        if let Err(error) = self.write_evidence_head(seq, &hash, &segment, offset, drills.as_ref())
+        {
             tracing::warn!(%error, "cannot anchor the evidence log's newest line");
         }
         if let (Some(keep), true) = (self.evidence_keep_segments, offset == 0 && seq > 1) {
@@ -292,16 +325,35 @@ impl Store {
         }
     }
 
+    /// Make the one line after the head durable before anything is anchored on it: its
+    /// segment fsynced (`evidence.confirm`), then the directory (`evidence.confirm.dirsync`).
+    pub(crate) fn confirm_unanchored(&self, tail: &Tail) -> Result<(), StoreError> {
+        let dir = self.layout.evidence();
+        let path = dir.join(&tail.last_at.0);
+        self.fs
+            .append(&path, &[], true, "evidence.confirm")
+            .context(|| format!("syncing {}", path.display()))?;
+        self.fs
+            .sync_dir(&dir, "evidence.confirm.dirsync")
+            .context(|| format!("syncing {}", dir.display()))
+    }
+
     /// Replace `evidence/head.json` atomically: line `seq` hashes to `hash` and starts at byte
     /// `offset` of `segment`.
-    fn write_evidence_head(
+    /// `drills` is the drill index's anchor (the newest drill line at or before this one),
+    /// left out when it is unknown (`None`).
+    pub(crate) fn write_evidence_head(
         &self,
         seq: u64,
         hash: &str,
         segment: &str,
         offset: u64,
+        drills: Option<&Option<LineRef>>,
     ) -> Result<(), StoreError> {
-        let head = json!({"seq": seq, "hash": hash, "segment": segment, "offset": offset});
+        let mut head = json!({"seq": seq, "hash": hash, "segment": segment, "offset": offset});
+        if let Some(drills) = drills {
+            head["drills"] = serde_json::to_value(drills).unwrap_or(Value::Null);
+        }
         self.replace_atomic(
             &self.layout.evidence_head(),
             head.to_string().as_bytes(),
@@ -312,8 +364,14 @@ impl Store {
     /// The end of the log as an append needs it, under the exclusive lock: from the head, its
     /// line, what follows it, and a segment a switch created after it. Anything that does not
     /// match is a fault, and nothing is appended.
-    fn evidence_tail(&self) -> Result<Tail, StoreError> {
-        let head = self.evidence_head().map_err(corrupt)?;
+    /// `head` is what the caller read of `evidence/head.json`. With `cut`, a torn remnant of an
+    /// append that never returned is kept and cut off (an append, under the exclusive lock);
+    /// without, it is a fault (a reader, which writes nothing).
+    pub(crate) fn evidence_tail(
+        &self,
+        head: Option<EvidenceHead>,
+        cut: bool,
+    ) -> Result<Tail, StoreError> {
         let mut tail;
         let mut after: u64;
         match &head {
@@ -321,6 +379,7 @@ impl Store {
                 seq,
                 hash,
                 at: Some((segment, offset)),
+                ..
             }) => {
                 let first = segment_first(segment)
                     .ok_or_else(|| corrupt(format!("the head names {segment:?}, not a segment")))?;
@@ -355,6 +414,7 @@ impl Store {
                     offset + len as u64 + 1,
                     Some((*seq, hash)),
                     &bytes[len + 1..],
+                    cut,
                 )?;
                 after = rest.entries.len() as u64;
                 let end = offset + len as u64 + 1 + rest.end.map_or(0, |(len, _)| len);
@@ -386,7 +446,7 @@ impl Store {
                 }
                 let path = self.layout.evidence_log();
                 let bytes = self.read_optional(&path)?.unwrap_or_default();
-                let log = self.verify_evidence_end(&segment_name(1), 0, None, &bytes)?;
+                let log = self.verify_evidence_end(&segment_name(1), 0, None, &bytes, cut)?;
                 let last_seq = log.last().map_or(0, |e| e.seq);
                 after = match &head {
                     None => last_seq,
@@ -431,7 +491,8 @@ impl Store {
             let Some(bytes) = self.read_optional(&path)? else {
                 break;
             };
-            let log = self.verify_evidence_end(&next, 0, Some((last.seq, &last.hash)), &bytes)?;
+            let log =
+                self.verify_evidence_end(&next, 0, Some((last.seq, &last.hash)), &bytes, cut)?;
             after += log.entries.len() as u64;
             let (end, last_len) = log.end.unwrap_or((0, 0));
             let last_at = if log.entries.is_empty() {
@@ -474,14 +535,16 @@ impl Store {
         at: u64,
         previous: Option<(u64, &str)>,
         bytes: &[u8],
+        cut: bool,
     ) -> Result<stopline_core::wal::WalLog, StoreError> {
         let fault = match wal::verify_segment(previous, bytes) {
             Ok(log) => return Ok(log),
             Err(fault) => fault,
         };
-        let WalFault::TornTail { offset } = fault else {
+        let (WalFault::TornTail { offset }, true) = (&fault, cut) else {
             return Err(corrupt(format!("{segment}: {fault}")));
         };
+        let offset = *offset;
         let whole = wal::verify_segment(previous, &bytes[..offset])
             .map_err(|fault| corrupt(format!("{segment}: {fault}")))?;
         self.cut_torn_evidence(segment, at + offset as u64, &bytes[offset..])?;
@@ -508,15 +571,14 @@ impl Store {
     /// `all` (`evidence verify --all`, `evidence list`), else the newest two — the current one
     /// and the link into it from the one before (`evidence verify`). Never on a hot path.
     pub fn evidence_chain(&self, all: bool) -> Result<EvidenceChain, WalFault> {
-        // An evidence log that cannot be read is not an empty one: that would fail open for the
-        // drill gate ("no failed drill") and for `evidence verify`.
-        let unreadable = |error: StoreError| WalFault::Unparsable {
-            line: 0,
-            why: format!("the evidence log cannot be read: {error}"),
-        };
         let _guard = self
             .lock_log_shared(&self.layout.evidence_lock())
             .map_err(unreadable)?;
+        self.evidence_chain_held(all)
+    }
+
+    /// [`Store::evidence_chain`] for a caller that holds the log's lock.
+    pub(crate) fn evidence_chain_held(&self, all: bool) -> Result<EvidenceChain, WalFault> {
         let pruned = self
             .evidence_pruned()
             .map_err(|why| WalFault::Unparsable { line: 0, why })?;
@@ -641,14 +703,47 @@ impl Store {
             }
             _ => return Err("evidence/head.json has a malformed segment or offset".into()),
         };
+        let drills = head_drills(&value)?;
         match (value["seq"].as_u64(), value["hash"].as_str()) {
             (Some(seq), Some(hash)) => Ok(Some(EvidenceHead {
                 seq,
                 hash: hash.to_string(),
                 at,
+                drills,
             })),
             _ => Err("evidence/head.json has no seq and hash".into()),
         }
+    }
+}
+
+/// One line of the evidence log, named by its `seq` and the sha256 of its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct LineRef {
+    /// Its `seq`.
+    pub seq: u64,
+    /// sha256 hex of its bytes.
+    pub hash: String,
+}
+
+impl LineRef {
+    /// The line of a verified entry.
+    pub fn of(entry: &WalEntry) -> LineRef {
+        LineRef {
+            seq: entry.seq,
+            hash: entry.hash.clone(),
+        }
+    }
+}
+
+/// The `drills` of `evidence/head.json`: `Ok(None)` when the field is absent (an older writer),
+/// `Ok(Some(None))` for `null`.
+fn head_drills(value: &Value) -> Result<Option<Option<LineRef>>, String> {
+    match value.get("drills") {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(anchor) => serde_json::from_value::<LineRef>(anchor.clone())
+            .map(|line| Some(Some(line)))
+            .map_err(|e| format!("evidence/head.json has a malformed drills anchor: {e}")),
     }
 }
 

@@ -109,6 +109,11 @@ impl Layout {
     pub fn evidence_pruned(&self) -> PathBuf {
         self.evidence().join("pruned.json")
     }
+    /// `evidence/drills.json`: the drill index (`evidence_drills.rs`), what the log says of drills
+    /// without reading it.
+    pub fn evidence_drills(&self) -> PathBuf {
+        self.evidence().join("drills.json")
+    }
     /// `evidence/log.lock`: the evidence log's lock (appends exclusive, readers shared).
     pub fn evidence_lock(&self) -> PathBuf {
         self.evidence().join("log.lock")

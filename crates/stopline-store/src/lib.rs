@@ -18,6 +18,7 @@ pub mod env;
 pub mod epoch;
 pub mod error;
 pub mod evidence;
+pub mod evidence_drills;
 pub mod failpoint;
 pub mod follow;
 pub mod fs;

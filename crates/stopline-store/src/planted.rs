@@ -80,4 +80,14 @@ pub enum PlantedBug {
     /// every reach ("every live worker is in the reach" fails, the `live-runs-older-home`
     /// scenario).
     LiveIndexMarkedFirst,
+    /// The drill index is renamed into place before its fsync, with no directory fsync
+    /// (`replace_visible`): a power cut after the head naming the new drill leaves an index
+    /// that is empty or older than that head, and the drill gate's answer is no longer the
+    /// log's ("the drill gate answers as a full read of the log" fails, `drill-index`).
+    DrillIndexRenamedBeforeFsync,
+    /// A reader of the drill index ignores the one drill line a crash left after the head
+    /// (after its fsync, before the index): a failed drill is forgotten and the gate passes
+    /// a version whose last drill failed ("the drill gate answers as a full read of the log"
+    /// fails, `drill-index`).
+    DrillLineAfterHeadIgnored,
 }

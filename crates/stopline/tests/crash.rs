@@ -610,7 +610,14 @@ fn evidence_append_child_process() {
     let store = stopline_store::Store::open(home)
         .with_evidence_segment_records(EVIDENCE_SEGMENT)
         .with_evidence_keep_segments(keep);
-    let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": true});
+    // `STOPLINE_TEST_EVIDENCE_GATE`: read the drills as the drill gate does (which builds an
+    // older home's index) instead of appending.
+    if std::env::var_os("STOPLINE_TEST_EVIDENCE_GATE").is_some() {
+        store.evidence_drills().unwrap();
+        return;
+    }
+    let pass = std::env::var("STOPLINE_TEST_EVIDENCE_PASS").map_or(true, |p| p == "true");
+    let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": pass});
     store
         .append_evidence(
             "control-observation.v1",
@@ -792,6 +799,187 @@ fn crash_at_every_step_of_an_evidence_append() {
                     "{name}: segments {segments:?}"
                 );
             }
+        }
+    }
+}
+
+/// The drills of harness version `child` as the drill gate reads them (the drill index) and as
+/// a full read of the log does: the last `pass`, whether any passed, and how many drills.
+fn drills_both_ways(home: &Home) -> (String, String) {
+    let store = stopline_store::Store::open(home.path());
+    let answer = |index: &stopline_store::evidence_drills::DrillIndex| {
+        let h = index.history("child");
+        format!("{:?} {} {}", h.last_passed, h.any_passed, index.total)
+    };
+    let gate = store
+        .evidence_drills()
+        .map_or_else(|fault| format!("refused: {fault}"), |i| answer(&i));
+    let full = store.evidence_entries().map_or_else(
+        |fault| format!("refused: {fault}"),
+        |entries| {
+            answer(&stopline_store::evidence_drills::DrillIndex::from_entries(
+                &entries,
+            ))
+        },
+    );
+    (gate, full)
+}
+
+/// The failpoints one child run reaches with `env`, in order, each once.
+fn child_trace(home: &Home, env: &[(&str, &str)]) -> Vec<String> {
+    let trace = home
+        .dir
+        .path()
+        .join(format!("trace-{}", util::rand_suffix()));
+    let mut env = env.to_vec();
+    env.push(("STOPLINE_FAILPOINT_TRACE", trace.to_str().unwrap()));
+    let out = append_in_child(home, &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut seen = BTreeSet::new();
+    std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .filter(|n| seen.insert(n.to_string()))
+        .map(String::from)
+        .collect()
+}
+
+/// Issue 15, the drill index: a failing drill appended after passing ones (in the middle of a
+/// segment, starting one, and after a drill line a crash left unanchored and unindexed), and the
+/// drill gate building an older home's index, crashed at every step: the gate then answers
+/// what a full read of the log answers (never the pass of the drills before), `evidence verify
+/// --all` finds the index agreeing with the log, and so again after the next append.
+#[test]
+fn crash_at_every_step_of_a_drill_append_and_an_index_build_the_gate_answers_as_the_log() {
+    let failing = [("STOPLINE_TEST_EVIDENCE_PASS", "false")];
+    let gate = [("STOPLINE_TEST_EVIDENCE_GATE", "1")];
+    // (records before, the home's state, what the crashed child does, the new steps it must reach)
+    type Case<'a> = (u64, &'a str, &'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: [Case; 4] = [
+        (
+            4,
+            "current",
+            &failing,
+            &[
+                "evidence.drills.tmp.create",
+                "evidence.drills.tmp.fsync",
+                "evidence.drills.rename",
+                "evidence.drills.dirsync",
+            ],
+        ),
+        (3, "current", &failing, &["evidence.drills.rename"]),
+        (
+            4,
+            "unindexed",
+            &failing,
+            &["evidence.confirm.fsync", "evidence.drills.rename"],
+        ),
+        (
+            4,
+            "older",
+            &gate,
+            &[
+                "evidence.drills.rename",
+                "evidence.drills.dirsync",
+                "evidence.head.rename",
+            ],
+        ),
+    ];
+    // `records` records, the last a passing drill of `child`, then the state.
+    let prepare = |records: u64, state: &str| {
+        let home = prepare_evidence_home(records - 1, false);
+        let store = stopline_store::Store::open(home.path());
+        let passed = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": true});
+        store
+            .clone()
+            .with_evidence_segment_records(EVIDENCE_SEGMENT)
+            .append_evidence(
+                "control-observation.v1",
+                passed.as_object().unwrap().clone(),
+            )
+            .unwrap();
+        match state {
+            // A crash after the newest drill's fsync, before its index and head: both one
+            // drill behind.
+            "unindexed" => {
+                let head = std::fs::read(home.file("evidence/head.json")).unwrap();
+                let index = std::fs::read(home.file("evidence/drills.json")).unwrap();
+                let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": false});
+                store
+                    .with_evidence_segment_records(EVIDENCE_SEGMENT)
+                    .append_evidence(
+                        "control-observation.v1",
+                        record.as_object().unwrap().clone(),
+                    )
+                    .unwrap();
+                std::fs::write(home.file("evidence/head.json"), head).unwrap();
+                std::fs::write(home.file("evidence/drills.json"), index).unwrap();
+            }
+            // What an older stopline leaves: no index, a head without the drill anchor, and a
+            // failed drill of `child` last.
+            "older" => {
+                let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": false});
+                store
+                    .with_evidence_segment_records(EVIDENCE_SEGMENT)
+                    .append_evidence(
+                        "control-observation.v1",
+                        record.as_object().unwrap().clone(),
+                    )
+                    .unwrap();
+                std::fs::remove_file(home.file("evidence/drills.json")).unwrap();
+                let mut head: Value = serde_json::from_slice(
+                    &std::fs::read(home.file("evidence/head.json")).unwrap(),
+                )
+                .unwrap();
+                head.as_object_mut().unwrap().remove("drills");
+                std::fs::write(home.file("evidence/head.json"), head.to_string()).unwrap();
+            }
+            _ => {}
+        }
+        home
+    };
+    for (records, state, env, steps) in cases {
+        let names = child_trace(&prepare(records, state), env);
+        for step in steps {
+            assert!(
+                names.iter().any(|n| n == step),
+                "{state} {records}: {step} is a failpoint (build with --features stopline/failpoints): {names:?}"
+            );
+        }
+        for name in &names {
+            let home = prepare(records, state);
+            let armed = format!("{name}=crash");
+            let mut crashed = env.to_vec();
+            crashed.push(("STOPLINE_FAILPOINTS", &armed));
+            let out = append_in_child(&home, &crashed);
+            assert_eq!(
+                out.status.signal(),
+                Some(6),
+                "{state} {records}, {name}: the process must abort at its failpoint"
+            );
+            let (gate, full) = drills_both_ways(&home);
+            assert_eq!(gate, full, "{state} {records}, {name}: after the crash");
+            let report = verify_all(&home, name);
+            assert_eq!(report["drill_index"], "agrees", "{name}: {report}");
+            // The next append (a passing drill) lands, and the gate still reads as the log.
+            let out = append_in_child(&home, &[]);
+            assert!(
+                out.status.success(),
+                "{state} {records}, {name}: the append after the crash: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let (gate, full) = drills_both_ways(&home);
+            assert_eq!(
+                gate, full,
+                "{state} {records}, {name}: after the next append"
+            );
+            assert!(gate.starts_with("Some(true)"), "{name}: {gate}");
+            let report = verify_all(&home, name);
+            assert_eq!(report["drill_index"], "agrees", "{name}: {report}");
         }
     }
 }

@@ -319,3 +319,73 @@ fn verify_all_reads_every_segment_and_an_append_needs_only_the_tail() {
         "{first_break}"
     );
 }
+
+/// Issue 15: `GET /v1/drills` reads the drill index, never the history. An older home (no
+/// `evidence/drills.json`, a head without its drill anchor) is indexed by the first read from a
+/// whole verified log; after that every segment but the newest can be gone and the page still
+/// shows the same drills (before, it read every segment: a missing one was an `error` and no
+/// drills).
+#[test]
+fn the_drills_route_reads_the_drill_index_and_indexes_an_older_home_once() {
+    let home = Home::new();
+    home.run(&["init"]).assert_ok();
+    let store = Store::open(home.path()).with_evidence_segment_records(3);
+    for n in 1..=20 {
+        let record = json!({"schema": "control-observation.v1", "harness_version": "h", "pass": n % 4 != 0, "agents": n});
+        store
+            .append_evidence(
+                "control-observation.v1",
+                record.as_object().unwrap().clone(),
+            )
+            .unwrap();
+    }
+    // What an older stopline leaves.
+    std::fs::remove_file(home.file("evidence/drills.json")).unwrap();
+    let head_path = home.file("evidence/head.json");
+    let mut head: Value = serde_json::from_slice(&std::fs::read(&head_path).unwrap()).unwrap();
+    head.as_object_mut().unwrap().remove("drills");
+    std::fs::write(&head_path, head.to_string()).unwrap();
+
+    let gateway = gw::Gateway::start(&home, "");
+    let token = home.token(&["--agent", "ops-desk", "--role", "operator"]);
+    let newest = |reply: Value| -> (Value, Vec<u64>) {
+        let agents = reply["drills"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{reply}"))
+            .iter()
+            .map(|d| d["agents"].as_u64().unwrap())
+            .collect();
+        (reply["total"].clone(), agents)
+    };
+    let first = gateway.get("/v1/drills?limit=3", Some(&token)).json();
+    assert_eq!(first["error"], Value::Null, "{first}");
+    assert_eq!(newest(first), (json!(20), vec![20, 19, 18]));
+    assert!(home.file("evidence/drills.json").exists(), "indexed");
+    let head: Value = serde_json::from_slice(&std::fs::read(&head_path).unwrap()).unwrap();
+    assert_eq!(head["drills"]["seq"], 20, "{head}");
+    let verified = home.run(&["evidence", "verify", "--all"]);
+    assert_eq!(
+        verified.json()["drill_index"],
+        "agrees",
+        "{}",
+        verified.stdout
+    );
+
+    // Every segment but the newest gone: nothing the route reads.
+    for first in (1..19).step_by(3) {
+        let segment = home.file(&format!(
+            "evidence/{}",
+            stopline_store::evidence::segment_name(first)
+        ));
+        std::fs::remove_file(segment).unwrap();
+    }
+    let again = gateway.get("/v1/drills?limit=3", Some(&token)).json();
+    assert_eq!(again["error"], Value::Null, "{again}");
+    assert_eq!(newest(again), (json!(20), vec![20, 19, 18]));
+    let all = gateway.get("/v1/drills?limit=1000", Some(&token)).json();
+    assert_eq!(all["drills"].as_array().unwrap().len(), 20);
+    // `evidence verify --all` still reads every segment, and names the missing ones.
+    let verified = home.run(&["evidence", "verify", "--all"]);
+    assert_eq!(verified.code, 1, "{}", verified.stdout);
+    assert_eq!(verified.json()["first_break"]["fault"], "missing");
+}

@@ -82,6 +82,7 @@ pub fn on_return(
                 evidence: None,
                 spend: None,
                 reach: None,
+                drills: None,
             };
             let before = earlier(search, state, began);
             let before: Vec<(String, &Outcome)> =

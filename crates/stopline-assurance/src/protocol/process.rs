@@ -90,6 +90,17 @@ pub enum ProcSpec {
         /// The record's name in the judgment.
         n: u64,
     },
+    /// A drill's record (`Store::append_evidence` of a `control-observation.v1`, as `stopline
+    /// drill` files it) of harness version `h`, its field `n` naming it.
+    AppendDrill {
+        /// The record's name in the judgment.
+        n: u64,
+        /// Its `pass`.
+        pass: bool,
+    },
+    /// `stopline run`'s drill gate (and `GET /v1/drills`): `Store::evidence_drills`, which
+    /// builds the drill index of an older home.
+    DrillGate,
     /// `stopline run`'s store steps for one worker, in order: `Store::begin_run` (the entry in
     /// `runs.live/`, then the card and run record), the registration `running` (the agent was
     /// started once `begin_run` returned), the registration `exited` (its end observed), then
@@ -173,6 +184,8 @@ pub enum Outcome {
         /// Its bound.
         amount: u64,
     },
+    /// The drill gate answered (or refused).
+    DrillsRead,
     /// `append_evidence` returned Ok: the record is acknowledged.
     Filed {
         /// Its `n`.
@@ -259,6 +272,8 @@ impl ProcSpec {
             ProcSpec::CompactOps => "compact the operation journals".into(),
             ProcSpec::ArchiveOps => "archive the journals of gone writers".into(),
             ProcSpec::AppendEvidence { n } => format!("append evidence record {n}"),
+            ProcSpec::AppendDrill { n, pass } => format!("file drill {n} (pass {pass})"),
+            ProcSpec::DrillGate => "read the drills (the drill gate)".into(),
             ProcSpec::Supervise { run, agent } => format!("supervise run {run} agent {agent}"),
             ProcSpec::Reach => "an engage's reach (runs.live/)".into(),
             ProcSpec::RetireLiveRuns => "retire finished runs.live/ entries".into(),
@@ -416,6 +431,20 @@ impl ProcSpec {
                     Err(e) => failed(e),
                 }
             }
+            ProcSpec::AppendDrill { n, pass } => {
+                match store.append_evidence(
+                    stopline_store::evidence_drills::DRILL_SCHEMA,
+                    drill_record(*n, *pass),
+                ) {
+                    Ok(_) => Outcome::Filed { n: *n },
+                    Err(e) => failed(e),
+                }
+            }
+            ProcSpec::DrillGate => {
+                // A refusal is an answer too; the restart judges what the index then says.
+                let _ = store.evidence_drills();
+                Outcome::DrillsRead
+            }
             ProcSpec::ReserveSpend { amount } => {
                 let reserved = store.spend_journal("gateway").and_then(|journal| {
                     let lock = journal.lock()?;
@@ -522,6 +551,19 @@ pub fn reached(store: &Store) -> Vec<String> {
     workers.sort();
     workers.dedup();
     workers
+}
+
+/// The drill record a scenario files as `n`: harness version `h`, `pass`.
+pub fn drill_record(n: u64, pass: bool) -> serde_json::Map<String, serde_json::Value> {
+    stopline_store::chain::fields([
+        (
+            "schema",
+            serde_json::json!(stopline_store::evidence_drills::DRILL_SCHEMA),
+        ),
+        ("harness_version", serde_json::json!("h")),
+        ("pass", serde_json::json!(pass)),
+        ("n", serde_json::json!(n)),
+    ])
 }
 
 /// The evidence record a scenario files as `n`.

@@ -61,14 +61,19 @@ pub enum Property {
     /// registrations read through `runs.live/`), during a run's start and end and after any
     /// crash: no live worker is left out.
     LiveWorkersReached,
+    /// Issue 15: after any crash the drill gate (the drill index, `Store::evidence_drills`)
+    /// answers what a full read of the durable log answers — the same drills, the same last
+    /// `pass` per harness version; never a pass the log does not give, never a refusal of a log
+    /// that verifies.
+    DrillGateAsTheLog,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 16;
+pub const COUNT: usize = 17;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 13] = [
+    pub const ALL: [Property; 14] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -82,6 +87,7 @@ impl Property {
         Property::EvidenceKept,
         Property::SpendKept,
         Property::LiveWorkersReached,
+        Property::DrillGateAsTheLog,
     ];
 
     /// Findings: checked and reported, but not part of SPEC §9's verdict.
@@ -130,6 +136,9 @@ impl Property {
             Property::SpendKept => {
                 "spending is never lost nor counted twice across compactions and crashes, and the next reservation lands"
             }
+            Property::DrillGateAsTheLog => {
+                "after any crash the drill gate answers as a full read of the durable log (never a false pass)"
+            }
         }
     }
 }
@@ -172,6 +181,26 @@ pub struct Observation {
     /// `<run>/<agent>` of every worker an engage's reach would find (`?` for a hole), when the
     /// observation reads `runs.live/` (after a restart of a scenario that supervises a run).
     pub reach: Option<Vec<String>>,
+    /// The drill gate's answers and a full read's, side by side, when the observation reads
+    /// them (after a restart of a scenario that files or reads drills; not for racing gates).
+    pub drills: Option<Vec<DrillsSeen>>,
+}
+
+/// What the drills of harness version `h` are, as one reader answers: the last drill's `pass`,
+/// whether any passed, how many drills were recorded and the `n` of the newest ones (newest
+/// first), or why the reader refuses (`drill_required`).
+pub type DrillAnswer = Result<(Option<bool>, bool, u64, Vec<u64>), String>;
+
+/// The drill gate's answer and a full read's, at one moment of a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DrillsSeen {
+    /// When (`after the crash`, `after one more append`).
+    pub when: &'static str,
+    /// The drill index's answer (`Store::evidence_drills`).
+    pub gate: DrillAnswer,
+    /// The answer of the log read whole and verified (the records pruned with their segments
+    /// included: they were read whole before the race).
+    pub full: DrillAnswer,
 }
 
 /// The spending as a fresh reader finds it: what account `t` has spent, then one more
@@ -364,6 +393,19 @@ pub fn obligations(
                 )
             });
         }
+    }
+    for drills in seen.drills.iter().flatten() {
+        // Both refuse, or both give the same drills.
+        let holds = match (&drills.gate, &drills.full) {
+            (Err(_), Err(_)) => true,
+            (gate, full) => gate == full,
+        };
+        out.judge(Property::DrillGateAsTheLog, holds, || {
+            format!(
+                "{}: the drill gate answers {:?}, a full read of the log {:?}",
+                drills.when, drills.gate, drills.full
+            )
+        });
     }
     if let Some(evidence) = &seen.evidence {
         out.judge(Property::EvidenceKept, evidence.fault.is_none(), || {

@@ -14,7 +14,9 @@ use crate::protocol::fs_state::FsState;
 use crate::protocol::model_fs::ModelFs;
 use crate::protocol::op::Blob;
 use crate::protocol::process::ProcSpec;
-use crate::protocol::properties::{EvidenceSeen, Observation, OpSeen, SpendSeen, SPEND_PROBE};
+use crate::protocol::properties::{
+    DrillsSeen, EvidenceSeen, Observation, OpSeen, SpendSeen, SPEND_PROBE,
+};
 use crate::protocol::scenario::{Scenario, HOME, SOLO};
 use crate::protocol::solo::{ModelEnv, Solo};
 use std::sync::Arc;
@@ -188,13 +190,24 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
     ));
     let ops = operations_seen(scenario, &store, &view);
     summary.push_str(&format!("; operations {ops:?}"));
-    let files_evidence = scenario
+    let files_evidence = scenario.procs.iter().any(|p| {
+        matches!(
+            p,
+            ProcSpec::AppendEvidence { .. } | ProcSpec::AppendDrill { .. }
+        )
+    });
+    let reads_drills = scenario
         .procs
         .iter()
-        .any(|p| matches!(p, ProcSpec::AppendEvidence { .. }));
+        .any(|p| matches!(p, ProcSpec::AppendDrill { .. } | ProcSpec::DrillGate));
+    let mut drills = reads_drills.then(|| vec![drills_seen(scenario, &store, "after the crash")]);
     let evidence = files_evidence.then(|| evidence_seen(&store));
     if let Some(seen) = &evidence {
         summary.push_str(&format!("; evidence after one more append {seen:?}"));
+    }
+    if let Some(drills) = &mut drills {
+        drills.push(drills_seen(scenario, &store, "after one more append"));
+        summary.push_str(&format!("; drills {drills:?}"));
     }
     let reserves = scenario
         .procs
@@ -228,6 +241,7 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
             evidence,
             spend,
             reach,
+            drills,
         },
         summary,
     }
@@ -264,6 +278,47 @@ fn evidence_seen(store: &Store) -> EvidenceSeen {
     let fault = (kept.last() != Some(&PROBE))
         .then(|| format!("the record appended after the crash is not the newest: {kept:?}"));
     EvidenceSeen { kept, fault }
+}
+
+/// The drills of harness version `h` as the drill gate answers (`Store::evidence_drills`, which
+/// builds an older home's index) and as a full read of the log answers, the records pruned
+/// with their segments included: those are read from the scenario's initial image (only the
+/// setup's segments are ever pruned in a race).
+fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> DrillsSeen {
+    use stopline_store::evidence_drills::DrillIndex;
+    let answer = |index: &DrillIndex| {
+        let h = index.history("h");
+        let newest: Vec<u64> = index
+            .newest(stopline_store::evidence_drills::RECENT_DRILLS)
+            .filter_map(|r| r.get("n").and_then(serde_json::Value::as_u64))
+            .collect();
+        (h.last_passed, h.any_passed, index.total, newest)
+    };
+    let full = (|| {
+        let chain = store.evidence_chain(true).map_err(|f| f.to_string())?;
+        if let Some(why) = store.evidence_anchor_fault(&chain.entries) {
+            return Err(why);
+        }
+        let mut entries = Vec::new();
+        if let Some(through) = chain.pruned_through {
+            let initial = Store::with_io(
+                HOME,
+                Arc::new(ModelFs::new(Solo::new(SOLO, scenario.initial.clone()))),
+                Arc::new(ModelEnv::new(0xf, scenario.now_ms)),
+            );
+            let before = initial
+                .evidence_entries()
+                .map_err(|f| format!("the setup's log: {f}"))?;
+            entries.extend(before.into_iter().filter(|e| e.seq <= through));
+        }
+        entries.extend(chain.entries);
+        Ok(answer(&DrillIndex::from_entries(&entries)))
+    })();
+    let gate = store
+        .evidence_drills()
+        .map(|index| answer(&index))
+        .map_err(|f| f.to_string());
+    DrillsSeen { when, gate, full }
 }
 
 /// What a fresh reader (a new gateway) counts spent on the spending scenarios' account — its

@@ -453,6 +453,88 @@ pub fn evidence_segments() -> Scenario {
     )
 }
 
+/// Issue 15: the drill index. The setup files a passing drill of harness version `h` and a
+/// breaker trip (the first segment, full); a failing drill of `h` and another trip then race,
+/// the first of them starting the next segment and pruning the first (with its passing drill),
+/// crashed at every step — the drill's line, the index's rewrite (`evidence.drills.*`), the head
+/// naming it: after any crash the drill gate answers what a full read of the durable log
+/// (the pruned records included) answers, and again after the next append.
+pub fn drill_index() -> Scenario {
+    use crate::protocol::process::{drill_record, evidence_record};
+    let s = Setup::new();
+    s.store
+        .append_evidence(
+            stopline_store::evidence_drills::DRILL_SCHEMA,
+            drill_record(1, true),
+        )
+        .expect("setup: drill");
+    s.store
+        .append_evidence("breaker", evidence_record(2))
+        .expect("setup: evidence");
+    let racers = vec![
+        ProcSpec::AppendDrill { n: 3, pass: false },
+        ProcSpec::AppendEvidence { n: 4 },
+    ];
+    s.finish(
+        "drill-index",
+        "a failing drill and a breaker trip filed across a segment switch that prunes a passing drill, crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    )
+}
+
+/// Issue 15: an older home's drill index. The setup's log (two trips, then a passing drill of
+/// `h` starting the second segment) is left as an older stopline leaves it — no
+/// `evidence/drills.json`, a head without the drill anchor; the drill gate (which builds the
+/// index from a full verified read, then re-anchors the head) races a failing drill of `h`,
+/// crashed at every step of both: after any crash the gate answers as a full read does.
+pub fn drills_older_home() -> Scenario {
+    use crate::protocol::process::{drill_record, evidence_record};
+    let s = Setup::new();
+    for n in [1, 2] {
+        s.store
+            .append_evidence("breaker", evidence_record(n))
+            .expect("setup: evidence");
+    }
+    s.store
+        .append_evidence(
+            stopline_store::evidence_drills::DRILL_SCHEMA,
+            drill_record(3, true),
+        )
+        .expect("setup: drill");
+    let layout = s.store.layout().clone();
+    s.store
+        .fs()
+        .remove_file(&layout.evidence_drills(), "setup")
+        .expect("setup: no index");
+    let head = s
+        .store
+        .evidence_head()
+        .expect("setup: head")
+        .expect("setup: head");
+    let (segment, offset) = head.at.expect("setup: head position");
+    let older = serde_json::json!({"seq": head.seq, "hash": head.hash, "segment": segment, "offset": offset});
+    s.store
+        .replace_atomic(
+            &layout.evidence_head(),
+            older.to_string().as_bytes(),
+            "setup",
+        )
+        .expect("setup: older head");
+    let racers = vec![
+        ProcSpec::DrillGate,
+        ProcSpec::AppendDrill { n: 4, pass: false },
+    ];
+    s.finish(
+        "drills-older-home",
+        "an older home's drill index built by the drill gate while a failing drill is filed, crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    )
+}
+
 /// Issue 15: spend compaction. The setup's earlier gateway spent 4 on account `t` (settled),
 /// and was compacted into `spend/settled.json`; its last gateway spent 1 (settled) and left a
 /// reservation of 2 that never settled (in doubt), 7 in all. A gateway's reservation of 8

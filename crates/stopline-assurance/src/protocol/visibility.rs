@@ -65,9 +65,14 @@ impl Rules {
                 ProcSpec::Operation { .. } | ProcSpec::PrepareBatch { .. } | ProcSpec::ArchiveOps
             )
         });
-        let evidence = procs
-            .iter()
-            .any(|p| matches!(p, ProcSpec::AppendEvidence { .. }));
+        let evidence = procs.iter().any(|p| {
+            matches!(
+                p,
+                ProcSpec::AppendEvidence { .. }
+                    | ProcSpec::AppendDrill { .. }
+                    | ProcSpec::DrillGate
+            )
+        });
         let mut quiet = vec![owned(layout.reserve()), owned(layout.keys())];
         if !evidence {
             quiet.push(owned(layout.evidence()));

@@ -82,6 +82,12 @@ pub struct EvidenceVerifyReceipt {
     pub trips: Option<usize>,
     /// Operations of a tripped agent admitted after its trip.
     pub operations_after_trip: Vec<Value>,
+    /// With `--all`: the drill index (`evidence/drills.json`, what the drill gate and
+    /// `/v1/drills` read) checked against the log read whole: `"agrees"`, `"not built"` (a home
+    /// from an older stopline; the next drill gate builds it), or what disagrees (absent without
+    /// `--all` or when the chain is broken).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drill_index: Option<String>,
     /// Registries that could not be read.
     pub registry_errors: Vec<String>,
 }
@@ -107,6 +113,9 @@ impl fmt::Display for EvidenceVerifyReceipt {
                 compact(&self.trips),
                 compact(&self.operations_after_trip)
             )?;
+            if let Some(drills) = &self.drill_index {
+                write!(f, "\ndrill index: {drills}")?;
+            }
             match (&self.segments, self.total_segments) {
                 (Some(read), Some(total)) if !self.all_segments => write!(
                     f,

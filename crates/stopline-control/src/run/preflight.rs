@@ -3,16 +3,16 @@
 //! unless `--unconfined` says so.
 //!
 //! Every check fails closed: a control state with faults refuses with the fault's code, and an
-//! evidence log that cannot be verified refuses with `drill_required`, because "no failed drill"
-//! cannot be proven from it. Nothing here writes.
+//! evidence log (or drill index) that cannot be verified refuses with `drill_required`, because
+//! "no failed drill" cannot be proven from it. Nothing here writes, but for the drill index an
+//! older home gets once (`Store::evidence_drills`).
 
 use crate::context::Context;
-use serde_json::{Map, Value};
 use stopline_core::{ActiveLatch, Refusal, RefusalCode, Subject};
 use stopline_supervisor::{UidError, UidLease, UidRange, UserIdentity};
 
 /// The schema (and evidence kind) of a drill record.
-pub const DRILL_SCHEMA: &str = "control-observation.v1";
+pub use stopline_store::evidence_drills::DRILL_SCHEMA;
 
 /// Refuse while a latch covers `subject`, or while the control state cannot be trusted: the
 /// plane's view (with `--control etcd://…`, the etcd latches merged with this host's own; an
@@ -36,58 +36,22 @@ pub fn no_covering_latch(ctx: &Context, subject: &Subject) -> Result<(), Refusal
     ))
 }
 
-/// What the evidence log says about drills of one harness version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DrillHistory {
-    /// The `pass` of the last drill of the version, `None` when there was none.
-    pub last_passed: Option<bool>,
-    /// Whether any drill of the version passed.
-    pub any_passed: bool,
-}
-
-/// Read the drill history of `harness_version` from evidence entries (oldest first).
-pub fn drill_history<'a>(
-    entries: impl IntoIterator<Item = &'a Map<String, Value>>,
-    harness_version: &str,
-) -> DrillHistory {
-    let mut history = DrillHistory {
-        last_passed: None,
-        any_passed: false,
-    };
-    for body in entries {
-        let is_drill = body.get("kind").and_then(Value::as_str) == Some(DRILL_SCHEMA)
-            || body.get("schema").and_then(Value::as_str) == Some(DRILL_SCHEMA);
-        if !is_drill || body.get("harness_version").and_then(Value::as_str) != Some(harness_version)
-        {
-            continue;
-        }
-        // A drill whose `pass` is missing or not a boolean did not pass.
-        let passed = body.get("pass").and_then(Value::as_bool) == Some(true);
-        history.last_passed = Some(passed);
-        history.any_passed |= passed;
-    }
-    history
-}
-
 /// Refuse (`drill_required`) when the last drill of the version failed, and, with
-/// `require_drill`, when none passed.
+/// `require_drill`, when none passed. Reads the drill index (`Store::evidence_drills`): the
+/// evidence log's head, its newest line and `evidence/drills.json`, never the history (an
+/// older home's log is read whole once, to build the index).
 pub fn drills_allow(
     ctx: &Context,
     harness_version: &str,
     require_drill: bool,
 ) -> Result<(), Refusal> {
     let refuse = |message: String| Refusal::new(RefusalCode::DrillRequired, message);
-    let entries = ctx.store.evidence_entries().map_err(|fault| {
+    let index = ctx.store.evidence_drills().map_err(|fault| {
         refuse(format!(
             "the evidence log cannot be verified ({fault}), so the drills of {harness_version:?} are unknown"
         ))
     })?;
-    if let Some(why) = ctx.store.evidence_anchor_fault(&entries) {
-        return Err(refuse(format!(
-            "the evidence log cannot be verified ({why}), so the drills of {harness_version:?} are unknown"
-        )));
-    }
-    let history = drill_history(entries.iter().map(|entry| &entry.body), harness_version);
+    let history = index.history(harness_version);
     if history.last_passed == Some(false) {
         return Err(refuse(format!(
             "the last drill of harness version {harness_version:?} failed; run a passing drill first"
@@ -225,7 +189,26 @@ pub fn confined_identity(user: &str) -> Result<UserIdentity, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Map, Value};
+    use stopline_store::evidence_drills::DrillHistory;
+
+    /// Read the drill history of `harness_version` from evidence records (oldest first), as the
+    /// drill index folds them.
+    fn drill_history<'a>(
+        entries: impl IntoIterator<Item = &'a Map<String, Value>>,
+        harness_version: &str,
+    ) -> DrillHistory {
+        let mut index = stopline_store::evidence_drills::DrillIndex::default();
+        for (seq, body) in (1..).zip(entries) {
+            index.fold(&stopline_core::wal::WalEntry {
+                seq,
+                kind: String::new(),
+                body: body.clone(),
+                hash: String::new(),
+            });
+        }
+        index.history(harness_version)
+    }
 
     fn check(entries: &[Value], version: &str, expected: (Option<bool>, bool)) {
         let maps = entries.iter().filter_map(Value::as_object);
@@ -260,6 +243,136 @@ mod tests {
             &[json!({"kind": "stop_observation", "harness_version": "h", "pass": false})],
             "h",
             (None, false),
+        );
+    }
+
+    /// The real filesystem, naming every file it reads.
+    #[derive(Default)]
+    struct Counting(std::sync::Mutex<Vec<std::path::PathBuf>>);
+
+    impl Counting {
+        fn note(&self, path: &std::path::Path) {
+            self.0.lock().unwrap().push(path.to_path_buf());
+        }
+        fn take(&self) -> Vec<String> {
+            let mut read: Vec<String> = std::mem::take(&mut *self.0.lock().unwrap())
+                .iter()
+                .filter(|p| p.parent().is_some_and(|d| d.ends_with("evidence")))
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                .collect();
+            read.sort();
+            read.dedup();
+            read
+        }
+    }
+
+    impl stopline_store::fs::Fs for Counting {
+        fn write_new(&self, path: &std::path::Path, bytes: &[u8], fp: &str) -> std::io::Result<()> {
+            stopline_store::fs::RealFs.write_new(path, bytes, fp)
+        }
+        fn append(
+            &self,
+            path: &std::path::Path,
+            bytes: &[u8],
+            sync: bool,
+            fp: &str,
+        ) -> std::io::Result<()> {
+            stopline_store::fs::RealFs.append(path, bytes, sync, fp)
+        }
+        fn sync_dir(&self, dir: &std::path::Path, fp: &str) -> std::io::Result<()> {
+            stopline_store::fs::RealFs.sync_dir(dir, fp)
+        }
+        fn hard_link(
+            &self,
+            from: &std::path::Path,
+            to: &std::path::Path,
+            fp: &str,
+        ) -> std::io::Result<()> {
+            stopline_store::fs::RealFs.hard_link(from, to, fp)
+        }
+        fn rename(
+            &self,
+            from: &std::path::Path,
+            to: &std::path::Path,
+            fp: &str,
+        ) -> std::io::Result<()> {
+            stopline_store::fs::RealFs.rename(from, to, fp)
+        }
+        fn remove_file(&self, path: &std::path::Path, fp: &str) -> std::io::Result<()> {
+            stopline_store::fs::RealFs.remove_file(path, fp)
+        }
+        fn create_dir_all(&self, path: &std::path::Path, fp: &str) -> std::io::Result<()> {
+            stopline_store::fs::RealFs.create_dir_all(path, fp)
+        }
+        fn truncate(&self, path: &std::path::Path, len: u64, fp: &str) -> std::io::Result<()> {
+            stopline_store::fs::RealFs.truncate(path, len, fp)
+        }
+        fn read(&self, path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+            let bytes = stopline_store::fs::RealFs.read(path)?;
+            self.note(path);
+            Ok(bytes)
+        }
+        fn read_from(&self, path: &std::path::Path, offset: u64) -> std::io::Result<Vec<u8>> {
+            let bytes = stopline_store::fs::RealFs.read_from(path, offset)?;
+            self.note(path);
+            Ok(bytes)
+        }
+        fn read_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+            stopline_store::fs::RealFs.read_dir(dir)
+        }
+        fn exists(&self, path: &std::path::Path) -> std::io::Result<bool> {
+            stopline_store::fs::RealFs.exists(path)
+        }
+        fn lock(
+            &self,
+            path: &std::path::Path,
+            exclusive: bool,
+            create: bool,
+            wait: Option<std::time::Duration>,
+        ) -> std::io::Result<Box<dyn stopline_store::fs::LockGuard>> {
+            stopline_store::fs::RealFs.lock(path, exclusive, create, wait)
+        }
+    }
+
+    /// Issue 15: the drill gate reads the evidence log's head, its newest segment and the drill
+    /// index, never an older segment (before, it read every one: on 12 segments of drills it
+    /// read all 12).
+    #[test]
+    fn the_drill_gate_opens_no_evidence_segment_but_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let counting = std::sync::Arc::new(Counting::default());
+        let store = stopline_store::Store::with_io(
+            dir.path().join("home"),
+            counting.clone(),
+            std::sync::Arc::new(stopline_store::env::SystemEnv),
+        );
+        let mut config = crate::config::Config::default();
+        config.retention.evidence_segment_records = std::num::NonZeroU64::new(3).unwrap();
+        let ctx = Context::new(store, config);
+        for n in 1..=36u64 {
+            let (version, pass) = if n % 2 == 0 {
+                ("h", n != 36)
+            } else {
+                ("g", true)
+            };
+            let record =
+                json!({"schema": DRILL_SCHEMA, "harness_version": version, "pass": pass, "n": n});
+            ctx.store
+                .append_evidence(DRILL_SCHEMA, record.as_object().unwrap().clone())
+                .unwrap();
+        }
+        counting.take();
+        let refused = drills_allow(&ctx, "h", false).unwrap_err();
+        assert_eq!(refused.code, RefusalCode::DrillRequired);
+        assert!(refused.message.contains("failed"), "{}", refused.message);
+        assert_eq!(
+            counting.take(),
+            ["drills.json", "head.json", "log-000000000034.jsonl"]
+        );
+        drills_allow(&ctx, "g", true).unwrap();
+        assert_eq!(
+            counting.take(),
+            ["drills.json", "head.json", "log-000000000034.jsonl"]
         );
     }
 }

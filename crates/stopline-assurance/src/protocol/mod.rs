@@ -57,6 +57,7 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     all.extend(scenario::operations());
     all.push(scenario::evidence_segments());
     all.push(scenario::spend_compaction());
+    all.push(scenario::spend_live_rewrite());
     all.push(scenario::live_runs());
     all.push(scenario::live_runs_older_home());
     all.retain(|s| {

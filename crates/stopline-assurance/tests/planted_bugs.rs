@@ -207,6 +207,32 @@ fn without_a_planted_bug_the_drill_scenarios_pass() {
 }
 
 #[test]
+fn a_live_rewrite_that_drops_open_reservations_loses_spending_and_is_found() {
+    found(
+        PlantedBug::SpendRewriteDropsOpen,
+        "spend-live-rewrite",
+        Property::SpendKept,
+    );
+}
+
+#[test]
+fn a_live_rewrite_renamed_before_its_fsync_loses_spending_and_is_found() {
+    found(
+        PlantedBug::SpendRewriteRenamedUnsynced,
+        "spend-live-rewrite",
+        Property::SpendKept,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_live_rewrite_scenario_passes() {
+    let report = check(PlantedBug::None, "spend-live-rewrite");
+    assert!(report.ok(), "{}", report.text());
+    let scenario = &report.protocol[0];
+    assert!(scenario.states > 100, "{} states", scenario.states);
+}
+
+#[test]
 fn without_a_planted_bug_the_spend_scenario_passes() {
     let report = check(PlantedBug::None, "spend-compaction");
     assert!(report.ok(), "{}", report.text());

@@ -201,6 +201,11 @@ pub struct RetentionConfig {
     /// older ones are pruned, after `evidence/pruned.json` records where the kept ones start.
     /// Absent (the default): every segment is kept on disk.
     pub evidence_keep_segments: Option<std::num::NonZeroU64>,
+    /// A live gateway's spending journal is rewritten to what it means (per account the
+    /// settled total, and the open reservations) once it has grown past this many bytes
+    /// (default 1 MiB; 0 is refused), so a reservation of another gateway, a new one's first
+    /// included, reads at most about this much of it however long the gateway has run.
+    pub spend_journal_bytes: std::num::NonZeroU64,
 }
 
 impl Default for RetentionConfig {
@@ -212,6 +217,8 @@ impl Default for RetentionConfig {
             )
             .unwrap_or(std::num::NonZeroU64::MIN),
             evidence_keep_segments: None,
+            spend_journal_bytes: std::num::NonZeroU64::new(stopline_store::spend::REWRITE_BYTES)
+                .unwrap_or(std::num::NonZeroU64::MIN),
         }
     }
 }
@@ -479,6 +486,21 @@ mod tests {
         assert_eq!(retention.evidence_keep_segments.map(|n| n.get()), Some(4));
         let error = parse("[retention]\nevidence_keep_segments = 0\n").unwrap_err();
         assert_eq!(error.line, Some(2), "{error:?}");
+        assert_eq!(
+            parse("").unwrap().retention.spend_journal_bytes.get(),
+            1 << 20
+        );
+        let retention = parse("[retention]\nspend_journal_bytes = 4096\n")
+            .unwrap()
+            .retention;
+        assert_eq!(retention.spend_journal_bytes.get(), 4096);
+        let error = parse("[retention]\nspend_journal_bytes = 0\n").unwrap_err();
+        assert_eq!(error.line, Some(2), "{error:?}");
+        let error = parse("[retention]\nspend_journal_byte = 4096\n").unwrap_err();
+        assert!(
+            error.why.contains("did you mean `spend_journal_bytes`"),
+            "{error:?}"
+        );
         let error = parse("[retention]\ngone_journal = \"prune\"\n").unwrap_err();
         assert!(
             error.why.contains("did you mean `gone_journals`"),

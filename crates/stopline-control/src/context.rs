@@ -37,6 +37,7 @@ impl Context {
                 .evidence_keep_segments
                 .map(std::num::NonZeroU64::get),
         );
+        let store = store.with_spend_rewrite_bytes(config.retention.spend_journal_bytes.get());
         let plane: Arc<dyn ControlPlane> = Arc::new(store.clone());
         Context {
             store,

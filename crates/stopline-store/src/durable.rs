@@ -47,7 +47,7 @@ impl Store {
 
     /// `path`'s directory and a fresh temporary name beside it (`.<name>.tmp-<random>`), never
     /// reused, so a failed write is never retried on the same file.
-    fn temporary_beside(&self, path: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    pub(crate) fn temporary_beside(&self, path: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
         let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
         let name = path
             .file_name()

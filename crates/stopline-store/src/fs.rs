@@ -65,6 +65,11 @@ pub trait Fs: Send + Sync {
     ) -> io::Result<(Vec<u8>, Option<FileId>)> {
         Ok((self.read_from(path, offset)?, None))
     }
+    /// The identity of the file at `path` now (`None`: this filesystem cannot tell). The
+    /// default opens it and reads nothing of it.
+    fn identify(&self, path: &Path) -> io::Result<Option<FileId>> {
+        self.read_from_identified(path, u64::MAX).map(|(_, id)| id)
+    }
     /// The names in a directory, sorted.
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Whether a path exists (without following a final symlink).
@@ -93,12 +98,17 @@ pub struct FileId {
     pub len: u64,
     /// Its status-change time in nanoseconds: any write, rename or replacement moves it.
     pub ctime_ns: i128,
+    /// Its birth time in nanoseconds (`statx`'s `btime`; `None`: this filesystem cannot tell).
+    /// An inode number is reused at once once freed (ext4 hands a file renamed over a journal
+    /// the inode of the journal's generation before), so device and inode alone do not tell a
+    /// file from one created later under the same number; its birth time does.
+    pub born_ns: Option<i128>,
 }
 
 impl FileId {
-    /// True when `self` and `other` are the same file (device and inode).
+    /// True when `self` and `other` are the same file (device, inode and birth time).
     pub fn same_file(&self, other: &FileId) -> bool {
-        self.dev == other.dev && self.ino == other.ino
+        self.dev == other.dev && self.ino == other.ino && self.born_ns == other.born_ns
     }
 }
 
@@ -312,6 +322,11 @@ impl Fs for RealFs {
             ino: meta.ino(),
             len: meta.len(),
             ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+            born_ns: meta
+                .created()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .and_then(|d| i128::try_from(d.as_nanos()).ok()),
         };
         let mut bytes = Vec::new();
         if id.len > offset {

@@ -82,6 +82,9 @@ pub struct Store {
     /// Uncovered spending journals of others that make a reservation compact the gone ones
     /// itself (`spend_compact::COMPACT_AFTER`; the model checker's stores use 1).
     spend_compact_after: usize,
+    /// The length past which a live writer rewrites its own spending journal (`[retention]
+    /// spend_journal_bytes`).
+    spend_rewrite_bytes: u64,
     #[cfg(feature = "planted-bugs")]
     planted: planted::PlantedBug,
 }
@@ -135,6 +138,13 @@ impl Store {
         self
     }
 
+    /// This store's spending journals are rewritten to what they mean once they have grown
+    /// past `bytes` (at least 1; `[retention] spend_journal_bytes`).
+    pub fn with_spend_rewrite_bytes(mut self, bytes: u64) -> Store {
+        self.spend_rewrite_bytes = bytes.max(1);
+        self
+    }
+
     /// Lines after the last WAL checkpoint that make a lock holder write a new one.
     pub fn with_wal_checkpoint_every(mut self, lines: usize) -> Store {
         self.wal_checkpoint_every = lines.max(1);
@@ -159,6 +169,7 @@ impl Store {
             evidence_segment_records: evidence::DEFAULT_SEGMENT_RECORDS,
             evidence_keep_segments: None,
             spend_compact_after: spend_compact::COMPACT_AFTER,
+            spend_rewrite_bytes: spend::REWRITE_BYTES,
             #[cfg(feature = "planted-bugs")]
             planted: planted::PlantedBug::None,
         }

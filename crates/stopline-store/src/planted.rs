@@ -66,6 +66,17 @@ pub enum PlantedBug {
     /// its start: that writer's spending is counted twice, and a budget refuses calls it has
     /// room for ("spending is never lost nor counted twice" fails, `spend-compaction`).
     SpendCoveredCountedTwice,
+    /// A live writer's rewrite of its own spending journal keeps the settled totals and drops
+    /// the open reservations: a call in flight at that gateway vanishes from every other
+    /// gateway's look (and, should the writer die, from what it spent), so a budget can be
+    /// overrun ("spending is never lost nor counted twice" fails, the `spend-live-rewrite`
+    /// scenario).
+    SpendRewriteDropsOpen,
+    /// A live writer's rewrite renames the new file over its journal without fsyncing it: a
+    /// power cut after the rename leaves an empty or short journal, and what that gateway
+    /// spent is forgotten ("spending is never lost nor counted twice" fails after a crash, the
+    /// `spend-live-rewrite` scenario).
+    SpendRewriteRenamedUnsynced,
     /// A reader of `runs.live/` takes any registration of the entry's run and agent for the
     /// entry's worker, whichever instance wrote it: while a run id is reused, the earlier
     /// instance's `exited` registration hides the new worker from every reach until it

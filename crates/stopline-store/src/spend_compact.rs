@@ -32,7 +32,7 @@
 use crate::error::{IoContext, StoreError};
 use crate::fs::FileId;
 use crate::ops_archive::{names_a_process, GoneJournals};
-use crate::spend::{add, fold_lines, SpendLine};
+use crate::spend::{add, fold_lines, Meaning};
 use crate::Store;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -218,6 +218,26 @@ impl Store {
                     && !crate::ops::writer_alive_with(writer, |p| self.env.process_start_time(p))
             })
             .collect();
+        // What a gone writer's rewrite of its own journal left (it died before the rename):
+        // never read, removed (a power cut that brings one back leaves it for the next pass).
+        for tmp in names.iter().filter(|n| {
+            n.strip_prefix('.')
+                .and_then(|n| n.split_once(".jsonl.tmp-"))
+                .is_some_and(|(writer, _)| {
+                    Some(format!("{writer}.jsonl").as_str()) != own
+                        && names_a_process(writer)
+                        && !crate::ops::writer_alive_with(writer, |p| {
+                            self.env.process_start_time(p)
+                        })
+                })
+        }) {
+            if let Err(error) = self
+                .fs
+                .remove_file(&dir.join(tmp), "spend.compact.tmp.remove")
+            {
+                report.errors.push(format!("removing spend/{tmp}: {error}"));
+            }
+        }
         let forget: Vec<String> = settled
             .covered
             .keys()
@@ -249,31 +269,21 @@ impl Store {
                     continue;
                 }
             };
-            let mut open: BTreeMap<String, (Vec<String>, Budgets)> = BTreeMap::new();
+            let mut meaning = Meaning::default();
             for line in lines {
-                match line {
-                    SpendLine::Reserved {
-                        id, chain, amounts, ..
-                    } => {
-                        open.insert(id, (chain, amounts));
-                    }
-                    SpendLine::Settled { id, used } => {
-                        if let Some((chain, _)) = open.remove(&id) {
-                            for jti in &chain {
-                                add(&mut settled.used, jti, &used);
-                            }
-                        }
-                    }
-                }
+                meaning.fold(line);
+            }
+            for (jti, used) in &meaning.settled {
+                add(&mut settled.used, jti, used);
             }
             let writer = name.trim_end_matches(".jsonl");
             settled
                 .in_doubt
-                .extend(open.into_iter().map(|(id, (chain, amounts))| InDoubt {
+                .extend(meaning.open.into_iter().map(|(id, open)| InDoubt {
                     writer: writer.to_string(),
                     id,
-                    chain,
-                    amounts,
+                    chain: open.chain,
+                    amounts: open.amounts,
                 }));
             settled.covered.insert(name.clone(), complete as u64);
             settled.journals += 1;

@@ -1216,3 +1216,217 @@ fn crash_at_every_step_of_a_spend_compaction() {
         }
     }
 }
+
+/// Calls of the child below before the one whose reservation rewrites its journal.
+const SPEND_CALLS: usize = 30;
+
+/// A live gateway's spending, as `spend_rewrite_child_process` leaves it: a reservation of 2
+/// tool calls on `t` left open, then `SPEND_CALLS` of 1 on `t` and `p` settled at 1, then (when
+/// nothing stopped it) one more of 1 on `t` and `p`, settled; its journal is rewritten at that
+/// last reservation when `STOPLINE_TEST_SPEND_BYTES` is the length of the journal before it.
+/// Without `STOPLINE_TEST_SPEND_HOME` it does nothing.
+#[test]
+fn spend_rewrite_child_process() {
+    let Some(home) = std::env::var_os("STOPLINE_TEST_SPEND_HOME") else {
+        return;
+    };
+    let bytes = std::env::var("STOPLINE_TEST_SPEND_BYTES")
+        .map(|b| b.parse().unwrap())
+        .unwrap_or(u64::MAX);
+    let store = stopline_store::Store::open(home).with_spend_rewrite_bytes(bytes);
+    let journal = store.spend_journal("gateway").unwrap();
+    let kind = stopline_core::budget::BudgetKind::ToolCalls;
+    let one: stopline_core::budget::Budgets = [(kind, 1.0)].into();
+    let two: stopline_core::budget::Budgets = [(kind, 2.0)].into();
+    let chain = ["t".to_string(), "p".to_string()];
+    journal.lock().unwrap().reserved(&chain[..1], &two).unwrap();
+    for _ in 0..SPEND_CALLS {
+        let id = journal.lock().unwrap().reserved(&chain, &one).unwrap();
+        journal.settled(&id, &one).unwrap();
+    }
+    let first = journal.lock().unwrap().reserved(&chain, &one);
+    let id = match first {
+        Ok(id) => id,
+        Err(error) => {
+            // An injected error: the reservation was refused; the next one lands.
+            println!("refused: {error}");
+            journal.lock().unwrap().reserved(&chain, &one).unwrap()
+        }
+    };
+    journal.settled(&id, &one).unwrap();
+    println!("journal: {}", journal_len(&store));
+}
+
+/// The length of the one spending journal in `store`'s `spend/`.
+fn journal_len(store: &stopline_store::Store) -> u64 {
+    let spend = store.layout().spend();
+    let journals: Vec<_> = std::fs::read_dir(&spend)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
+        .collect();
+    assert_eq!(journals.len(), 1, "{journals:?}");
+    journals[0].metadata().unwrap().len()
+}
+
+/// Run `spend_rewrite_child_process` on `home` with `env`.
+fn spend_in_child(home: &Home, env: &[(&str, &str)]) -> std::process::Output {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "spend_rewrite_child_process", "--nocapture"])
+        .env("STOPLINE_TEST_SPEND_HOME", home.path())
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// A live writer's rewrite of its own spending journal: a child aborted at every step of it
+/// (before the rename: a temporary file left; after it, before `spend/` is fsynced) leaves its
+/// spending counted exactly once — the calls settled at 1, the open reservation (in doubt now,
+/// its writer gone) at its bound — the temporary file is never read and the next upkeep removes
+/// it, and the next reservation lands and counts once. An I/O error at each step refuses that
+/// reservation only: the writer's next one lands, its journal still counted exactly.
+#[test]
+fn crash_at_every_step_of_a_live_spend_journal_rewrite() {
+    let calls = SPEND_CALLS as f64;
+    // The length of the journal before the last reservation: the bound that rewrites there.
+    let bytes = {
+        let home = Home::new();
+        home.run(&["init"]).assert_ok();
+        let store = stopline_store::Store::open(home.path());
+        let out = spend_in_child(&home, &[]);
+        assert!(out.status.success(), "{out:?}");
+        let whole = journal_len(&store);
+        // The last call's pair of lines (the same length at every call).
+        let text = std::fs::read_to_string(home.file(&format!(
+            "spend/{}",
+            home.entries("spend")
+                .into_iter()
+                .find(|n| n.ends_with(".jsonl"))
+                .unwrap()
+        )))
+        .unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1 + 2 * (SPEND_CALLS + 1),
+            "not rewritten: {text}"
+        );
+        let last = lines[lines.len() - 2..]
+            .iter()
+            .map(|l| l.len() + 1)
+            .sum::<usize>();
+        (whole - last as u64).to_string()
+    };
+    let env = |armed: Option<&str>| {
+        let mut env = vec![("STOPLINE_TEST_SPEND_BYTES", bytes.clone())];
+        if let Some(armed) = armed {
+            env.push(("STOPLINE_FAILPOINTS", armed.to_string()));
+        }
+        env
+    };
+    let run = |home: &Home, armed: Option<&str>| {
+        let env = env(armed);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        spend_in_child(home, &env)
+    };
+    let prepare = || {
+        let home = Home::new();
+        home.run(&["init"]).assert_ok();
+        home
+    };
+    // Uninterrupted: rewritten at the last reservation, every call counted once.
+    let home = prepare();
+    let trace_file = home.dir.path().join("trace");
+    let out = {
+        let mut env = env(None);
+        env.push((
+            "STOPLINE_FAILPOINT_TRACE",
+            trace_file.to_str().unwrap().to_string(),
+        ));
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        spend_in_child(&home, &env)
+    };
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        spent(&home, "rewritten"),
+        (calls + 1.0 + 2.0, calls + 1.0),
+        "every settled call, and the open one in doubt"
+    );
+    let lines = std::fs::read_to_string(home.file(&format!(
+        "spend/{}",
+        home.entries("spend")
+            .into_iter()
+            .find(|n| n.ends_with(".jsonl"))
+            .unwrap()
+    )))
+    .unwrap();
+    assert!(lines.lines().count() < 10, "rewritten: {lines}");
+    let mut seen = BTreeSet::new();
+    let steps: Vec<String> = std::fs::read_to_string(&trace_file)
+        .unwrap_or_default()
+        .lines()
+        .filter(|n| n.starts_with("spend.rewrite"))
+        .filter(|n| seen.insert(n.to_string()))
+        .map(String::from)
+        .collect();
+    for step in [
+        "spend.rewrite.tmp.create",
+        "spend.rewrite.tmp.write",
+        "spend.rewrite.tmp.fsync",
+        "spend.rewrite.rename",
+        "spend.rewrite.dirsync",
+    ] {
+        assert!(
+            steps.iter().any(|n| n == step),
+            "{step} is a failpoint: {steps:?} (build with --features stopline/failpoints)"
+        );
+    }
+    let before = (calls + 2.0, calls);
+    for step in &steps {
+        let home = prepare();
+        let out = run(&home, Some(&format!("{step}=crash")));
+        assert_eq!(out.status.signal(), Some(6), "{step}: {out:?}");
+        assert_eq!(spent(&home, step), before, "{step}: after the crash");
+        let leftover = home
+            .entries("spend")
+            .into_iter()
+            .filter(|n| n.contains(".tmp-"))
+            .count();
+        home.run(&["ops", "compact"]).assert_ok();
+        assert_eq!(spent(&home, step), before, "{step}: compacted");
+        let left: Vec<String> = home
+            .entries("spend")
+            .into_iter()
+            .filter(|n| n.ends_with(".jsonl") || n.contains(".tmp-"))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "{step}: the journal and the {leftover} leftover(s) left spend/: {left:?}"
+        );
+        let store = stopline_store::Store::open(home.path());
+        let journal = store.spend_journal("next").unwrap();
+        let kind = stopline_core::budget::BudgetKind::ToolCalls;
+        let one: stopline_core::budget::Budgets = [(kind, 1.0)].into();
+        journal
+            .lock()
+            .unwrap()
+            .reserved(&["t".to_string()], &one)
+            .unwrap_or_else(|e| panic!("{step}: the next reservation: {e}"));
+        let probe = store.spend_journal("probe").unwrap();
+        let lock = probe.lock().unwrap();
+        assert_eq!(lock.elsewhere().in_flight["t"][&kind], 1.0, "{step}");
+        assert_eq!(lock.elsewhere().used["t"][&kind], before.0, "{step}");
+    }
+    for step in &steps {
+        let home = prepare();
+        let out = run(&home, Some(&format!("{step}=error_once")));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{step}: {out:?}");
+        assert!(stdout.contains("refused: "), "{step}: {stdout}");
+        assert_eq!(
+            spent(&home, step),
+            (calls + 1.0 + 2.0, calls + 1.0),
+            "{step}: an error refuses one reservation, loses nothing"
+        );
+    }
+}

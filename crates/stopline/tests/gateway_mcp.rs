@@ -168,6 +168,67 @@ fn concurrent_calls_over_compacted_gone_gateways_spending_never_overrun() {
     );
 }
 
+/// Issue 15: two live gateways over one home, each rewriting its own spending journal every
+/// few reservations (`[retention] spend_journal_bytes = 256`), serve 64 concurrent calls on one
+/// token: every reservation of one is decided while the other's journal is being replaced, and
+/// at most the budget executes at the destination, every call accounted for.
+#[test]
+fn concurrent_calls_at_two_gateways_rewriting_their_journals_never_overrun() {
+    let home = Home::new();
+    let upstream = McpUpstream::start(&home);
+    let token = home.token(&["--agent", "pair", "--budget", "tool_calls=24"]);
+    let config = format!(
+        "[mcp.dest]\nurl = \"http://127.0.0.1:{}/mcp\"\n[retention]\nspend_journal_bytes = 256\n",
+        upstream.port
+    );
+    let gateways = [
+        Gateway::start(&home, &config),
+        Gateway::start(&home, &config),
+    ];
+    let sessions: Vec<_> = gateways
+        .iter()
+        .map(|g| mcp_session(&g.addr, &token))
+        .collect();
+    let outcomes: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..64)
+            .map(|i| {
+                let at = (i % 2) as usize;
+                let (token, session, gateway) = (&token, sessions[at].clone(), &gateways[at]);
+                scope.spawn(move || write_call(gateway, token, session.as_deref(), i))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let executed = upstream.executed().len();
+    assert!(
+        (1..=24).contains(&executed),
+        "at most the budget executed at the destination: {executed} {outcomes:?}"
+    );
+    let refused: Vec<_> = outcomes.iter().filter(|code| !code.is_empty()).collect();
+    assert_eq!(refused.len() + executed, 64, "{outcomes:?}");
+    assert!(
+        refused.iter().all(|code| matches!(
+            code.as_str(),
+            "budget_exhausted" | "break_glass_contained" | "breaker_open"
+        )),
+        "{outcomes:?}"
+    );
+    // Both journals were rewritten while the calls ran: each carries its settled total.
+    let journals: Vec<String> = home
+        .entries("spend")
+        .into_iter()
+        .filter(|n| n.ends_with(".jsonl"))
+        .collect();
+    assert_eq!(journals.len(), 2, "{journals:?}");
+    for name in journals {
+        let text = std::fs::read_to_string(home.file(&format!("spend/{name}"))).unwrap();
+        assert!(
+            text.contains("\"id\":\"carried-0\""),
+            "spend/{name} was rewritten:\n{text}"
+        );
+    }
+}
+
 #[test]
 fn a_budget_survives_a_gateway_killed_and_restarted() {
     let home = Home::new();

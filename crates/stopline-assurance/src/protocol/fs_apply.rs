@@ -126,6 +126,12 @@ impl FsState {
                 let (live, _) = self.file_mut(ino)?;
                 return Ok(OpResult::Bytes(live.clone()));
             }
+            Op::Identify { path } => {
+                let ino = self.resolve(path).ok_or(Failure::NotFound)?;
+                let (live, _) = self.file_mut(ino)?;
+                let len = live.bytes().len() as u64;
+                return Ok(OpResult::Identity(ino as u64, len));
+            }
             Op::ReadDir { dir } => {
                 let ino = self.resolve(dir).ok_or(Failure::NotFound)?;
                 let names = self

@@ -11,7 +11,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use stopline_store::fs::{Fs, LockGuard};
+use stopline_store::fs::{FileId, Fs, LockGuard};
 
 /// Something that performs (or replays) one step.
 pub trait Step: Send + Sync + 'static {
@@ -161,6 +161,23 @@ impl<S: Step> Fs for ModelFs<S> {
         match self.run(Op::Read { path: owned(path) })? {
             OpResult::Bytes(blob) => Ok(blob.bytes().to_vec()),
             other => Err(io::Error::other(format!("model: read returned {other:?}"))),
+        }
+    }
+
+    /// The model's inode numbers are never reused, so the inode stands for the birth time too.
+    /// (Reads stay unidentified: every reader of a model scenario looks once.)
+    fn identify(&self, path: &Path) -> io::Result<Option<FileId>> {
+        match self.run(Op::Identify { path: owned(path) })? {
+            OpResult::Identity(ino, len) => Ok(Some(FileId {
+                dev: 0,
+                ino,
+                len,
+                ctime_ns: 0,
+                born_ns: Some(i128::from(ino)),
+            })),
+            other => Err(io::Error::other(format!(
+                "model: identify returned {other:?}"
+            ))),
         }
     }
 

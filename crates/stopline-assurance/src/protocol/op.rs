@@ -122,6 +122,10 @@ pub enum Op {
     Read {
         path: PathBuf,
     },
+    /// The inode at `path` and its length (`Fs::identify`).
+    Identify {
+        path: PathBuf,
+    },
     ReadDir {
         dir: PathBuf,
     },
@@ -161,6 +165,7 @@ impl Op {
             | Op::CreateDirAll { fp, .. }
             | Op::Truncate { fp, .. } => fp.clone(),
             Op::Read { .. } => "read".into(),
+            Op::Identify { .. } => "identify".into(),
             Op::ReadDir { .. } => "read_dir".into(),
             Op::Exists { .. } => "exists".into(),
             Op::Lock { exclusive, .. } => if *exclusive {
@@ -187,6 +192,7 @@ impl Op {
             | Op::CreateDirAll { path, .. }
             | Op::Truncate { path, .. }
             | Op::Read { path }
+            | Op::Identify { path }
             | Op::Exists { path }
             | Op::Lock { path, .. }
             | Op::Unlock { path, .. } => vec![path],
@@ -224,6 +230,8 @@ pub enum OpResult {
     Names(Vec<String>),
     /// `exists`.
     Flag(bool),
+    /// `identify`: the inode (numbers are never reused in the model) and its length.
+    Identity(u64, u64),
     /// Failure, by kind.
     Failed(Failure),
 }
@@ -263,6 +271,7 @@ impl OpResult {
             OpResult::Bytes(blob) => format!("ok ({} bytes)", blob.bytes().len()),
             OpResult::Names(names) => format!("ok [{}]", names.join(", ")),
             OpResult::Flag(flag) => format!("ok ({flag})"),
+            OpResult::Identity(ino, len) => format!("ok (inode {ino}, {len} bytes)"),
             OpResult::Failed(failure) => format!("error {failure:?}"),
         }
     }

@@ -123,6 +123,10 @@ pub struct ProcessSetup {
     pub home: std::path::PathBuf,
     /// The clock for the scenario's processes.
     pub now_ms: i64,
+    /// The racing process that is a live gateway to the others (`Scenario::live_spend_writer`).
+    pub live_spend_writer: Option<usize>,
+    /// The racing stores' `[retention] spend_journal_bytes`, when the scenario sets it.
+    pub spend_rewrite_bytes: Option<u64>,
     /// A bug to plant in every process's store.
     #[cfg(feature = "planted-bugs")]
     pub planted: stopline_store::planted::PlantedBug,
@@ -177,7 +181,10 @@ impl Oracle {
             .spawn(move || {
                 let fs = Arc::new(ModelFs::new(worker.clone()));
                 let tag = 0xa + proc as u8;
-                let env = Arc::new(ModelEnv::new(tag, setup.now_ms));
+                let env = Arc::new(
+                    ModelEnv::new(tag, setup.now_ms)
+                        .with_live(setup.live_spend_writer.map(ModelEnv::racer_pid)),
+                );
                 let store = Store::with_io(&setup.home, fs, env)
                     .with_wal_checkpoint_every(crate::protocol::scenario::MODEL_CHECKPOINT_EVERY)
                     .with_evidence_segment_records(
@@ -187,6 +194,10 @@ impl Oracle {
                         crate::protocol::scenario::MODEL_EVIDENCE_KEEP_SEGMENTS,
                     ))
                     .with_spend_compact_after(crate::protocol::scenario::MODEL_SPEND_COMPACT_AFTER);
+                let store = match setup.spend_rewrite_bytes {
+                    Some(bytes) => store.with_spend_rewrite_bytes(bytes),
+                    None => store,
+                };
                 #[cfg(feature = "planted-bugs")]
                 let store = store.with_planted_bug(setup.planted);
                 if let OpResult::Failed(_) = worker.step(Op::Begin) {

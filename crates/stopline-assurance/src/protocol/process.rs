@@ -84,6 +84,9 @@ pub enum ProcSpec {
     },
     /// A gateway's spend upkeep (`Store::compact_spend_journals`, also `stopline ops compact`).
     CompactSpend,
+    /// A fresh reader's look at the spending journals (a new gateway's first reservation
+    /// decides on it): what it counts on the account `t`, spent and in flight.
+    LookSpend,
     /// A breaker trip's evidence record (`Store::append_evidence`, as `stopline_control::trip`
     /// files it), its field `n` naming it.
     AppendEvidence {
@@ -186,6 +189,11 @@ pub enum Outcome {
     },
     /// The drill gate answered (or refused).
     DrillsRead,
+    /// A fresh reader's look at the spending returned Ok.
+    SpendLooked {
+        /// What it counted on `t`, spent and in flight (whole tool calls).
+        spent: u64,
+    },
     /// `append_evidence` returned Ok: the record is acknowledged.
     Filed {
         /// Its `n`.
@@ -279,6 +287,7 @@ impl ProcSpec {
             ProcSpec::RetireLiveRuns => "retire finished runs.live/ entries".into(),
             ProcSpec::ReserveSpend { amount } => format!("reserve {amount} on a budget limit"),
             ProcSpec::CompactSpend => "compact the gone writers' spending journals".into(),
+            ProcSpec::LookSpend => "a fresh reader's look at the spending".into(),
         }
     }
 
@@ -452,6 +461,25 @@ impl ProcSpec {
                 });
                 match reserved {
                     Ok(_) => Outcome::Reserved { amount: *amount },
+                    Err(e) => failed(e),
+                }
+            }
+            ProcSpec::LookSpend => {
+                let looked = store.spend_journal("reader").and_then(|journal| {
+                    let lock = journal.lock()?;
+                    let kind = stopline_core::budget::BudgetKind::ToolCalls;
+                    let of =
+                        |m: &std::collections::BTreeMap<String, stopline_core::budget::Budgets>| {
+                            m.get(SPEND_ACCOUNT)
+                                .and_then(|b| b.get(&kind))
+                                .copied()
+                                .unwrap_or(0.0)
+                        };
+                    let seen = lock.elsewhere();
+                    Ok((of(&seen.used) + of(&seen.in_flight)).round() as u64)
+                });
+                match looked {
+                    Ok(spent) => Outcome::SpendLooked { spent },
                     Err(e) => failed(e),
                 }
             }

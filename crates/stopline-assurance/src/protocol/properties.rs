@@ -328,6 +328,38 @@ pub fn obligations(
             });
         }
     }
+    for (_, outcome) in earlier {
+        let Outcome::SpendLooked { spent } = outcome else {
+            continue;
+        };
+        // A look while others reserve (and a live gateway rewrites its journal): the setup's
+        // spending, and any of the racing reservations, each once.
+        let amounts: Vec<u64> = ctx
+            .scenario
+            .procs
+            .iter()
+            .filter_map(|p| match p {
+                crate::protocol::process::ProcSpec::ReserveSpend { amount } => Some(*amount),
+                _ => None,
+            })
+            .collect();
+        let allowed: Vec<u64> = (0..1u32 << amounts.len())
+            .map(|set| {
+                crate::protocol::scenario::SPEND_SETUP_TOTAL
+                    + amounts
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| set & (1 << i) != 0)
+                        .map(|(_, a)| a)
+                        .sum::<u64>()
+            })
+            .collect();
+        out.judge(Property::SpendKept, allowed.contains(spent), || {
+            format!(
+                "a fresh reader's look during the race counted {spent} spent; only {allowed:?} are possible"
+            )
+        });
+    }
     if let Some(spend) = &seen.spend {
         // The setup's spending, every reservation that returned, and any of the others whose
         // line may have become durable before the crash: nothing less (lost), nothing else

@@ -68,6 +68,12 @@ pub struct Scenario {
     /// `<run>/<agent>` of workers the setup registered running, whose supervisors (an older
     /// stopline's) run throughout: every reach must find them.
     pub live_workers: Vec<String>,
+    /// The racing process (by index) that is a live gateway to the others during the race: its
+    /// spending journal, written by the setup under its name, is its own (issue 15's live
+    /// rewrite). Gone after a crash, like every writer.
+    pub live_spend_writer: Option<usize>,
+    /// The racing stores' `[retention] spend_journal_bytes` (`None`: the default).
+    pub spend_rewrite_bytes: Option<u64>,
 }
 
 struct Setup {
@@ -203,6 +209,8 @@ impl Setup {
             plan,
             setup_ops: self.ops,
             live_workers: Vec::new(),
+            live_spend_writer: None,
+            spend_rewrite_bytes: None,
         }
     }
 }
@@ -573,6 +581,49 @@ pub fn spend_compaction() -> Scenario {
         SETUP_MS + 60_000,
         None,
     )
+}
+
+/// Issue 15: a live gateway rewrites its own spending journal. The setup is that gateway's
+/// history (its journal under its own name): 1 and 4 settled on account `t`, and a reservation
+/// of 2 still open (a call in flight), 7 in all. The gateway (racer 0, alive to the others, its
+/// journal rewritten past one byte) reserves 8 — its reservation first rewrites the journal:
+/// a new file with the settled total and the open reservation, fsynced, renamed over the
+/// journal, `spend/` fsynced — raced by another gateway's reservation of 16 and a fresh
+/// reader's look, crashed at every step: the look counts 7 (plus what of 8 and 16 it finds),
+/// never the journal twice nor without its open reservation; after any crash a fresh reader
+/// counts 7 plus every reservation that returned, and the next reservation lands.
+pub fn spend_live_rewrite() -> Scenario {
+    use crate::protocol::process::{tool_calls, SPEND_ACCOUNT};
+    let s = Setup::new();
+    let t = [SPEND_ACCOUNT.to_string()];
+    let writer = crate::protocol::solo::ModelEnv::racer_pid(0);
+    let env = crate::protocol::solo::ModelEnv::new(0xe, SETUP_MS)
+        .with_pid(writer)
+        .with_live(Some(writer));
+    let history = Store::with_io(HOME, Arc::new(ModelFs::new(s.solo.clone())), Arc::new(env));
+    let live = history.spend_journal("gateway").expect("setup: spend");
+    let lock = live.lock().expect("setup: lock");
+    let one = lock.reserved(&t, &tool_calls(1)).expect("setup: reserve");
+    let four = lock.reserved(&t, &tool_calls(4)).expect("setup: reserve");
+    lock.reserved(&t, &tool_calls(2)).expect("setup: reserve");
+    drop(lock);
+    live.settled(&one, &tool_calls(1)).expect("setup: settle");
+    live.settled(&four, &tool_calls(4)).expect("setup: settle");
+    let racers = vec![
+        ProcSpec::ReserveSpend { amount: 8 },
+        ProcSpec::ReserveSpend { amount: 16 },
+        ProcSpec::LookSpend,
+    ];
+    let mut scenario = s.finish(
+        "spend-live-rewrite",
+        "a live gateway rewrites its own spending journal at its reservation, raced by another gateway's reservation and a fresh reader, crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    );
+    scenario.live_spend_writer = Some(0);
+    scenario.spend_rewrite_bytes = Some(1);
+    scenario
 }
 
 /// What the setup of `spend-compaction` left spent on account `t`.

@@ -54,6 +54,8 @@ impl<'a> Search<'a> {
         let setup = ProcessSetup {
             home: home(),
             now_ms: scenario.now_ms,
+            live_spend_writer: scenario.live_spend_writer,
+            spend_rewrite_bytes: scenario.spend_rewrite_bytes,
             #[cfg(feature = "planted-bugs")]
             planted: options.planted,
         };

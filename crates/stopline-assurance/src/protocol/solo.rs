@@ -52,6 +52,11 @@ pub struct ModelEnv {
     tag: u8,
     now_ms: i64,
     counter: AtomicU64,
+    /// The pid of a process that is alive (with start time 1) for as long as this env's
+    /// process runs: a live gateway of the race.
+    live: Option<u32>,
+    /// This process's pid, when not `4000 + tag`.
+    pid: Option<u32>,
 }
 
 impl ModelEnv {
@@ -61,7 +66,26 @@ impl ModelEnv {
             tag: tag & 0xf,
             now_ms,
             counter: AtomicU64::new(0),
+            live: None,
+            pid: None,
         }
+    }
+
+    /// This env with process `pid` alive (start time 1) as far as a journal reader can tell.
+    pub fn with_live(mut self, pid: Option<u32>) -> ModelEnv {
+        self.live = pid;
+        self
+    }
+
+    /// This env's process numbered `pid`.
+    pub fn with_pid(mut self, pid: u32) -> ModelEnv {
+        self.pid = Some(pid);
+        self
+    }
+
+    /// The pid of the racing process `proc` (tag `0xa + proc`).
+    pub fn racer_pid(proc: usize) -> u32 {
+        4000 + u32::from(0xa + proc as u8)
     }
 }
 
@@ -76,12 +100,13 @@ impl Env for ModelEnv {
         text[text.len() - bytes * 2..].to_string()
     }
     fn pid(&self) -> u32 {
-        4000 + u32::from(self.tag)
+        self.pid.unwrap_or(4000 + u32::from(self.tag))
     }
     /// No model process is alive as far as a journal reader can tell: after a crash its writer
     /// is gone, and during a race a gate judging its journal as dead is the stricter reading.
-    /// (Reading the real `/proc` would make the search depend on the machine it runs on.)
-    fn process_start_time(&self, _pid: u32) -> Option<u64> {
-        None
+    /// (Reading the real `/proc` would make the search depend on the machine it runs on.) But
+    /// the scenario's live writer, if it names one, during the race (`with_live`).
+    fn process_start_time(&self, pid: u32) -> Option<u64> {
+        (self.live == Some(pid)).then_some(1)
     }
 }

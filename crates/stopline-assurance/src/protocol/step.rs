@@ -33,6 +33,7 @@ fn read_only(op: &Op, before: &FsState) -> bool {
     match op {
         Op::Begin
         | Op::Read { .. }
+        | Op::Identify { .. }
         | Op::ReadDir { .. }
         | Op::Exists { .. }
         | Op::Unlock { .. } => true,

@@ -121,7 +121,10 @@ impl Rules {
             | Op::Write { path, .. }
             | Op::Fsync { path, .. }
             | Op::Remove { path, .. } => self.private(path),
-            Op::Read { path } | Op::Exists { path } | Op::ReadDir { dir: path } => {
+            Op::Read { path }
+            | Op::Identify { path }
+            | Op::Exists { path }
+            | Op::ReadDir { dir: path } => {
                 self.private(path)
                     || self.quiet(path)
                     || (self.guarded(path) && fs.holds_lock(proc, Path::new(&self.wal)).is_some())

@@ -42,7 +42,9 @@ fn the_history_benchmark_reports_every_measure_fresh_beside_aged() {
             "gateway_reload",
             "engage_to_refusal",
             "spend_reserve_fresh",
-            "spend_reserve"
+            "spend_reserve",
+            "drill_gate",
+            "evidence_whole_read"
         ],
         "{receipt}"
     );

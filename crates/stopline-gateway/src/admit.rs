@@ -406,7 +406,18 @@ impl Admission {
     }
 
     async fn reserve(&mut self) -> Result<(), Refusal> {
-        if self.plan.budget.is_empty() && self.caller.claims().budgets.is_empty() {
+        let claims = self.caller.claims();
+        if self.plan.budget.is_empty() && claims.budgets.is_empty() {
+            return Ok(());
+        }
+        if claims.budgets.is_empty() && claims.parent.is_none() {
+            // A root token that limits nothing: its chain is its own account alone, which can
+            // refuse nothing, and whose use of a kind it does not limit the ledger neither
+            // journals nor shows (`/v1/budgets` and the metrics list limited kinds only). So no
+            // reservation is made (it was a lock, two walks of the chain and their copies on
+            // every call of the read-only path); the account is still registered, as a
+            // reservation would have, so a child delegated elsewhere finds its parent known.
+            self.gov.register_budgets(claims);
             return Ok(());
         }
         let gov = self.gov.clone();
@@ -484,8 +495,9 @@ impl Admission {
 
     /// End the call with `outcome`; for a tool call or request, what was reserved is settled.
     pub fn finish(self, outcome: Outcome) {
-        let actual = self.plan.budget.clone();
-        self.finish_with_usage(outcome, Some(actual));
+        // What settles is the plan's bound; with nothing reserved nothing reads it.
+        let actual = self.reservation.as_ref().map(|_| self.plan.budget.clone());
+        self.finish_with_usage(outcome, actual);
     }
 
     /// End the call with `outcome` and the budget actually used (`None`: settle at the bound).

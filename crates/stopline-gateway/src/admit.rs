@@ -72,6 +72,21 @@ pub struct Admission {
     started: Instant,
 }
 
+/// `mcp:<server>` (an MCP server's adapter breaker) or `mcp:<server>:<tool>` (a tool call's
+/// operation target), made by copying, not through `format!`'s machinery: two of them are made
+/// for every call (the read-only path's profile, BENCHMARKS.md).
+fn mcp_name(server: &str, tool: Option<&str>) -> String {
+    let tool_len = tool.map_or(0, |t| t.len() + 1);
+    let mut name = String::with_capacity(4 + server.len() + tool_len);
+    name.push_str("mcp:");
+    name.push_str(server);
+    if let Some(tool) = tool {
+        name.push(':');
+        name.push_str(tool);
+    }
+    name
+}
+
 impl Governor {
     /// Admit one MCP `tools/call` of `tool` on `server` (see GOVERNOR.md).
     pub async fn admit_tool_call(
@@ -102,11 +117,11 @@ impl Governor {
         // server the owner said to trust.
         let plan = Plan {
             class: self.class_for(caller, critical),
-            target: Some(format!("mcp:{server}:{tool}")),
+            target: Some(mcp_name(server, Some(tool))),
             record: !(read_only && config.trust_read_only_hints),
             blocks: config.unresolved_blocks,
             budget: [(BudgetKind::ToolCalls, 1.0)].into(),
-            upstream: Some(format!("mcp:{server}")),
+            upstream: Some(mcp_name(server, None)),
             request_id: request_id.map(String::from),
             surface: "mcp",
         };
@@ -144,7 +159,7 @@ impl Governor {
             record: false,
             blocks: BlockScope::Agent,
             budget: Budgets::new(),
-            upstream: Some(format!("mcp:{server}")),
+            upstream: Some(mcp_name(server, None)),
             request_id: None,
             surface: "mcp",
         };
@@ -646,5 +661,19 @@ impl CutWatch {
         let refusal = wait_until(&self.registration, || self.check()).await;
         crate::logs::cut(self.caller.agent(), &self.route, &refusal, self.since);
         refusal
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mcp_names_are_what_format_made() {
+        for (server, tool) in [("bench", Some("echo")), ("a.b-c", None), ("", Some(""))] {
+            let made = match tool {
+                Some(tool) => format!("mcp:{server}:{tool}"),
+                None => format!("mcp:{server}"),
+            };
+            assert_eq!(super::mcp_name(server, tool), made);
+        }
     }
 }

@@ -72,6 +72,21 @@ pub struct Admission {
     started: Instant,
 }
 
+/// `mcp:<server>` (an MCP server's adapter breaker) or `mcp:<server>:<tool>` (a tool call's
+/// operation target), made by copying, not through `format!`'s machinery: two of them are made
+/// for every call (the read-only path's profile, BENCHMARKS.md).
+fn mcp_name(server: &str, tool: Option<&str>) -> String {
+    let tool_len = tool.map_or(0, |t| t.len() + 1);
+    let mut name = String::with_capacity(4 + server.len() + tool_len);
+    name.push_str("mcp:");
+    name.push_str(server);
+    if let Some(tool) = tool {
+        name.push(':');
+        name.push_str(tool);
+    }
+    name
+}
+
 impl Governor {
     /// Admit one MCP `tools/call` of `tool` on `server` (see GOVERNOR.md).
     pub async fn admit_tool_call(
@@ -102,11 +117,11 @@ impl Governor {
         // server the owner said to trust.
         let plan = Plan {
             class: self.class_for(caller, critical),
-            target: Some(format!("mcp:{server}:{tool}")),
+            target: Some(mcp_name(server, Some(tool))),
             record: !(read_only && config.trust_read_only_hints),
             blocks: config.unresolved_blocks,
             budget: [(BudgetKind::ToolCalls, 1.0)].into(),
-            upstream: Some(format!("mcp:{server}")),
+            upstream: Some(mcp_name(server, None)),
             request_id: request_id.map(String::from),
             surface: "mcp",
         };
@@ -144,7 +159,7 @@ impl Governor {
             record: false,
             blocks: BlockScope::Agent,
             budget: Budgets::new(),
-            upstream: Some(format!("mcp:{server}")),
+            upstream: Some(mcp_name(server, None)),
             request_id: None,
             surface: "mcp",
         };
@@ -406,7 +421,18 @@ impl Admission {
     }
 
     async fn reserve(&mut self) -> Result<(), Refusal> {
-        if self.plan.budget.is_empty() && self.caller.claims().budgets.is_empty() {
+        let claims = self.caller.claims();
+        if self.plan.budget.is_empty() && claims.budgets.is_empty() {
+            return Ok(());
+        }
+        if claims.budgets.is_empty() && claims.parent.is_none() {
+            // A root token that limits nothing: its chain is its own account alone, which can
+            // refuse nothing, and whose use of a kind it does not limit the ledger neither
+            // journals nor shows (`/v1/budgets` and the metrics list limited kinds only). So no
+            // reservation is made (it was a lock, two walks of the chain and their copies on
+            // every call of the read-only path); the account is still registered, as a
+            // reservation would have, so a child delegated elsewhere finds its parent known.
+            self.gov.register_budgets(claims);
             return Ok(());
         }
         let gov = self.gov.clone();
@@ -484,8 +510,9 @@ impl Admission {
 
     /// End the call with `outcome`; for a tool call or request, what was reserved is settled.
     pub fn finish(self, outcome: Outcome) {
-        let actual = self.plan.budget.clone();
-        self.finish_with_usage(outcome, Some(actual));
+        // What settles is the plan's bound; with nothing reserved nothing reads it.
+        let actual = self.reservation.as_ref().map(|_| self.plan.budget.clone());
+        self.finish_with_usage(outcome, actual);
     }
 
     /// End the call with `outcome` and the budget actually used (`None`: settle at the bound).
@@ -634,5 +661,19 @@ impl CutWatch {
         let refusal = wait_until(&self.registration, || self.check()).await;
         crate::logs::cut(self.caller.agent(), &self.route, &refusal, self.since);
         refusal
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mcp_names_are_what_format_made() {
+        for (server, tool) in [("bench", Some("echo")), ("a.b-c", None), ("", Some(""))] {
+            let made = match tool {
+                Some(tool) => format!("mcp:{server}:{tool}"),
+                None => format!("mcp:{server}"),
+            };
+            assert_eq!(super::mcp_name(server, tool), made);
+        }
     }
 }

@@ -362,7 +362,49 @@ async fn rates(paths: &Paths, concurrency: usize, calls: usize) -> Result<Value,
 pub fn gateway(iterations: usize, mount: Option<MountFn>) -> Result<Value, BenchError> {
     // The runtime `serve` runs on: the bench measures its scheduler too.
     let runtime = crate::server::runtime("stopline-bench").map_err(err)?;
-    let home: PathBuf = std::env::temp_dir().join(format!(
+    let home = bench_home();
+    let result = runtime.block_on(run(iterations.max(64), mount, home.clone()));
+    let _ = std::fs::remove_dir_all(&home);
+    result
+}
+
+/// Which path [`calls`] drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnePath {
+    /// The upstream itself.
+    Direct,
+    /// Through the bare proxy (`bench/bare.rs`).
+    Bare,
+    /// Through the gateway.
+    Gateway,
+}
+
+/// Set up as [`gateway`] does, then make `iterations` read-only calls (`echo`) at concurrency 1
+/// through `path` alone, and nothing else: a driver for instruction counts (callgrind), where
+/// the CPU each path costs per call is the difference between two runs with different
+/// `iterations` (the setup, the same in both, cancels out).
+pub fn calls(path: OnePath, iterations: usize, mount: Option<MountFn>) -> Result<(), BenchError> {
+    let runtime = crate::server::runtime("stopline-bench").map_err(err)?;
+    let home = bench_home();
+    let result = runtime.block_on(async {
+        let bench = Bench::start(mount, home.clone()).await?;
+        let target = match path {
+            OnePath::Direct => &bench.paths.direct,
+            OnePath::Bare => &bench.paths.bare,
+            OnePath::Gateway => &bench.paths.gateway,
+        };
+        for i in 0..iterations {
+            rpc(&bench.paths.client, target, &call("echo", 0, i)).await?;
+        }
+        bench.stop().await;
+        Ok(())
+    });
+    let _ = std::fs::remove_dir_all(&home);
+    result
+}
+
+fn bench_home() -> PathBuf {
+    std::env::temp_dir().join(format!(
         "stopline-bench-gw-{}-{}",
         std::process::id(),
         Instant::now().elapsed().as_nanos()
@@ -370,96 +412,120 @@ pub fn gateway(iterations: usize, mount: Option<MountFn>) -> Result<Value, Bench
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_nanos())
-    ));
-    let result = runtime.block_on(run(iterations.max(64), mount, home.clone()));
-    let _ = std::fs::remove_dir_all(&home);
-    result
+    ))
+}
+
+/// The upstream, the gateway and the bare proxy, started, every path's handshake made.
+struct Bench {
+    paths: Paths,
+    route: &'static str,
+    gateway: crate::server::RunningGateway,
+    bare_server: tokio::task::JoinHandle<()>,
+    upstream_server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Bench {
+    async fn start(mount: Option<MountFn>, home: PathBuf) -> Result<Bench, BenchError> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(err)?;
+        let upstream_addr = listener.local_addr().map_err(err)?;
+        let upstream_server = tokio::spawn(async move {
+            axum::serve(listener, Router::new().route("/mcp", post(upstream))).await
+        });
+        let upstream_url = format!("http://{upstream_addr}/mcp");
+        std::fs::create_dir_all(&home).map_err(err)?;
+        std::fs::write(
+            home.join("config.toml"),
+            format!("listen = \"127.0.0.1:0\"\n[mcp.bench]\nurl = \"{upstream_url}\"\ntrust_read_only_hints = true\n"),
+        )
+        .map_err(err)?;
+        let route = if mount.is_some() {
+            "mcp"
+        } else {
+            "builtin-passthrough"
+        };
+        let mount: MountFn = match mount {
+            Some(mount) => mount,
+            None => {
+                let url = upstream_url.clone();
+                Box::new(move |gov: Governor| {
+                    Router::new()
+                        .route("/mcp/{server}", post(passthrough))
+                        .with_state((gov, url))
+                        .into()
+                })
+            }
+        };
+        let gateway = start(ServeOptions {
+            home: home.clone(),
+            config: None,
+            listen: None,
+            mount: Some(mount),
+        })
+        .await
+        .map_err(err)?;
+        let minted = bench_token(&gateway.governor).await.map_err(err)?;
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(64)
+            .build()
+            .map_err(err)?;
+        let mut direct = Target {
+            url: upstream_url.clone(),
+            session: None,
+            token: None,
+        };
+        let mut through = Target {
+            url: format!("http://{}/mcp/bench", gateway.addr),
+            session: None,
+            token: Some(minted),
+        };
+        let (bare_addr, bare_server) = bare::start(&upstream_url).await?;
+        let mut bare = Target {
+            url: format!("http://{bare_addr}/mcp"),
+            session: None,
+            token: None,
+        };
+        handshake(&client, &mut direct).await?;
+        handshake(&client, &mut bare).await?;
+        handshake(&client, &mut through).await?;
+        let paths = Paths {
+            client,
+            direct,
+            bare,
+            gateway: through,
+        };
+        // Warm every path (connections, token cache, catalog).
+        measure(&paths, 4, 64).await?;
+        Ok(Bench {
+            paths,
+            route,
+            gateway,
+            bare_server,
+            upstream_server,
+        })
+    }
+
+    async fn stop(self) {
+        self.gateway.shutdown().await;
+        self.bare_server.abort();
+        self.upstream_server.abort();
+    }
 }
 
 async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Value, BenchError> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(err)?;
-    let upstream_addr = listener.local_addr().map_err(err)?;
-    let upstream_server = tokio::spawn(async move {
-        axum::serve(listener, Router::new().route("/mcp", post(upstream))).await
-    });
-    let upstream_url = format!("http://{upstream_addr}/mcp");
-    std::fs::create_dir_all(&home).map_err(err)?;
-    std::fs::write(
-        home.join("config.toml"),
-        format!("listen = \"127.0.0.1:0\"\n[mcp.bench]\nurl = \"{upstream_url}\"\ntrust_read_only_hints = true\n"),
-    )
-    .map_err(err)?;
-    let route = if mount.is_some() {
-        "mcp"
-    } else {
-        "builtin-passthrough"
-    };
-    let mount: MountFn = match mount {
-        Some(mount) => mount,
-        None => {
-            let url = upstream_url.clone();
-            Box::new(move |gov: Governor| {
-                Router::new()
-                    .route("/mcp/{server}", post(passthrough))
-                    .with_state((gov, url))
-                    .into()
-            })
-        }
-    };
-    let gateway = start(ServeOptions {
-        home: home.clone(),
-        config: None,
-        listen: None,
-        mount: Some(mount),
-    })
-    .await
-    .map_err(err)?;
-    let minted = bench_token(&gateway.governor).await.map_err(err)?;
-    let client = reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(64)
-        .build()
-        .map_err(err)?;
-    let mut direct = Target {
-        url: upstream_url.clone(),
-        session: None,
-        token: None,
-    };
-    let mut through = Target {
-        url: format!("http://{}/mcp/bench", gateway.addr),
-        session: None,
-        token: Some(minted),
-    };
-    let (bare_addr, bare_server) = bare::start(&upstream_url).await?;
-    let mut bare = Target {
-        url: format!("http://{bare_addr}/mcp"),
-        session: None,
-        token: None,
-    };
-    handshake(&client, &mut direct).await?;
-    handshake(&client, &mut bare).await?;
-    handshake(&client, &mut through).await?;
-    let paths = Paths {
-        client,
-        direct,
-        bare,
-        gateway: through,
-    };
-    // Warm every path (connections, token cache, catalog).
-    measure(&paths, 4, 64).await?;
+    let bench = Bench::start(mount, home).await?;
     let mut runs = Vec::new();
     for concurrency in [1, 32] {
-        runs.push(measure(&paths, concurrency, calls.max(concurrency * 8)).await?);
+        runs.push(measure(&bench.paths, concurrency, calls.max(concurrency * 8)).await?);
     }
     let mut throughput = Vec::new();
     for concurrency in [1, 32] {
-        throughput.push(rates(&paths, concurrency, calls.max(concurrency * 8)).await?);
+        throughput.push(rates(&bench.paths, concurrency, calls.max(concurrency * 8)).await?);
     }
-    gateway.shutdown().await;
-    bare_server.abort();
-    upstream_server.abort();
+    let route = bench.route;
+    bench.stop().await;
     Ok(json!({
         "runs": runs,
         "throughput": throughput,

@@ -13,6 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
+use std::sync::OnceLock;
 use std::time::Duration;
 use stopline_core::RefusalCode;
 
@@ -58,6 +59,29 @@ pub struct Metrics {
     view_age_ms: Gauge,
     view_generation: Gauge,
     view_degraded: Gauge,
+    /// The series every admitted call updates, taken from their families at their first use
+    /// and kept: a family lookup hashes its labels under a lock, three times a call (the
+    /// read-only path's profile, BENCHMARKS.md). Same series, same exposition.
+    hot: Hot,
+}
+
+/// See [`Metrics::hot`]: the `allow` decision, and each proxy surface's two histograms.
+#[derive(Debug, Default)]
+struct Hot {
+    allowed: OnceLock<Counter>,
+    mcp_admission: OnceLock<Histogram>,
+    mcp_calls: OnceLock<Histogram>,
+    model_admission: OnceLock<Histogram>,
+    model_calls: OnceLock<Histogram>,
+}
+
+/// The series of `family` for `labels`, kept in `cell` from its first use.
+fn kept<'a, L, M>(cell: &'a OnceLock<M>, family: &Family<L, M, fn() -> M>, labels: &L) -> &'a M
+where
+    L: Clone + std::hash::Hash + Eq,
+    M: Clone,
+{
+    cell.get_or_init(|| family.get_or_create(labels).clone())
 }
 
 fn histogram() -> Histogram {
@@ -151,31 +175,46 @@ impl Metrics {
             view_age_ms,
             view_generation,
             view_degraded,
+            hot: Hot::default(),
         }
     }
 
     /// Count one decision (static labels: nothing is allocated on the request path).
     pub fn decision(&self, outcome: &'static str, code: Option<RefusalCode>) {
-        self.decisions
-            .get_or_create(&DecisionLabels {
-                outcome,
-                code: code.map(|c| c.as_str()).unwrap_or_default(),
-            })
-            .inc();
+        let labels = DecisionLabels {
+            outcome,
+            code: code.map(|c| c.as_str()).unwrap_or_default(),
+        };
+        if outcome == "allow" && code.is_none() {
+            let allowed = &self.hot.allowed;
+            allowed
+                .get_or_init(|| self.decisions.get_or_create(&labels).clone())
+                .inc();
+            return;
+        }
+        self.decisions.get_or_create(&labels).inc();
     }
 
     /// Observe the time one admission took.
     pub fn admission_latency(&self, surface: &'static str, elapsed: Duration) {
-        self.admission
-            .get_or_create(&SurfaceLabels { surface })
-            .observe(elapsed.as_secs_f64());
+        let labels = SurfaceLabels { surface };
+        let seconds = elapsed.as_secs_f64();
+        match surface {
+            "mcp" => kept(&self.hot.mcp_admission, &self.admission, &labels).observe(seconds),
+            "model" => kept(&self.hot.model_admission, &self.admission, &labels).observe(seconds),
+            _ => self.admission.get_or_create(&labels).observe(seconds),
+        }
     }
 
     /// Observe the time one call took from admission to outcome.
     pub fn call_latency(&self, surface: &'static str, elapsed: Duration) {
-        self.calls
-            .get_or_create(&SurfaceLabels { surface })
-            .observe(elapsed.as_secs_f64());
+        let labels = SurfaceLabels { surface };
+        let seconds = elapsed.as_secs_f64();
+        match surface {
+            "mcp" => kept(&self.hot.mcp_calls, &self.calls, &labels).observe(seconds),
+            "model" => kept(&self.hot.model_calls, &self.calls, &labels).observe(seconds),
+            _ => self.calls.get_or_create(&labels).observe(seconds),
+        }
     }
 
     /// Render the text exposition after filling the state gauges.
@@ -235,4 +274,45 @@ pub struct ScrapeState {
     pub adapters: Vec<(String, i64)>,
     /// Tripped agents.
     pub tripped_agents: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The series kept from their first use are the families' own: what is exposed is what
+    /// looking them up every time exposed (no series before its first use, every count in it).
+    #[test]
+    fn kept_series_expose_as_looked_up_ones() {
+        let metrics = Metrics::new();
+        let fresh = metrics.render(&ScrapeState::default());
+        assert!(!fresh.contains("outcome=\"allow\""), "{fresh}");
+        assert!(!fresh.contains("surface=\"mcp\""), "{fresh}");
+        metrics.decision("allow", None);
+        metrics.decision("allow", None);
+        metrics.decision("block", Some(RefusalCode::BudgetExhausted));
+        for surface in ["mcp", "model", "other"] {
+            metrics.admission_latency(surface, Duration::from_millis(1));
+            metrics.call_latency(surface, Duration::from_millis(2));
+            metrics.call_latency(surface, Duration::from_millis(3));
+        }
+        let text = metrics.render(&ScrapeState::default());
+        assert!(
+            text.contains("stopline_decisions_total{outcome=\"allow\",code=\"\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "stopline_decisions_total{outcome=\"block\",code=\"budget_exhausted\"} 1"
+            ),
+            "{text}"
+        );
+        for surface in ["mcp", "model", "other"] {
+            for (name, count) in [("admission", 1), ("call", 2)] {
+                let line =
+                    format!("stopline_{name}_seconds_count{{surface=\"{surface}\"}} {count}");
+                assert!(text.contains(&line), "{line} in {text}");
+            }
+        }
+    }
 }

@@ -13,7 +13,7 @@ pub use crate::stdio_upstream::{delete_stdio, get_stdio, StdioSessions};
 
 use crate::govern::{refusal_response, Member, Tracker};
 use crate::governor::Caller;
-use crate::http::{McpState, FORWARDED_REQUEST_HEADERS};
+use crate::http::{forwarded_headers, McpState};
 use crate::jsonrpc::{parse, Id, Incoming, Message, STOPLINE_REFUSED};
 use crate::pump::{self, cut_notice, Pump};
 use crate::reply::{json_reply, stream_body};
@@ -44,20 +44,22 @@ pub(crate) struct Exchange {
     pub initialize: bool,
 }
 
-/// Response headers passed back to the agent.
-const RETURNED_HEADERS: [&str; 4] = [
-    "content-type",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "cache-control",
+/// Response headers passed back to the agent (names made at compile time, not parsed from text
+/// on every answer).
+const RETURNED_HEADERS: [header::HeaderName; 4] = [
+    header::CONTENT_TYPE,
+    header::HeaderName::from_static("mcp-session-id"),
+    header::HeaderName::from_static("mcp-protocol-version"),
+    header::CACHE_CONTROL,
 ];
 
-/// The request to the upstream: `method` to `uri` with the agent's forwarded headers (never
-/// its token), `Accept` defaulting to `accept` when the agent sent none.
+/// The request to the upstream: `method` to `uri` with `forwarded`, the agent's headers an
+/// upstream gets (`http::forwarded_headers`: never its token), `Accept` defaulting to `accept`
+/// when the agent sent none.
 fn upstream_request(
     method: Method,
     uri: Uri,
-    headers: &HeaderMap,
+    forwarded: HeaderMap,
     accept: &'static str,
     content_type: Option<&'static str>,
     body: Bytes,
@@ -65,12 +67,8 @@ fn upstream_request(
     let mut request = hyper::Request::new(Full::new(body));
     *request.method_mut() = method;
     *request.uri_mut() = uri;
+    *request.headers_mut() = forwarded;
     let out = request.headers_mut();
-    for name in FORWARDED_REQUEST_HEADERS {
-        if let Some(value) = headers.get(name) {
-            out.insert(header::HeaderName::from_static(name), value.clone());
-        }
-    }
     if let Some(content_type) = content_type {
         out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     }
@@ -83,8 +81,8 @@ fn upstream_request(
 pub(crate) fn returned_headers(upstream: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(RETURNED_HEADERS.len());
     for name in RETURNED_HEADERS {
-        if let Some(value) = upstream.get(name) {
-            out.insert(header::HeaderName::from_static(name), value.clone());
+        if let Some(value) = upstream.get(&name) {
+            out.insert(name, value.clone());
         }
     }
     out
@@ -272,7 +270,7 @@ async fn drive_http(
     let request = upstream_request(
         Method::POST,
         uri,
-        &headers,
+        headers,
         "application/json, text/event-stream",
         Some("application/json"),
         member.message.to_bytes().into(),
@@ -364,7 +362,7 @@ pub(crate) async fn get_http(
     let request = upstream_request(
         Method::GET,
         uri,
-        headers,
+        forwarded_headers(headers),
         "text/event-stream",
         None,
         Bytes::new(),
@@ -384,7 +382,14 @@ pub(crate) async fn delete_http(state: &Arc<McpState>, url: &str, headers: &Head
         Ok(uri) => uri,
         Err(error) => return upstream_failed([], Vec::new(), &error.to_string()),
     };
-    let request = upstream_request(Method::DELETE, uri, headers, "*/*", None, Bytes::new());
+    let request = upstream_request(
+        Method::DELETE,
+        uri,
+        forwarded_headers(headers),
+        "*/*",
+        None,
+        Bytes::new(),
+    );
     match state.client.send(request).await {
         Ok(response) => {
             let (parts, body) = response.into_parts();

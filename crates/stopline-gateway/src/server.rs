@@ -221,8 +221,9 @@ pub async fn start_with(
     // served before the router sets it itself.
     let router = router.layer(axum::middleware::from_fn(crate::logs::with_route));
     let (tx, rx) = oneshot::channel::<()>();
+    let timeline = view.timeline().clone();
     let server = tokio::spawn(async move {
-        crate::listener::serve(http, router, mcp_post, async move {
+        crate::listener::serve(http, router, mcp_post, timeline, async move {
             let _ = rx.await;
         })
         .await
@@ -243,6 +244,12 @@ impl RunningGateway {
     /// deliberately slow gateway, which must fail the drill). `stopline serve` never calls it.
     pub fn delay_view_swaps_for_drill(&self, delay: Duration) {
         self.governor.delay_view_swaps_for_drill(delay);
+    }
+
+    /// This gateway's timeline (`crate::timeline`), off until a drill starts it. `stopline
+    /// serve` never does.
+    pub fn timeline(&self) -> Arc<crate::timeline::Timeline> {
+        self.governor.view_timeline()
     }
 
     /// Stop: deregister, stop accepting, give in-flight calls up to 5 s.

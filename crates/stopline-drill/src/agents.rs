@@ -3,7 +3,9 @@
 //!
 //! Every call carries a unique request id (the JSON-RPC id of a tool call, `x-request-id` and
 //! `metadata.stopline_request_id` of a model call), so the destination's record of what it
-//! executed can be matched against the operation registry. A caller notes the moment it first
+//! executed can be matched against the operation registry; every call also names it in
+//! `x-request-id`, by which the in-process gateway's timeline marks it (`crate::breakdown`).
+//! A caller notes the moment it first
 //! sees a refusal at or after the pull, and the longest successful call it made before the pull
 //! (the drill's window must be longer than the longest task). A caller never retries and never
 //! interprets a refusal: it counts it and goes on, as an agent that ignores stops would.
@@ -97,6 +99,10 @@ pub struct CallerReport {
     /// From the pull to sending that first refused call (zero if it was sent before the pull):
     /// the wait for the call the caller had in flight when the stop landed.
     pub first_refused_sent: Option<Duration>,
+    /// That first refused call's request id, when it was sent and when its refusal came: the
+    /// ends of its timeline, which the gateway's marks of the same request id fill in
+    /// (`crate::breakdown`).
+    pub first_refused: Option<FirstRefused>,
     /// Calls that succeeded before the pull.
     pub ok_before_pull: u64,
     /// Calls that succeeded with an answer at or after the pull.
@@ -107,6 +113,17 @@ pub struct CallerReport {
     pub refusals: BTreeMap<String, u64>,
     /// Transport or upstream errors.
     pub errors: u64,
+}
+
+/// A caller's first refused call at or after the pull.
+#[derive(Debug, Clone, Copy)]
+pub struct FirstRefused {
+    /// Its request id (also its `x-request-id`).
+    pub request: u64,
+    /// When the caller sent it.
+    pub sent: Instant,
+    /// When the caller had its refusal.
+    pub refused: Instant,
 }
 
 /// The answer to one call.
@@ -173,6 +190,11 @@ pub async fn run_caller(
                     report.first_rejection = Some(done - pulled);
                     report.first_refused_call = Some(done - sent);
                     report.first_refused_sent = Some(sent.saturating_duration_since(pulled));
+                    report.first_refused = Some(FirstRefused {
+                        request: id,
+                        sent,
+                        refused: done,
+                    });
                 }
                 *report.refusals.entry(code).or_default() += 1;
             }
@@ -198,12 +220,14 @@ async fn call(
     action: Action,
     id: u64,
 ) -> Answer {
+    // Every call names its request id in `x-request-id` too (a model call's is how the gateway
+    // records it; the gateway's timeline marks every call by it, `crate::breakdown`).
     let mut extra = Vec::new();
+    if let Ok(value) = HeaderValue::from_str(&id.to_string()) {
+        extra.push((HeaderName::from_static("x-request-id"), value));
+    }
     let (uri, body) = match (action, &targets.model) {
         (Action::Model, Some((uri, model))) => {
-            if let Ok(value) = HeaderValue::from_str(&id.to_string()) {
-                extra.push((HeaderName::from_static("x-request-id"), value));
-            }
             let body = format!(
                 r#"{{"max_tokens":1,"messages":[{{"content":"drill","role":"user"}}],"metadata":{{"stopline_request_id":"{id}"}},"model":{model}}}"#
             );

@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod agents;
+pub mod breakdown;
 pub mod client;
 pub mod destination;
 mod local;

@@ -59,6 +59,7 @@ pub(crate) async fn start(options: &DrillOptions) -> Result<Env, DrillError> {
     let config =
         Config::load(&home.join("config.toml")).map_err(|e| setup("config")(e.to_string()))?;
     let ctx = Context::new(Store::open(&home), config);
+    let timeline = Some(gateway.timeline());
     let gateway_url = format!("http://{}", gateway.addr);
     Ok(Env {
         endpoints: Endpoints {
@@ -71,6 +72,7 @@ pub(crate) async fn start(options: &DrillOptions) -> Result<Env, DrillError> {
         ctx,
         destination,
         label: "local".into(),
+        timeline,
         teardown: Teardown::Local {
             gateway: Box::new(gateway),
             dir,

@@ -6,6 +6,7 @@
 //! p99 time to first rejection is above `target_ms`. Each failure is named in `reasons`.
 
 use crate::agents::CallerReport;
+use crate::breakdown::Breakdown;
 use crate::matching::Matched;
 use crate::pull::Pull;
 use crate::stats::{round_ms, summarize, Summary};
@@ -113,6 +114,10 @@ pub struct Observation {
     pub calls: Calls,
     /// Up to ten effects after the trip.
     pub after_trip_examples: Vec<Value>,
+    /// Where each caller's time to first rejection went, from the in-process gateway's
+    /// timeline (`crate::breakdown`; absent against a live gateway).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<Breakdown>,
     /// With `--floor`: the same load against a gateway whose stop was engaged before it started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub floor: Option<Floor>,
@@ -133,6 +138,9 @@ pub struct Floor {
     pub callers_never_rejected: usize,
     /// Operations the gateway admitted for drill callers (must be 0: the stop came first).
     pub operations_admitted: u64,
+    /// Where each caller's time went (no latch to wait for; absent against a live gateway).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<Breakdown>,
 }
 
 impl Floor {
@@ -153,6 +161,7 @@ impl Floor {
             first_refused_call_ms: summarize(&calls),
             callers: reports.len(),
             operations_admitted,
+            breakdown: None,
         }
     }
 }
@@ -294,6 +303,7 @@ impl Observation {
             unacknowledged: pull.unacknowledged(),
             calls,
             after_trip_examples: matched.examples.clone(),
+            breakdown: None,
             floor: None,
         }
     }

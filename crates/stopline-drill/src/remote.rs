@@ -105,6 +105,7 @@ pub(crate) async fn start(home: &Path, url: &str, drill_id: &str) -> Result<Env,
         ctx,
         destination,
         label: url,
+        timeline: None,
         teardown: Teardown::Remote,
     })
 }

@@ -37,12 +37,18 @@ fn one(o: &Value) -> String {
         "\n  gate closed (pull → last admission) after {} ms",
         num(&o["gate_closed_ms"])
     ));
+    if let Some(b) = o.get("breakdown") {
+        text.push_str(&parts_line("", b));
+    }
     if let Some(floor) = o.get("floor") {
         let f = &floor["time_to_first_rejection_ms"];
         text.push_str(&format!(
             "\n  floor (stop engaged before the load): time to first rejection p50 {} ms, p99 {} ms, max {} ms; operations admitted {}",
             num(&f["p50"]), num(&f["p99"]), num(&f["max"]), floor["operations_admitted"]
         ));
+        if let Some(b) = floor.get("breakdown") {
+            text.push_str(&parts_line("floor ", b));
+        }
     }
     for reason in o["reasons"].as_array().into_iter().flatten() {
         text.push_str(&format!(
@@ -53,9 +59,24 @@ fn one(o: &Value) -> String {
     text
 }
 
+/// The breakdown's line (`crate::breakdown`): p99 of each part over the callers, and the parts
+/// of the caller at the p99 rank.
+fn parts_line(what: &str, b: &Value) -> String {
+    let p99 = b["slowest"].as_array().and_then(|s| s.last());
+    let part = |name: &str| p99.map_or("-".into(), |p| num(&p[name]));
+    format!(
+        "\n  {what}breakdown: view held the latch after {} ms ({} calls woken); p99 of each part: to the handler {} ms, until latched {} ms, answering {} ms, delivery {} ms\n    the p99 caller: to the handler {} + until latched {} + answering {} + delivery {} = {} ms",
+        num(&b["view_latched_ms"]), b["woken"],
+        num(&b["to_handler_ms"]["p99"]), num(&b["until_latched_ms"]["p99"]),
+        num(&b["answering_ms"]["p99"]), num(&b["delivery_ms"]["p99"]),
+        part("to_handler_ms"), part("until_latched_ms"), part("answering_ms"),
+        part("delivery_ms"), part("total_ms"),
+    )
+}
+
 fn series(s: &Value) -> String {
     let m = &s["median"];
-    format!(
+    let mut text = format!(
         "{} drills at {} agents x {} sub-agents: {} passed ({})\n  medians: time to first rejection p50 {} ms, p99 {} ms; floor p99 {} ms; gate closed {} ms (max {}); engage returned {} ms; acks {} ms\n  effects after the trip, all drills: {} (of {} effects; {} in flight at the trip)",
         s["drills"], s["agents"], s["subagents"], s["passed"], verdict(&s["pass"]),
         num(&m["time_to_first_rejection_p50_ms"]), num(&m["time_to_first_rejection_p99_ms"]),
@@ -63,7 +84,19 @@ fn series(s: &Value) -> String {
         num(&m["gate_closed_max_ms"]),
         num(&m["engage_returned_ms"]), num(&m["ack_ms"]),
         s["effects_after_trip"], s["effects"], s["in_flight_at_trip"],
-    )
+    );
+    for (what, key) in [("", "breakdown"), ("floor's ", "floor_breakdown")] {
+        let b = &m[key];
+        let c = &b["p99_caller"];
+        if c["total_ms"].is_number() {
+            text.push_str(&format!(
+                "\n  {what}p99 caller (medians): to the handler {} + until latched {} + answering {} + delivery {} = {} ms; view held the latch after {} ms",
+                num(&c["to_handler_ms"]), num(&c["until_latched_ms"]), num(&c["answering_ms"]),
+                num(&c["delivery_ms"]), num(&c["total_ms"]), num(&b["view_latched_ms"]),
+            ));
+        }
+    }
+    text
 }
 
 /// A report as text: a single drill, a series (`--repeat`), or a sweep.

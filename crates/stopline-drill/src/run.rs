@@ -36,7 +36,34 @@ pub(crate) struct Env {
     pub endpoints: Endpoints,
     pub destination: Destination,
     pub label: String,
+    /// The in-process gateway's timeline (`None` against a live gateway): what
+    /// [`crate::breakdown`] joins with the callers' reports.
+    pub timeline: Option<Arc<stopline_gateway::timeline::Timeline>>,
     pub teardown: Teardown,
+}
+
+impl Env {
+    /// Start the gateway's timeline, if there is one (just before the callers start).
+    fn start_timeline(&self) {
+        if let Some(timeline) = &self.timeline {
+            timeline.start();
+        }
+    }
+
+    /// The breakdown of `reports` against the gateway's marks since [`Env::start_timeline`];
+    /// `None` without a timeline or a pull.
+    fn breakdown(
+        &self,
+        shared: &Shared,
+        reports: &[CallerReport],
+        latched: bool,
+    ) -> Option<crate::breakdown::Breakdown> {
+        let marks = self.timeline.as_ref()?.take();
+        let pulled = *shared.pulled.get()?;
+        Some(crate::breakdown::breakdown(
+            pulled, &marks, reports, latched,
+        ))
+    }
 }
 
 /// What to take down afterwards.
@@ -140,6 +167,7 @@ async fn drive_floor(
     )
     .await?;
     let shared = Arc::new(Shared::default());
+    env.start_timeline();
     let started = Instant::now();
     let tasks = start_callers(env, callers, &shared);
     let pull_at = pull_at_ms(options);
@@ -147,6 +175,7 @@ async fn drive_floor(
     let _ = shared.pulled.set(Instant::now());
     tokio::time::sleep(Duration::from_millis(options.window_ms.unwrap_or(1000))).await;
     let reports = stop_callers(&shared, tasks).await;
+    let breakdown = env.breakdown(&shared, &reports, false);
     let ctx = env.ctx.clone();
     let (ops, _) = tokio::task::spawn_blocking(move || ctx.store.operations())
         .await
@@ -156,7 +185,9 @@ async fn drive_floor(
         .values()
         .filter(|op| op.dispatched && op.agent.as_deref().is_some_and(|a| a.starts_with(&prefix)))
         .count() as u64;
-    Ok(Floor::build(&reports, admitted))
+    let mut floor = Floor::build(&reports, admitted);
+    floor.breakdown = breakdown;
+    Ok(floor)
 }
 
 /// What both drives start from: the level and scope of the stop, and the callers with their
@@ -335,6 +366,7 @@ async fn drive(
         callers,
     } = prepare(options, drill_id, env, &progress).await?;
     let shared = Arc::new(Shared::default());
+    env.start_timeline();
     let started = Instant::now();
     let tasks = start_callers(env, callers, &shared);
     let pull_at = pull_at_ms(options);
@@ -373,6 +405,7 @@ async fn drive(
     }
     progress.message("stopping the callers and matching effects");
     let reports = stop_callers(&shared, tasks).await;
+    let breakdown = env.breakdown(&shared, &reports, true);
     progress.finish();
     let pull = pulled?;
     let effects = env.destination.effects();
@@ -396,7 +429,7 @@ async fn drive(
         &format!("drill-{drill_id}-"),
         pull.returned_unix_us,
     );
-    Ok(Observation::build(Inputs {
+    let mut observation = Observation::build(Inputs {
         options,
         scope,
         drill_id: drill_id.to_string(),
@@ -407,5 +440,7 @@ async fn drive(
         window_ms,
         longest_task_ms: longest_ms,
         model_calls_exercised: env.endpoints.model.is_some(),
-    }))
+    });
+    observation.breakdown = breakdown;
+    Ok(observation)
 }

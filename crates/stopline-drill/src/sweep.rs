@@ -5,6 +5,7 @@
 //! Figures across drills are medians of the per-drill figures; a series fails when any drill in
 //! it failed, and every drill's own record stays in the evidence log either way.
 
+use crate::breakdown::{Breakdown, Parts};
 use crate::observation::Observation;
 use crate::plot::{self, Point};
 use crate::progress::Progress;
@@ -62,6 +63,8 @@ impl Series {
                 "gate_closed_max_ms": self.observations.iter().filter_map(|o| o.gate_closed_ms).reduce(f64::max),
                 "floor_time_to_first_rejection_p50_ms": self.medians(|o| o.floor.as_ref().map(|f| f.time_to_first_rejection_ms.p50)),
                 "floor_time_to_first_rejection_p99_ms": self.medians(|o| o.floor.as_ref().map(|f| f.time_to_first_rejection_ms.p99)),
+                "breakdown": breakdown_medians(self, |o| o.breakdown.as_ref()),
+                "floor_breakdown": breakdown_medians(self, |o| o.floor.as_ref().and_then(|f| f.breakdown.as_ref())),
             },
             "runs": self.observations.iter().map(|o| json!({
                 "drill_id": o.drill_id, "pass": o.pass,
@@ -71,6 +74,7 @@ impl Series {
                 "engage_returned_ms": o.engage_returned_ms, "ack_ms": o.ack_ms,
                 "gate_closed_ms": o.gate_closed_ms,
                 "floor": o.floor,
+                "breakdown": o.breakdown,
                 "ack_collect_ms": o.ack_collect_ms, "time_to_contained_ms": o.time_to_contained_ms,
                 "after_trip": o.tool_calls_after_trip + o.writes_after_trip + o.model_calls_after_trip,
                 "in_flight_at_trip": o.in_flight_at_trip, "effects": o.effects,
@@ -78,6 +82,31 @@ impl Series {
             })).collect::<Vec<_>>(),
         })
     }
+}
+
+/// Medians over the drills of their breakdowns (`crate::breakdown`): when the view held the
+/// latch, each part's p99 over the callers, and the parts of the caller at the p99 rank (the
+/// fastest of the slowest), which add up to that drill's p99.
+fn breakdown_medians(series: &Series, of: fn(&Observation) -> Option<&Breakdown>) -> Value {
+    let m = |f: &dyn Fn(&Breakdown) -> Option<f64>| series.medians(|o| of(o).and_then(f));
+    let p99_caller = |f: fn(&Parts) -> f64| m(&|b: &Breakdown| b.slowest.last().map(f));
+    json!({
+        "view_latched_ms": m(&|b| b.view_latched_ms),
+        "wake_scan_ms": m(&|b| b.wake_scan_ms),
+        "woken": m(&|b| b.woken.map(|w| w as f64)),
+        "in_flight": m(&|b| Some(b.in_flight as f64)),
+        "to_handler_p99_ms": m(&|b| Some(b.to_handler_ms.p99)),
+        "until_latched_p99_ms": m(&|b| Some(b.until_latched_ms.p99)),
+        "answering_p99_ms": m(&|b| Some(b.answering_ms.p99)),
+        "delivery_p99_ms": m(&|b| Some(b.delivery_ms.p99)),
+        "p99_caller": {
+            "to_handler_ms": p99_caller(|p| p.to_handler_ms),
+            "until_latched_ms": p99_caller(|p| p.until_latched_ms),
+            "answering_ms": p99_caller(|p| p.answering_ms),
+            "delivery_ms": p99_caller(|p| p.delivery_ms),
+            "total_ms": p99_caller(|p| p.total_ms),
+        },
+    })
 }
 
 /// `count` drills in a row with `options`.

@@ -143,4 +143,16 @@ fn the_floor_admits_nothing_and_refuses_every_caller() {
         json["gate_closed_ms"].is_number()
             && json["floor"]["time_to_first_rejection_ms"]["p99"].is_number()
     );
+    // Where the time went: every caller's first refused call is found in the gateway's
+    // timeline, in the drill and in its floor, and the drill's view took the latch in.
+    let breakdown = o.breakdown.as_ref().expect("a local drill has a timeline");
+    assert_eq!(breakdown.matched, o.callers - o.callers_never_rejected);
+    assert!(breakdown.view_latched_ms.is_some(), "{breakdown:?}");
+    assert!(breakdown.in_flight <= breakdown.matched);
+    let slowest = breakdown.slowest.first().expect("the slowest caller");
+    assert_eq!(slowest.total_ms, o.time_to_first_rejection_ms.max);
+    let floor_breakdown = floor.breakdown.as_ref().expect("the floor's timeline");
+    assert_eq!(floor_breakdown.matched, floor.callers);
+    assert_eq!(floor_breakdown.view_latched_ms, None);
+    assert!(json["breakdown"]["slowest"][0]["total_ms"].is_number());
 }

@@ -415,6 +415,11 @@ impl Governor {
         self.inner.view.delay_swaps_for_drill(delay);
     }
 
+    /// The view's timeline, which the listener shares (a drill's marks only).
+    pub(crate) fn view_timeline(&self) -> Arc<crate::timeline::Timeline> {
+        self.inner.view.timeline().clone()
+    }
+
     /// A dispatch ticket under the current view's generation (see `inflight.rs`): a latch is
     /// acknowledged only once every call admitted under an older view has been handed upstream.
     pub(crate) fn enter_dispatch(&self) -> Ticket {

@@ -10,6 +10,7 @@
 //! responses (SSE) are not bounded here: a call in flight is the gateway's to finish. This module
 //! judges nothing: both ways lead to a handler that authenticates and governs the request.
 
+use crate::timeline::{Mark, Timeline};
 use axum::response::Response;
 use axum::Router;
 use futures::future::BoxFuture;
@@ -19,7 +20,7 @@ use hyper::service::Service;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 
 /// How long a client may take to send the complete request headers.
@@ -53,6 +54,7 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     mcp: Option<Arc<dyn McpPost>>,
+    timeline: Arc<Timeline>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     tokio::pin!(shutdown);
@@ -71,13 +73,36 @@ pub async fn serve(
             }
         };
         let (routed, mcp) = (TowerToHyperService::new(router.clone()), mcp.clone());
+        let timeline = timeline.clone();
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            // A drill's timeline (`crate::timeline`): when the request reached its handler and
+            // when its answer was ready.
+            let marked = timeline
+                .is_on()
+                .then(|| crate::timeline::request_id(request.headers()))
+                .flatten()
+                .map(|request| {
+                    let at = Instant::now();
+                    timeline.mark(Mark::Received { request, at });
+                    (timeline.clone(), request)
+                });
             let fast = mcp
                 .as_ref()
                 .filter(|_| mcp_post_server(request.method(), request.uri().path()).is_some());
-            match fast {
+            let answer = match fast {
                 Some(mcp) => Either::Left(futures::FutureExt::map(mcp.post(request), Ok)),
                 None => Either::Right(routed.call(request)),
+            };
+            async move {
+                let answered = answer.await;
+                if let (Some((timeline, request)), Ok(response)) = (marked, &answered) {
+                    timeline.mark(Mark::Answered {
+                        request,
+                        at: Instant::now(),
+                        status: response.status().as_u16(),
+                    });
+                }
+                answered
             }
         });
         tokio::spawn(async move {

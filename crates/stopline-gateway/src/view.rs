@@ -13,12 +13,13 @@
 
 use crate::feed::ViewFeed;
 use crate::source::{LocalSource, ViewSource};
+use crate::timeline::{Mark, Timeline};
 use crate::waiters::Waiters;
 use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use stopline_core::view::Blocker;
 use stopline_core::{ActiveLatch, ControlView, Refusal, RefusalCode};
 use stopline_store::follow::JournalFollower;
@@ -81,6 +82,8 @@ pub struct ViewHolder {
     /// The calls waiting on the view (to be cut, or refused while being prepared), each woken
     /// only by a change that concerns it.
     waiters: Arc<Waiters>,
+    /// A drill's marks of each changed view (off unless a drill turns it on).
+    timeline: Arc<Timeline>,
 }
 
 impl ViewHolder {
@@ -107,7 +110,13 @@ impl ViewHolder {
             pinned: Mutex::new(Vec::new()),
             journals: JournalFollower::default(),
             waiters: Arc::default(),
+            timeline: Arc::default(),
         }
+    }
+
+    /// The timeline a drill reads (`crate::timeline`); shared with the listener.
+    pub fn timeline(&self) -> &Arc<Timeline> {
+        &self.timeline
     }
 
     /// The current snapshot.
@@ -305,8 +314,18 @@ impl ViewHolder {
             // registers after the scan began reads this view itself). A test seam: `hold_if:`
             // parks the swapping thread here, between the two; no action of it means anything.
             stopline_store::failpoint::hit("gateway.view.wake").ok();
-            self.waiters
+            let stored = Instant::now();
+            let woken = self
+                .waiters
                 .wake_concerned(&snapshot.view, self.store.now_ms());
+            if self.timeline.is_on() {
+                self.timeline.mark(Mark::View {
+                    stored,
+                    woke: Instant::now(),
+                    latches: snapshot.view.latches.len(),
+                    woken,
+                });
+            }
             self.changed.send_replace(generation);
         }
         snapshot

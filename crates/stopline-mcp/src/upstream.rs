@@ -169,7 +169,11 @@ impl Detached {
             };
             match event {
                 Event::Cut(refusal) => {
-                    tracing::warn!(code = %refusal.code, "answering an MCP call at once: {}", refusal.message);
+                    // The cut itself is the gateway's warning (`logs::cut`, with agent, route
+                    // and code); this one only traces (as the model exchange's does): at a stop
+                    // every covered call in flight is cut at once, and a second line per cut is
+                    // written by the workers answering the others.
+                    tracing::debug!(code = %refusal.code, "answering an MCP call at once: {}", refusal.message);
                     self.deadline = Some(Instant::now() + self.cut_wait);
                     let ids = tracker.mute_open();
                     self.answer(cut_reply(ids, &refusal));
@@ -239,7 +243,9 @@ fn is_sse(headers: &HeaderMap) -> bool {
 /// runtime's second worker awake for the wakeups that follow.
 pub(crate) async fn post_http(exchange: Exchange, uri: Option<Uri>, member: Member) -> Response {
     let (reply, answer) = oneshot::channel();
-    tokio::spawn(drive_http(exchange, uri, member, reply));
+    // The cut is subscribed here, on the request's task, so its log event names the route.
+    let cut = exchange.state.governor.cut(&exchange.caller);
+    tokio::spawn(drive_http(exchange, uri, member, reply, cut));
     answer
         .await
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
@@ -250,6 +256,7 @@ async fn drive_http(
     uri: Option<Uri>,
     mut member: Member,
     reply: oneshot::Sender<Response>,
+    cut: BoxFuture<'static, Refusal>,
 ) {
     let Exchange {
         state,
@@ -276,7 +283,7 @@ async fn drive_http(
         member.message.to_bytes().into(),
     );
     let mut task = Detached {
-        cut: state.governor.cut(&caller),
+        cut,
         reply: Some(reply),
         deadline: None,
         cut_wait: state.governor.cut_outcome_wait(),

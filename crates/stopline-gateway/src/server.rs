@@ -265,8 +265,7 @@ impl RunningGateway {
 }
 
 /// How often a worker of the gateway's runtime takes a task woken from outside the runtime
-/// before the next one of its own queue: at every poll, so such a task waits only for other
-/// tasks woken from outside, never for the worker's own queue.
+/// before the next one of its own queue: every other poll.
 ///
 /// The stop reaches calls in flight from outside the runtime: the view watcher (an OS thread)
 /// wakes every call waiting on a view change — the cut of an exchange in flight, a call waiting
@@ -274,30 +273,18 @@ impl RunningGateway {
 /// batch. Such wakeups go to the runtime's shared queue, which tokio's self-tuning reads about
 /// once per 200 µs per worker while the workers' own queues hold work, one task at a time: under
 /// load the cuts a stop of 300 callers wakes waited there for tens of milliseconds (issue 16's
-/// time to first rejection; BENCHMARKS.md). At 2 they were served every other poll, so each
-/// waited behind as much new work (above all the new calls of callers already refused, which
-/// arrive on the workers' own queues) as there were cuts ahead of it; the drill's timeline put
-/// that answering at ≈ 17 ms p99 for ≈ 290 calls in flight. At 1 every woken call in flight is
-/// answered before any new request is read (≈ 12 ms in the same rounds; BENCHMARKS.md, issue
-/// 16 sixth pass).
-pub const GLOBAL_QUEUE_INTERVAL: u32 = 1;
-
-/// The gateway runtime's settings, its number of workers left as tokio chooses (the tests
-/// choose one).
-pub fn runtime_builder(name: &str) -> tokio::runtime::Builder {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder
-        .enable_all()
-        .thread_name(name)
-        .global_queue_interval(GLOBAL_QUEUE_INTERVAL);
-    builder
-}
+/// time to first rejection; BENCHMARKS.md). At 2 they are served within a few polls.
+pub const GLOBAL_QUEUE_INTERVAL: u32 = 2;
 
 /// The runtime a gateway runs on: `stopline serve`, and the in-process gateways of
 /// `stopline drill` and `stopline bench gateway`, so that they measure the scheduler `serve`
 /// runs.
 pub fn runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {
-    runtime_builder(name).build()
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(name)
+        .global_queue_interval(GLOBAL_QUEUE_INTERVAL)
+        .build()
 }
 
 /// Run a gateway until SIGINT or SIGTERM (what `stopline serve` calls).
@@ -326,69 +313,4 @@ pub fn serve_with(
         gateway.shutdown().await;
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Mutex;
-    use tokio::sync::Notify;
-
-    /// At a stop the view watcher (an OS thread) wakes every call in flight while the workers'
-    /// own queues hold new requests: every woken call runs before the queued new work (the one
-    /// task tokio keeps in its LIFO slot aside). At the former interval of 2 they alternated,
-    /// so the last woken call ran after about as many new tasks as there were woken calls.
-    #[test]
-    fn calls_woken_from_outside_run_before_the_workers_own_queue() {
-        const N: usize = 100;
-        let runtime = runtime_builder("gqi-test")
-            .worker_threads(1)
-            .build()
-            .unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let order = runtime.block_on({
-            let log = log.clone();
-            async move {
-                let inner = log.clone();
-                let handle = tokio::spawn(async move {
-                    let log = inner;
-                    // The calls in flight, each waiting to be woken.
-                    let wakes: Vec<Arc<Notify>> = (0..N).map(|_| Arc::new(Notify::new())).collect();
-                    for wake in &wakes {
-                        let (wake, log) = (wake.clone(), log.clone());
-                        tokio::spawn(async move {
-                            wake.notified().await;
-                            log.lock().unwrap().push("woken");
-                        });
-                    }
-                    // Let every one of them start waiting.
-                    for _ in 0..3 {
-                        tokio::task::yield_now().await;
-                    }
-                    // New work on this worker's own queue.
-                    for _ in 0..N {
-                        let log = log.clone();
-                        tokio::spawn(async move {
-                            log.lock().unwrap().push("new");
-                        });
-                    }
-                    // The stop, from an OS thread.
-                    std::thread::spawn(move || wakes.iter().for_each(|w| w.notify_one()))
-                        .join()
-                        .unwrap();
-                });
-                handle.await.unwrap();
-                while log.lock().unwrap().len() < 2 * N {
-                    tokio::task::yield_now().await;
-                }
-                log.lock().unwrap().clone()
-            }
-        });
-        let last_woken = order.iter().rposition(|e| *e == "woken").unwrap();
-        let new_before = order[..last_woken].iter().filter(|e| **e == "new").count();
-        assert!(
-            new_before <= 1,
-            "{new_before} new tasks ran before the last woken call: {order:?}"
-        );
-    }
 }

@@ -10,7 +10,7 @@
 //! writer that is gone (crashed, killed, restarted) at their bound — spending in doubt is spent,
 //! never forgotten; open ones of a live writer as calls in flight elsewhere. Each look reads of
 //! every other journal only the bytes after the complete lines it already folded (issue 15),
-//! and keeps of them only the open reservations and each account's settled total ([`Meaning`],
+//! and keeps of them only the open reservations and each account's settled total (`Meaning`,
 //! the one fold of a journal's lines); a journal that is another file than the one folded
 //! (another inode, or the same inode number born later) is folded again from its start, the
 //! same file shorter than what was folded is corruption. A live writer's own journal is

@@ -62,9 +62,25 @@ fn two_concurrent_agents_get_their_own_uids_and_cannot_reach_each_other() {
     let victim = start_run(&home, &card_b, &flags, out.path(), VICTIM);
     let attacker_script = format!("exec /usr/bin/python3 attacker.py {}", out.path().display());
     let attacker = start_run(&home, &card_a, &flags, out.path(), &attacker_script);
-    let (code_a, _, stderr_a) = attacker.finish(Duration::from_secs(60));
-    let (code_b, _, stderr_b) = victim.finish(Duration::from_secs(60));
-    assert_eq!((code_a, code_b), (0, 0), "{stderr_a}\n{stderr_b}");
+    // Each agent waits for the other: when one run never ends, the other's stderr and what
+    // both wrote are what tell why (this test hung once in a full suite run, 2026-12-04).
+    let attacked = attacker.finish_or_kill(Duration::from_secs(60));
+    let wait_b = if attacked.is_ok() { 60 } else { 0 };
+    let victimized = victim.finish_or_kill(Duration::from_secs(wait_b));
+    let (Ok((code_a, _, stderr_a)), Ok((code_b, _, stderr_b))) = (&attacked, &victimized) else {
+        let written: Vec<String> = std::fs::read_dir(out.path())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        panic!(
+            "a run did not end within 60 s (Err: killed, with its stderr)\nattacker: {attacked:?}\nvictim: {victimized:?}\nwritten in {}: {written:?}",
+            out.path().display()
+        );
+    };
+    assert_eq!((*code_a, *code_b), (0, 0), "{stderr_a}\n{stderr_b}");
     let uid_a: u32 = read(out.path(), "a.uid").unwrap().parse().unwrap();
     let uid_b: u32 = read(out.path(), "b.uid").unwrap().parse().unwrap();
     assert_ne!(uid_a, uid_b, "two live agents shared a uid");

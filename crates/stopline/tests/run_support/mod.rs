@@ -132,8 +132,20 @@ impl RunningRun {
         }
     }
 
-    /// Wait (at most `timeout`) for the run to end: exit code, stdout, stderr.
-    pub fn finish(mut self, timeout: Duration) -> (i32, String, String) {
+    /// Wait (at most `timeout`) for the run to end: exit code, stdout, stderr. A run that has
+    /// not ended is killed and the test fails with what it wrote to stderr.
+    pub fn finish(self, timeout: Duration) -> (i32, String, String) {
+        match self.finish_or_kill(timeout) {
+            Ok(ended) => ended,
+            Err(stderr) => {
+                panic!("stopline run did not end within {timeout:?}; its stderr:\n{stderr}")
+            }
+        }
+    }
+
+    /// As [`RunningRun::finish`], but a run that has not ended within `timeout` is killed and
+    /// its stderr returned as the error, so a test can report what every run of it said.
+    pub fn finish_or_kill(mut self, timeout: Duration) -> Result<(i32, String, String), String> {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -145,11 +157,16 @@ impl RunningRun {
                 if let Some(mut s) = self.child.stderr.take() {
                     s.read_to_string(&mut err).unwrap();
                 }
-                return (status.code().unwrap_or(-1), out, err);
+                return Ok((status.code().unwrap_or(-1), out, err));
             }
             if started.elapsed() > timeout {
                 let _ = self.child.kill();
-                panic!("stopline run did not end within {timeout:?}");
+                let _ = self.child.wait();
+                let mut err = String::new();
+                if let Some(mut s) = self.child.stderr.take() {
+                    let _ = s.read_to_string(&mut err);
+                }
+                return Err(err);
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -1,7 +1,8 @@
 //! The token signing key under `keys/`, and the issuance high-water mark.
 //!
 //! This file stores bytes only; `stopline-token` turns them into keys. The signing seed is
-//! created once (create_new, 0600) and never rewritten. `issued-epoch` records the newest epoch
+//! created once (written whole under a temporary name, then hard-linked into place, 0600) and
+//! never rewritten. `issued-epoch` records the newest epoch
 //! any token was minted under, so the owner's repair can refuse to rebuild an epoch snapshot
 //! older than a live authority.
 
@@ -34,15 +35,30 @@ impl Store {
         }
         self.ensure_home()?;
         self.ensure_dirs(&[&dir])?;
+        // The key appears under its name only whole: written and fsynced under a name of this
+        // process's own, then hard-linked to `signing.key`, which fails when another process's
+        // key got there first (then that one is the key, and this seed is dropped). Written in
+        // place, a second process starting on a fresh home read the first one's key while it
+        // was still empty and refused `control_state_corrupt`, and a crash between the create
+        // and the write left an empty key that refused every token after it.
         let seed_hex = self.env.random_hex(32);
-        match self.fs.write_new(&path, seed_hex.as_bytes(), "keys.create") {
+        let (_, tmp) = self.temporary_beside(&path);
+        if let Err(error) = self.fs.write_new(&tmp, seed_hex.as_bytes(), "keys.create") {
+            let _ = self.fs.remove_file(&tmp, "keys.create.cleanup");
+            return Err(error).context(|| "creating the signing key".into());
+        }
+        let linked = self.fs.hard_link(&tmp, &path, "keys.link");
+        // The temporary name is only this process's: a failed removal leaves a stray file in
+        // keys/ that nothing reads.
+        let _ = self.fs.remove_file(&tmp, "keys.create.cleanup");
+        match linked {
             Ok(()) => {
                 self.fs
                     .sync_dir(&dir, "keys.dirsync")
                     .context(|| "syncing keys/".into())?;
             }
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(error) => return Err(error).context(|| "creating the signing key".into()),
+            Err(error) => return Err(error).context(|| "linking the signing key".into()),
         }
         let bytes = self
             .fs

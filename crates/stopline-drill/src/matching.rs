@@ -2,8 +2,10 @@
 //!
 //! Each effect is looked up by request id among the operations of the drill's own agents. An
 //! effect with no operation at all went around the gateway (a bypass) and counts as after the
-//! trip. An effect whose operation was admitted — handed upstream, the `dispatched` line written
-//! under the gateway's dispatch re-check — after engage returned counts as after the trip. An
+//! trip. An effect whose operation was admitted — handed upstream, the `dispatched` record
+//! stamped under the gateway's dispatch re-check — after engage returned counts as after the
+//! trip, and so does one whose operation has no `dispatched` record at all (the drill waits for
+//! the records a gateway queues, `run.rs`; one still missing never hides an effect). An
 //! effect admitted before but executed after engage returned counts as in flight at the trip.
 //! The registry keeps Unix milliseconds, so "after" means a later millisecond than the one in
 //! which engage returned: an admission within that same millisecond is given the benefit of the
@@ -44,6 +46,19 @@ impl Matched {
     }
 }
 
+/// How many of `effects` belong to an operation of `ops` that has no `dispatched` record (yet).
+pub fn executed_undispatched(effects: &[Effect], ops: &BTreeMap<String, Operation>) -> usize {
+    let undispatched: std::collections::HashSet<&str> = ops
+        .values()
+        .filter(|op| !op.dispatched)
+        .filter_map(|op| op.request_id.as_deref())
+        .collect();
+    effects
+        .iter()
+        .filter(|e| undispatched.contains(e.request_id.as_str()))
+        .count()
+}
+
 /// Match `effects` against `ops`, considering only operations of agents named `agent_prefix…`;
 /// `trip_unix_us` is the moment engage returned.
 pub fn match_effects(
@@ -53,7 +68,11 @@ pub fn match_effects(
     trip_unix_us: i64,
 ) -> Matched {
     let trip_ms = trip_unix_us.div_euclid(1000);
+    // When the gateway handed it upstream. An operation with no `dispatched` record was not
+    // handed upstream, or its record is missing; one whose effect was executed anyway is
+    // judged as admitted after the trip, so a missing record never hides an effect.
     let admitted_ms = |op: &Operation| op.dispatched_ms.unwrap_or(op.prepared_ms);
+    let executed_at_ms = |op: &Operation| op.dispatched_ms.unwrap_or(i64::MAX);
     let ours: Vec<&Operation> = ops
         .values()
         .filter(|op| {
@@ -86,7 +105,7 @@ pub fn match_effects(
                 matched.bypass += 1;
                 true
             }
-            Some(op) => admitted_ms(op) > trip_ms,
+            Some(op) => executed_at_ms(op) > trip_ms,
         };
         if after {
             match effect.kind {
@@ -167,6 +186,22 @@ mod tests {
         assert_eq!(m.bypass, 1);
         assert_eq!(m.operations_admitted_after_trip, 2);
         assert_eq!(m.after_trip(), 2);
+    }
+
+    /// A gateway queues its `dispatched` records; one not (yet) written when the registry is
+    /// read must not make an executed effect look admitted before the trip.
+    #[test]
+    fn an_effect_whose_dispatched_record_is_missing_counts_after_the_trip() {
+        let trip_us = 10_000_500;
+        let ops: BTreeMap<_, _> = [op("op_a", "1", 9_990, None)]
+            .into_iter()
+            .map(|o| (o.op.clone(), o))
+            .collect();
+        let effects = [effect("1", EffectKind::Write, 9_996_000)];
+        assert_eq!(executed_undispatched(&effects, &ops), 1);
+        let m = match_effects(&effects, &ops, "drill-x-", trip_us);
+        assert_eq!((m.writes_after_trip, m.in_flight_at_trip), (1, 0));
+        assert_eq!(m.after_trip(), 1);
     }
 
     #[test]

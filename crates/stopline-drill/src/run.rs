@@ -66,6 +66,49 @@ impl Env {
     }
 }
 
+/// How long the drill waits for a `dispatched` record of an executed effect to be written
+/// (a live gateway writes them from its journal's queue, milliseconds after the dispatch).
+const DISPATCHED_WAIT: Duration = Duration::from_secs(2);
+
+impl Env {
+    /// The operation registry once it holds what the drill judges by: every record the
+    /// in-process gateway queued (a `dispatched` record is queued at the dispatch and written
+    /// by the journal's writer thread), and — against a live gateway, up to
+    /// [`DISPATCHED_WAIT`] — a `dispatched` record for every operation whose effect the
+    /// destination executed. An effect whose record is still missing then is judged as
+    /// admitted after the trip (`matching.rs`): a missing record never hides an effect.
+    async fn registry_of(
+        &self,
+        effects: &[crate::destination::Effect],
+    ) -> Result<std::collections::BTreeMap<String, stopline_core::ops::Operation>, DrillError> {
+        if let Teardown::Local { gateway, .. } = &self.teardown {
+            gateway.settle_journal().await.map_err(|e| e.to_refusal())?;
+        }
+        let waited = Instant::now();
+        loop {
+            let ctx = self.ctx.clone();
+            let (ops, errors) = tokio::task::spawn_blocking(move || ctx.store.operations())
+                .await
+                .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+            if !errors.is_empty() {
+                return Err(Refusal::new(
+                    RefusalCode::ControlStateCorrupt,
+                    format!(
+                        "the operation registry cannot be read, so effects cannot be matched: {}",
+                        errors.join("; ")
+                    ),
+                )
+                .into());
+            }
+            let undispatched = crate::matching::executed_undispatched(effects, &ops);
+            if undispatched == 0 || waited.elapsed() >= DISPATCHED_WAIT {
+                return Ok(ops);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// What to take down afterwards.
 pub(crate) enum Teardown {
     Local {
@@ -176,10 +219,7 @@ async fn drive_floor(
     tokio::time::sleep(Duration::from_millis(options.window_ms.unwrap_or(1000))).await;
     let reports = stop_callers(&shared, tasks).await;
     let breakdown = env.breakdown(&shared, &reports, false);
-    let ctx = env.ctx.clone();
-    let (ops, _) = tokio::task::spawn_blocking(move || ctx.store.operations())
-        .await
-        .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
+    let ops = env.registry_of(&env.destination.effects()).await?;
     let prefix = format!("drill-{drill_id}-");
     let admitted = ops
         .values()
@@ -409,20 +449,7 @@ async fn drive(
     progress.finish();
     let pull = pulled?;
     let effects = env.destination.effects();
-    let ctx = env.ctx.clone();
-    let (ops, registry_errors) = tokio::task::spawn_blocking(move || ctx.store.operations())
-        .await
-        .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
-    if !registry_errors.is_empty() {
-        return Err(Refusal::new(
-            RefusalCode::ControlStateCorrupt,
-            format!(
-                "the operation registry cannot be read, so effects cannot be matched: {}",
-                registry_errors.join("; ")
-            ),
-        )
-        .into());
-    }
+    let ops = env.registry_of(&effects).await?;
     let matched = match_effects(
         &effects,
         &ops,

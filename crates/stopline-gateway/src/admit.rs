@@ -498,11 +498,11 @@ impl Admission {
             return Err(self.gov.refused(refusal));
         }
         if let Some(op) = &self.op {
-            if let Err(error) = self.gov.journal().dispatched(op) {
-                let refusal = error.to_refusal();
-                self.refuse(&refusal);
-                return Err(self.gov.refused(refusal));
-            }
+            // Queued, not written here: the journal's writer thread writes it after this
+            // call's `prepared` record and before its outcome, and logs a failure. This worker
+            // never blocks on the journal's file under the dispatch ticket, which a latch's
+            // acknowledgement waits for (issue 16).
+            drop(self.gov.journal().submit_dispatched(op));
         }
         self.dispatched = true;
         Ok(())

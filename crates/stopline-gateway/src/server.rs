@@ -252,7 +252,15 @@ impl RunningGateway {
         self.governor.view_timeline()
     }
 
-    /// Stop: deregister, stop accepting, give in-flight calls up to 5 s.
+    /// Resolves once every operation record this gateway has queued so far is written (a
+    /// `dispatched` record is queued, not written, when its call is handed upstream): what a
+    /// reader of the registry in this process waits for before it judges what was dispatched.
+    pub async fn settle_journal(&self) -> Result<(), stopline_store::StoreError> {
+        self.governor.journal().flush().await
+    }
+
+    /// Stop: deregister, stop accepting, give in-flight calls up to 5 s, then write what the
+    /// operation journal still has queued (up to 5 s more).
     pub async fn shutdown(mut self) {
         self.registry.remove();
         self.stop.store(true, Ordering::SeqCst);
@@ -261,6 +269,15 @@ impl RunningGateway {
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.server).await;
         self.server.abort();
+        match tokio::time::timeout(Duration::from_secs(5), self.settle_journal()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::error!(%error, "operation records queued at shutdown were not written")
+            }
+            Err(_) => {
+                tracing::error!("operation records queued at shutdown were not written within 5 s")
+            }
+        }
     }
 }
 

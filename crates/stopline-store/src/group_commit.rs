@@ -257,6 +257,12 @@ impl GroupCommit {
         tickets
     }
 
+    /// A ticket that resolves once every record queued before it has been committed (or has
+    /// failed): a mark in the queue that writes nothing.
+    pub fn flush(&self) -> Ticket {
+        self.submit(Vec::new(), false, "flush")
+    }
+
     /// Batches committed so far.
     pub fn batches(&self) -> u64 {
         self.shared
@@ -288,6 +294,17 @@ fn write_batches(shared: &Shared) {
             std::mem::take(&mut queue.records)
         };
         let result = commit(shared, &batch).map_err(|e| Failure::of(&e));
+        if let Err(failure) = &result {
+            // A record whose ticket was dropped (a `dispatched` record, which nothing waits
+            // for) has nobody to report its failure to: it is said here, never dropped quietly.
+            let unwatched = batch
+                .iter()
+                .filter(|r| Arc::strong_count(&r.done) == 1 && !r.bytes.is_empty())
+                .count();
+            if unwatched > 0 {
+                tracing::error!(batch = %shared.batch_fp, records = unwatched, error = %failure.to_error(), "journal records nobody waits for were not written");
+            }
+        }
         for record in batch {
             record.done.finish(result.clone());
         }
@@ -303,6 +320,10 @@ fn commit(shared: &Shared, batch: &[Record]) -> io::Result<()> {
     let mut bytes = Vec::with_capacity(batch.iter().map(|r| r.bytes.len()).sum());
     for record in batch {
         bytes.extend_from_slice(&record.bytes);
+    }
+    if bytes.is_empty() {
+        // Only flush marks ([`GroupCommit::flush`]): everything before them is committed.
+        return Ok(());
     }
     #[cfg(feature = "planted-bugs")]
     if shared.release_before_fsync && batch.len() > 1 {

@@ -32,9 +32,8 @@ pub struct OpsJournal {
     store: Store,
     writer: String,
     path: PathBuf,
-    /// Bytes appended since this writer last rewrote its journal's open-set snapshot.
-    since_snapshot: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// Where fsynced records are batched (shared by every clone of this journal).
+    /// Where its records are batched and written, in arrival order, by one writer thread
+    /// (shared by every clone of this journal).
     queue: GroupCommit,
 }
 
@@ -180,9 +179,9 @@ impl Store {
         let writer = format!("{label}-{pid}-{start}");
         let path = self.layout.ops().join(format!("{writer}.jsonl"));
         let entry_durable = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let since_snapshot = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        // Bytes appended since this writer last rewrote its journal's open-set snapshot.
+        let appended = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (store, file, name) = (self.clone(), path.clone(), format!("{writer}.jsonl"));
-        let appended = since_snapshot.clone();
         let commit = Box::new(move |bytes: &[u8], sync: bool, fp: &str| {
             store.fs.append(&file, bytes, sync, fp)?;
             if sync {
@@ -197,7 +196,6 @@ impl Store {
                 store: self.clone(),
                 writer,
                 path,
-                since_snapshot,
                 queue: GroupCommit::with_release_before_fsync("ops.batch", commit),
             });
         }
@@ -205,7 +203,6 @@ impl Store {
             store: self.clone(),
             writer,
             path,
-            since_snapshot,
             queue: GroupCommit::new("ops.batch", commit),
         })
     }
@@ -414,17 +411,6 @@ impl OpsJournal {
     }
 
     /// Append a record that is not fsynced (`dispatched`): one `write`, not batched.
-    fn write_unsynced(&self, line: &OpLine, fp: &str) -> Result<(), StoreError> {
-        let bytes = line_bytes(line);
-        self.store
-            .fs
-            .append(&self.path, &bytes, false, fp)
-            .context(|| format!("appending to {}", self.path.display()))?;
-        let name = format!("{}.jsonl", self.writer);
-        note_appended(&self.store, &self.since_snapshot, &name, bytes.len() as u64);
-        Ok(())
-    }
-
     /// Queue a record for the group commit; `sync` asks for it to be fsynced.
     fn submit(&self, line: &OpLine, sync: bool, fp: &'static str) -> Durable {
         Durable {
@@ -533,9 +519,31 @@ impl OpsJournal {
         Ok((id, line))
     }
 
-    /// Record that the operation was handed upstream.
+    /// Record that the operation was handed upstream, and wait until the record is written
+    /// ([`OpsJournal::submit_dispatched`], waited for).
     pub fn dispatched(&self, op: &str) -> Result<(), StoreError> {
-        self.write_unsynced(&self.line(op, Phase::Dispatched), "ops.dispatch")
+        self.submit_dispatched(op).wait()
+    }
+
+    /// Queue the `dispatched` record (not fsynced): resolves once it is written. It is stamped
+    /// now and written by the journal's writer thread, after this operation's `prepared`
+    /// record and before its outcome (one queue, in arrival order), so a gateway's worker never
+    /// touches the file: an append there could block the runtime's worker on the file, and
+    /// every 64 KiB wrote the journal's snapshot on it (issue 16). Nothing relies on the
+    /// record surviving a crash: an operation without an outcome is unresolved whether or not
+    /// its `dispatched` record was written (`docs/durability.md`); the gateway does not wait
+    /// for it, and a failure to write it is logged by the writer.
+    pub fn submit_dispatched(&self, op: &str) -> Durable {
+        self.submit(&self.line(op, Phase::Dispatched), false, "ops.dispatch")
+    }
+
+    /// Resolves once every record queued so far has been written (and fsynced where it asked
+    /// to be): what a reader of the registry that must see them waits for.
+    pub fn flush(&self) -> Durable {
+        Durable {
+            ticket: self.queue.flush(),
+            path: std::sync::Arc::new(self.path.clone()),
+        }
     }
 
     /// Record the outcome (fsynced).
@@ -584,7 +592,7 @@ fn line_bytes(line: &OpLine) -> Vec<u8> {
 /// Every [`crate::ops_snapshot::SNAPSHOT_EVERY_BYTES`] appended, rewrite the journal `name`'s
 /// open-set snapshot, so readers never read more than that much of its history. The lines are
 /// durable already; a snapshot that cannot be written only leaves readers more to read. Called
-/// after every append (a group-commit batch on the journal's writer thread, or `dispatched`).
+/// after every append (a group-commit batch, on the journal's writer thread).
 fn note_appended(
     store: &Store,
     since_snapshot: &std::sync::atomic::AtomicU64,

@@ -394,3 +394,69 @@ fn an_emergency_cut_names_the_emergency_even_when_its_epoch_advance_was_read_wit
     assert_eq!(reply["ok"], false, "{reply}");
     assert_eq!(reply["code"], "break_glass_contained", "{reply}");
 }
+
+/// Issue 16: a call's `dispatched` record is queued on the operation journal's writer thread,
+/// never appended by the runtime's worker under the dispatch ticket that a stop's
+/// acknowledgement waits for. With that append stalled — a failpoint parks the journal's writer
+/// in it, as a disk that stops answering would — the call is still answered and a stop is still
+/// acknowledged; the record is written once the disk answers again. On the old code the worker
+/// itself parked in the append, inside the ticket: the call hung (never sent upstream) and the
+/// engage's receipt named the gateway unacknowledged.
+#[test]
+fn a_stalled_dispatched_record_holds_up_neither_the_call_nor_a_stops_acknowledgement() {
+    let home = Home::new();
+    let upstream = Upstream::start(&home);
+    let hold = home.dir.path().join("hold-dispatched");
+    let failpoints = format!("ops.dispatch.write=hold_if:{}", hold.display());
+    let gateway = Gateway::start_with_env(
+        &home,
+        &model_config(&upstream),
+        &[("STOPLINE_FAILPOINTS", &failpoints)],
+    );
+    let token = home.token(&["--agent", "w"]);
+    let model_ops = |home: &Home| -> Vec<serde_json::Value> {
+        let ops = home.run(&["ops", "list"]).json();
+        ops["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["target"] == "model:gpt-test")
+            .cloned()
+            .collect()
+    };
+    std::fs::write(&hold, "").unwrap();
+    let (answered, stalled, receipt, reply) = std::thread::scope(|scope| {
+        let call = scope.spawn(|| gateway.openai(&token, "chat", "gpt-test"));
+        let answered = gw::within(Duration::from_secs(20), || call.is_finished().then_some(()));
+        // While the writer is parked: the operation is recorded as prepared, not dispatched.
+        let stalled = model_ops(&home);
+        let receipt = home.engage("agent:elsewhere", "emergency");
+        std::fs::remove_file(&hold).unwrap();
+        (answered.is_some(), stalled, receipt, call.join().unwrap())
+    });
+    assert!(
+        answered,
+        "the call was not answered while its dispatched record could not be written"
+    );
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(
+        receipt["acknowledged_by"].as_array().map(Vec::len),
+        Some(1),
+        "the stop was acknowledged while the record could not be written: {receipt}"
+    );
+    assert_eq!(receipt["unacknowledged"], json!([]), "{receipt}");
+    assert!(
+        stalled.len() == 1 && stalled[0]["dispatched"] == false,
+        "the failpoint held the dispatched record back (else this test proves nothing): {stalled:?}"
+    );
+    let written = gw::within(Duration::from_secs(20), || {
+        let ops = model_ops(&home);
+        (ops.len() == 1 && ops[0]["dispatched"] == true && ops[0]["outcome"] == "committed")
+            .then_some(ops)
+    });
+    assert!(
+        written.is_some(),
+        "once the disk answers, the record and the outcome are written: {:?}",
+        model_ops(&home)
+    );
+}

@@ -14,6 +14,7 @@ use crate::client::CallerClient;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::Uri;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -258,11 +259,12 @@ async fn call(
     }
 }
 
-/// The few fields of an answer a caller classifies it by (the rest is skipped, not built).
+/// The few fields of an answer a caller classifies it by (the rest is skipped, not built: the
+/// error object is kept as the raw text it was sent as, and only its codes are read from it).
 #[derive(Debug, Default, Deserialize)]
-struct Shape {
-    #[serde(default, deserialize_with = "present")]
-    error: Option<ErrorShape>,
+struct Shape<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -280,9 +282,8 @@ struct DataShape {
 }
 
 /// `"error"` counts as present whatever it holds (`null` included), as a tree's lookup had it.
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ErrorShape>, D::Error> {
-    let value = Value::deserialize(d)?;
-    Ok(Some(ErrorShape::deserialize(value).unwrap_or_default()))
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 /// A refusal is an HTTP 401/403/429/503 or a JSON-RPC error carrying a stopline code; an
@@ -290,21 +291,22 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ErrorShape>,
 /// read as `null`.
 pub fn classify(status: u16, body: &[u8]) -> Answer {
     let shape: Shape = serde_json::from_slice(body).unwrap_or_default();
-    let data_code = shape
+    let error: Option<ErrorShape> = shape
         .error
+        .map(|raw| serde_json::from_str(raw.get()).unwrap_or_default());
+    let data_code = error
         .as_ref()
         .and_then(|e| e.data.as_ref())
         .and_then(|d| d.code.as_ref())
         .and_then(Value::as_str);
     let code = data_code
-        .or(shape
-            .error
+        .or(error
             .as_ref()
             .and_then(|e| e.code.as_ref())
             .and_then(Value::as_str))
         .map(String::from);
     match (status, code) {
-        (200, _) if shape.error.is_none() => Answer::Ok,
+        (200, _) if error.is_none() => Answer::Ok,
         (_, Some(code)) if code == "upstream_unavailable" => Answer::Error(code),
         (401 | 403 | 429 | 503, Some(code)) => Answer::Refused(code),
         (401 | 403 | 429 | 503, None) => Answer::Refused(format!("http_{status}")),

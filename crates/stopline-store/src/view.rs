@@ -20,6 +20,15 @@ use stopline_core::{
 /// The WAL's exclusive lock (held while this lives), the verified WAL and the active latches.
 pub(crate) type LockedScan = (Box<dyn crate::fs::LockGuard>, WalLog, Vec<ActiveLatch>);
 
+/// A whole read of the control state that did not finish within `read_timeout_ms` (SPEC §12.1):
+/// a fault, told apart from the others because a supervisor freezes on it where it kills on a
+/// corrupt state. `refusal` is the fault a gate's view carries for it (`control_io`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadTimedOut {
+    /// The fault as a gate reports it.
+    pub refusal: Refusal,
+}
+
 /// The raw control records read under one shared lock.
 #[derive(Debug, Clone)]
 pub struct ControlRecords {
@@ -199,25 +208,43 @@ impl Store {
     }
 
     fn load_control_view_bounded(&self, follower: Option<Arc<WalFollower>>) -> ControlView {
+        self.load_control_view_timed(follower)
+            .unwrap_or_else(|timed_out| ControlView::closed(timed_out.refusal))
+    }
+
+    /// [`Store::load_view`], telling a read that did not finish within `read_timeout_ms` apart
+    /// from every other fault: SPEC §12.1 makes it a fault like any other for a gate (which
+    /// closes either way), but a supervisor freezes on it rather than kill (its caller decides
+    /// what it means; the view it would have closed with is in the error).
+    pub fn load_view_timed(&self) -> Result<ControlView, ReadTimedOut> {
+        let mut view = self.load_control_view_timed(None)?;
+        view.blocked_targets = self.blocked_targets();
+        Ok(view)
+    }
+
+    fn load_control_view_timed(
+        &self,
+        follower: Option<Arc<WalFollower>>,
+    ) -> Result<ControlView, ReadTimedOut> {
         let Some(timeout) = self.read_timeout else {
-            return self.load_control_view_now(follower.as_deref());
+            return Ok(self.load_control_view_now(follower.as_deref()));
         };
         match self.fs.exists(self.layout.home()) {
             Ok(true) => {}
             Ok(false) => {
-                return ControlView::closed(Refusal::new(
+                return Ok(ControlView::closed(Refusal::new(
                     RefusalCode::ControlHomeMissing,
                     format!(
                         "the control directory {} does not exist (run `stopline init`, or check --home / STOPLINE_HOME); nothing is allowed without it",
                         self.layout.home().display()
                     ),
-                ))
+                )))
             }
             Err(error) => {
-                return ControlView::closed(Refusal::new(
+                return Ok(ControlView::closed(Refusal::new(
                     RefusalCode::ControlIo,
                     format!("cannot look at {}: {error}", self.layout.home().display()),
-                ))
+                )))
             }
         }
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
@@ -228,21 +255,23 @@ impl Store {
                 let _ = sender.send(store.load_control_view_now(follower.as_deref()));
             });
         if let Err(error) = spawned {
-            return ControlView::closed(Refusal::new(
+            return Ok(ControlView::closed(Refusal::new(
                 RefusalCode::ControlIo,
                 format!("cannot start the bounded read of the control state: {error}"),
-            ));
+            )));
         }
         match receiver.recv_timeout(timeout) {
-            Ok(view) => view,
+            Ok(view) => Ok(view),
             // The reading thread is left to finish (or not) on its own; nothing waits for it.
-            Err(_) => ControlView::closed(Refusal::new(
-                RefusalCode::ControlIo,
-                format!(
-                    "the control state could not be read within read_timeout_ms = {} ms (an entry that blocks, or a lock held by a stopped process); every gate is closed",
-                    timeout.as_millis()
+            Err(_) => Err(ReadTimedOut {
+                refusal: Refusal::new(
+                    RefusalCode::ControlIo,
+                    format!(
+                        "the control state could not be read within read_timeout_ms = {} ms (an entry that blocks, or a lock held by a stopped process); every gate is closed",
+                        timeout.as_millis()
+                    ),
                 ),
-            )),
+            }),
         }
     }
 

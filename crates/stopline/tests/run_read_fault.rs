@@ -4,7 +4,8 @@
 //! supervisor engages, lifted by `stopline disengage` like any pause.
 //!
 //! The read is made to hang for real: the supervisor's reading thread is held where it holds the
-//! WAL's shared lock (`view.locked=hold_if:`), as a read stuck on a slow entry would be. Needs
+//! WAL's shared lock (`view.locked=hold_if:`), as a read stuck on a slow entry would be; or a
+//! writer stops itself while it holds the WAL's exclusive lock (`stop_if:`). Needs
 //! `--features stopline/failpoints`: without it nothing hangs and the test fails waiting for
 //! the freeze.
 
@@ -184,4 +185,114 @@ fn an_emergency_kills_an_agent_frozen_for_a_read_fault() {
     std::fs::remove_file(&hold).unwrap();
     let (code, _, stderr) = running.finish(Duration::from_secs(30));
     assert_eq!(code, 1, "{stderr}");
+}
+
+/// A read that cannot finish because a writer stopped (SIGSTOP) while it holds the WAL's lock is
+/// the same fault (SPEC §12.1): the lock is bounded and its holder seen stopped, and the agent is
+/// frozen, not killed. Here a `stopline disengage` of another scope parks itself in its WAL
+/// append (`disengage.wal.write=stop_if:`), under the exclusive lock.
+/// A process this test stopped: resumed and killed if the test ends before it resumes it.
+struct Parked(std::process::Child);
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let pid = rustix::process::Pid::from_raw(self.0.id() as i32).unwrap();
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[test]
+fn a_lock_held_by_a_stopped_writer_freezes_the_agent() {
+    let home = Home::new();
+    home.run(&["init"]).assert_ok();
+    let gateway = TestGateway::start();
+    let run = run_id("read-fault-lock");
+    let card = write_card(&home, &card(&run, "agent-w"));
+    let out = open_dir("stopline-run-read-fault-lock-");
+    let mut running = start_run_env(
+        &home,
+        &card,
+        &["--unconfined", "--gateway", &gateway.url()],
+        out.path(),
+        COUNTING_AGENT,
+        &[("OUT", out.path().to_str().unwrap())],
+    );
+    wait_for("the counter to move", Duration::from_secs(20), || {
+        (counter(out.path()) > 3).then_some(())
+    });
+    let child = pids_in(&out.path().join("child"))[0];
+    let root = running.await_state(&home, &run, "agent-w", "running")["pid"]
+        .as_u64()
+        .unwrap() as u32;
+
+    home.engage("agent:someone-else", "halt-all");
+    let park = home.dir.path().join("park-the-writer");
+    std::fs::write(&park, b"").unwrap();
+    let mut writer = home.command(&[
+        "disengage",
+        "--scope",
+        "agent:someone-else",
+        "--reason",
+        "lifted",
+        "--by",
+        "operator",
+    ]);
+    writer.env(
+        "STOPLINE_FAILPOINTS",
+        format!("disengage.wal.write=stop_if:{}", park.display()),
+    );
+    let mut writer = Parked(writer.spawn().unwrap());
+
+    let frozen = running.await_state(&home, &run, "agent-w", "frozen");
+    assert_eq!(
+        frozen["kill_issued_at"],
+        serde_json::Value::Null,
+        "{frozen}"
+    );
+    assert_eq!(frozen["stop_cause"]["fault"], "read_timeout", "{frozen}");
+    let cgroup = frozen["cgroup"].as_str().unwrap().to_string();
+    assert!(group_frozen(&cgroup));
+    assert!(
+        is_alive(root) && is_alive(child),
+        "a stopped writer killed the agent"
+    );
+    let latch = wait_for(
+        "the supervisor's latch for the read fault",
+        Duration::from_secs(20),
+        || latches_by(&home, "supervisor:read_fault").pop(),
+    );
+    assert_eq!(latch["scope"], format!("run:{run}"), "{latch}");
+
+    // The writer resumes and finishes; the agent stays frozen until its latch is lifted.
+    std::fs::remove_file(&park).unwrap();
+    let pid = rustix::process::Pid::from_raw(writer.0.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    assert!(writer.0.wait().unwrap().success());
+    let still = wait_for(
+        "a clean read that keeps the agent frozen",
+        STATE_WAIT,
+        || {
+            registration(&home, &run, "agent-w")
+                .filter(|r| r["stop_cause"].is_null() || r["state"] != "frozen")
+        },
+    );
+    assert_eq!(still["state"], "frozen", "thawed by itself: {still}");
+    home.run(&[
+        "disengage",
+        "--scope",
+        &format!("run:{run}"),
+        "--reason",
+        "the writer is done",
+        "--by",
+        "operator",
+    ])
+    .assert_ok();
+    running.await_state(&home, &run, "agent-w", "running");
+    std::fs::write(out.path().join("finish"), b"").unwrap();
+    let (code, _, stderr) = running.finish(Duration::from_secs(30));
+    assert_eq!(code, 0, "{stderr}");
 }

@@ -375,6 +375,10 @@ fn stop_refusal(
             *code,
             format!("the control state cannot be trusted ({message}), so the agent was stopped"),
         ),
+        StopCause::ReadFault { message } => (
+            RefusalCode::ControlIo,
+            format!("the control state could not be read ({message}), so the agent was stopped"),
+        ),
         StopCause::CheckPanicked(message) => (
             RefusalCode::ControlStateCorrupt,
             format!("the supervisor's check panicked ({message}), so the agent was stopped"),

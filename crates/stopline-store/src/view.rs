@@ -20,6 +20,15 @@ use stopline_core::{
 /// The WAL's exclusive lock (held while this lives), the verified WAL and the active latches.
 pub(crate) type LockedScan = (Box<dyn crate::fs::LockGuard>, WalLog, Vec<ActiveLatch>);
 
+/// A whole read of the control state that did not finish within `read_timeout_ms` (SPEC §12.1):
+/// a fault, told apart from the others because a supervisor freezes on it where it kills on a
+/// corrupt state. `refusal` is the fault a gate's view carries for it (`control_io`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadTimedOut {
+    /// The fault as a gate reports it.
+    pub refusal: Refusal,
+}
+
 /// The raw control records read under one shared lock.
 #[derive(Debug, Clone)]
 pub struct ControlRecords {
@@ -45,10 +54,27 @@ impl Store {
         &self,
         follower: Option<&WalFollower>,
     ) -> (ControlRecords, Option<Box<dyn crate::fs::LockGuard>>) {
+        self.read_control_records_noting(follower, &mut None)
+    }
+
+    /// [`Store::read_control_records_locked`], keeping in `unfinished` the first fault that is a
+    /// read that did not finish in its bound.
+    fn read_control_records_noting(
+        &self,
+        follower: Option<&WalFollower>,
+        unfinished: &mut Option<Refusal>,
+    ) -> (ControlRecords, Option<Box<dyn crate::fs::LockGuard>>) {
+        let mut judge = |error: StoreError| {
+            let refusal = error.to_refusal();
+            if error.is_unfinished_read() && unfinished.is_none() {
+                *unfinished = Some(refusal.clone());
+            }
+            refusal
+        };
         let guard = match self.lock_log_shared(&self.layout.wal()) {
             Ok(guard) => guard,
             Err(error) => {
-                let refusal = error.to_refusal();
+                let refusal = judge(error);
                 let records = ControlRecords {
                     wal: Err(refusal.clone()),
                     epoch: Err(refusal.clone()),
@@ -60,17 +86,15 @@ impl Store {
         // Where a test parks a reader that holds the shared lock (SIGSTOP, as a frozen gateway
         // would be); never armed outside tests, and a park point only: its result is not used.
         let _ = crate::failpoint::hit("view.locked");
-        let wal = self
-            .read_wal_following(follower)
-            .map_err(|e| e.to_refusal());
+        let wal = self.read_wal_following(follower).map_err(&mut judge);
         let epoch = match &wal {
-            Ok(log) => self.read_confirmed_epoch(log).map_err(|e| e.to_refusal()),
+            Ok(log) => self.read_confirmed_epoch(log).map_err(&mut judge),
             Err(refusal) => Err(Refusal::new(
                 RefusalCode::ControlEpochUnconfirmed,
                 format!("the epoch cannot be confirmed: {}", refusal.message),
             )),
         };
-        let state = self.read_state().map_err(|e| e.to_refusal());
+        let state = self.read_state().map_err(&mut judge);
         (ControlRecords { wal, epoch, state }, guard)
     }
 
@@ -199,25 +223,50 @@ impl Store {
     }
 
     fn load_control_view_bounded(&self, follower: Option<Arc<WalFollower>>) -> ControlView {
+        self.load_control_view_timed(follower).map_or_else(
+            |timed_out| ControlView::closed(timed_out.refusal),
+            |(view, _)| view,
+        )
+    }
+
+    /// [`Store::load_view`], telling a read that did not finish within `read_timeout_ms` apart
+    /// from every other fault: SPEC §12.1 makes it a fault like any other for a gate (which
+    /// closes either way), but a supervisor freezes on it rather than kill (its caller decides
+    /// what it means; the view it would have closed with is in the error).
+    pub fn load_view_timed(&self) -> Result<ControlView, ReadTimedOut> {
+        let (mut view, unfinished) = self.load_control_view_timed(None)?;
+        if let Some(refusal) = unfinished {
+            return Err(ReadTimedOut { refusal });
+        }
+        view.blocked_targets = self.blocked_targets();
+        Ok(view)
+    }
+
+    /// The bounded read: the view and the first of its faults that is a read that did not
+    /// finish in its own bound, or the whole read's timeout.
+    fn load_control_view_timed(
+        &self,
+        follower: Option<Arc<WalFollower>>,
+    ) -> Result<(ControlView, Option<Refusal>), ReadTimedOut> {
         let Some(timeout) = self.read_timeout else {
-            return self.load_control_view_now(follower.as_deref());
+            return Ok(self.load_control_view_now(follower.as_deref()));
         };
         match self.fs.exists(self.layout.home()) {
             Ok(true) => {}
             Ok(false) => {
-                return ControlView::closed(Refusal::new(
+                return Ok((ControlView::closed(Refusal::new(
                     RefusalCode::ControlHomeMissing,
                     format!(
                         "the control directory {} does not exist (run `stopline init`, or check --home / STOPLINE_HOME); nothing is allowed without it",
                         self.layout.home().display()
                     ),
-                ))
+                )), None))
             }
             Err(error) => {
-                return ControlView::closed(Refusal::new(
+                return Ok((ControlView::closed(Refusal::new(
                     RefusalCode::ControlIo,
                     format!("cannot look at {}: {error}", self.layout.home().display()),
-                ))
+                )), None))
             }
         }
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
@@ -228,27 +277,38 @@ impl Store {
                 let _ = sender.send(store.load_control_view_now(follower.as_deref()));
             });
         if let Err(error) = spawned {
-            return ControlView::closed(Refusal::new(
-                RefusalCode::ControlIo,
-                format!("cannot start the bounded read of the control state: {error}"),
+            return Ok((
+                ControlView::closed(Refusal::new(
+                    RefusalCode::ControlIo,
+                    format!("cannot start the bounded read of the control state: {error}"),
+                )),
+                None,
             ));
         }
         match receiver.recv_timeout(timeout) {
-            Ok(view) => view,
+            Ok(read) => Ok(read),
             // The reading thread is left to finish (or not) on its own; nothing waits for it.
-            Err(_) => ControlView::closed(Refusal::new(
-                RefusalCode::ControlIo,
-                format!(
-                    "the control state could not be read within read_timeout_ms = {} ms (an entry that blocks, or a lock held by a stopped process); every gate is closed",
-                    timeout.as_millis()
+            Err(_) => Err(ReadTimedOut {
+                refusal: Refusal::new(
+                    RefusalCode::ControlIo,
+                    format!(
+                        "the control state could not be read within read_timeout_ms = {} ms (an entry that blocks, or a lock held by a stopped process); every gate is closed",
+                        timeout.as_millis()
+                    ),
                 ),
-            )),
+            }),
         }
     }
 
-    /// [`Store::load_control_view`] on this thread, without the bound.
-    fn load_control_view_now(&self, follower: Option<&WalFollower>) -> ControlView {
-        let (records, guard) = self.read_control_records_locked(follower);
+    /// [`Store::load_control_view`] on this thread, without the bound, and the first of its
+    /// faults that is a read that did not finish in its own bound (a lock still held, an entry
+    /// that took more than 1 s: [`StoreError::is_unfinished_read`]).
+    fn load_control_view_now(
+        &self,
+        follower: Option<&WalFollower>,
+    ) -> (ControlView, Option<Refusal>) {
+        let mut unfinished = None;
+        let (records, guard) = self.read_control_records_noting(follower, &mut unfinished);
         let (latches, mut faults) = self.active_latches(records.wal.as_ref().ok());
         drop(guard);
         faults.extend(records.wal.as_ref().err().cloned());
@@ -260,13 +320,14 @@ impl Store {
             faults.push(refusal);
             StateRecord::running()
         });
-        ControlView {
+        let view = ControlView {
             latches,
             epoch,
             state,
             faults,
             blocked_targets: Default::default(),
-        }
+        };
+        (view, unfinished)
     }
 
     /// A fresh view for gates, with targets blocked by unresolved operations: every fault

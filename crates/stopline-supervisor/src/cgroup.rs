@@ -237,7 +237,7 @@ impl Group {
     }
 
     fn set_frozen(&self, frozen: bool, timeout: Duration) -> Result<DateTime<Utc>, CgroupError> {
-        let mut watch = self.watch()?;
+        let mut watch = self.watch();
         write(
             &self.path.join("cgroup.freeze"),
             if frozen { "1" } else { "0" },
@@ -292,7 +292,7 @@ impl Group {
         timeout: Duration,
     ) -> Result<KillReport, CgroupError> {
         // The watch exists before the first read below, so a change after that read wakes us.
-        let mut watch = self.watch()?;
+        let mut watch = self.watch();
         let started = Instant::now();
         let mut last_order = Instant::now();
         let mut retries = 0u32;
@@ -329,16 +329,38 @@ impl Group {
         remove_tree(&self.path)
     }
 
-    fn watch(&self) -> Result<EventsWatch, CgroupError> {
+    /// A watch on `cgroup.events`, or `None` when none can be made (no inotify instance left
+    /// to this user on a faulty machine, say): the waits then only poll, every
+    /// [`poll_interval`], which confirms as surely and at most that much later. A watch is a
+    /// way to wake sooner, never a condition of a confirmation.
+    fn watch(&self) -> Option<EventsWatch> {
         let path = self.events_path();
-        EventsWatch::new(&path).map_err(|source| CgroupError::Io { path, source })
+        match EventsWatch::new(&path) {
+            Ok(watch) => Some(watch),
+            Err(error) => {
+                tracing::warn!(events = %path.display(), %error, "cannot watch cgroup.events; polling it instead");
+                None
+            }
+        }
     }
 
-    fn wait_on(&self, watch: &mut EventsWatch, timeout: Duration) -> Result<bool, CgroupError> {
-        watch.wait(timeout).map_err(|source| CgroupError::Io {
-            path: watch.path().to_owned(),
-            source,
-        })
+    /// Wait up to `timeout` (a [`poll_interval`] at most) for a change of `cgroup.events`: on
+    /// the watch when there is one, else by sleeping it out.
+    fn wait_on(
+        &self,
+        watch: &mut Option<EventsWatch>,
+        timeout: Duration,
+    ) -> Result<bool, CgroupError> {
+        match watch {
+            Some(watch) => watch.wait(timeout).map_err(|source| CgroupError::Io {
+                path: watch.path().to_owned(),
+                source,
+            }),
+            None => {
+                std::thread::sleep(timeout);
+                Ok(false)
+            }
+        }
     }
 }
 

@@ -87,8 +87,11 @@ pub struct EventsWatch {
 }
 
 impl EventsWatch {
-    /// Watch `path` (a `cgroup.events` file) for `IN_MODIFY`.
+    /// Watch `path` (a `cgroup.events` file) for `IN_MODIFY`. Fails when no inotify instance
+    /// can be made (`EMFILE`: the user's `max_user_instances` is used up; `ENFILE`; `ENOMEM`)
+    /// or the watch cannot be added (`ENOSPC`: `max_user_watches`); the caller then polls.
     pub fn new(path: &Path) -> io::Result<EventsWatch> {
+        crate::failpoint::hit("supervisor.events.inotify")?;
         let inotify = Inotify::init()?;
         inotify.watches().add(path, WatchMask::MODIFY)?;
         Ok(EventsWatch {

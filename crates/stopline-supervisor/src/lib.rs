@@ -24,6 +24,7 @@ pub mod cgroup;
 mod cgroup_error;
 pub mod confine;
 pub mod events;
+mod failpoint;
 mod forward;
 pub mod frozen;
 pub mod hierarchy;

@@ -30,6 +30,13 @@ pub enum StopCause {
         /// Its message.
         message: String,
     },
+    /// A whole read of the control state did not finish within `read_timeout_ms` (SPEC §12.1):
+    /// a stop order that freezes (the order read before it, or a later one, kills at
+    /// emergency).
+    ReadFault {
+        /// What did not finish, and within what.
+        message: String,
+    },
     /// The supervisor's own check panicked: a stop order.
     CheckPanicked(String),
     /// The wall-clock budget ran out.
@@ -53,6 +60,12 @@ impl StopCause {
             StopCause::ControlState { code, message } => {
                 json!({"kind": "control_state", "code": code, "message": message})
             }
+            StopCause::ReadFault { message } => json!({
+                "kind": "control_state",
+                "code": stopline_core::RefusalCode::ControlIo,
+                "fault": "read_timeout",
+                "message": message,
+            }),
             StopCause::CheckPanicked(message) => {
                 json!({"kind": "check_panicked", "message": message})
             }

@@ -2,9 +2,11 @@
 //! state, turn the run's mode into a level, enforce it through the worker, record what was
 //! observed.
 //!
-//! The order is read fresh (`Store::load_view`) on every full wake. A view with faults, or a
-//! check that panics, is a stop order at `emergency`: a supervisor that cannot tell whether a
-//! stop is in force must act as if one were. The wall-clock budget is enforced here too, and an
+//! The order is read fresh (`Store::load_view_timed`) on every full wake. A view with faults, or
+//! a check that panics, is a stop order at `emergency`: a supervisor that cannot tell whether a
+//! stop is in force must act as if one were. A read that does not finish within
+//! `read_timeout_ms` is a stop order too, at `halt-noncritical` (SPEC §12.1: freeze; kill at
+//! emergency), held until a latch holds it ([`FaultHold`]). The wall-clock budget is enforced here too, and an
 //! agent whose root process exits while others live on in its group has them killed: nothing of
 //! a run outlives it unsupervised. This module must never report quiescence it did not observe;
 //! it only relays what [`Worker::enforce_with`] saw.
@@ -67,7 +69,8 @@ pub fn order_from_view(view: &ControlView, subject: &Subject) -> Order {
 /// the worker (SPEC §12.1) — it cannot tell whether a stop is in force, and the next wake reads
 /// again, killing at emergency. The read runs on its own thread, so whatever blocks it (an
 /// entry that never finishes reading, a lock held by a stopped process) never wedges the
-/// reaction loop: a later emergency still kills.
+/// reaction loop: a later emergency still kills. The store's own bound on the whole read
+/// (`Store::load_view_timed`) is the same fault, found a second sooner.
 pub fn read_order(ctx: &Context, subject: &Subject) -> Order {
     let bound = ctx
         .store
@@ -81,25 +84,24 @@ pub fn read_order(ctx: &Context, subject: &Subject) -> Order {
         .spawn(move || {
             let _ = sender.send(read_order_now(&ctx_read, &subject_read));
         });
-    let timed_out = |why: String| {
-        tracing::error!(%why, "the supervisor's check did not complete: treating it as a stop order");
-        Order {
-            level: Some(Level::HaltNoncritical),
-            cause: Some(StopCause::ControlState {
-                code: RefusalCode::ControlIo,
-                message: why,
-            }),
-        }
-    };
     if let Err(error) = spawned {
-        return timed_out(format!("cannot start the check: {error}"));
+        return read_fault(format!("cannot start the check: {error}"));
     }
     match receiver.recv_timeout(bound) {
         Ok(order) => order,
-        Err(_) => timed_out(format!(
+        Err(_) => read_fault(format!(
             "the check did not complete within {} ms",
             bound.as_millis()
         )),
+    }
+}
+
+/// The order a read that did not finish gives: freeze (SPEC §12.1), for `why`.
+fn read_fault(why: String) -> Order {
+    tracing::error!(%why, "the supervisor's check did not complete: treating it as a stop order");
+    Order {
+        level: Some(Level::HaltNoncritical),
+        cause: Some(StopCause::ReadFault { message: why }),
     }
 }
 
@@ -130,7 +132,10 @@ fn read_order_now(ctx: &Context, subject: &Subject) -> Order {
         if early.level >= Some(Level::HaltAll) {
             return early;
         }
-        order_from_view(&ctx.store.load_view(), subject)
+        match ctx.store.load_view_timed() {
+            Ok(view) => order_from_view(&view, subject),
+            Err(timed_out) => read_fault(timed_out.refusal.message),
+        }
     })) {
         Ok(order) => order,
         Err(panic) => {
@@ -346,7 +351,35 @@ pub struct Supervision {
     exit_order_read: bool,
     /// The distributed plane's order (etcd mode).
     plane: Option<PlaneWatch>,
+    /// The freeze a read fault ordered, held until the latch engaged for it is in force.
+    fault_hold: Option<FaultHold>,
 }
+
+/// A freeze a read fault ordered (SPEC §12.1), kept in force after the reads succeed again: a
+/// stop is never undone by itself (§1, §4), and a fault that clears says nothing about whether
+/// a stop was engaged meanwhile. The supervisor makes it a latch (`run:<id>` at
+/// `halt-noncritical`, by `supervisor:read_fault`), so the freeze is lifted the normal way
+/// (`stopline disengage`, or a recovery); the hold ends at the first whole read that began
+/// after that latch landed, which then either holds the freeze itself or shows it lifted.
+struct FaultHold {
+    /// The freeze order; its cause names the first fault.
+    order: Order,
+    /// The engage of the latch: `None` while it runs, then its latch id or why it failed (a
+    /// failed engage is tried again at the next wake).
+    engaged: Arc<Mutex<Option<Result<String, String>>>>,
+}
+
+impl FaultHold {
+    fn engaged(&self) -> Option<Result<String, String>> {
+        self.engaged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// The `by:` of the latch a supervisor engages for a read fault.
+pub const READ_FAULT_BY: &str = "supervisor:read_fault";
 
 impl Supervision {
     /// Supervise `worker` for `subject`; writes the first registration at once.
@@ -377,6 +410,87 @@ impl Supervision {
             wall_clock_tripped: None,
             root_exit: None,
             exit_order_read: false,
+            fault_hold: None,
+        }
+    }
+
+    /// Read the order ([`read_order`]) and keep a read fault's freeze in force (see
+    /// [`FaultHold`]).
+    fn read(&mut self) -> Order {
+        let landed = self
+            .fault_hold
+            .as_ref()
+            .is_some_and(|hold| matches!(hold.engaged(), Some(Ok(_))));
+        let order = read_order(&self.ctx, &self.subject);
+        if matches!(order.cause, Some(StopCause::ReadFault { .. })) {
+            match &self.fault_hold {
+                None => {
+                    let hold = FaultHold {
+                        order: order.clone(),
+                        engaged: Arc::new(Mutex::new(None)),
+                    };
+                    self.engage_fault_latch(&hold);
+                    self.fault_hold = Some(hold);
+                }
+                Some(hold) if matches!(hold.engaged(), Some(Err(_))) => {
+                    self.engage_fault_latch(hold)
+                }
+                Some(_) => {}
+            }
+        } else if landed {
+            tracing::info!(
+                "the control state reads again; the read fault's latch holds its freeze"
+            );
+            self.fault_hold = None;
+        }
+        match &self.fault_hold {
+            Some(hold) => order.stricter(hold.order.clone()),
+            None => order,
+        }
+    }
+
+    /// Engage the latch that holds a read fault's freeze, on a thread of its own: the store
+    /// that could not be read may not be written quickly either, and the reaction loop never
+    /// waits on it (the hold keeps the freeze meanwhile).
+    fn engage_fault_latch(&self, hold: &FaultHold) {
+        *hold.engaged.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let status = self.worker.status();
+        let scope = format!("run:{}", status.run_id);
+        let why = match &hold.order.cause {
+            Some(StopCause::ReadFault { message }) => message.chars().take(200).collect(),
+            _ => String::new(),
+        };
+        let reason = format!(
+            "the supervisor of agent {} could not read the control state ({why}) and froze it; this latch keeps it frozen until it is disengaged",
+            status.agent
+        );
+        let (ctx, engaged) = (self.ctx.clone(), hold.engaged.clone());
+        let spawned = std::thread::Builder::new()
+            .name("stopline-fault-latch".into())
+            .spawn(move || {
+                let caller = crate::engage::Caller {
+                    token: None,
+                    by: Some(READ_FAULT_BY.into()),
+                    local: true,
+                };
+                let result = crate::engage::engage(
+                    &ctx,
+                    &caller,
+                    &scope,
+                    Some(Level::HaltNoncritical.as_str()),
+                    &reason,
+                )
+                .map(|receipt| receipt.latch.record.id)
+                .map_err(|refusal| refusal.to_string());
+                match &result {
+                    Ok(latch) => tracing::warn!(%latch, %scope, "a read fault's freeze is held by a latch"),
+                    Err(refusal) => tracing::error!(%refusal, %scope, "cannot engage the latch that holds a read fault's freeze; the freeze is held in memory and the engage is tried again"),
+                }
+                *engaged.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+            });
+        if let Err(error) = spawned {
+            *hold.engaged.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(Err(format!("cannot start the engage: {error}")));
         }
     }
 
@@ -389,7 +503,7 @@ impl Supervision {
     /// is enforced again (a pending kill is retried, a root exit is noticed).
     pub fn wake(&mut self, reload: bool) -> Result<Progress, Refusal> {
         if reload {
-            self.order = read_order(&self.ctx, &self.subject);
+            self.order = self.read();
             tracing::debug!(level = ?self.order.level, "order read");
             // A test seam (`stop_if:` parks the supervisor just after its read); no action of
             // it means anything here, so its result is not a fault of the run.
@@ -403,7 +517,7 @@ impl Supervision {
             // An engage freezes a covered group itself (SPEC §12.3), so a group this worker did
             // not freeze may be frozen by a stop this wake's order was read too early to hold:
             // read it again before thawing (a pause lifted meanwhile still thaws).
-            self.order = read_order(&self.ctx, &self.subject);
+            self.order = self.read();
             if let Some(plane) = &self.plane {
                 self.order = self.order.clone().stricter(plane.order(&self.subject));
             }
@@ -481,8 +595,15 @@ impl Supervision {
         let enforcement = result.map_err(|e| {
             Refusal::new(RefusalCode::ControlIo, format!("enforcing {level:?}: {e}"))
         })?;
+        // A read fault's freeze says why in the registration, as a kill does.
+        let recorded = self.cause.clone().or_else(|| {
+            self.fault_hold
+                .as_ref()
+                .filter(|_| level.is_some())
+                .and_then(|hold| hold.order.cause.clone())
+        });
         self.recorder
-            .register(&enforcement.status, self.cause.as_ref());
+            .register(&enforcement.status, recorded.as_ref());
         Ok(match enforcement.action {
             EnforcementAction::Quiescent => match &self.cause {
                 Some(StopCause::AgentExited) => match self.root_exited()? {

@@ -7,7 +7,7 @@
 
 use crate::config::BreakerConfig;
 use crate::error::ADAPTER_PREFIX;
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use stopline_core::{Refusal, RefusalCode};

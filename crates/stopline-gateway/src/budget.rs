@@ -14,7 +14,8 @@
 //! recorded and fsynced before the call is dispatched; its settlement is appended after. A
 //! reservation that cannot be recorded is not granted.
 
-use std::collections::{BTreeMap, HashMap};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stopline_core::budget::{BudgetKind, Budgets};

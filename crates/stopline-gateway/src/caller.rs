@@ -6,7 +6,7 @@
 //! their exact text, so the ed25519 check runs once per token, not once per call; expiry is
 //! re-checked on every use.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::{Arc, Mutex};
 use stopline_core::{Name, Refusal, RefusalCode, Role, Subject};
 use stopline_token::{Claims, VerifyingKey};
@@ -63,7 +63,10 @@ impl Caller {
 #[derive(Debug)]
 pub struct Authenticator {
     key: VerifyingKey,
-    /// Verified token texts, with their claims and the subject they prove (made once).
+    /// Verified token texts, with their claims and the subject they prove (made once). Hashed
+    /// with foldhash (keyed per process and per map, a fraction of SipHash's cost over a whole
+    /// token: issue 16); only a token whose signature verified enters it, so an agent cannot
+    /// fill it with texts chosen to collide.
     cache: Mutex<HashMap<Arc<str>, Verified>>,
 }
 

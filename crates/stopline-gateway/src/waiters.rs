@@ -24,7 +24,8 @@
 //! [`Notify`] permit: one given while the waiter is not waiting is kept for its next wait.
 
 use crate::caller::Caller;
-use std::collections::{BTreeSet, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use stopline_core::call::cut_cause;
 use stopline_core::view::Authority;

@@ -150,11 +150,12 @@ pub async fn govern_frame(
         batch: matches!(frame, Incoming::Batch(_)),
         ..Governed::default()
     };
-    let messages = match frame {
-        Incoming::Single(message) => vec![message],
-        Incoming::Batch(messages) => messages,
+    // A single message is judged without a list made for it.
+    let (single, batch) = match frame {
+        Incoming::Single(message) => (Some(message), Vec::new()),
+        Incoming::Batch(messages) => (None, messages),
     };
-    for message in messages {
+    for message in single.into_iter().chain(batch) {
         let judged = match call_for(server, catalog, &message) {
             Ok(call) => governor.admit(caller, &call).await,
             Err(refusal) => Err(refusal),

@@ -147,6 +147,64 @@ impl<'de> Visitor<'de> for MemberVisitor<'_> {
     }
 }
 
+/// Any JSON value, kept only when it is a string (borrowed when it has no escapes).
+struct MaybeStr<'de>(Option<std::borrow::Cow<'de, str>>);
+
+impl<'de> serde::Deserialize<'de> for MaybeStr<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<MaybeStr<'de>, D::Error> {
+        struct MaybeStrVisitor;
+        impl<'de> Visitor<'de> for MaybeStrVisitor {
+            type Value = MaybeStr<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(Some(std::borrow::Cow::Borrowed(text))))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(Some(std::borrow::Cow::Owned(text.to_owned()))))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MaybeStr<'de>, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(MaybeStr(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MaybeStr<'de>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(MaybeStr(None))
+            }
+        }
+        deserializer.deserialize_any(MaybeStrVisitor)
+    }
+}
+
+/// The `jsonrpc` member's value, read only for whether it is the string `"2.0"` (the version
+/// check needs nothing else, and a tree allocated the text of every message's version).
+struct Version(bool);
+
+impl<'de> serde::Deserialize<'de> for Version {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Version, D::Error> {
+        Ok(Version(matches!(
+            MaybeStr::deserialize(deserializer)?.0.as_deref(),
+            Some("2.0")
+        )))
+    }
+}
+
 /// One JSON-RPC message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
@@ -215,7 +273,7 @@ impl ParseError {
 /// [`Value`] map would keep it); every other member is skipped unread.
 #[derive(Default)]
 struct Members<'de> {
-    jsonrpc: Option<Value>,
+    jsonrpc: Option<Version>,
     id: Option<Value>,
     method: Option<Value>,
     params: Option<&'de RawValue>,
@@ -373,7 +431,7 @@ impl Message {
         let Shape::Object(m) = shape else {
             return Err(invalid("a message must be a JSON object"));
         };
-        if m.jsonrpc != Some(Value::String("2.0".into())) {
+        if !matches!(m.jsonrpc, Some(Version(true))) {
             return Err(invalid("\"jsonrpc\" must be \"2.0\""));
         }
         let Members {
@@ -541,9 +599,20 @@ impl Message {
     /// of a `serde_json::Map`, which is how the canonical message has always printed, `params`
     /// and `result` as they arrived (see [`Raw`]).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
+        let mut out = Vec::with_capacity(self.size_hint());
         self.write(&mut out);
         out
+    }
+
+    /// About how long [`Message::write`] makes this message: its method, params or result and
+    /// room for the rest (the buffer is made once instead of grown as they are written).
+    fn size_hint(&self) -> usize {
+        64 + match self {
+            Message::Request { method, params, .. } | Message::Notification { method, params } => {
+                method.len() + params.as_ref().map_or(0, |p| p.get().len())
+            }
+            Message::Response { outcome, .. } => outcome.as_ref().map_or(64, |r| r.get().len()),
+        }
     }
 
     fn write(&self, out: &mut Vec<u8>) {
@@ -716,6 +785,26 @@ mod tests {
         assert_eq!(params.member("name"), (Some(Value::from("write")), 2));
         assert_eq!(params.unique_str("name"), Err(2));
         assert_eq!(params.unique_str("other"), Ok(None));
+    }
+
+    /// The version check, made without a tree, accepts exactly the messages whose `jsonrpc`
+    /// is the string "2.0" as a tree reads it (escapes included).
+    #[test]
+    fn the_version_check_agrees_with_the_tree() {
+        for version in [
+            r#""2.0""#,
+            r#""2\u002e0""#,
+            r#"2.0"#,
+            r#"2"#,
+            r#""2.0 ""#,
+            r#"null"#,
+            r#"["2.0"]"#,
+            r#"{"v":"2.0"}"#,
+        ] {
+            let text = format!(r#"{{"jsonrpc":{version},"id":1,"method":"ping"}}"#);
+            let as_tree = serde_json::from_str::<Value>(&text).unwrap()["jsonrpc"] == "2.0";
+            assert_eq!(parse(text.as_bytes()).is_ok(), as_tree, "{version}");
+        }
     }
 
     #[test]

@@ -12,8 +12,9 @@
 use crate::govern::{id_key, Pending};
 use crate::governor::Outcome;
 use crate::jsonrpc::{Id, Incoming, Message};
+use foldhash::HashMap;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// Tool annotations learned from `tools/list` results passing through, per server. A tool

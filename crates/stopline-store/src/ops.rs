@@ -179,17 +179,15 @@ impl Store {
         let writer = format!("{label}-{pid}-{start}");
         let path = self.layout.ops().join(format!("{writer}.jsonl"));
         let entry_durable = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        // Bytes appended since this writer last rewrote its journal's open-set snapshot, and
-        // whether a rewrite is running.
+        // Bytes appended since this writer last rewrote its journal's open-set snapshot.
         let appended = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let snapshotting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (store, file, name) = (self.clone(), path.clone(), format!("{writer}.jsonl"));
         let commit = Box::new(move |bytes: &[u8], sync: bool, fp: &str| {
             store.fs.append(&file, bytes, sync, fp)?;
             if sync {
                 make_entry_durable(&store, &entry_durable)?;
             }
-            note_appended(&store, &appended, &snapshotting, &name, bytes.len() as u64);
+            note_appended(&store, &appended, &name, bytes.len() as u64);
             Ok(())
         });
         #[cfg(feature = "planted-bugs")]
@@ -592,41 +590,23 @@ fn line_bytes(line: &OpLine) -> Vec<u8> {
 }
 
 /// Every [`crate::ops_snapshot::SNAPSHOT_EVERY_BYTES`] appended, rewrite the journal `name`'s
-/// open-set snapshot, so readers never read more than that much of its history. Called after
-/// every append (a group-commit batch, on the journal's writer thread), it only starts the
-/// rewrite, on a thread of its own, one at a time per journal: the rewrite reads and parses the
-/// journal and fsyncs twice, and on the writer thread every batch queued behind it — `prepared`
-/// records whose calls wait to be dispatched — waited for it (issue 16). The lines are durable
-/// already and a snapshot is derived data (a rewrite racing another, e.g. the gateway's upkeep,
-/// leaves one of the two valid snapshots): one that cannot be written only leaves readers more
-/// to read, and is logged.
+/// open-set snapshot, so readers never read more than that much of its history. The lines are
+/// durable already; a snapshot that cannot be written only leaves readers more to read. Called
+/// after every append (a group-commit batch, on the journal's writer thread).
 fn note_appended(
     store: &Store,
-    since_snapshot: &std::sync::Arc<std::sync::atomic::AtomicU64>,
-    snapshotting: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    since_snapshot: &std::sync::atomic::AtomicU64,
     name: &str,
     bytes: u64,
 ) {
     use std::sync::atomic::Ordering;
     let total = since_snapshot.fetch_add(bytes, Ordering::SeqCst) + bytes;
-    if total < crate::ops_snapshot::SNAPSHOT_EVERY_BYTES
-        || snapshotting.swap(true, Ordering::SeqCst)
-    {
+    if total < crate::ops_snapshot::SNAPSHOT_EVERY_BYTES {
         return;
     }
     since_snapshot.store(0, Ordering::SeqCst);
-    let (store, journal, running) = (store.clone(), name.to_string(), snapshotting.clone());
-    let spawned = std::thread::Builder::new()
-        .name("stopline-ops-snapshot".into())
-        .spawn(move || {
-            if let Err(error) = store.snapshot_ops_journal(&journal, 1) {
-                tracing::warn!(%error, %journal, "cannot rewrite the journal's open-set snapshot");
-            }
-            running.store(false, Ordering::SeqCst);
-        });
-    if let Err(error) = spawned {
-        snapshotting.store(false, Ordering::SeqCst);
-        tracing::warn!(%error, journal = %name, "cannot start the rewrite of the journal's open-set snapshot");
+    if let Err(error) = store.snapshot_ops_journal(name, 1) {
+        tracing::warn!(%error, journal = %name, "cannot rewrite the journal's open-set snapshot");
     }
 }
 

@@ -44,6 +44,11 @@ fn watch_loop(store: &Store, view: &dyn ViewFeed, stop: &AtomicBool) -> Result<(
     view.refresh_full();
     while !stop.load(Ordering::SeqCst) {
         let changes = watch.wait(None)?;
+        // A stopped gateway acts on nothing it is told afterwards (a drill deletes its home
+        // right after its gateway stopped: that is not a fault of a gateway still serving).
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
         for note in &changes.notes {
             view.note(note.to_string(), note.degrades());
         }
@@ -108,6 +113,9 @@ pub fn spawn_periodic(
                     }
                 }
                 std::thread::sleep(interval);
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
                 // A reader that can take the WAL lock without waiting finishes the records an
                 // engage had to defer (SPEC §12.1); never waits, and a failure is only logged:
                 // the latch itself is in force whatever the WAL says.

@@ -43,6 +43,7 @@ impl AckServer {
         std::thread::Builder::new()
             .name("stopline-ack".into())
             .spawn(move || {
+                crate::stop_threads::raise();
                 for stream in listener.incoming() {
                     if stop.load(Ordering::SeqCst) {
                         break;
@@ -132,6 +133,7 @@ pub fn spawn_push(
     let spawned = std::thread::Builder::new()
         .name("stopline-ack-push".into())
         .spawn(move || {
+            crate::stop_threads::raise();
             let mut acknowledged: Option<BTreeSet<String>> = None;
             while !stop.load(Ordering::SeqCst) {
                 let snapshot = view.load();

@@ -37,6 +37,7 @@ mod routes;
 pub mod server;
 pub mod source;
 pub mod state;
+pub mod stop_threads;
 pub mod timeline;
 mod trip;
 pub mod usage;

@@ -23,6 +23,7 @@ pub fn spawn_watcher(store: Store, view: Arc<dyn ViewFeed>, stop: Arc<AtomicBool
     let spawned = std::thread::Builder::new()
         .name("stopline-view-watch".into())
         .spawn(move || {
+            crate::stop_threads::raise();
             if let Err(error) = watch_loop(&store, &*view, &stop) {
                 view.note(
                     format!(

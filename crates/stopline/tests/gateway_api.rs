@@ -426,3 +426,58 @@ fn breakers_trip_on_unauthorized_calls_and_anomaly_scores() {
     assert!(evidence.is_some());
     home.valid_evidence();
 }
+
+/// Issue 16: the threads a stop runs on — the view watcher, which swaps the latched view in and
+/// wakes the calls it concerns, and the acknowledgement thread, whose read of the control state
+/// an engage waits on — run above the request load: nice −10 when the gateway may raise them
+/// (these tests run as root, as the gateway does here), its runtime's workers at the process's
+/// own. Without the privilege it keeps one priority for all and says so in its log.
+#[test]
+fn the_stops_threads_run_above_the_request_load() {
+    let home = Home::new();
+    let gateway = Gateway::start(&home, "");
+    let pid = gateway.proc.0.id();
+    let threads = || -> Vec<(String, i64)> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|task| {
+                let task = task.ok()?.path();
+                let comm = std::fs::read_to_string(task.join("comm")).ok()?;
+                let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+                // After the `(comm)` field: state is field 3, nice field 19.
+                let nice = stat.rsplit_once(')')?.1.split_whitespace().nth(16)?;
+                Some((comm.trim().to_string(), nice.parse().ok()?))
+            })
+            .collect()
+    };
+    let nice_of = |prefix: &str| -> Vec<i64> {
+        threads()
+            .into_iter()
+            .filter(|(comm, _)| comm.starts_with(prefix))
+            .map(|(_, nice)| nice)
+            .collect()
+    };
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let raised = if root { -10 } else { 0 };
+    for stop_thread in ["stopline-view-w", "stopline-ack"] {
+        assert_eq!(
+            nice_of(stop_thread),
+            vec![raised],
+            "{stop_thread}: {:?}",
+            threads()
+        );
+    }
+    let workers = nice_of("stopline-gw");
+    assert!(
+        !workers.is_empty() && workers.iter().all(|nice| *nice == 0),
+        "the runtime's workers keep the process's priority: {:?}",
+        threads()
+    );
+    if !root {
+        let log = std::fs::read_to_string(home.dir.path().join("gateway.log")).unwrap();
+        assert!(log.contains("raising them needs CAP_SYS_NICE"), "{log}");
+    }
+}

@@ -42,6 +42,10 @@ pub(crate) struct Env {
     pub teardown: Teardown,
 }
 
+/// How long the drill waits for a `dispatched` record of an executed effect to be written
+/// (a live gateway writes them from its journal's queue, milliseconds after the dispatch).
+const DISPATCHED_WAIT: Duration = Duration::from_secs(2);
+
 impl Env {
     /// Start the gateway's timeline, if there is one (just before the callers start).
     fn start_timeline(&self) {
@@ -64,13 +68,7 @@ impl Env {
             pulled, &marks, reports, latched,
         ))
     }
-}
 
-/// How long the drill waits for a `dispatched` record of an executed effect to be written
-/// (a live gateway writes them from its journal's queue, milliseconds after the dispatch).
-const DISPATCHED_WAIT: Duration = Duration::from_secs(2);
-
-impl Env {
     /// The operation registry once it holds what the drill judges by: every record the
     /// in-process gateway queued (a `dispatched` record is queued at the dispatch and written
     /// by the journal's writer thread), and — against a live gateway, up to

@@ -31,7 +31,8 @@ pub const OWNER_JOURNAL: &str = "owner";
 pub struct OpsJournal {
     store: Store,
     writer: String,
-    path: PathBuf,
+    /// Its file, shared with every [`Durable`] it hands out.
+    path: std::sync::Arc<PathBuf>,
     /// Where its records are batched and written, in arrival order, by one writer thread
     /// (shared by every clone of this journal).
     queue: GroupCommit,
@@ -195,14 +196,14 @@ impl Store {
             return Ok(OpsJournal {
                 store: self.clone(),
                 writer,
-                path,
+                path: std::sync::Arc::new(path),
                 queue: GroupCommit::with_release_before_fsync("ops.batch", commit),
             });
         }
         Ok(OpsJournal {
             store: self.clone(),
             writer,
-            path,
+            path: std::sync::Arc::new(path),
             queue: GroupCommit::new("ops.batch", commit),
         })
     }
@@ -410,12 +411,16 @@ impl OpsJournal {
         &self.writer
     }
 
-    /// Append a record that is not fsynced (`dispatched`): one `write`, not batched.
     /// Queue a record for the group commit; `sync` asks for it to be fsynced.
     fn submit(&self, line: &OpLine, sync: bool, fp: &'static str) -> Durable {
+        self.durable(self.queue.submit(line_bytes(line), sync, fp))
+    }
+
+    /// `ticket`, reporting errors against this journal's file.
+    fn durable(&self, ticket: Ticket) -> Durable {
         Durable {
-            ticket: self.queue.submit(line_bytes(line), sync, fp),
-            path: std::sync::Arc::new(self.path.clone()),
+            ticket,
+            path: self.path.clone(),
         }
     }
 
@@ -477,14 +482,9 @@ impl OpsJournal {
             ids.push(id);
             records.push((line_bytes(&line), true, "ops.prepare"));
         }
-        let path = std::sync::Arc::new(self.path.clone());
         let mut first_error = None;
         for ticket in self.queue.submit_all(records) {
-            let durable = Durable {
-                ticket,
-                path: path.clone(),
-            };
-            if let Err(error) = durable.wait() {
+            if let Err(error) = self.durable(ticket).wait() {
                 first_error.get_or_insert(error);
             }
         }
@@ -540,10 +540,7 @@ impl OpsJournal {
     /// Resolves once every record queued so far has been written (and fsynced where it asked
     /// to be): what a reader of the registry that must see them waits for.
     pub fn flush(&self) -> Durable {
-        Durable {
-            ticket: self.queue.flush(),
-            path: std::sync::Arc::new(self.path.clone()),
-        }
+        self.durable(self.queue.flush())
     }
 
     /// Record the outcome (fsynced).

@@ -20,12 +20,6 @@ while :; do
 done
 "#;
 
-fn counter(out: &std::path::Path) -> u64 {
-    read(out, "counter")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_pause_freezes_the_group_and_disengage_thaws_it() {
     let home = Home::new();

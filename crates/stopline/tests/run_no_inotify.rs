@@ -27,12 +27,6 @@ while :; do
 done
 "#;
 
-fn counter(out: &std::path::Path) -> u64 {
-    read(out, "counter")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
-}
-
 fn events(cgroup: &str) -> String {
     std::fs::read_to_string(format!("{cgroup}/cgroup.events")).unwrap()
 }

@@ -28,12 +28,6 @@ while :; do
 done
 "#;
 
-fn counter(out: &std::path::Path) -> u64 {
-    read(out, "counter")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
-}
-
 fn group_frozen(cgroup: &str) -> bool {
     std::fs::read_to_string(format!("{cgroup}/cgroup.events"))
         .unwrap()

@@ -313,3 +313,10 @@ pub fn read(dir: &Path, name: &str) -> Option<String> {
         .ok()
         .map(|s| s.trim().to_string())
 }
+
+/// The count a counting agent last wrote to `<out>/counter` (0 before its first).
+pub fn counter(out: &Path) -> u64 {
+    read(out, "counter")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}

@@ -74,6 +74,8 @@ pub struct Sandbox {
     dir: PathBuf,
     bin: PathBuf,
     guard: Arc<Guard>,
+    /// This sandbox's own suffix (process id and sequence number), unique on the machine.
+    tag: String,
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -85,11 +87,12 @@ impl Sandbox {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or_default();
-        let name = format!(
-            "stopline-conformance-{}-{}-{nanos:x}-{id}",
+        let tag = format!(
+            "{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::SeqCst)
         );
+        let name = format!("stopline-conformance-{tag}-{nanos:x}-{id}");
         let dir = std::env::temp_dir().join(name);
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -99,7 +102,16 @@ impl Sandbox {
             dir,
             bin: bin.to_path_buf(),
             guard,
+            tag,
         })
+    }
+
+    /// A run id for `base` that no other sandbox on the machine uses: a started run's cgroup
+    /// (`run-<id>.<agent>`) is machine-wide, and two batteries run side by side (the test suite
+    /// runs the battery and the broken binary's battery at once) collided on fixed ids (`agent
+    /// agent-r of run approved is already running`).
+    pub fn run_id(&self, base: &str) -> String {
+        format!("{base}-{}", self.tag)
     }
 
     /// The case's directory (the home's parent; free for the case's own files).

@@ -30,7 +30,8 @@ pub const CASES: &[Case] = &[
 
 fn write_card(s: &Sandbox, id: &str) -> Result<String, crate::conformance::CaseError> {
     let path = s.dir().join(format!("card-{id}.json"));
-    std::fs::write(&path, super::run::card(id, "agent-w").to_string()).map_err(harness)?;
+    let card = super::run::card(&s.run_id(id), "agent-w");
+    std::fs::write(&path, card.to_string()).map_err(harness)?;
     Ok(path.display().to_string())
 }
 

@@ -192,19 +192,21 @@ fn run_refused_under_a_covering_latch(s: &Sandbox) -> Verdict {
 fn run_recovery_requires_a_run_approver(s: &Sandbox) -> Verdict {
     let gateway = Upstream::start().map_err(harness)?;
     s.write("config.toml", b"operators = [\"operator\", \"alice\"]\n")?;
-    let mut c = card("approved", "agent-r");
+    let run = s.run_id("approved");
+    let scope = format!("run:{run}");
+    let mut c = card(&run, "agent-r");
     c["stop_handle"]["who_may_approve_restart"] = json!(["alice"]);
     let (out, started) = attempt(s, &c, &gateway.url())?;
     ensure(out.code == 0 && started, || {
         format!("the run did not start: {}", out.brief())
     })?;
-    s.engage("run:approved", "emergency")?;
+    s.engage(&scope, "emergency")?;
     let args = |by: &'static str| {
         [
             "recover",
             "plan",
             "--scope",
-            "run:approved",
+            scope.as_str(),
             "--reason",
             "checked",
             "--by",

@@ -44,11 +44,12 @@ fn check_engage_limit(ctx: &Context, bound: Option<&str>, scope: &Scope) -> Resu
     if *scope == Scope::Machine {
         return Ok(());
     }
-    let Ok(latches) = ctx.store.scan_latches() else {
+    let Ok(scan) = ctx.store.scan_latches() else {
         // An unreadable directory is the gates' fault to report; a stop is never refused for it.
         return Ok(());
     };
-    let held: std::collections::BTreeSet<Scope> = latches
+    let held: std::collections::BTreeSet<Scope> = scan
+        .latches
         .iter()
         .filter_map(|l| l.record.as_ref())
         .filter(|r| r.session.bound.as_deref() == Some(agent))

@@ -101,7 +101,8 @@ impl Store {
 
     /// The entries of `latches/` no `latch_engaged` of `log` names, read (only those: the
     /// cost is the listing plus the unrecorded entries, not every latch). The caller holds the
-    /// WAL's exclusive lock. A `latches/` that cannot be listed gives none: the gates report it.
+    /// WAL's exclusive lock. A `latches/` that cannot be listed gives none, and an entry too slow
+    /// to read is left out (recorded by a later read that finishes): the gates report both.
     pub(crate) fn unrecorded_entries(&self, log: &WalLog, skip: Option<&str>) -> Vec<ActiveLatch> {
         let dir = self.layout.latches();
         let Ok(names) = self.fs.read_dir(&dir) else {
@@ -111,10 +112,7 @@ impl Store {
         names
             .iter()
             .filter(|name| Some(name.as_str()) != skip && !recorded.contains(*name))
-            .map(|name| {
-                let bytes = self.fs.read(&dir.join(name)).map_err(|e| e.to_string());
-                ActiveLatch::from_entry(name, bytes.as_deref().map_err(Clone::clone))
-            })
+            .filter_map(|name| self.read_latch_entry(&dir, name).ok())
             .collect()
     }
 

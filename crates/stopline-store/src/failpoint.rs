@@ -13,6 +13,11 @@
 //! appends every name reached, so a crash test can enumerate the steps of a command.
 //! A failpoint must never change behaviour when it is not armed.
 //!
+//! One failpoint is not a step and is never traced: `fs.read=delay_if:MS:PATH` makes every
+//! [`crate::fs::RealFs`] read of exactly `PATH` take `MS` milliseconds longer, inside the read's
+//! bound ([`read_delay`]) — a test's slow disk for one entry (SPEC §12.1). Reads happen on
+//! every gate's view, so tracing them would bury the durable steps a crash test compares.
+//!
 //! The same builds honour `STOPLINE_TEST_CLOCK_OFFSET_MS=N`: the store's clock
 //! ([`crate::env::SystemEnv`]) runs `N` milliseconds ahead (or behind, when negative), so a
 //! test sees a token expire or a drain window end without sleeping through it. A value that is
@@ -21,22 +26,55 @@
 
 use std::io;
 
-/// Reach the failpoint `name`.
+/// The failpoints `STOPLINE_FAILPOINTS` arms, read once: `(name, action)` pairs.
 #[cfg(feature = "failpoints")]
-pub fn hit(name: &str) -> io::Result<()> {
-    use std::io::Write;
-    use std::sync::atomic::{AtomicBool, Ordering};
+fn armed() -> &'static [(String, String)] {
     use std::sync::OnceLock;
     static ARMED: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    static FIRED_ONCE: AtomicBool = AtomicBool::new(false);
-    let armed = ARMED.get_or_init(|| {
+    ARMED.get_or_init(|| {
         std::env::var("STOPLINE_FAILPOINTS")
             .unwrap_or_default()
             .split(';')
             .filter_map(|pair| pair.split_once('='))
             .map(|(n, a)| (n.trim().to_string(), a.trim().to_string()))
             .collect()
-    });
+    })
+}
+
+/// Where a read of `path` may be slowed (`fs.read=delay_if:MS:PATH`): sleeps `MS` ms when `path`
+/// is `PATH`, else returns at once. Not a step: never traced, never an error. An action that
+/// does not parse panics, so a test that meant to slow a read cannot pass without doing so.
+#[cfg(feature = "failpoints")]
+pub fn read_delay(path: &std::path::Path) {
+    for (name, action) in armed() {
+        if name != "fs.read" {
+            continue;
+        }
+        let parsed = action
+            .strip_prefix("delay_if:")
+            .and_then(|rest| rest.split_once(':'))
+            .and_then(|(ms, target)| Some((ms.parse::<u64>().ok()?, target)));
+        let Some((ms, target)) = parsed else {
+            panic!("fs.read={action:?}: expected delay_if:MS:PATH");
+        };
+        if path == std::path::Path::new(target) {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    }
+}
+
+/// Where a read may be slowed (disabled build: nothing).
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn read_delay(_path: &std::path::Path) {}
+
+/// Reach the failpoint `name`.
+#[cfg(feature = "failpoints")]
+pub fn hit(name: &str) -> io::Result<()> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static FIRED_ONCE: AtomicBool = AtomicBool::new(false);
+    let armed = armed();
     if let Ok(trace) = std::env::var("STOPLINE_FAILPOINT_TRACE") {
         if let Ok(mut file) = std::fs::OpenOptions::new()
             .create(true)

@@ -287,7 +287,9 @@ impl Fs for RealFs {
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         let started = Instant::now();
         let mut bytes = Vec::new();
-        open_regular(path)?.read_to_end(&mut bytes)?;
+        let mut file = open_regular(path)?;
+        failpoint::read_delay(path);
+        file.read_to_end(&mut bytes)?;
         if started.elapsed() > ENTRY_READ_BOUND {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,

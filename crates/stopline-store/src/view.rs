@@ -5,6 +5,14 @@
 //! then list `latches/`; then cross-check the WAL's ledger against the directory. Each entry of
 //! `latches/` is a latch; anything doubtful becomes a machine emergency or a fault. Gates never
 //! repair anything.
+//!
+//! Which is which (SPEC §12.1): an entry that is not a regular file (FIFO, socket, device,
+//! directory, symlink), that vanished between the listing and its read, or that does not parse
+//! is a machine emergency — someone put it there. An entry whose open and read did not finish
+//! within `fs::ENTRY_READ_BOUND` is a read fault (`control_io`, counted as a read that did not
+//! finish: [`LatchScan::unfinished`]), never a latch: a slow disk, or an agent that makes one
+//! file slow to read (a FUSE or NFS home), closes the gates and makes a supervisor freeze, but
+//! must not pass for a stop someone engaged, nor turn a freeze into a kill of everything.
 
 use crate::error::StoreError;
 use crate::follow::WalFollower;
@@ -27,6 +35,18 @@ pub(crate) type LockedScan = (Box<dyn crate::fs::LockGuard>, WalLog, Vec<ActiveL
 pub struct ReadTimedOut {
     /// The fault as a gate reports it.
     pub refusal: Refusal,
+}
+
+/// What one listing and read of `latches/` found.
+#[derive(Debug, Default)]
+pub struct LatchScan {
+    /// One per entry read to its end: its latch, or a machine emergency for an entry that is
+    /// not a regular file, vanished before its read, or does not parse.
+    pub latches: Vec<ActiveLatch>,
+    /// The entries (file name, error) whose open and read did not finish within
+    /// `fs::ENTRY_READ_BOUND`: each a read fault (`control_io`,
+    /// [`StoreError::is_unfinished_read`]), not a latch (see the module docs).
+    pub unfinished: Vec<(String, StoreError)>,
 }
 
 /// The raw control records read under one shared lock.
@@ -99,22 +119,25 @@ impl Store {
     }
 
     /// List and read every entry of `latches/`. A missing directory is empty; an unreadable one
-    /// is an error the caller must treat as a fault.
+    /// is an error the caller must treat as a fault; an entry too slow to read is in
+    /// [`LatchScan::unfinished`], a fault the caller must not take for a latch.
     ///
     /// Without the WAL lock a latch may be removed (disengage, recovery) between the listing and
     /// the read of its entry, which then reads as a machine emergency: a caller that reads
     /// without the lock acts only on well-formed entries and leaves the rest to a locked read.
-    pub fn scan_latches(&self) -> Result<Vec<ActiveLatch>, StoreError> {
+    pub fn scan_latches(&self) -> Result<LatchScan, StoreError> {
         self.scan_latches_parking(Some("latches.listed"))
     }
 
     /// [`Store::scan_latches`], reaching the failpoint `park` (when given) between the listing
     /// and the reads.
-    fn scan_latches_parking(&self, park: Option<&str>) -> Result<Vec<ActiveLatch>, StoreError> {
+    fn scan_latches_parking(&self, park: Option<&str>) -> Result<LatchScan, StoreError> {
         let dir = self.layout.latches();
         let names = match self.fs.read_dir(&dir) {
             Ok(names) => names,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                return Ok(LatchScan::default())
+            }
             Err(error) => {
                 return Err(StoreError::corrupt(
                     RefusalCode::ControlStateCorrupt,
@@ -127,19 +150,46 @@ impl Store {
         if let Some(park) = park {
             let _ = crate::failpoint::hit(park);
         }
-        Ok(names
-            .iter()
-            .map(|name| {
-                let bytes = self.fs.read(&dir.join(name)).map_err(|e| e.to_string());
-                ActiveLatch::from_entry(name, bytes.as_deref().map_err(Clone::clone))
-            })
-            .collect())
+        let mut scan = LatchScan::default();
+        for name in &names {
+            match self.read_latch_entry(&dir, name) {
+                Ok(latch) => scan.latches.push(latch),
+                Err(error) => scan.unfinished.push((name.clone(), error)),
+            }
+        }
+        Ok(scan)
+    }
+
+    /// Read the entry `name` of `latches/` (`dir`): its latch, a machine emergency for an entry
+    /// that cannot be trusted, or `Err` for a read that did not finish within
+    /// `fs::ENTRY_READ_BOUND` (a fault, not a latch: see the module docs).
+    pub(crate) fn read_latch_entry(
+        &self,
+        dir: &std::path::Path,
+        name: &str,
+    ) -> Result<ActiveLatch, StoreError> {
+        match self.fs.read(&dir.join(name)) {
+            Err(source) if source.kind() == io::ErrorKind::TimedOut => Err(StoreError::Io {
+                context: format!("reading latches/{name}"),
+                source,
+            }),
+            bytes => Ok(ActiveLatch::from_entry(
+                name,
+                bytes.as_deref().map_err(ToString::to_string),
+            )),
+        }
     }
 
     /// Latches the WAL records as engaged and not cleared whose file is neither in `latches/`
     /// nor under `breakglass.cleared/`: someone deleted a stop. Each reads as a machine emergency.
-    pub fn vanished_latches(&self, log: &WalLog, present: &[ActiveLatch]) -> Vec<ActiveLatch> {
-        let present: BTreeSet<&str> = present.iter().map(|l| l.file.as_str()).collect();
+    /// An entry of `present` too slow to read is there (a fault), not deleted.
+    pub fn vanished_latches(&self, log: &WalLog, present: &LatchScan) -> Vec<ActiveLatch> {
+        let present: BTreeSet<&str> = present
+            .latches
+            .iter()
+            .map(|l| l.file.as_str())
+            .chain(present.unfinished.iter().map(|(file, _)| file.as_str()))
+            .collect();
         let cleared_dirs = self.fs.read_dir(&self.layout.cleared()).unwrap_or_default();
         log.uncleared_latches()
             .into_iter()
@@ -161,22 +211,36 @@ impl Store {
             .collect()
     }
 
-    /// Every active latch: the directory's entries plus vanished ones. Errors become faults.
+    /// Every active latch: the directory's entries plus vanished ones. Errors, and entries too
+    /// slow to read, become faults.
     pub fn active_latches(&self, log: Option<&WalLog>) -> (Vec<ActiveLatch>, Vec<Refusal>) {
-        match self.scan_latches_parking(None) {
-            Ok(mut latches) => {
-                if let Some(log) = log {
-                    let vanished = self.vanished_latches(log, &latches);
-                    latches.extend(vanished);
-                }
-                (latches, Vec::new())
+        match self.active_latches_scan(log) {
+            Ok(scan) => {
+                let faults = scan
+                    .unfinished
+                    .iter()
+                    .map(|(_, error)| error.to_refusal())
+                    .collect();
+                (scan.latches, faults)
             }
             Err(error) => (Vec::new(), vec![error.to_refusal()]),
         }
     }
 
+    /// [`Store::active_latches`] as a [`LatchScan`]: the vanished latches join its latches.
+    fn active_latches_scan(&self, log: Option<&WalLog>) -> Result<LatchScan, StoreError> {
+        let mut scan = self.scan_latches_parking(None)?;
+        if let Some(log) = log {
+            let vanished = self.vanished_latches(log, &scan);
+            scan.latches.extend(vanished);
+        }
+        Ok(scan)
+    }
+
     /// For verbs that change latches: take the WAL's exclusive lock, verify the WAL and list
-    /// the active latches, refusing when any of it cannot be trusted; then finish every record
+    /// the active latches, refusing when any of it cannot be trusted (an entry too slow to read
+    /// is refused as that `control_io` read fault: a verb never plans around a latch it could
+    /// not read, nor takes it for a machine emergency); then finish every record
     /// an engage left deferred (`deferred.rs`), so the verb judges a complete ledger and
     /// epoch. The guard holds the lock.
     pub(crate) fn lock_and_scan(&self) -> Result<LockedScan, StoreError> {
@@ -193,10 +257,13 @@ impl Store {
         self.ensure_dirs(&[])?;
         let guard = self.lock_log_exclusive(&wal)?;
         let log = self.read_wal()?;
-        let (latches, faults) = self.active_latches(Some(&log));
-        if let Some(fault) = faults.into_iter().next() {
-            return Err(StoreError::Refused(fault));
+        let scan = self
+            .active_latches_scan(Some(&log))
+            .map_err(|error| StoreError::Refused(error.to_refusal()))?;
+        if let Some((_, unfinished)) = scan.unfinished.into_iter().next() {
+            return Err(unfinished);
         }
+        let latches = scan.latches;
         let log = if record_deferred {
             self.record_deferred_locked(log, &latches, None)?
         } else {
@@ -301,15 +368,28 @@ impl Store {
     }
 
     /// [`Store::load_control_view`] on this thread, without the bound, and the first of its
-    /// faults that is a read that did not finish in its own bound (a lock still held, an entry
-    /// that took more than 1 s: [`StoreError::is_unfinished_read`]).
+    /// faults that is a read that did not finish in its own bound (a lock still held, a control
+    /// record or a `latches/` entry that took more than 1 s: [`StoreError::is_unfinished_read`]).
     fn load_control_view_now(
         &self,
         follower: Option<&WalFollower>,
     ) -> (ControlView, Option<Refusal>) {
         let mut unfinished = None;
         let (records, guard) = self.read_control_records_noting(follower, &mut unfinished);
-        let (latches, mut faults) = self.active_latches(records.wal.as_ref().ok());
+        let (latches, mut faults) = match self.active_latches_scan(records.wal.as_ref().ok()) {
+            Ok(scan) => {
+                let faults: Vec<Refusal> = scan
+                    .unfinished
+                    .iter()
+                    .map(|(_, error)| error.to_refusal())
+                    .collect();
+                if unfinished.is_none() {
+                    unfinished = faults.first().cloned();
+                }
+                (scan.latches, faults)
+            }
+            Err(error) => (Vec::new(), vec![error.to_refusal()]),
+        };
         drop(guard);
         faults.extend(records.wal.as_ref().err().cloned());
         let epoch = records.epoch.unwrap_or_else(|refusal| {

@@ -7,7 +7,8 @@
 //! WAL's shared lock (`view.locked=hold_if:`), as a read stuck on a slow entry would be; or a
 //! writer stops itself while it holds the WAL's exclusive lock (`stop_if:`). Needs
 //! `--features stopline/failpoints`: without it nothing hangs and the test fails waiting for
-//! the freeze.
+//! the freeze. A `latches/` entry that is slow to read (`fs.read=delay_if:`) is the same fault,
+//! not a machine emergency.
 
 mod run_support;
 mod util;
@@ -179,6 +180,110 @@ fn an_emergency_kills_an_agent_frozen_for_a_read_fault() {
     std::fs::remove_file(&hold).unwrap();
     let (code, _, stderr) = running.finish(Duration::from_secs(30));
     assert_eq!(code, 1, "{stderr}");
+}
+
+/// A latch entry that is slow to read (a slow disk, or an agent that makes one file of a FUSE or
+/// NFS home slow) is a read fault, not a machine emergency (SPEC §12.1): the agent is frozen,
+/// not killed, and the supervisor holds the freeze with its own latch. The entry is a
+/// well-formed latch of another agent whose every read by the run takes 1.2 s
+/// (`fs.read=delay_if:`), over the 1 s bound of one entry and well within `read_timeout_ms`:
+/// the old code read it as a machine emergency and killed everything.
+#[test]
+fn a_latch_entry_too_slow_to_read_freezes_the_agent_and_does_not_kill_it() {
+    let home = Home::new();
+    home.run(&["init"]).assert_ok();
+    let gateway = TestGateway::start();
+    let run = run_id("read-fault-slow");
+    let card = write_card(&home, &card(&run, "agent-s"));
+    let out = open_dir("stopline-run-read-fault-slow-");
+    let slow = "latch_51010e0000000001";
+    let slow_path = home.file(&format!("latches/{slow}.json"));
+    let failpoints = format!("fs.read=delay_if:1200:{}", slow_path.display());
+    let mut running = start_run_env(
+        &home,
+        &card,
+        &["--unconfined", "--gateway", &gateway.url()],
+        out.path(),
+        COUNTING_AGENT,
+        &[
+            ("OUT", out.path().to_str().unwrap()),
+            ("STOPLINE_FAILPOINTS", &failpoints),
+        ],
+    );
+    wait_for("the counter to move", Duration::from_secs(20), || {
+        (counter(out.path()) > 3).then_some(())
+    });
+    let child = pids_in(&out.path().join("child"))[0];
+    let root = running.await_state(&home, &run, "agent-s", "running")["pid"]
+        .as_u64()
+        .unwrap() as u32;
+
+    // Another agent's pause, then the same latch under the slow name (as an engage whose WAL
+    // record was deferred leaves one), put in place whole by a rename.
+    let before = home.entries("latches");
+    home.engage("agent:someone-else", "halt-noncritical");
+    let engaged = home
+        .entries("latches")
+        .into_iter()
+        .find(|name| !before.contains(name))
+        .unwrap();
+    let bytes = std::fs::read_to_string(home.file(&format!("latches/{engaged}"))).unwrap();
+    let renamed = bytes.replace(engaged.trim_end_matches(".json"), slow);
+    assert_ne!(bytes, renamed);
+    let staged = home.file("slow-latch.tmp");
+    std::fs::write(&staged, renamed).unwrap();
+    std::fs::rename(&staged, &slow_path).unwrap();
+
+    let frozen = running.await_state(&home, &run, "agent-s", "frozen");
+    assert_eq!(
+        frozen["kill_issued_at"],
+        serde_json::Value::Null,
+        "{frozen}"
+    );
+    assert_eq!(frozen["stop_cause"]["fault"], "read_timeout", "{frozen}");
+    assert_eq!(frozen["stop_cause"]["code"], "control_io", "{frozen}");
+    let cgroup = frozen["cgroup"].as_str().unwrap().to_string();
+    assert!(group_frozen(&cgroup), "the group is not frozen");
+    let latch = wait_for(
+        "the supervisor's latch for the read fault",
+        Duration::from_secs(20),
+        || latches_by(&home, "supervisor:read_fault").pop(),
+    );
+    assert_eq!(latch["scope"], format!("run:{run}"), "{latch}");
+    assert_eq!(latch["level"], "halt-noncritical", "{latch}");
+    assert!(
+        is_alive(root) && is_alive(child),
+        "a slow latch entry killed the agent"
+    );
+
+    // The slow entry goes (the operator lifts the other agent's pause: the test's own reads are
+    // not slowed); the agent stays frozen until the supervisor's latch is lifted.
+    home.run(&[
+        "disengage",
+        "--scope",
+        "agent:someone-else",
+        "--reason",
+        "lifted",
+        "--by",
+        "operator",
+    ])
+    .assert_ok();
+    assert!(!slow_path.exists());
+    home.run(&[
+        "disengage",
+        "--scope",
+        &format!("run:{run}"),
+        "--reason",
+        "the disk is fast again",
+        "--by",
+        "operator",
+    ])
+    .assert_ok();
+    running.await_state(&home, &run, "agent-s", "running");
+    assert!(is_alive(root) && is_alive(child));
+    std::fs::write(out.path().join("finish"), b"").unwrap();
+    let (code, _, stderr) = running.finish(Duration::from_secs(30));
+    assert_eq!(code, 0, "{stderr}");
 }
 
 /// A read that cannot finish because a writer stopped (SIGSTOP) while it holds the WAL's lock is

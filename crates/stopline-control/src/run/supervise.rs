@@ -116,12 +116,16 @@ fn read_fault(why: String) -> Order {
 /// and that gap is no emergency (it killed a paused agent whose pause was being lifted). The
 /// full view lists and reads `latches/` under the lock, where nothing is removed, and a doubtful
 /// entry there is a machine emergency as always; an unlistable `latches/` is a fault at once.
+/// An entry too slow to read (SPEC §12.1) is no latch here either: the full view counts it as a
+/// read that did not finish (`Store::load_view_timed`), which freezes, and a well-formed
+/// killing latch beside it still kills from here.
 fn read_order_now(ctx: &Context, subject: &Subject) -> Order {
     match catch_unwind(AssertUnwindSafe(|| {
         let mut early = ControlView::empty();
         match ctx.store.scan_latches() {
-            Ok(latches) => {
-                early.latches = latches
+            Ok(scan) => {
+                early.latches = scan
+                    .latches
                     .into_iter()
                     .filter(|latch| latch.problem.is_none())
                     .collect()

@@ -93,6 +93,15 @@ fn a_journal_snapshot_that_drops_a_dispatched_operation_unblocks_its_agent_and_i
 }
 
 #[test]
+fn a_journal_snapshot_trusted_without_its_anchor_after_a_power_cut_unblocks_a_doubt_and_is_found() {
+    found(
+        PlantedBug::SnapshotAnchorUnchecked,
+        "op-writer-snapshot",
+        Property::DoubtBlocksOnlyItsAgent,
+    );
+}
+
+#[test]
 fn a_wal_checkpoint_that_drops_the_pending_plans_lets_a_stop_coalesce_into_a_cleared_latch() {
     found(
         PlantedBug::CheckpointDropsPendingPlans,
@@ -149,6 +158,7 @@ fn without_a_planted_bug_the_operation_scenarios_pass() {
         "op-cut-resolves-later",
         "op-cut-no-answer",
         "op-compaction",
+        "op-writer-snapshot",
         "op-batch-prepared",
         "op-archive",
         "evidence-segments",

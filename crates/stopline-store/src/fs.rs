@@ -31,6 +31,21 @@ pub trait Fs: Send + Sync {
     fn write_new(&self, path: &Path, bytes: &[u8], fp: &str) -> io::Result<()>;
     /// Append `bytes` (creating the file 0600 if needed), then fsync when `sync`.
     fn append(&self, path: &Path, bytes: &[u8], sync: bool, fp: &str) -> io::Result<()>;
+    /// As [`Fs::append`], and where the file ended just after `bytes` were written: the
+    /// writer's own end, whatever others append after it (an `O_APPEND` write is placed at the
+    /// end atomically, and the descriptor's offset is then just past it). A journal's writer
+    /// compares it with the end it expects to know whether the file holds exactly what it
+    /// wrote. `None`: this filesystem cannot tell (the default), and the writer re-reads.
+    fn append_end(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        sync: bool,
+        fp: &str,
+    ) -> io::Result<Option<u64>> {
+        self.append(path, bytes, sync, fp)?;
+        Ok(None)
+    }
     /// fsync a directory, making its entries durable.
     fn sync_dir(&self, dir: &Path, fp: &str) -> io::Result<()>;
     /// Create `to` as a hard link of `from` (fails if `to` exists).
@@ -247,6 +262,26 @@ impl Fs for RealFs {
             file.sync_data()?;
         }
         Ok(())
+    }
+
+    fn append_end(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        sync: bool,
+        fp: &str,
+    ) -> io::Result<Option<u64>> {
+        use std::io::Seek;
+        failpoint::hit(&format!("{fp}.write"))?;
+        let mut file = open_0600(path, true, false)?;
+        file.write_all(bytes)?;
+        // One lseek(SEEK_CUR): after an O_APPEND write the offset is just past what it wrote.
+        let end = file.stream_position()?;
+        if sync {
+            failpoint::hit(&format!("{fp}.fsync"))?;
+            file.sync_data()?;
+        }
+        Ok(Some(end))
     }
 
     fn sync_dir(&self, dir: &Path, fp: &str) -> io::Result<()> {

@@ -29,6 +29,7 @@ pub mod layout;
 pub mod live_runs;
 pub mod ops;
 pub mod ops_archive;
+mod ops_open_set;
 pub mod ops_snapshot;
 pub mod plane;
 #[cfg(feature = "planted-bugs")]
@@ -85,6 +86,10 @@ pub struct Store {
     /// The length past which a live writer rewrites its own spending journal (`[retention]
     /// spend_journal_bytes`).
     spend_rewrite_bytes: u64,
+    /// Bytes a writer appends to its operation journal between two rewrites of the journal's
+    /// open-set snapshot (`ops_snapshot::SNAPSHOT_EVERY_BYTES`; tests and the model checker
+    /// use less).
+    ops_snapshot_every: u64,
     #[cfg(feature = "planted-bugs")]
     planted: planted::PlantedBug,
 }
@@ -145,6 +150,14 @@ impl Store {
         self
     }
 
+    /// This store's operation journals rewrite their open-set snapshot every `bytes` appended
+    /// (at least 1; default [`ops_snapshot::SNAPSHOT_EVERY_BYTES`]). Takes effect for journals
+    /// opened afterwards.
+    pub fn with_ops_snapshot_every(mut self, bytes: u64) -> Store {
+        self.ops_snapshot_every = bytes.max(1);
+        self
+    }
+
     /// Lines after the last WAL checkpoint that make a lock holder write a new one.
     pub fn with_wal_checkpoint_every(mut self, lines: usize) -> Store {
         self.wal_checkpoint_every = lines.max(1);
@@ -170,6 +183,7 @@ impl Store {
             evidence_keep_segments: None,
             spend_compact_after: spend_compact::COMPACT_AFTER,
             spend_rewrite_bytes: spend::REWRITE_BYTES,
+            ops_snapshot_every: ops_snapshot::SNAPSHOT_EVERY_BYTES,
             #[cfg(feature = "planted-bugs")]
             planted: planted::PlantedBug::None,
         }

@@ -180,15 +180,34 @@ impl Store {
         let writer = format!("{label}-{pid}-{start}");
         let path = self.layout.ops().join(format!("{writer}.jsonl"));
         let entry_durable = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        // Bytes appended since this writer last rewrote its journal's open-set snapshot.
-        let appended = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        // The journal's open set as this writer committed it (`ops_open_set.rs`): what its
+        // snapshot is rewritten from, every `ops_snapshot_every` bytes, without reading back.
+        let open = std::sync::Mutex::new(crate::ops_open_set::WriterOpenSet::new());
         let (store, file, name) = (self.clone(), path.clone(), format!("{writer}.jsonl"));
         let commit = Box::new(move |bytes: &[u8], sync: bool, fp: &str| {
-            store.fs.append(&file, bytes, sync, fp)?;
-            if sync {
-                make_entry_durable(&store, &entry_durable)?;
+            let committed = store.fs.append_end(&file, bytes, sync, fp).and_then(|end| {
+                if sync {
+                    make_entry_durable(&store, &entry_durable)?;
+                }
+                Ok(end)
+            });
+            let mut open = open
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match committed {
+                Ok(end) => open.committed(bytes, end, &store),
+                Err(error) => {
+                    // Whatever of the batch reached the file is not counted: only a read of
+                    // the journal can say what it holds now.
+                    open.forget();
+                    return Err(error);
+                }
             }
-            note_appended(&store, &appended, &name, bytes.len() as u64);
+            if open.snapshot_due(store.ops_snapshot_every) {
+                if let Err(error) = store.snapshot_own_journal(&name, &mut open) {
+                    tracing::warn!(%error, journal = %name, "cannot rewrite the journal's open-set snapshot");
+                }
+            }
             Ok(())
         });
         #[cfg(feature = "planted-bugs")]
@@ -584,27 +603,6 @@ fn line_bytes(line: &OpLine) -> Vec<u8> {
     let mut bytes = serde_json::to_vec(line).expect("an op line always serializes");
     bytes.push(b'\n');
     bytes
-}
-
-/// Every [`crate::ops_snapshot::SNAPSHOT_EVERY_BYTES`] appended, rewrite the journal `name`'s
-/// open-set snapshot, so readers never read more than that much of its history. The lines are
-/// durable already; a snapshot that cannot be written only leaves readers more to read. Called
-/// after every append (a group-commit batch, on the journal's writer thread).
-fn note_appended(
-    store: &Store,
-    since_snapshot: &std::sync::atomic::AtomicU64,
-    name: &str,
-    bytes: u64,
-) {
-    use std::sync::atomic::Ordering;
-    let total = since_snapshot.fetch_add(bytes, Ordering::SeqCst) + bytes;
-    if total < crate::ops_snapshot::SNAPSHOT_EVERY_BYTES {
-        return;
-    }
-    since_snapshot.store(0, Ordering::SeqCst);
-    if let Err(error) = store.snapshot_ops_journal(name, 1) {
-        tracing::warn!(%error, journal = %name, "cannot rewrite the journal's open-set snapshot");
-    }
 }
 
 /// The first synced line creates the journal: fsync `ops/` (its entry) and the home (the entry

@@ -101,4 +101,11 @@ pub enum PlantedBug {
     /// a version whose last drill failed ("the drill gate answers as a full read of the log"
     /// fails, `drill-index`).
     DrillLineAfterHeadIgnored,
+    /// A reader of an operation journal's open-set snapshot trusts its offset without checking
+    /// its anchor: a snapshot a power cut kept while the journal lost its unsynced tail (the
+    /// snapshot is written without fsync) stands for lines the journal no longer has, and an
+    /// operation whose outcome never reached the disk is read as resolved ("an operation in
+    /// doubt blocks its own agent" fails, the `op-writer-snapshot` and `op-compaction`
+    /// scenarios).
+    SnapshotAnchorUnchecked,
 }

@@ -457,7 +457,7 @@ fn crash_at_every_step_of_an_operation_journal_snapshot_and_archive() {
         let names = trace(&prepare(), &["ops", "compact"], false);
         let mut steps = vec![
             "ops.snapshot.rename",
-            "ops.snapshot.dirsync",
+            "ops.snapshot.tmp.write",
             "ops.archive.snapshot.rename",
             "ops.archive.link",
             "ops.archive.link.dirsync",

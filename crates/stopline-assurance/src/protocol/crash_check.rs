@@ -1,4 +1,4 @@
-//! Crash every explored state four ways, restart, and judge what the restart sees.
+//! Crash every explored state five ways, restart, and judge what the restart sees.
 //!
 //! The disk image of each crash is identified by its digest with private names hidden, and
 //! restarted once; the judgment depends on the image and on which processes had returned,

@@ -59,9 +59,12 @@ impl FsState {
                 };
                 let (live, _) = self.file_mut(ino)?;
                 *live = Blob::new([live.bytes(), bytes.bytes()].concat());
+                let end = live.bytes().len() as u64;
                 if *sync {
                     self.handles.insert((proc, *handle), ino);
                 }
+                // Where the file ended just after these bytes (`Fs::append_end`).
+                return Ok(OpResult::Identity(ino as u64, end));
             }
             Op::SyncDir { dir, .. } => {
                 let ino = self.resolve(dir).ok_or(Failure::NotFound)?;

@@ -84,12 +84,51 @@ impl FsState {
         out
     }
 
+    /// The state after a power cut in which the live entries that `ahead` names reached the
+    /// disk with their live bytes, renamed after the last fsync of their directory and never
+    /// fsynced themselves (ext4 writes a file renamed over another back with the rename), while
+    /// every other file keeps only its durable bytes. `None` when no such entry differs from
+    /// what the plain power cut keeps.
+    pub fn power_cut_ahead(&self, ahead: &dyn Fn(&str) -> bool) -> Option<FsState> {
+        let differs = self.nodes.iter().any(|node| match &**node {
+            Node::Dir { live, durable } => live.iter().any(|(name, &child)| {
+                ahead(name)
+                    && (durable.get(name) != Some(&child)
+                        || matches!(&*self.nodes[child], Node::File { live, durable } if live != durable))
+            }),
+            Node::File { .. } => false,
+        });
+        if !differs {
+            return None;
+        }
+        let mut out = FsState {
+            nodes: Vec::new(),
+            handles: BTreeMap::new(),
+            locks: BTreeMap::new(),
+        };
+        let mut map: HashMap<usize, usize> = HashMap::new();
+        let durable_bytes = |_: &Blob, durable: &Blob| durable.clone();
+        self.rebuild_ahead(0, &mut out, &mut map, &durable_bytes, Some(ahead));
+        Some(out)
+    }
+
     fn rebuild(
         &self,
         ino: usize,
         out: &mut FsState,
         map: &mut HashMap<usize, usize>,
         bytes: &dyn Fn(&Blob, &Blob) -> Blob,
+    ) -> usize {
+        self.rebuild_ahead(ino, out, map, bytes, None)
+    }
+
+    fn rebuild_ahead(
+        &self,
+        ino: usize,
+        out: &mut FsState,
+        map: &mut HashMap<usize, usize>,
+        bytes: &dyn Fn(&Blob, &Blob) -> Blob,
+        ahead: Option<&dyn Fn(&str) -> bool>,
     ) -> usize {
         if let Some(&done) = map.get(&ino) {
             return done;
@@ -107,11 +146,31 @@ impl FsState {
                     durable: kept,
                 }
             }
-            Node::Dir { durable, .. } => {
-                let entries: BTreeMap<String, usize> = durable
+            Node::Dir { durable, live } => {
+                let mut entries: BTreeMap<String, usize> = durable
                     .iter()
-                    .map(|(name, &child)| (name.clone(), self.rebuild(child, out, map, bytes)))
+                    .filter(|(name, _)| !ahead.is_some_and(|ahead| ahead(name)))
+                    .map(|(name, &child)| {
+                        (
+                            name.clone(),
+                            self.rebuild_ahead(child, out, map, bytes, ahead),
+                        )
+                    })
                     .collect();
+                if let Some(ahead) = ahead {
+                    // The entries ahead of their directory's fsync, as they are live, with
+                    // their live bytes.
+                    for (name, &child) in live.iter().filter(|(name, _)| ahead(name)) {
+                        let slot = match &*self.nodes[child] {
+                            Node::File { live, .. } => out.new_node(Node::File {
+                                live: live.clone(),
+                                durable: live.clone(),
+                            }),
+                            Node::Dir { .. } => self.rebuild_ahead(child, out, map, bytes, None),
+                        };
+                        entries.insert(name.clone(), slot);
+                    }
+                }
                 Node::Dir {
                     live: entries.clone(),
                     durable: entries,

@@ -112,6 +112,36 @@ impl<S: Step> Fs for ModelFs<S> {
         Ok(())
     }
 
+    fn append_end(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        sync: bool,
+        fp: &str,
+    ) -> io::Result<Option<u64>> {
+        let (path, handle) = (owned(path), self.handle());
+        let appended = self.run(Op::Append {
+            path: path.clone(),
+            handle,
+            bytes: Blob::new(bytes.to_vec()),
+            sync,
+            fp: format!("{fp}.write"),
+        })?;
+        let OpResult::Identity(_, end) = appended else {
+            return Err(io::Error::other(format!(
+                "model: append returned {appended:?}"
+            )));
+        };
+        if sync {
+            self.unit(Op::AppendFsync {
+                path,
+                handle,
+                fp: format!("{fp}.fsync"),
+            })?;
+        }
+        Ok(Some(end))
+    }
+
     fn sync_dir(&self, dir: &Path, fp: &str) -> io::Result<()> {
         self.unit(Op::SyncDir {
             dir: owned(dir),

@@ -127,6 +127,8 @@ pub struct ProcessSetup {
     pub live_spend_writer: Option<usize>,
     /// The racing stores' `[retention] spend_journal_bytes`, when the scenario sets it.
     pub spend_rewrite_bytes: Option<u64>,
+    /// The racing stores' `Store::with_ops_snapshot_every`, when the scenario sets it.
+    pub ops_snapshot_every: Option<u64>,
     /// A bug to plant in every process's store.
     #[cfg(feature = "planted-bugs")]
     pub planted: stopline_store::planted::PlantedBug,
@@ -196,6 +198,10 @@ impl Oracle {
                     .with_spend_compact_after(crate::protocol::scenario::MODEL_SPEND_COMPACT_AFTER);
                 let store = match setup.spend_rewrite_bytes {
                     Some(bytes) => store.with_spend_rewrite_bytes(bytes),
+                    None => store,
+                };
+                let store = match setup.ops_snapshot_every {
+                    Some(bytes) => store.with_ops_snapshot_every(bytes),
                     None => store,
                 };
                 #[cfg(feature = "planted-bugs")]

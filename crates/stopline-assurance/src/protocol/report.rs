@@ -33,8 +33,8 @@ pub struct ScenarioReport {
     pub terminals: u64,
     /// Complete schedules covered (paths through the state graph).
     pub schedules: u128,
-    /// Crash points: every explored state, crashed four ways. (After a step that changes no
-    /// file, entry or returned fact, the four images are the previous state's, judged there.)
+    /// Crash points: every explored state, crashed five ways. (After a step that changes no
+    /// file, entry or returned fact, the five images are the previous state's, judged there.)
     pub crash_points: u64,
     /// Distinct (disk image, returned facts) pairs judged after a restart.
     pub crash_judgments: u64,

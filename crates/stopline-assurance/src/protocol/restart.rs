@@ -1,11 +1,13 @@
 //! Crashes and the restart that follows: what a gate sees once the machine is back.
 //!
 //! A crash stops every process at once; whatever it had not done, it never does (in the
-//! threaded replay its further calls fail with an I/O error and are discarded). Four images of
+//! threaded replay its further calls fail with an I/O error and are discarded). Five images of
 //! the disk are taken at every step of every explored schedule: a power cut (durable state
-//! only), a process kill (everything written survives; locks and handles vanish), and two torn
+//! only), a process kill (everything written survives; locks and handles vanish), two torn
 //! writes (a power cut after which a file's unsynced tail was half written back, or written
-//! back up to its first newline). The restart then runs the real store code alone: `load_view`;
+//! back up to its first newline), and a power cut after which the operation journals'
+//! snapshots, renamed without fsync, reached the disk with their bytes while the journals'
+//! unsynced tails did not (a snapshot ahead of its journal). The restart then runs the real store code alone: `load_view`;
 //! where it reports `control_epoch_unconfirmed` or `control_wal_corrupt`, the owner's
 //! `Store::repair`; `load_view` again; and the gate's decision for the e0 token.
 
@@ -35,15 +37,26 @@ pub enum Crash {
     TornHalf,
     /// Power cut after each unsynced tail reached the disk up to its first newline.
     TornLine,
+    /// Power cut after the renames of the operation journals' open-set snapshots
+    /// (`ops/*.open.json`, written without fsync) reached the disk with their bytes, while
+    /// every file's unsynced tail — a journal's included — did not: a snapshot newer than its
+    /// journal's durable end.
+    SnapshotAhead,
+}
+
+/// The names [`Crash::SnapshotAhead`] keeps ahead of their directory's fsync.
+fn snapshot_ahead(name: &str) -> bool {
+    name.ends_with(stopline_store::ops_snapshot::SNAPSHOT_SUFFIX)
 }
 
 impl Crash {
-    /// All four.
-    pub const ALL: [Crash; 4] = [
+    /// All five.
+    pub const ALL: [Crash; 5] = [
         Crash::PowerCut,
         Crash::Kill,
         Crash::TornHalf,
         Crash::TornLine,
+        Crash::SnapshotAhead,
     ];
 
     /// For traces.
@@ -53,6 +66,9 @@ impl Crash {
             Crash::Kill => "all processes killed",
             Crash::TornHalf => "power cut, unsynced tails half written",
             Crash::TornLine => "power cut, unsynced tails written to their first newline",
+            Crash::SnapshotAhead => {
+                "power cut, journal snapshots renamed ahead of the journals' unsynced tails"
+            }
         }
     }
 
@@ -63,7 +79,7 @@ impl Crash {
             (l.len() > d.len() && l.starts_with(d)).then(|| &l[d.len()..])
         }
         match self {
-            Crash::PowerCut | Crash::Kill => |_, _| None,
+            Crash::PowerCut | Crash::Kill | Crash::SnapshotAhead => |_, _| None,
             Crash::TornHalf => |l, d| tail(l, d).map(|t| t.len() / 2).filter(|&k| k > 0),
             Crash::TornLine => |l, d| tail(l, d)?.iter().position(|&b| b == b'\n').map(|i| i + 1),
         }
@@ -71,7 +87,7 @@ impl Crash {
 
     /// The digests of the disks every crash leaves of `fs` (in [`Crash::ALL`] order), private
     /// names left out.
-    pub fn digests(fs: &FsState, private: &Private) -> [u128; 4] {
+    pub fn digests(fs: &FsState, private: &Private) -> [u128; 5] {
         let (power, half, line) = (
             Crash::PowerCut.cut(),
             Crash::TornHalf.cut(),
@@ -80,7 +96,12 @@ impl Crash {
         let cuts = [View::Cut(&power), View::Cut(&half), View::Cut(&line)];
         let cut = fs.digests(&cuts, Some(private));
         let kill = fs.digest(View::Live, Some(private));
-        [cut[0], kill, cut[1], cut[2]]
+        // The snapshot image, when it differs from the power cut's, is keyed by its own disk
+        // (every file of it as durable as it is live).
+        let ahead = fs
+            .power_cut_ahead(&snapshot_ahead)
+            .map_or(cut[0], |image| image.digest(View::Live, Some(private)));
+        [cut[0], kill, cut[1], cut[2], ahead]
     }
 
     /// The disk image this crash leaves of `fs`.
@@ -89,6 +110,11 @@ impl Crash {
             let mut image = fs.clone();
             image.drop_processes();
             return image;
+        }
+        if self == Crash::SnapshotAhead {
+            if let Some(image) = fs.power_cut_ahead(&snapshot_ahead) {
+                return image;
+            }
         }
         let cut = self.cut();
         fs.power_cut(&|live, durable| match cut(live, durable) {

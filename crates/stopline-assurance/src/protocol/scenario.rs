@@ -74,6 +74,9 @@ pub struct Scenario {
     pub live_spend_writer: Option<usize>,
     /// The racing stores' `[retention] spend_journal_bytes` (`None`: the default).
     pub spend_rewrite_bytes: Option<u64>,
+    /// The racing stores' bytes between two rewrites of a journal's open-set snapshot by its
+    /// own writer (`Store::with_ops_snapshot_every`; `None`: the default, never reached).
+    pub ops_snapshot_every: Option<u64>,
 }
 
 struct Setup {
@@ -211,6 +214,7 @@ impl Setup {
             live_workers: Vec::new(),
             live_spend_writer: None,
             spend_rewrite_bytes: None,
+            ops_snapshot_every: None,
         }
     }
 }
@@ -368,6 +372,7 @@ pub fn operations() -> Vec<Scenario> {
         out.push(s.finish(name, title, racers, later, None));
     }
     out.push(op_compaction());
+    out.push(op_writer_snapshot());
     out.push(op_archive());
     let s = Setup::new();
     let racers = vec![
@@ -409,6 +414,34 @@ pub fn op_compaction() -> Scenario {
         SETUP_MS + 60_000,
         None,
     )
+}
+
+/// The journal's writer rewrites its open-set snapshot after every batch, from the open set
+/// it keeps in memory and without fsync (`ops_open_set.rs`), while a gateway's upkeep rewrites
+/// it from a read of the journal: a tool call by `worker` (a sub-agent of `lead`) raced by the
+/// upkeep, crashed at every step of both — a power cut may keep a snapshot renamed after the
+/// journal's last fsync while the journal loses its unsynced tail (`Crash::SnapshotAhead`).
+/// Whatever snapshot survives, an operation whose outcome was never recorded stays in doubt
+/// and blocks its agent, and one whose outcome was recorded never does.
+pub fn op_writer_snapshot() -> Scenario {
+    let racers = vec![
+        ProcSpec::Operation {
+            target: "mcp:s:write".into(),
+            agent: "worker".into(),
+            root: "lead".into(),
+            answer: OpAnswer::Committed,
+        },
+        ProcSpec::CompactOps,
+    ];
+    let mut scenario = Setup::new().finish(
+        "op-writer-snapshot",
+        "a tool call whose writer snapshots its open set after every batch, raced by the upkeep, crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    );
+    scenario.ops_snapshot_every = Some(1);
+    scenario
 }
 
 /// A gone gateway's journal with an operation in doubt, archived by two gateways' upkeep at

@@ -4,7 +4,7 @@
 //! nothing); else if a process's next step is invisible (`visibility.rs`), it takes it (no
 //! choice); else every process whose next step is enabled is a branch, and so is killing each
 //! started process that is not a gate (the machine keeps running; its locks are released).
-//! Every state whose disk or returned facts changed is crashed four ways and restarted
+//! Every state whose disk or returned facts changed is crashed five ways and restarted
 //! (`crash_check.rs`), and the restart's observation is judged against every process that had
 //! returned. Observations are also judged when a racing gate returns, when a recovery returns
 //! `recovered: true`, and when every process has finished. States are identified by the
@@ -56,6 +56,7 @@ impl<'a> Search<'a> {
             now_ms: scenario.now_ms,
             live_spend_writer: scenario.live_spend_writer,
             spend_rewrite_bytes: scenario.spend_rewrite_bytes,
+            ops_snapshot_every: scenario.ops_snapshot_every,
             #[cfg(feature = "planted-bugs")]
             planted: options.planted,
         };

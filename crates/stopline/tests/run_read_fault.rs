@@ -286,10 +286,6 @@ fn a_latch_entry_too_slow_to_read_freezes_the_agent_and_does_not_kill_it() {
     assert_eq!(code, 0, "{stderr}");
 }
 
-/// A read that cannot finish because a writer stopped (SIGSTOP) while it holds the WAL's lock is
-/// the same fault (SPEC §12.1): the lock is bounded and its holder seen stopped, and the agent is
-/// frozen, not killed. Here a `stopline disengage` of another scope parks itself in its WAL
-/// append (`disengage.wal.write=stop_if:`), under the exclusive lock.
 /// A process this test stopped: resumed and killed if the test ends before it resumes it.
 struct Parked(std::process::Child);
 
@@ -304,6 +300,10 @@ impl Drop for Parked {
     }
 }
 
+/// A read that cannot finish because a writer stopped (SIGSTOP) while it holds the WAL's lock is
+/// the same fault (SPEC §12.1): the lock is bounded and its holder seen stopped, and the agent is
+/// frozen, not killed. Here a `stopline disengage` of another scope parks itself in its WAL
+/// append (`disengage.wal.write=stop_if:`), under the exclusive lock.
 #[test]
 fn a_lock_held_by_a_stopped_writer_freezes_the_agent() {
     let home = Home::new();

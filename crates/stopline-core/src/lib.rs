@@ -14,6 +14,7 @@ pub mod budget;
 pub mod call;
 pub mod epoch;
 pub mod evidence;
+pub mod failpoints;
 pub mod fourmode;
 pub mod latch;
 pub mod ops;

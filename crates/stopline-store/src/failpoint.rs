@@ -32,12 +32,7 @@ fn armed() -> &'static [(String, String)] {
     use std::sync::OnceLock;
     static ARMED: OnceLock<Vec<(String, String)>> = OnceLock::new();
     ARMED.get_or_init(|| {
-        std::env::var("STOPLINE_FAILPOINTS")
-            .unwrap_or_default()
-            .split(';')
-            .filter_map(|pair| pair.split_once('='))
-            .map(|(n, a)| (n.trim().to_string(), a.trim().to_string()))
-            .collect()
+        stopline_core::failpoints::parse(&std::env::var("STOPLINE_FAILPOINTS").unwrap_or_default())
     })
 }
 

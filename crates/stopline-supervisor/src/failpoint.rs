@@ -1,7 +1,8 @@
 //! Named failpoints of the supervisor, for fault-injection tests: the store's
 //! `STOPLINE_FAILPOINTS="name=action;…"` (see `stopline_store::failpoint`), read by this crate
-//! too, which does not depend on the store. Actions: `error` (an I/O error) and `emfile` (the
-//! error `inotify_init1` gives when the user's `max_user_instances` is used up).
+//! too, which does not depend on the store; both parse it with `stopline_core::failpoints`.
+//! Actions: `error` (an I/O error) and `emfile` (the error `inotify_init1` gives when the user's
+//! `max_user_instances` is used up).
 //!
 //! Compiled only with the `failpoints` feature; without it `hit` is an inlined `Ok(())`. A
 //! failpoint must never change behaviour when it is not armed.
@@ -14,12 +15,7 @@ pub fn hit(name: &str) -> io::Result<()> {
     use std::sync::OnceLock;
     static ARMED: OnceLock<Vec<(String, String)>> = OnceLock::new();
     let armed = ARMED.get_or_init(|| {
-        std::env::var("STOPLINE_FAILPOINTS")
-            .unwrap_or_default()
-            .split(';')
-            .filter_map(|pair| pair.split_once('='))
-            .map(|(n, a)| (n.trim().to_string(), a.trim().to_string()))
-            .collect()
+        stopline_core::failpoints::parse(&std::env::var("STOPLINE_FAILPOINTS").unwrap_or_default())
     });
     match armed
         .iter()

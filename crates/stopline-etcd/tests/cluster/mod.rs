@@ -31,11 +31,45 @@ pub struct Cluster {
     initial: String,
 }
 
+/// The lowest port a member may be given.
+const LOWEST_PORT: u16 = 10_000;
+
+/// A port for a member to listen on, free now: picked at random *below* the kernel's ephemeral
+/// range (`/proc/sys/net/ipv4/ip_local_port_range`). A port from `bind(127.0.0.1:0)` was free
+/// only until it was closed: before etcd bound it, another test's `bind(…:0)` or outgoing
+/// connection could take it, and etcd exited at start (`bind: address already in use`), which
+/// read as "did not start" 20 s later. Below the range the kernel hands out nothing on its own.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral port")
+    use std::hash::{BuildHasher, Hasher};
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .expect("the kernel's ephemeral port range");
+    let ephemeral_low: u16 = range
+        .split_whitespace()
+        .next()
+        .and_then(|low| low.parse().ok())
+        .expect("the ephemeral range's low end");
+    assert!(
+        ephemeral_low > LOWEST_PORT + 1000,
+        "no room below the ephemeral range {range:?} for etcd members"
+    );
+    // Random keys per call (the standard library seeds them from the OS); the attempt varies
+    // the port when one is busy.
+    let random = std::collections::hash_map::RandomState::new();
+    for attempt in 0u32.. {
+        let mut hasher = random.build_hasher();
+        hasher.write_u32(attempt);
+        let port = LOWEST_PORT + (hasher.finish() % u64::from(ephemeral_low - LOWEST_PORT)) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    unreachable!("a free port below the ephemeral range")
+}
+
+/// How a member's start ended, when it ended before the cluster was ready.
+enum Exited {
+    /// Its port was taken between the choice and its bind (by another test picking the same).
+    PortTaken,
 }
 
 impl Cluster {
@@ -45,6 +79,19 @@ impl Cluster {
             std::path::Path::new(ETCD).exists(),
             "{ETCD} is missing: install Debian's etcd-server (scripts/setup-test-deps.sh)"
         );
+        // A port taken between its choice and etcd's bind ends that start at once; the next
+        // start has new ports. Any other exit fails the test with the member's log.
+        for _ in 0..3 {
+            let mut cluster = Cluster::spawn_all(n);
+            match cluster.try_wait_ready(Duration::from_secs(20)) {
+                Ok(()) => return cluster,
+                Err(Exited::PortTaken) => continue,
+            }
+        }
+        panic!("three starts of etcd each found a port of theirs taken");
+    }
+
+    fn spawn_all(n: usize) -> Cluster {
         let dir = tempfile::tempdir().expect("a temp dir");
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
@@ -68,7 +115,6 @@ impl Cluster {
         for i in 0..n {
             cluster.spawn(i);
         }
-        cluster.wait_ready(Duration::from_secs(20));
         cluster
     }
 
@@ -129,10 +175,32 @@ impl Cluster {
     }
 
     /// Wait until every running member accepts connections and the cluster has a leader.
-    pub fn wait_ready(&self, limit: Duration) {
+    pub fn wait_ready(&mut self, limit: Duration) {
+        if let Err(Exited::PortTaken) = self.try_wait_ready(limit) {
+            panic!("a port of a restarted etcd member was taken while it was down");
+        }
+    }
+
+    /// [`Cluster::wait_ready`], returning early when a member exited because a port of its was
+    /// taken; a member that exited for any other reason fails the test with its log.
+    fn try_wait_ready(&mut self, limit: Duration) -> Result<(), Exited> {
         let deadline = Instant::now() + limit;
-        for m in self.members.iter().filter(|m| m.child.is_some()) {
+        for m in self.members.iter_mut().filter(|m| m.child.is_some()) {
             while TcpStream::connect(("127.0.0.1", m.client_port)).is_err() {
+                if let Some(status) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                    m.child = None;
+                    let log = std::fs::read_to_string(format!("{}.log", m.data.display()))
+                        .unwrap_or_default();
+                    if log.contains("bind: address already in use") {
+                        return Err(Exited::PortTaken);
+                    }
+                    let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                    panic!(
+                        "etcd member {} exited at start ({status}); the end of its log:\n{}",
+                        m.name,
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    );
+                }
                 assert!(
                     Instant::now() < deadline,
                     "etcd member {} did not start",
@@ -151,6 +219,7 @@ impl Cluster {
             assert!(Instant::now() < deadline, "the etcd cluster has no leader");
             std::thread::sleep(Duration::from_millis(50));
         }
+        Ok(())
     }
 
     /// Kill member `i` (SIGKILL, by pid) and reap it.

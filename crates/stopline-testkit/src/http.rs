@@ -234,9 +234,46 @@ fn chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// A free loopback port (bound, then released).
+/// The lowest port [`free_port`] gives.
+const LOWEST_PORT: u16 = 10_000;
+
+/// A loopback port free now, for a server another process or a later call will bind: picked at
+/// random *below* the kernel's ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`).
+///
+/// A port from `bind(127.0.0.1:0)` is free only until it is released: before the server bound
+/// it, another test's `bind(…:0)` or outgoing loopback connection could take it, and the server
+/// failed to start (an etcd member, a document's `stopline serve`: clean-clone suite runs on
+/// 2026-12-04 and 2026-12-05). Below the range the kernel hands out nothing by itself; only
+/// another explicit choice like this one can take the port, at random among ≈ 20 000.
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    use std::hash::{BuildHasher, Hasher};
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")?;
+    let ephemeral_low = range
+        .split_whitespace()
+        .next()
+        .and_then(|low| low.parse::<u16>().ok())
+        .filter(|low| *low > LOWEST_PORT + 1000)
+        .ok_or_else(|| {
+            std::io::Error::other(format!(
+                "no room below the ephemeral port range {:?} (from {LOWEST_PORT})",
+                range.trim()
+            ))
+        })?;
+    // Random keys per call (the standard library seeds them from the OS); the attempt varies
+    // the port when one is busy.
+    let random = std::collections::hash_map::RandomState::new();
+    for attempt in 0u32..4096 {
+        let mut hasher = random.build_hasher();
+        hasher.write_u32(attempt);
+        let span = u64::from(ephemeral_low - LOWEST_PORT);
+        let port = LOWEST_PORT + (hasher.finish() % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "no free loopback port in {LOWEST_PORT}..{ephemeral_low}"
+    )))
 }
 
 #[cfg(test)]
@@ -288,6 +325,22 @@ mod tests {
         assert_eq!(reply.status, 200);
         assert_eq!(reply.failure, Some(Failure::Body));
         assert!(reply.body.starts_with("hello"), "{reply:?}");
+    }
+
+    #[test]
+    fn a_free_port_is_below_the_ephemeral_range_bindable_and_drawn_at_random() {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+        let low: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+        let ports: std::collections::BTreeSet<u16> =
+            (0..20).map(|_| free_port().unwrap()).collect();
+        for port in &ports {
+            assert!(
+                (LOWEST_PORT..low).contains(port),
+                "{port} against {range:?}"
+            );
+            TcpListener::bind(("127.0.0.1", *port)).unwrap();
+        }
+        assert!(ports.len() > 15, "20 draws gave {ports:?}");
     }
 
     #[test]

@@ -178,31 +178,10 @@ fn expect_exits(block: &Block) -> String {
     out.join("\n")
 }
 
-/// A port that is free now, chosen *below* the kernel's ephemeral range (32768–60999 here).
-/// The document's own process binds it later, so a port from that range (what binding port 0
-/// gives) could meanwhile become the local end of any other test's outgoing loopback
-/// connection: a `stopline serve` of the document then failed to bind, and the document's
-/// `until curl …/healthz` waited out the whole timeout (a clean-clone suite run, 2026-12-04).
-/// Below the range only another explicit choice like this one can take it.
+/// A loopback port free now, below the kernel's ephemeral range: the document's own process binds
+/// it later (`stopline_testkit::http::free_port` says why the range matters).
 fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static DRAWS: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64;
-    let mut state = (u64::from(std::process::id()) << 32) ^ nanos;
-    for _ in 0..4096 {
-        state = state
-            .wrapping_add(DRAWS.fetch_add(1, Ordering::Relaxed))
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let port = 20000 + ((state >> 33) % 12000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in 20000-31999");
+    stopline_testkit::http::free_port().expect("a free loopback port")
 }
 
 /// A child killed with its whole process group when dropped.

@@ -7,7 +7,7 @@
 //! exist: without it these tests fail, they never skip.
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,39 +31,11 @@ pub struct Cluster {
     initial: String,
 }
 
-/// The lowest port a member may be given.
-const LOWEST_PORT: u16 = 10_000;
-
-/// A port for a member to listen on, free now: picked at random *below* the kernel's ephemeral
-/// range (`/proc/sys/net/ipv4/ip_local_port_range`). A port from `bind(127.0.0.1:0)` was free
-/// only until it was closed: before etcd bound it, another test's `bind(…:0)` or outgoing
-/// connection could take it, and etcd exited at start (`bind: address already in use`), which
-/// read as "did not start" 20 s later. Below the range the kernel hands out nothing on its own.
+/// A port for a member, free now and below the kernel's ephemeral range, so that no other
+/// test's `bind(…:0)` or outgoing connection takes it before etcd binds it (which made etcd exit
+/// at start, `bind: address already in use`, and read as "did not start" 20 s later).
 fn free_port() -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .expect("the kernel's ephemeral port range");
-    let ephemeral_low: u16 = range
-        .split_whitespace()
-        .next()
-        .and_then(|low| low.parse().ok())
-        .expect("the ephemeral range's low end");
-    assert!(
-        ephemeral_low > LOWEST_PORT + 1000,
-        "no room below the ephemeral range {range:?} for etcd members"
-    );
-    // Random keys per call (the standard library seeds them from the OS); the attempt varies
-    // the port when one is busy.
-    let random = std::collections::hash_map::RandomState::new();
-    for attempt in 0u32.. {
-        let mut hasher = random.build_hasher();
-        hasher.write_u32(attempt);
-        let port = LOWEST_PORT + (hasher.finish() % u64::from(ephemeral_low - LOWEST_PORT)) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    unreachable!("a free port below the ephemeral range")
+    stopline_testkit::http::free_port().expect("a free loopback port")
 }
 
 /// How a member's start ended, when it ended before the cluster was ready.

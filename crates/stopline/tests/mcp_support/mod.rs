@@ -66,13 +66,9 @@ impl Drop for Proc {
     }
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A loopback port free now, below the ephemeral range (`stopline_testkit::http::free_port`).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    stopline_testkit::http::free_port().expect("a free loopback port")
 }
 
 /// Wait until `port` accepts connections.

@@ -47,7 +47,10 @@ pub fn everything() -> PathBuf {
     entry
 }
 
-/// A child process stopped by pid (SIGKILL, then reaped) when dropped.
+/// A child process stopped by pid (SIGKILL, then reaped) when dropped, and its descendants with
+/// it: a stdio client's proxy and the server it wraps end on their own when the client goes
+/// (the proxy ends its server), which took longer than the test itself, so they outlived it
+/// holding its output (nextest's LEAK). They get 5 s to end, then SIGKILL by pid.
 pub struct Proc {
     pub child: Child,
     pub name: &'static str,
@@ -61,8 +64,23 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let mut descendants = Vec::new();
+        let mut next = vec![self.child.id()];
+        while let Some(pid) = next.pop() {
+            let children = children_of(pid);
+            descendants.extend(&children);
+            next.extend(children);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        eventually(Duration::from_secs(5), || {
+            descendants.iter().all(|pid| !alive(*pid))
+        });
+        for pid in descendants.into_iter().filter(|pid| alive(*pid)) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
     }
 }
 

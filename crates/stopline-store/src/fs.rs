@@ -229,6 +229,32 @@ pub struct RealFs;
 struct FlockGuard(#[allow(dead_code)] File);
 impl LockGuard for FlockGuard {}
 
+/// [`Fs::append`] on the real filesystem; with `end`, also where the file ended just after
+/// `bytes` ([`Fs::append_end`]): one lseek(SEEK_CUR), since after an `O_APPEND` write the
+/// offset is just past what it wrote. Plain appends skip that syscall.
+fn append_file(
+    path: &Path,
+    bytes: &[u8],
+    sync: bool,
+    fp: &str,
+    end: bool,
+) -> io::Result<Option<u64>> {
+    use std::io::Seek;
+    failpoint::hit(&format!("{fp}.write"))?;
+    let mut file = open_0600(path, true, false)?;
+    file.write_all(bytes)?;
+    let end = if end {
+        Some(file.stream_position()?)
+    } else {
+        None
+    };
+    if sync {
+        failpoint::hit(&format!("{fp}.fsync"))?;
+        file.sync_data()?;
+    }
+    Ok(end)
+}
+
 fn open_0600(path: &Path, append: bool, create_new: bool) -> io::Result<File> {
     let mut options = OpenOptions::new();
     options.write(true).mode(0o600);
@@ -254,14 +280,7 @@ impl Fs for RealFs {
     }
 
     fn append(&self, path: &Path, bytes: &[u8], sync: bool, fp: &str) -> io::Result<()> {
-        failpoint::hit(&format!("{fp}.write"))?;
-        let mut file = open_0600(path, true, false)?;
-        file.write_all(bytes)?;
-        if sync {
-            failpoint::hit(&format!("{fp}.fsync"))?;
-            file.sync_data()?;
-        }
-        Ok(())
+        append_file(path, bytes, sync, fp, false).map(|_| ())
     }
 
     fn append_end(
@@ -271,17 +290,7 @@ impl Fs for RealFs {
         sync: bool,
         fp: &str,
     ) -> io::Result<Option<u64>> {
-        use std::io::Seek;
-        failpoint::hit(&format!("{fp}.write"))?;
-        let mut file = open_0600(path, true, false)?;
-        file.write_all(bytes)?;
-        // One lseek(SEEK_CUR): after an O_APPEND write the offset is just past what it wrote.
-        let end = file.stream_position()?;
-        if sync {
-            failpoint::hit(&format!("{fp}.fsync"))?;
-            file.sync_data()?;
-        }
-        Ok(Some(end))
+        append_file(path, bytes, sync, fp, true)
     }
 
     fn sync_dir(&self, dir: &Path, fp: &str) -> io::Result<()> {

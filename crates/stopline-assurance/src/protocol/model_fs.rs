@@ -92,24 +92,7 @@ impl<S: Step> Fs for ModelFs<S> {
     }
 
     fn append(&self, path: &Path, bytes: &[u8], sync: bool, fp: &str) -> io::Result<()> {
-        let (path, handle) = (owned(path), self.handle());
-        let bytes = Blob::new(bytes.to_vec());
-        let write = format!("{fp}.write");
-        self.unit(Op::Append {
-            path: path.clone(),
-            handle,
-            bytes,
-            sync,
-            fp: write,
-        })?;
-        if sync {
-            self.unit(Op::AppendFsync {
-                path,
-                handle,
-                fp: format!("{fp}.fsync"),
-            })?;
-        }
-        Ok(())
+        self.append_end(path, bytes, sync, fp).map(|_| ())
     }
 
     fn append_end(

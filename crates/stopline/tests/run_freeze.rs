@@ -8,40 +8,14 @@ use run_support::*;
 use std::time::Duration;
 use util::Home;
 
-const COUNTING_AGENT: &str = r#"
-sleep 1000 &
-echo $! > "$OUT/child"
-i=0
-while :; do
-  i=$((i+1))
-  echo $i > "$OUT/counter.tmp" && mv "$OUT/counter.tmp" "$OUT/counter"
-  [ -e "$OUT/finish" ] && { kill $(cat "$OUT/child"); wait; exit 0; }
-  sleep 0.02
-done
-"#;
-
 #[test]
 fn a_pause_freezes_the_group_and_disengage_thaws_it() {
     let home = Home::new();
     let gateway = TestGateway::start();
     let run = run_id("freeze");
-    let card = write_card(&home, &card(&run, "agent-p"));
     let out = open_dir("stopline-run-freeze-");
-    let mut running = start_run_env(
-        &home,
-        &card,
-        &["--unconfined", "--gateway", &gateway.url()],
-        out.path(),
-        COUNTING_AGENT,
-        &[("OUT", out.path().to_str().unwrap())],
-    );
-    wait_for("the counter to move", Duration::from_secs(20), || {
-        (counter(out.path()) > 3).then_some(())
-    });
-    let child = pids_in(&out.path().join("child"))[0];
-    let root = running.await_state(&home, &run, "agent-p", "running")["pid"]
-        .as_u64()
-        .unwrap() as u32;
+    let (mut running, root, child) =
+        start_counting(&home, &gateway, &run, "agent-p", out.path(), &[]);
 
     home.engage(&format!("run:{run}"), "halt-noncritical");
     let frozen = running.await_state(&home, &run, "agent-p", "frozen");
@@ -108,25 +82,17 @@ fn a_pause_lifted_between_the_supervisors_listing_and_its_read_thaws_and_never_k
     let home = Home::new();
     let gateway = TestGateway::start();
     let run = run_id("freeze-listed");
-    let card = write_card(&home, &card(&run, "agent-l"));
     let out = open_dir("stopline-run-freeze-listed-");
     let park = home.dir.path().join("park-after-listing");
     let failpoints = format!("latches.listed=stop_if:{}", park.display());
-    let mut running = start_run_env(
+    let (mut running, _, _) = start_counting(
         &home,
-        &card,
-        &["--unconfined", "--gateway", &gateway.url()],
+        &gateway,
+        &run,
+        "agent-l",
         out.path(),
-        COUNTING_AGENT,
-        &[
-            ("OUT", out.path().to_str().unwrap()),
-            ("STOPLINE_FAILPOINTS", &failpoints),
-        ],
+        &[("STOPLINE_FAILPOINTS", &failpoints)],
     );
-    wait_for("the counter to move", Duration::from_secs(20), || {
-        (counter(out.path()) > 3).then_some(())
-    });
-    running.await_state(&home, &run, "agent-l", "running");
     home.engage(&format!("run:{run}"), "halt-noncritical");
     running.await_state(&home, &run, "agent-l", "frozen");
 

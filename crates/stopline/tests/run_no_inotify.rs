@@ -16,17 +16,6 @@ use run_support::*;
 use std::time::Duration;
 use util::Home;
 
-const COUNTING_AGENT: &str = r#"
-sleep 1000 &
-echo $! > "$OUT/child"
-i=0
-while :; do
-  i=$((i+1))
-  echo $i > "$OUT/counter.tmp" && mv "$OUT/counter.tmp" "$OUT/counter"
-  sleep 0.02
-done
-"#;
-
 fn events(cgroup: &str) -> String {
     std::fs::read_to_string(format!("{cgroup}/cgroup.events")).unwrap()
 }
@@ -36,27 +25,18 @@ fn without_inotify_a_freeze_and_a_kill_are_still_confirmed() {
     let home = Home::new();
     let gateway = TestGateway::start();
     let run = run_id("no-inotify");
-    let card = write_card(&home, &card(&run, "agent-n"));
     let out = open_dir("stopline-run-no-inotify-");
-    let mut running = start_run_env(
+    let (mut running, root, child) = start_counting(
         &home,
-        &card,
-        &["--unconfined", "--gateway", &gateway.url()],
+        &gateway,
+        &run,
+        "agent-n",
         out.path(),
-        COUNTING_AGENT,
         &[
-            ("OUT", out.path().to_str().unwrap()),
             ("STOPLINE_FAILPOINTS", "supervisor.events.inotify=emfile"),
             ("STOPLINE_LOG", "warn"),
         ],
     );
-    wait_for("the counter to move", Duration::from_secs(20), || {
-        (counter(out.path()) > 3).then_some(())
-    });
-    let child = pids_in(&out.path().join("child"))[0];
-    let root = running.await_state(&home, &run, "agent-n", "running")["pid"]
-        .as_u64()
-        .unwrap() as u32;
 
     home.engage(&format!("run:{run}"), "halt-noncritical");
     let frozen = running.await_state(&home, &run, "agent-n", "frozen");

@@ -17,18 +17,6 @@ use run_support::*;
 use std::time::Duration;
 use util::Home;
 
-const COUNTING_AGENT: &str = r#"
-sleep 1000 &
-echo $! > "$OUT/child"
-i=0
-while :; do
-  i=$((i+1))
-  echo $i > "$OUT/counter.tmp" && mv "$OUT/counter.tmp" "$OUT/counter"
-  [ -e "$OUT/finish" ] && { kill $(cat "$OUT/child"); wait; exit 0; }
-  sleep 0.02
-done
-"#;
-
 fn group_frozen(cgroup: &str) -> bool {
     std::fs::read_to_string(format!("{cgroup}/cgroup.events"))
         .unwrap()
@@ -46,39 +34,18 @@ fn latches_by(home: &Home, by: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-#[test]
-fn a_read_that_times_out_freezes_the_agent_and_only_a_disengage_thaws_it() {
-    let home = Home::new();
-    home.run(&["init"]).assert_ok();
-    std::fs::write(home.file("config.toml"), "read_timeout_ms = 300\n").unwrap();
-    let gateway = TestGateway::start();
-    let run = run_id("read-fault");
-    let card = write_card(&home, &card(&run, "agent-r"));
-    let out = open_dir("stopline-run-read-fault-");
-    let hold = home.dir.path().join("hold-the-read");
-    let failpoints = format!("view.locked=hold_if:{}", hold.display());
-    let mut running = start_run_env(
-        &home,
-        &card,
-        &["--unconfined", "--gateway", &gateway.url()],
-        out.path(),
-        COUNTING_AGENT,
-        &[
-            ("OUT", out.path().to_str().unwrap()),
-            ("STOPLINE_FAILPOINTS", &failpoints),
-        ],
-    );
-    wait_for("the counter to move", Duration::from_secs(20), || {
-        (counter(out.path()) > 3).then_some(())
-    });
-    let child = pids_in(&out.path().join("child"))[0];
-    let root = running.await_state(&home, &run, "agent-r", "running")["pid"]
-        .as_u64()
-        .unwrap() as u32;
-
-    // From now on every whole read of the control state hangs.
-    std::fs::write(&hold, b"").unwrap();
-    let frozen = running.await_state(&home, &run, "agent-r", "frozen");
+/// Wait until `agent` of `run` is frozen for a read fault and the freeze is held: not killed
+/// (no `kill_issued_at`), its cause a `control_io` read timeout, its group frozen, its root and
+/// child alive, and the supervisor's own `run:` latch at halt-noncritical in `latches/`. Returns
+/// the frozen registration.
+fn await_read_fault_freeze(
+    running: &mut RunningRun,
+    home: &Home,
+    run: &str,
+    agent: &str,
+    (root, child): (u32, u32),
+) -> serde_json::Value {
+    let frozen = running.await_state(home, run, agent, "frozen");
     assert_eq!(
         frozen["kill_issued_at"],
         serde_json::Value::Null,
@@ -92,16 +59,41 @@ fn a_read_that_times_out_freezes_the_agent_and_only_a_disengage_thaws_it() {
         is_alive(root) && is_alive(child),
         "a read fault freezes; it does not kill"
     );
-    let held = counter(out.path());
-
     // The freeze is made durable: a run latch at halt-noncritical, by the supervisor.
     let latch = wait_for(
         "the supervisor's latch for the read fault",
         Duration::from_secs(20),
-        || latches_by(&home, "supervisor:read_fault").pop(),
+        || latches_by(home, "supervisor:read_fault").pop(),
     );
     assert_eq!(latch["scope"], format!("run:{run}"), "{latch}");
     assert_eq!(latch["level"], "halt-noncritical", "{latch}");
+    frozen
+}
+
+#[test]
+fn a_read_that_times_out_freezes_the_agent_and_only_a_disengage_thaws_it() {
+    let home = Home::new();
+    home.run(&["init"]).assert_ok();
+    std::fs::write(home.file("config.toml"), "read_timeout_ms = 300\n").unwrap();
+    let gateway = TestGateway::start();
+    let run = run_id("read-fault");
+    let out = open_dir("stopline-run-read-fault-");
+    let hold = home.dir.path().join("hold-the-read");
+    let failpoints = format!("view.locked=hold_if:{}", hold.display());
+    let (mut running, root, child) = start_counting(
+        &home,
+        &gateway,
+        &run,
+        "agent-r",
+        out.path(),
+        &[("STOPLINE_FAILPOINTS", &failpoints)],
+    );
+
+    // From now on every whole read of the control state hangs.
+    std::fs::write(&hold, b"").unwrap();
+    let frozen = await_read_fault_freeze(&mut running, &home, &run, "agent-r", (root, child));
+    let cgroup = frozen["cgroup"].as_str().unwrap().to_string();
+    let held = counter(out.path());
 
     // The reads succeed again. The first whole read after the latch landed hands the freeze to
     // it (the registration no longer names the fault): the agent stays frozen, nothing thaws it
@@ -149,26 +141,17 @@ fn an_emergency_kills_an_agent_frozen_for_a_read_fault() {
     std::fs::write(home.file("config.toml"), "read_timeout_ms = 300\n").unwrap();
     let gateway = TestGateway::start();
     let run = run_id("read-fault-kill");
-    let card = write_card(&home, &card(&run, "agent-k"));
     let out = open_dir("stopline-run-read-fault-kill-");
     let hold = home.dir.path().join("hold-the-read");
     let failpoints = format!("view.locked=hold_if:{}", hold.display());
-    let mut running = start_run_env(
+    let (mut running, _, child) = start_counting(
         &home,
-        &card,
-        &["--unconfined", "--gateway", &gateway.url()],
+        &gateway,
+        &run,
+        "agent-k",
         out.path(),
-        COUNTING_AGENT,
-        &[
-            ("OUT", out.path().to_str().unwrap()),
-            ("STOPLINE_FAILPOINTS", &failpoints),
-        ],
+        &[("STOPLINE_FAILPOINTS", &failpoints)],
     );
-    wait_for("the counter to move", Duration::from_secs(20), || {
-        (counter(out.path()) > 3).then_some(())
-    });
-    let child = pids_in(&out.path().join("child"))[0];
-    running.await_state(&home, &run, "agent-k", "running");
     std::fs::write(&hold, b"").unwrap();
     running.await_state(&home, &run, "agent-k", "frozen");
 
@@ -194,29 +177,18 @@ fn a_latch_entry_too_slow_to_read_freezes_the_agent_and_does_not_kill_it() {
     home.run(&["init"]).assert_ok();
     let gateway = TestGateway::start();
     let run = run_id("read-fault-slow");
-    let card = write_card(&home, &card(&run, "agent-s"));
     let out = open_dir("stopline-run-read-fault-slow-");
     let slow = "latch_51010e0000000001";
     let slow_path = home.file(&format!("latches/{slow}.json"));
     let failpoints = format!("fs.read=delay_if:1200:{}", slow_path.display());
-    let mut running = start_run_env(
+    let (mut running, root, child) = start_counting(
         &home,
-        &card,
-        &["--unconfined", "--gateway", &gateway.url()],
+        &gateway,
+        &run,
+        "agent-s",
         out.path(),
-        COUNTING_AGENT,
-        &[
-            ("OUT", out.path().to_str().unwrap()),
-            ("STOPLINE_FAILPOINTS", &failpoints),
-        ],
+        &[("STOPLINE_FAILPOINTS", &failpoints)],
     );
-    wait_for("the counter to move", Duration::from_secs(20), || {
-        (counter(out.path()) > 3).then_some(())
-    });
-    let child = pids_in(&out.path().join("child"))[0];
-    let root = running.await_state(&home, &run, "agent-s", "running")["pid"]
-        .as_u64()
-        .unwrap() as u32;
 
     // Another agent's pause, then the same latch under the slow name (as an engage whose WAL
     // record was deferred leaves one), put in place whole by a rename.
@@ -234,27 +206,7 @@ fn a_latch_entry_too_slow_to_read_freezes_the_agent_and_does_not_kill_it() {
     std::fs::write(&staged, renamed).unwrap();
     std::fs::rename(&staged, &slow_path).unwrap();
 
-    let frozen = running.await_state(&home, &run, "agent-s", "frozen");
-    assert_eq!(
-        frozen["kill_issued_at"],
-        serde_json::Value::Null,
-        "{frozen}"
-    );
-    assert_eq!(frozen["stop_cause"]["fault"], "read_timeout", "{frozen}");
-    assert_eq!(frozen["stop_cause"]["code"], "control_io", "{frozen}");
-    let cgroup = frozen["cgroup"].as_str().unwrap().to_string();
-    assert!(group_frozen(&cgroup), "the group is not frozen");
-    let latch = wait_for(
-        "the supervisor's latch for the read fault",
-        Duration::from_secs(20),
-        || latches_by(&home, "supervisor:read_fault").pop(),
-    );
-    assert_eq!(latch["scope"], format!("run:{run}"), "{latch}");
-    assert_eq!(latch["level"], "halt-noncritical", "{latch}");
-    assert!(
-        is_alive(root) && is_alive(child),
-        "a slow latch entry killed the agent"
-    );
+    await_read_fault_freeze(&mut running, &home, &run, "agent-s", (root, child));
 
     // The slow entry goes (the operator lifts the other agent's pause: the test's own reads are
     // not slowed); the agent stays frozen until the supervisor's latch is lifted.
@@ -310,23 +262,9 @@ fn a_lock_held_by_a_stopped_writer_freezes_the_agent() {
     home.run(&["init"]).assert_ok();
     let gateway = TestGateway::start();
     let run = run_id("read-fault-lock");
-    let card = write_card(&home, &card(&run, "agent-w"));
     let out = open_dir("stopline-run-read-fault-lock-");
-    let mut running = start_run_env(
-        &home,
-        &card,
-        &["--unconfined", "--gateway", &gateway.url()],
-        out.path(),
-        COUNTING_AGENT,
-        &[("OUT", out.path().to_str().unwrap())],
-    );
-    wait_for("the counter to move", Duration::from_secs(20), || {
-        (counter(out.path()) > 3).then_some(())
-    });
-    let child = pids_in(&out.path().join("child"))[0];
-    let root = running.await_state(&home, &run, "agent-w", "running")["pid"]
-        .as_u64()
-        .unwrap() as u32;
+    let (mut running, root, child) =
+        start_counting(&home, &gateway, &run, "agent-w", out.path(), &[]);
 
     home.engage("agent:someone-else", "halt-all");
     let park = home.dir.path().join("park-the-writer");
@@ -346,25 +284,7 @@ fn a_lock_held_by_a_stopped_writer_freezes_the_agent() {
     );
     let mut writer = Parked(writer.spawn().unwrap());
 
-    let frozen = running.await_state(&home, &run, "agent-w", "frozen");
-    assert_eq!(
-        frozen["kill_issued_at"],
-        serde_json::Value::Null,
-        "{frozen}"
-    );
-    assert_eq!(frozen["stop_cause"]["fault"], "read_timeout", "{frozen}");
-    let cgroup = frozen["cgroup"].as_str().unwrap().to_string();
-    assert!(group_frozen(&cgroup));
-    assert!(
-        is_alive(root) && is_alive(child),
-        "a stopped writer killed the agent"
-    );
-    let latch = wait_for(
-        "the supervisor's latch for the read fault",
-        Duration::from_secs(20),
-        || latches_by(&home, "supervisor:read_fault").pop(),
-    );
-    assert_eq!(latch["scope"], format!("run:{run}"), "{latch}");
+    await_read_fault_freeze(&mut running, &home, &run, "agent-w", (root, child));
 
     // The writer resumes and finishes; the agent stays frozen until its latch is lifted.
     std::fs::remove_file(&park).unwrap();

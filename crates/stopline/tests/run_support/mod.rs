@@ -314,6 +314,52 @@ pub fn read(dir: &Path, name: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// An agent that counts in `$OUT/counter` every 20 ms beside a child it started (`$OUT/child`),
+/// until `$OUT/finish` appears: whether it runs, is frozen or is gone shows in its count.
+pub const COUNTING_AGENT: &str = r#"
+sleep 1000 &
+echo $! > "$OUT/child"
+i=0
+while :; do
+  i=$((i+1))
+  echo $i > "$OUT/counter.tmp" && mv "$OUT/counter.tmp" "$OUT/counter"
+  [ -e "$OUT/finish" ] && { kill $(cat "$OUT/child"); wait; exit 0; }
+  sleep 0.02
+done
+"#;
+
+/// [`COUNTING_AGENT`] as `agent` of `run` (its card written here) under
+/// `stopline run --unconfined --gateway`, with `OUT` = `out` and `env` beside it, once it counts
+/// and is registered running: the run, its root's pid and its child's.
+pub fn start_counting(
+    home: &Home,
+    gateway: &TestGateway,
+    run: &str,
+    agent: &str,
+    out: &Path,
+    env: &[(&str, &str)],
+) -> (RunningRun, u32, u32) {
+    let card = write_card(home, &card(run, agent));
+    let mut with_out = vec![("OUT", out.to_str().unwrap())];
+    with_out.extend_from_slice(env);
+    let mut running = start_run_env(
+        home,
+        &card,
+        &["--unconfined", "--gateway", &gateway.url()],
+        out,
+        COUNTING_AGENT,
+        &with_out,
+    );
+    wait_for("the counter to move", Duration::from_secs(20), || {
+        (counter(out) > 3).then_some(())
+    });
+    let child = pids_in(&out.join("child"))[0];
+    let root = running.await_state(home, run, agent, "running")["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    (running, root, child)
+}
+
 /// The count a counting agent last wrote to `<out>/counter` (0 before its first).
 pub fn counter(out: &Path) -> u64 {
     read(out, "counter")

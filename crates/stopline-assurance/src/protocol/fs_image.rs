@@ -74,14 +74,7 @@ impl FsState {
     /// The state after a power cut: the tree along durable entries, each file's bytes chosen
     /// by `bytes(live, durable)` (normally the durable bytes; a torn write keeps more).
     pub fn power_cut(&self, bytes: &dyn Fn(&Blob, &Blob) -> Blob) -> FsState {
-        let mut out = FsState {
-            nodes: Vec::new(),
-            handles: BTreeMap::new(),
-            locks: BTreeMap::new(),
-        };
-        let mut map: HashMap<usize, usize> = HashMap::new();
-        self.rebuild(0, &mut out, &mut map, bytes);
-        out
+        self.cut(bytes, None)
     }
 
     /// The state after a power cut in which the live entries that `ahead` names reached the
@@ -101,28 +94,27 @@ impl FsState {
         if !differs {
             return None;
         }
+        Some(self.cut(&|_, durable| durable.clone(), Some(ahead)))
+    }
+
+    /// The tree rebuilt from the root along durable entries (and, with `ahead`, the live entries
+    /// it names), each file's bytes chosen by `bytes(live, durable)`.
+    fn cut(
+        &self,
+        bytes: &dyn Fn(&Blob, &Blob) -> Blob,
+        ahead: Option<&dyn Fn(&str) -> bool>,
+    ) -> FsState {
         let mut out = FsState {
             nodes: Vec::new(),
             handles: BTreeMap::new(),
             locks: BTreeMap::new(),
         };
         let mut map: HashMap<usize, usize> = HashMap::new();
-        let durable_bytes = |_: &Blob, durable: &Blob| durable.clone();
-        self.rebuild_ahead(0, &mut out, &mut map, &durable_bytes, Some(ahead));
-        Some(out)
+        self.rebuild(0, &mut out, &mut map, bytes, ahead);
+        out
     }
 
     fn rebuild(
-        &self,
-        ino: usize,
-        out: &mut FsState,
-        map: &mut HashMap<usize, usize>,
-        bytes: &dyn Fn(&Blob, &Blob) -> Blob,
-    ) -> usize {
-        self.rebuild_ahead(ino, out, map, bytes, None)
-    }
-
-    fn rebuild_ahead(
         &self,
         ino: usize,
         out: &mut FsState,
@@ -151,10 +143,7 @@ impl FsState {
                     .iter()
                     .filter(|(name, _)| !ahead.is_some_and(|ahead| ahead(name)))
                     .map(|(name, &child)| {
-                        (
-                            name.clone(),
-                            self.rebuild_ahead(child, out, map, bytes, ahead),
-                        )
+                        (name.clone(), self.rebuild(child, out, map, bytes, ahead))
                     })
                     .collect();
                 if let Some(ahead) = ahead {
@@ -166,7 +155,7 @@ impl FsState {
                                 live: live.clone(),
                                 durable: live.clone(),
                             }),
-                            Node::Dir { .. } => self.rebuild_ahead(child, out, map, bytes, None),
+                            Node::Dir { .. } => self.rebuild(child, out, map, bytes, None),
                         };
                         entries.insert(name.clone(), slot);
                     }

@@ -398,6 +398,14 @@ pub fn operations() -> Vec<Scenario> {
 /// snapshot folded away, an operation whose outcome was never recorded stays in doubt and keeps
 /// blocking its agent, and one whose outcome was recorded never does.
 pub fn op_compaction() -> Scenario {
+    tool_call_raced_by_upkeep(
+        "op-compaction",
+        "a tool call raced by the journal upkeep that snapshots its open set, crashed at every step",
+    )
+}
+
+/// A committed tool call by `worker` (a sub-agent of `lead`) raced by the journal upkeep.
+fn tool_call_raced_by_upkeep(name: &'static str, description: &'static str) -> Scenario {
     let racers = vec![
         ProcSpec::Operation {
             target: "mcp:s:write".into(),
@@ -407,13 +415,7 @@ pub fn op_compaction() -> Scenario {
         },
         ProcSpec::CompactOps,
     ];
-    Setup::new().finish(
-        "op-compaction",
-        "a tool call raced by the journal upkeep that snapshots its open set, crashed at every step",
-        racers,
-        SETUP_MS + 60_000,
-        None,
-    )
+    Setup::new().finish(name, description, racers, SETUP_MS + 60_000, None)
 }
 
 /// The journal's writer rewrites its open-set snapshot after every batch, from the open set
@@ -424,21 +426,9 @@ pub fn op_compaction() -> Scenario {
 /// Whatever snapshot survives, an operation whose outcome was never recorded stays in doubt
 /// and blocks its agent, and one whose outcome was recorded never does.
 pub fn op_writer_snapshot() -> Scenario {
-    let racers = vec![
-        ProcSpec::Operation {
-            target: "mcp:s:write".into(),
-            agent: "worker".into(),
-            root: "lead".into(),
-            answer: OpAnswer::Committed,
-        },
-        ProcSpec::CompactOps,
-    ];
-    let mut scenario = Setup::new().finish(
+    let mut scenario = tool_call_raced_by_upkeep(
         "op-writer-snapshot",
         "a tool call whose writer snapshots its open set after every batch, raced by the upkeep, crashed at every step",
-        racers,
-        SETUP_MS + 60_000,
-        None,
     );
     scenario.ops_snapshot_every = Some(1);
     scenario

@@ -49,6 +49,16 @@ pub struct LatchScan {
     pub unfinished: Vec<(String, StoreError)>,
 }
 
+impl LatchScan {
+    /// The read faults of the entries whose read did not finish, one each.
+    fn faults(&self) -> Vec<Refusal> {
+        self.unfinished
+            .iter()
+            .map(|(_, error)| error.to_refusal())
+            .collect()
+    }
+}
+
 /// The raw control records read under one shared lock.
 #[derive(Debug, Clone)]
 pub struct ControlRecords {
@@ -216,11 +226,7 @@ impl Store {
     pub fn active_latches(&self, log: Option<&WalLog>) -> (Vec<ActiveLatch>, Vec<Refusal>) {
         match self.active_latches_scan(log) {
             Ok(scan) => {
-                let faults = scan
-                    .unfinished
-                    .iter()
-                    .map(|(_, error)| error.to_refusal())
-                    .collect();
+                let faults = scan.faults();
                 (scan.latches, faults)
             }
             Err(error) => (Vec::new(), vec![error.to_refusal()]),
@@ -378,11 +384,7 @@ impl Store {
         let (records, guard) = self.read_control_records_noting(follower, &mut unfinished);
         let (latches, mut faults) = match self.active_latches_scan(records.wal.as_ref().ok()) {
             Ok(scan) => {
-                let faults: Vec<Refusal> = scan
-                    .unfinished
-                    .iter()
-                    .map(|(_, error)| error.to_refusal())
-                    .collect();
+                let faults = scan.faults();
                 if unfinished.is_none() {
                     unfinished = faults.first().cloned();
                 }

@@ -7,9 +7,10 @@
 //! writes (a power cut after which a file's unsynced tail was half written back, or written
 //! back up to its first newline), and a power cut after which the operation journals'
 //! snapshots, renamed without fsync, reached the disk with their bytes while the journals'
-//! unsynced tails did not (a snapshot ahead of its journal). The restart then runs the real store code alone: `load_view`;
-//! where it reports `control_epoch_unconfirmed` or `control_wal_corrupt`, the owner's
-//! `Store::repair`; `load_view` again; and the gate's decision for the e0 token.
+//! unsynced tails did not (a snapshot ahead of its journal). The restart then runs the real
+//! store code alone: `load_view`; where it reports `control_epoch_unconfirmed` or
+//! `control_wal_corrupt`, the owner's `Store::repair`; `load_view` again; and the gate's
+//! decision for the e0 token.
 
 use crate::protocol::fs_image::{Private, View};
 use crate::protocol::fs_state::FsState;

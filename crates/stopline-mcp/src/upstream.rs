@@ -26,6 +26,7 @@ use http_body_util::Full;
 use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use stopline_core::Refusal;
 use stopline_gateway::client::{body_bytes, body_stream, UpstreamResponse};
@@ -233,22 +234,58 @@ fn is_sse(headers: &HeaderMap) -> bool {
 }
 
 /// Forward one member to a Streamable HTTP upstream at `uri` (`None`: the configured URL is
-/// not one, so nothing can be delivered); the exchange runs detached and this waits only for
-/// what the agent gets.
+/// not one, so nothing can be delivered), waiting only for what the agent gets.
 ///
-/// The exchange has a task of its own from the start. Polling it on the agent's task instead
-/// (and detaching only what is left once the agent was answered or went away) was measured twice
-/// (a300d83, and again in BENCHMARKS.md's fifth pass): it saves CPU, but on this machine when
-/// idle — vCPUs that halt and wake slowly — it added 10–15 µs at c=1, the spawn having kept the
-/// runtime's second worker awake for the wakeups that follow.
+/// The exchange is polled on the agent's own task while the agent waits (no task of its own,
+/// no hand-off there and back); it is never the agent's to end: an answer given before the
+/// exchange ended (a cut's) leaves the rest of it to a task of its own, and so does an agent
+/// that goes away first (its connection drops this future: [`Detachable`]'s drop spawns what
+/// is left). Either way the outcome is recorded when the upstream gives it (SPEC §12.2).
 pub(crate) async fn post_http(exchange: Exchange, uri: Option<Uri>, member: Member) -> Response {
-    let (reply, answer) = oneshot::channel();
+    let (reply, mut answer) = oneshot::channel();
     // The cut is subscribed here, on the request's task, so its log event names the route.
     let cut = exchange.state.governor.cut(&exchange.caller);
-    tokio::spawn(drive_http(exchange, uri, member, reply, cut));
-    answer
-        .await
-        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+    let mut work = Detachable(Some(Box::pin(drive_http(
+        exchange, uri, member, reply, cut,
+    ))));
+    // Only the exchange sends the answer, and only while it is polled: after each poll, the
+    // answer is there or the exchange is still waiting on something that will wake this task.
+    let reply = std::future::poll_fn(|cx| {
+        if let Some(running) = work.0.as_mut() {
+            if running.as_mut().poll(cx).is_ready() {
+                work.0 = None;
+            }
+        }
+        match answer.try_recv() {
+            Ok(reply) => Poll::Ready(Some(reply)),
+            Err(oneshot::error::TryRecvError::Closed) => Poll::Ready(None),
+            Err(oneshot::error::TryRecvError::Empty) if work.0.is_none() => Poll::Ready(None),
+            Err(oneshot::error::TryRecvError::Empty) => Poll::Pending,
+        }
+    })
+    .await;
+    // Answered before it ended (a cut): the rest goes on in a task of its own.
+    drop(work);
+    reply.unwrap_or_else(|| StatusCode::BAD_GATEWAY.into_response())
+}
+
+/// An exchange polled on the agent's task; dropped before it ended (the agent answered at
+/// once, or gone), it goes on in a task of its own.
+struct Detachable(Option<BoxFuture<'static, ()>>);
+
+impl Drop for Detachable {
+    fn drop(&mut self) {
+        if let Some(rest) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(rest);
+                }
+                // No runtime to run it on (the gateway is going away): dropping it leaves its
+                // open operations in doubt (the tracker's drop), never silently committed.
+                Err(_) => drop(rest),
+            }
+        }
+    }
 }
 
 async fn drive_http(

@@ -21,7 +21,7 @@ use crate::sessions::SessionBindings;
 use crate::upstream::{self, Exchange};
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Path, State};
-use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
@@ -72,7 +72,7 @@ pub(crate) struct ServerEntry {
     /// Where its messages go.
     pub upstream: Upstream,
     /// An HTTP upstream's URL, parsed (`None`: not a URL, so nothing can be delivered).
-    pub uri: Option<Uri>,
+    pub target: Option<Arc<upstream::Target>>,
 }
 
 /// Where a server's messages go.
@@ -117,15 +117,15 @@ pub fn router_with(
         .iter()
         .filter_map(|(name, server)| {
             let upstream = upstream_of(server)?;
-            let uri = match &upstream {
-                Upstream::Http(url) => url.parse().ok(),
+            let target = match &upstream {
+                Upstream::Http(url) => upstream::Target::parse(url).ok().map(Arc::new),
                 Upstream::Stdio(_) => None,
             };
             let entry = ServerEntry {
                 name: Arc::from(name.as_str()),
                 route: Arc::from(format!("/mcp/{name}")),
                 upstream,
-                uri,
+                target,
             };
             Some((name.clone(), Arc::new(entry)))
         })
@@ -321,7 +321,7 @@ pub(crate) fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
 /// Forward one member to the server's upstream.
 async fn forward(exchange: Exchange, entry: &ServerEntry, member: Member) -> Response {
     match &entry.upstream {
-        Upstream::Http(_) => upstream::post_http(exchange, entry.uri.clone(), member).await,
+        Upstream::Http(_) => upstream::post_http(exchange, entry.target.clone(), member).await,
         Upstream::Stdio(command) => upstream::post_stdio(exchange, command.clone(), member).await,
     }
 }

@@ -164,20 +164,21 @@ pub const REFUSAL_REASON_CHARS: usize = 200;
 
 /// The latch a refusal names (SPEC §12.4): the error object's `latch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Fields in sorted order, as [`Refusal`]'s.
 pub struct LatchRef {
-    /// `latch_<hex>`.
-    pub id: String,
-    /// The scope it stops.
-    pub scope: String,
-    /// Its level.
-    pub level: String,
     /// Who engaged it (`unknown` for an entry whose body cannot be trusted).
     pub by: String,
-    /// Why, at most [`REFUSAL_REASON_CHARS`] characters (an untrusted entry: what is wrong).
-    pub reason: String,
     /// RFC 3339 time of engagement, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engaged_at: Option<String>,
+    /// `latch_<hex>`.
+    pub id: String,
+    /// Its level.
+    pub level: String,
+    /// Why, at most [`REFUSAL_REASON_CHARS`] characters (an untrusted entry: what is wrong).
+    pub reason: String,
+    /// The scope it stops.
+    pub scope: String,
 }
 
 impl LatchRef {
@@ -230,15 +231,19 @@ impl LatchRef {
 /// (SPEC §12.4: `{"code","message","latch":{id,scope,level,by,reason}}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code}: {message}")]
+///
+/// Its fields, and [`LatchRef`]'s, are declared in sorted order, so that serialized directly
+/// it prints what a `serde_json` tree of it prints (a map sorts its keys): an MCP refusal is
+/// written straight to its text, byte for byte the canonical message (`Message::error_with`).
 pub struct Refusal {
     /// The stable code.
     pub code: RefusalCode,
-    /// What happened, for a human.
-    pub message: String,
     /// The latch that caused the refusal, when one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// (Boxed: a refusal is the error of many small results.)
     pub latch: Option<Box<LatchRef>>,
+    /// What happened, for a human.
+    pub message: String,
 }
 
 impl Refusal {

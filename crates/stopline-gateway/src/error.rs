@@ -7,9 +7,10 @@
 //! refreshed, or a lapsed distributed permit); 429 for a budget. This module must never turn a
 //! refusal into a success status.
 
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use stopline_core::{Refusal, RefusalCode};
+use serde::Serialize;
+use stopline_core::{LatchRef, Refusal, RefusalCode};
 
 /// The HTTP status a refusal is reported with.
 pub fn refusal_status(refusal: &Refusal) -> StatusCode {
@@ -78,18 +79,44 @@ impl GatewayError {
     /// The JSON body `{"error":{"code","message"}}`, with `latch` when a latch caused the
     /// refusal (SPEC §12.4).
     pub fn body(&self) -> serde_json::Value {
-        #[derive(serde::Serialize)]
-        struct Body<'a> {
-            error: &'a Refusal,
-        }
-        let refusal = match self {
-            GatewayError::Refused(refusal) => refusal.clone(),
-            GatewayError::Upstream(message) => Refusal::new(RefusalCode::BadRequest, message),
-        };
-        let mut body = serde_json::to_value(Body { error: &refusal }).unwrap_or_default();
-        body["error"]["code"] = self.code().into();
-        body
+        serde_json::to_value(self.shape()).unwrap_or_default()
     }
+
+    /// [`GatewayError::body`]'s text, written straight from the refusal with no tree made for
+    /// it (a stopped agent is answered this on every call), byte for byte what the tree prints.
+    pub fn body_text(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.shape()).unwrap_or_default()
+    }
+
+    fn shape(&self) -> Body<'_> {
+        let error = match self {
+            GatewayError::Refused(refusal) => ErrorObject {
+                code: refusal.code.as_str(),
+                latch: refusal.latch.as_deref(),
+                message: &refusal.message,
+            },
+            GatewayError::Upstream(message) => ErrorObject {
+                code: self.code(),
+                latch: None,
+                message,
+            },
+        };
+        Body { error }
+    }
+}
+
+/// The body's shape, members in the sorted order a `serde_json` tree prints them in.
+#[derive(Serialize)]
+struct Body<'a> {
+    error: ErrorObject<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorObject<'a> {
+    code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    latch: Option<&'a LatchRef>,
+    message: &'a str,
 }
 
 /// A refusal as an HTTP response.
@@ -99,7 +126,11 @@ pub fn refusal_response(refusal: &Refusal) -> Response {
 
 impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
-        let mut response = (self.status(), axum::Json(self.body())).into_response();
+        let content_type = [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )];
+        let mut response = (self.status(), content_type, self.body_text()).into_response();
         if let GatewayError::Refused(refusal) = &self {
             if let Some(seconds) = retry_after_s(refusal) {
                 response
@@ -135,5 +166,38 @@ mod tests {
         );
         let queued = Refusal::new(RefusalCode::QueuedTimeout, "");
         assert_eq!(retry_after_s(&queued), Some(1));
+    }
+
+    /// The body written straight is the body's tree printed: members sorted, the latch when a
+    /// latch caused the refusal, `upstream_error` for an upstream failure.
+    #[test]
+    fn the_body_written_straight_is_its_tree_printed() {
+        let latch = LatchRef {
+            by: "safety \"monitor\"".into(),
+            engaged_at: Some("2026-12-06T03:00:00Z".into()),
+            id: "latch_7f2a".into(),
+            level: "emergency".into(),
+            reason: "anomalous é\n".into(),
+            scope: "agent:example-worker".into(),
+        };
+        let errors = [
+            GatewayError::Refused(
+                Refusal::new(RefusalCode::BreakGlassContained, "stopped").with_latch(Some(latch)),
+            ),
+            GatewayError::Refused(Refusal::new(RefusalCode::TokenInvalid, "no token")),
+            GatewayError::Upstream("connection refused".into()),
+        ];
+        for error in &errors {
+            let text = String::from_utf8(error.body_text()).unwrap();
+            assert_eq!(text, error.body().to_string());
+        }
+        let upstream: serde_json::Value = serde_json::from_slice(&errors[2].body_text()).unwrap();
+        assert_eq!(
+            upstream,
+            serde_json::json!({"error": {"code": "upstream_error", "message": "connection refused"}})
+        );
+        let contained: serde_json::Value = serde_json::from_slice(&errors[0].body_text()).unwrap();
+        assert_eq!(contained["error"]["latch"]["by"], "safety \"monitor\"");
+        assert_eq!(contained["error"]["code"], "break_glass_contained");
     }
 }

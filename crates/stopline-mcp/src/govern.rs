@@ -12,7 +12,7 @@
 //! here.
 //! What comes back is followed by [`crate::track::Tracker`].
 
-use crate::governor::{refusal_error_data, Admission, Call, Caller, Governor, Outcome};
+use crate::governor::{Admission, Call, Caller, Governor, Outcome};
 use crate::jsonrpc::{Id, Incoming, Message, STOPLINE_REFUSED};
 use std::collections::BTreeMap;
 use stopline_core::{Refusal, RefusalCode};
@@ -91,12 +91,7 @@ pub fn id_key(id: &Id) -> String {
 /// The JSON-RPC error response for a refused request.
 pub fn refusal_response(id: Id, refusal: &Refusal) -> Message {
     let text = format!("{}: {}", refusal.code, refusal.message);
-    Message::error(
-        id,
-        STOPLINE_REFUSED,
-        &text,
-        Some(refusal_error_data(refusal)),
-    )
+    Message::error_with(id, STOPLINE_REFUSED, &text, Some(refusal))
 }
 
 /// The [`Call`] a message is judged as.
@@ -218,5 +213,52 @@ impl Governed {
             dispatch.members.push(Member { message, pending });
         }
         dispatch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use stopline_core::LatchRef;
+
+    /// A refusal is written straight to its text with no tree made for it, and that text is
+    /// byte for byte what the tree of the same answer prints (compact, members sorted): the
+    /// canonical message, and whoever reads it, see no difference.
+    #[test]
+    fn a_refusal_is_written_as_its_tree_prints() {
+        let latch = LatchRef {
+            by: "safety \"monitor\"".into(),
+            engaged_at: Some("2026-12-06T03:00:00Z".into()),
+            id: "latch_7f2a".into(),
+            level: "emergency".into(),
+            reason: "anomalous é\n\u{1}".into(),
+            scope: "agent:example-worker".into(),
+        };
+        let unknown_time = LatchRef {
+            engaged_at: None,
+            ..latch.clone()
+        };
+        let refusals = [
+            Refusal::new(RefusalCode::BreakGlassContained, "stopped").with_latch(Some(latch)),
+            Refusal::new(RefusalCode::BreakGlassContained, "stopped")
+                .with_latch(Some(unknown_time)),
+            Refusal::new(RefusalCode::TokenInvalid, "no token"),
+        ];
+        for refusal in &refusals {
+            for id in [json!(7), json!("a\"b")] {
+                let tree = json!({
+                    "error": {
+                        "code": STOPLINE_REFUSED,
+                        "data": serde_json::to_value(refusal).unwrap(),
+                        "message": format!("{}: {}", refusal.code, refusal.message),
+                    },
+                    "id": id,
+                    "jsonrpc": "2.0",
+                });
+                let written = refusal_response(id, refusal).to_bytes();
+                assert_eq!(String::from_utf8(written).unwrap(), tree.to_string());
+            }
+        }
     }
 }

@@ -10,7 +10,6 @@
 //! An implementation fails closed: an internal error is a refusal, never an admission.
 
 use futures::future::BoxFuture;
-use serde_json::{json, Value};
 use std::sync::Arc;
 use stopline_core::{Refusal, Role};
 
@@ -113,10 +112,4 @@ pub trait Governor: Send + Sync + 'static {
     fn cut_outcome_wait(&self) -> std::time::Duration {
         std::time::Duration::from_secs(30)
     }
-}
-
-/// The JSON-RPC `error.data` of a refusal: the stable code in `code`, the message, and the
-/// latch that caused it when one did (SPEC §12.4).
-pub fn refusal_error_data(refusal: &Refusal) -> Value {
-    serde_json::to_value(refusal).unwrap_or_else(|_| json!({"code": refusal.code.as_str()}))
 }

@@ -17,8 +17,9 @@
 //! proxy.
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 /// JSON-RPC "Parse error": the bytes are not JSON.
 pub const PARSE_ERROR: i64 = -32700;
@@ -228,8 +229,9 @@ pub enum Message {
     Response {
         /// The id of the request it answers (`null` for an unattributable error).
         id: Id,
-        /// `Ok(result)`, as written, or `Err(error object)`.
-        outcome: Result<Raw, Value>,
+        /// `Ok(result)`, as written, or `Err(error object)` (its members in sorted order, as
+        /// a tree prints them).
+        outcome: Result<Raw, Raw>,
     },
 }
 
@@ -479,7 +481,7 @@ impl Message {
                     {
                         Ok(Message::Response {
                             id,
-                            outcome: Err(error),
+                            outcome: Err(Raw::from_value(&error)),
                         })
                     }
                     _ => Err(invalid(
@@ -512,7 +514,7 @@ impl Message {
                 object.insert("id".into(), id.clone());
                 match outcome {
                     Ok(result) => object.insert("result".into(), result.to_value()),
-                    Err(error) => object.insert("error".into(), error.clone()),
+                    Err(error) => object.insert("error".into(), error.to_value()),
                 };
             }
         }
@@ -529,13 +531,38 @@ impl Message {
 
     /// An error response.
     pub fn error(id: Id, code: i64, message: &str, data: Option<Value>) -> Message {
-        let mut error = json!({"code": code, "message": message});
-        if let Some(data) = data {
-            error["data"] = data;
+        Message::error_with(id, code, message, data.as_ref())
+    }
+
+    /// An error response whose `data` is `data` serialized: written once, straight to its text,
+    /// with no tree made for it (a refusal is the answer a stopped agent gets on every call).
+    /// `data` must serialize its members in sorted order, as a tree would print them.
+    pub fn error_with<D: Serialize>(id: Id, code: i64, message: &str, data: Option<&D>) -> Message {
+        /// The error object's members in the sorted order a tree prints them in.
+        #[derive(Serialize)]
+        struct ErrorObject<'a, D> {
+            code: i64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            data: Option<&'a D>,
+            message: &'a str,
         }
+        let object = ErrorObject {
+            code,
+            data,
+            message,
+        };
+        let text = serde_json::to_string(&object).unwrap_or_else(|_| {
+            // Only a `data` whose serialization fails (a map with non-string keys) gets here.
+            serde_json::to_string(&ErrorObject::<()> {
+                code,
+                data: None,
+                message,
+            })
+            .unwrap_or_default()
+        });
         Message::Response {
             id,
-            outcome: Err(error),
+            outcome: Err(Raw(text.into())),
         }
     }
 
@@ -611,7 +638,9 @@ impl Message {
             Message::Request { method, params, .. } | Message::Notification { method, params } => {
                 method.len() + params.as_ref().map_or(0, |p| p.get().len())
             }
-            Message::Response { outcome, .. } => outcome.as_ref().map_or(64, |r| r.get().len()),
+            Message::Response { outcome, .. } => match outcome {
+                Ok(raw) | Err(raw) => raw.get().len(),
+            },
         }
     }
 
@@ -644,7 +673,7 @@ impl Message {
                 }
                 Err(error) => {
                     out.extend_from_slice(b"{\"error\":");
-                    write_json(out, error);
+                    out.extend_from_slice(error.get().as_bytes());
                     out.extend_from_slice(b",\"id\":");
                     write_json(out, id);
                     out.extend_from_slice(b",\"jsonrpc\":\"2.0\"");

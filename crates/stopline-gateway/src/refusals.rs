@@ -28,12 +28,28 @@ pub(crate) struct RefusalCache {
     state: Mutex<State>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     generation: u64,
     second: i64,
     /// Token text → what was refused for it.
     refusals: HashMap<Arc<str>, Vec<Kept>>,
+}
+
+/// Tokens the map has room for from the start. Refusals begin all at once, when a stop lands
+/// on every caller: grown from empty, the map was reallocated and rehashed eight times inside
+/// the stop's window, on fresh memory (3–8 % of the gateway's CPU in the 60 ms after the pull
+/// at 300 callers, by the drill's profile; BENCHMARKS.md). Emptied, it keeps its room.
+const TOKENS_PRESIZED: usize = 512;
+
+impl Default for State {
+    fn default() -> State {
+        State {
+            generation: 0,
+            second: 0,
+            refusals: HashMap::with_capacity(TOKENS_PRESIZED),
+        }
+    }
 }
 
 /// One kept refusal: the class and target it was decided for, and the receipt.
@@ -148,6 +164,34 @@ mod tests {
             || block("critical"),
         );
         assert_eq!(critical.message, "critical");
+    }
+
+    /// A stop refusing 300 callers at once keeps their refusals without the map growing (so
+    /// without reallocating it inside the stop's window), and a new second keeps its room.
+    #[test]
+    fn a_stop_on_hundreds_of_callers_keeps_their_refusals_without_growing_the_map() {
+        let cache = RefusalCache::default();
+        let room = || {
+            let state = cache.state.lock().unwrap();
+            state.refusals.capacity()
+        };
+        let before = room();
+        assert!(before >= TOKENS_PRESIZED, "{before}");
+        let tokens: Vec<Arc<str>> = (0..300).map(|i| Arc::from(format!("stl1.{i}"))).collect();
+        for now_ms in [1_000, 2_000] {
+            for token in &tokens {
+                let key = Key {
+                    generation: 1,
+                    now_ms,
+                    token,
+                    class: TaskClass::Noncritical,
+                    target: None,
+                };
+                cache.get_or_decide(key, || block("stopped"));
+            }
+            assert_eq!(cache.state.lock().unwrap().refusals.len(), 300);
+            assert_eq!(room(), before, "at {now_ms}");
+        }
     }
 
     #[test]

@@ -162,9 +162,9 @@ impl fmt::Display for RefusalCode {
 /// The longest reason a refusal quotes, in characters (SPEC §12.4).
 pub const REFUSAL_REASON_CHARS: usize = 200;
 
-/// The latch a refusal names (SPEC §12.4): the error object's `latch`.
+/// The latch a refusal names (SPEC §12.4): the error object's `latch`. Fields in sorted order,
+/// as [`Refusal`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-/// Fields in sorted order, as [`Refusal`]'s.
 pub struct LatchRef {
     /// Who engaged it (`unknown` for an entry whose body cannot be trusted).
     pub by: String,
@@ -229,12 +229,12 @@ impl LatchRef {
 
 /// A typed refusal: a stable code, a human message and, when a latch caused it, that latch
 /// (SPEC §12.4: `{"code","message","latch":{id,scope,level,by,reason}}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{code}: {message}")]
 ///
 /// Its fields, and [`LatchRef`]'s, are declared in sorted order, so that serialized directly
 /// it prints what a `serde_json` tree of it prints (a map sorts its keys): an MCP refusal is
 /// written straight to its text, byte for byte the canonical message (`Message::error_with`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
 pub struct Refusal {
     /// The stable code.
     pub code: RefusalCode,

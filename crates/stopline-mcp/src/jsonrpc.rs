@@ -558,7 +558,7 @@ impl Message {
                 data: None,
                 message,
             })
-            .unwrap_or_default()
+            .expect("an error object without data always serializes")
         });
         Message::Response {
             id,

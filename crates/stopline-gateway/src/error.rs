@@ -84,7 +84,7 @@ impl GatewayError {
 
     /// [`GatewayError::body`]'s text, written straight from the refusal with no tree made for
     /// it (a stopped agent is answered this on every call), byte for byte what the tree prints.
-    fn body_text(&self) -> Vec<u8> {
+    pub(crate) fn body_text(&self) -> Vec<u8> {
         serde_json::to_vec(&self.shape()).unwrap_or_default()
     }
 

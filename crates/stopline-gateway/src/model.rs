@@ -352,6 +352,10 @@ impl Meter for RouteMeter {
 /// The event that ends an OpenAI-compatible stream cut at EMERGENCY: an error object, which
 /// the SDKs raise with its code.
 fn openai_stream_refusal(refusal: &Refusal) -> Bytes {
-    let error = GatewayError::Refused(refusal.clone()).body();
-    Bytes::from(format!("data: {error}\n\n"))
+    let body = GatewayError::Refused(refusal.clone()).body_text();
+    let mut event = Vec::with_capacity(body.len() + 8);
+    event.extend_from_slice(b"data: ");
+    event.extend_from_slice(&body);
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
 }

@@ -499,6 +499,15 @@ fn durability() {
     }
 }
 
+#[test]
+fn reference() {
+    // The contract, no walkthrough: no shell block today; if one is added, it runs.
+    let blocks = shell_blocks("docs/reference.md");
+    if !blocks.is_empty() {
+        run_doc("docs/reference.md");
+    }
+}
+
 /// Every document under docs/ has a test above, and every relative link in the documents
 /// resolves to a file of the repository.
 #[test]
@@ -506,6 +515,7 @@ fn every_document_is_covered_and_its_links_resolve() {
     let covered = [
         "durability.md",
         "quickstart.md",
+        "reference.md",
         "runbook.md",
         "threat-model.md",
         "wiring-agents.md",

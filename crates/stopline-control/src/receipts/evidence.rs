@@ -4,6 +4,7 @@ use super::compact;
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt;
+use stopline_core::text::inert;
 
 /// The receipt of `evidence list`: every record as written.
 #[derive(Debug, Clone, Serialize)]
@@ -36,15 +37,16 @@ fn record_text(record: &Value) -> String {
         .flatten()
         .filter(|(key, _)| !CHAIN_FIELDS.contains(&key.as_str()))
         .map(|(key, value)| match value {
-            Value::String(text) => format!("{key}={text}"),
-            other => format!("{key}={}", compact(other)),
+            Value::String(text) => format!("{}={}", inert(key), inert(text)),
+            // Compact JSON escapes control characters already.
+            other => format!("{}={}", inert(key), compact(other)),
         })
         .collect();
     format!(
         "#{seq} {} {} ({}): {}",
-        get("ts"),
-        get("schema"),
-        get("kind"),
+        inert(get("ts")),
+        inert(get("schema")),
+        inert(get("kind")),
         fields.join(" ")
     )
 }

@@ -113,7 +113,7 @@ fn ops_list_on_a_terminal_shows_an_agents_model_name_inert() {
     let upstream = Upstream::start(&home);
     let gateway = Gateway::start(&home, &model_config(&upstream));
     let token = home.token(&["--agent", "painter"]);
-    let model = "m\u{1b}[2J\u{1b}]0;owned\u{7}x";
+    let model = "m\u{1b}[2J\u{1b}]0;owned\u{7}\rx";
     let reply = gateway.post(
         "/v1/chat/completions",
         Some(&token),
@@ -146,6 +146,27 @@ fn ops_list_on_a_terminal_shows_an_agents_model_name_inert() {
         "a BEL reached the terminal: {text:?}"
     );
     assert!(text.contains("\\u{1b}[2J"), "{text:?}");
+
+    // The gateway's text log names the refused operation with the same name, inert too: no
+    // ESC, and no CR that would let it overwrite the line it is on.
+    home.engage("agent:painter", "emergency");
+    let refused = gateway.post(
+        "/v1/chat/completions",
+        Some(&token),
+        &Gateway::chat_body(model),
+    );
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let log_path = home.dir.path().join("gateway.log");
+    let logged = gw::within(Duration::from_secs(10), || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        log.lines()
+            .any(|l| l.contains("model:m") && l.contains("painter"))
+            .then_some(log)
+    })
+    .expect("the refusal was logged");
+    assert!(!logged.contains('\u{1b}'), "an ESC in the log: {logged:?}");
+    assert!(!logged.contains('\r'), "a CR in the log: {logged:?}");
+    assert!(!logged.contains('\u{7}'), "a BEL in the log: {logged:?}");
 }
 
 fn epoch_scopes(status: &Value) -> Vec<String> {

@@ -132,3 +132,18 @@ impl fmt::Display for EvidenceVerifyReceipt {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_agents_string_in_a_record_reaches_the_terminal_inert() {
+        let record = serde_json::json!({
+            "seq": 3, "ts": "2026-12-07T00:00:00.000Z", "schema": "evidence-record.v1",
+            "kind": "breaker_trip", "operation": "model:m\u{1b}[2J\u{1b}]0;owned\u{7}\r",
+            "detail": {"model": "m\u{1b}[2J"}
+        });
+        let text = super::record_text(&record);
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(text.contains("operation=model:m\\u{1b}[2J"), "{text}");
+    }
+}

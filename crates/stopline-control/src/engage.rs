@@ -34,11 +34,13 @@ pub fn parse_scope(text: &str) -> Result<Scope, Refusal> {
 pub const ENGAGE_LIMIT: usize = 32;
 
 /// Refuse a token caller's 33rd distinct scope (`engage_limit`), naming a wider scope that
-/// would cover all of them. `machine` always lands; console callers are not limited; a scope
-/// the caller already holds a latch of is not a new one. Counts the latches in this host's
-/// `latches/` (read without the WAL lock: it must never wait).
-fn check_engage_limit(ctx: &Context, bound: Option<&str>, scope: &Scope) -> Result<(), Refusal> {
-    let Some(agent) = bound else {
+/// would cover all of them. The latches counted are those engaged by `root`'s whole delegation
+/// chain (the root itself and every sub-agent under it, SPEC §13.2). `machine` always lands;
+/// console callers are not limited; a scope the chain already holds a latch of is not a new
+/// one. Counts the latches in this host's `latches/` (read without the WAL lock: it must never
+/// wait).
+fn check_engage_limit(ctx: &Context, root: Option<&str>, scope: &Scope) -> Result<(), Refusal> {
+    let Some(agent) = root else {
         return Ok(());
     };
     if *scope == Scope::Machine {
@@ -52,7 +54,7 @@ fn check_engage_limit(ctx: &Context, bound: Option<&str>, scope: &Scope) -> Resu
         .latches
         .iter()
         .filter_map(|l| l.record.as_ref())
-        .filter(|r| r.session.bound.as_deref() == Some(agent))
+        .filter(|r| r.session.root.as_deref().or(r.session.bound.as_deref()) == Some(agent))
         .map(|r| r.scope.clone())
         .collect();
     if held.len() < ENGAGE_LIMIT || held.contains(scope) {
@@ -64,7 +66,7 @@ fn check_engage_limit(ctx: &Context, bound: Option<&str>, scope: &Scope) -> Resu
     Err(Refusal::new(
         RefusalCode::EngageLimit,
         format!(
-            "{agent} already holds {} active latches it engaged itself (at most {ENGAGE_LIMIT}); engage one wider scope that covers them instead: --scope {wider}",
+            "{agent}'s delegation chain already holds {} active latches it engaged itself (at most {ENGAGE_LIMIT}); engage one wider scope that covers them instead: --scope {wider}",
             held.len()
         ),
     ))
@@ -139,7 +141,15 @@ pub fn engage(
         .as_ref()
         .and_then(|c| c.agent())
         .map(|a| a.to_string());
-    check_engage_limit(ctx, bound.as_deref(), &scope)?;
+    // A sub-agent's latches count against its chain's root (SPEC §13.2), so delegating does
+    // not multiply the limit.
+    let root = caller
+        .token
+        .as_ref()
+        .filter(|c| c.chain.len() > 1)
+        .and_then(|c| c.chain.first())
+        .map(|r| r.to_string());
+    check_engage_limit(ctx, root.as_deref().or(bound.as_deref()), &scope)?;
     let tier = match caller.token.as_ref().map(|c| c.role) {
         Some(Role::Agent) => "governed",
         Some(Role::Critical) => "critical",
@@ -164,6 +174,7 @@ pub fn engage(
         reason: reason.to_string(),
         session: LatchSession {
             bound,
+            root,
             tier: tier.into(),
         },
     };

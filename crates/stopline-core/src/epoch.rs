@@ -95,13 +95,7 @@ impl EpochMap {
             if revision <= issue_epoch {
                 continue;
             }
-            let covers = match Scope::parse_stored(key) {
-                Ok(Scope::Machine) => true,
-                Ok(Scope::Agent(name)) => subject.chain.contains(&name),
-                Ok(Scope::Project(root)) => subject.projects.iter().any(|p| path_within(&root, p)),
-                Ok(Scope::Run(id)) => subject.runs.contains(&id),
-                Err(_) => true,
-            };
+            let covers = key_covers(key, subject);
             if covers && worst.as_ref().is_none_or(|(_, r)| revision > *r) {
                 worst = Some((key.clone(), revision));
             }
@@ -112,9 +106,36 @@ impl EpochMap {
         }
     }
 
+    /// The map as `subject` may see it (SPEC §13.2 "Agents see only themselves"): the scopes
+    /// that cover it (those whose advance revokes its authority; an unreadable key counts, as
+    /// it does there), none of another agent's.
+    pub fn concerning(&self, subject: &Subject) -> EpochMap {
+        EpochMap {
+            seq: self.seq,
+            scopes: self
+                .scopes
+                .iter()
+                .filter(|(key, _)| key_covers(key, subject))
+                .map(|(key, revision)| (key.clone(), *revision))
+                .collect(),
+            wal_seq: self.wal_seq,
+        }
+    }
+
     /// Structural check of a parsed snapshot: every revision ≤ seq.
     pub fn is_consistent(&self) -> bool {
         self.scopes.values().all(|&r| r <= self.seq)
+    }
+}
+
+/// Whether the scope stored as `key` covers `subject` (an unreadable key covers everyone).
+fn key_covers(key: &str, subject: &Subject) -> bool {
+    match Scope::parse_stored(key) {
+        Ok(Scope::Machine) => true,
+        Ok(Scope::Agent(name)) => subject.chain.contains(&name),
+        Ok(Scope::Project(root)) => subject.projects.iter().any(|p| path_within(&root, p)),
+        Ok(Scope::Run(id)) => subject.runs.contains(&id),
+        Err(_) => true,
     }
 }
 

@@ -16,6 +16,11 @@ use serde::{Deserialize, Serialize};
 pub struct LatchSession {
     /// The agent the engaging session was bound to, if any.
     pub bound: Option<String>,
+    /// The root of that agent's delegation chain when it was a delegated sub-agent (absent for
+    /// a root's own token, and in latches written before it existed): the engage limit counts
+    /// per root (SPEC §13.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
     /// `governed` (an agent token), `console` (a local user) or `monitor`.
     pub tier: String,
 }

@@ -24,6 +24,7 @@ pub mod refusal;
 pub mod scope;
 pub mod state;
 pub mod subject;
+pub mod text;
 pub mod time;
 pub mod view;
 pub mod wal;

@@ -92,6 +92,9 @@ pub enum RefusalCode {
     ReasonInvalid,
     /// A token's caller already holds the most active latches it may engage.
     EngageLimit,
+    /// A delegation past the chain's limits: deeper than [`MAX_DELEGATION_DEPTH`], or a
+    /// [`MAX_LIVE_DELEGATES`]th-plus live delegated token of one chain (SPEC §13.2).
+    DelegateLimit,
 }
 
 impl RefusalCode {
@@ -139,6 +142,7 @@ impl RefusalCode {
             ControlHomeMissing => "control_home_missing",
             ReasonInvalid => "reason_invalid",
             EngageLimit => "engage_limit",
+            DelegateLimit => "delegate_limit",
         }
     }
 
@@ -158,6 +162,14 @@ impl fmt::Display for RefusalCode {
         f.write_str(self.as_str())
     }
 }
+
+/// How deep a delegation chain may go (SPEC §13.2): the root's token is depth 0, a child of a
+/// depth-8 token is refused `delegate_limit`.
+pub const MAX_DELEGATION_DEPTH: usize = 8;
+
+/// How many delegated tokens minted through one gateway's `/v1/delegate` may be live (not yet
+/// expired) at once for one delegation chain, counted by its root (SPEC §13.2).
+pub const MAX_LIVE_DELEGATES: usize = 256;
 
 /// The longest reason a refusal quotes, in characters (SPEC §12.4).
 pub const REFUSAL_REASON_CHARS: usize = 200;

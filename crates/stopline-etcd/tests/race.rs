@@ -28,6 +28,7 @@ fn request(level: Level, by: &str) -> EngageRequest {
         reason: "race".into(),
         session: LatchSession {
             bound: None,
+            root: None,
             tier: "monitor".into(),
         },
     }

@@ -19,10 +19,10 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use stopline_control::receipts::Receipt;
+use stopline_control::receipts::{AgentStatusView, Receipt};
 use stopline_control::{engage, status};
 use stopline_core::budget::{BudgetKind, Budgets};
-use stopline_core::{AuthorityStatus, ControlView, Name, Refusal, RefusalCode, Role, TaskClass};
+use stopline_core::{AuthorityStatus, Name, Refusal, RefusalCode, Role, TaskClass};
 
 pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
     let snapshot = state.gov.snapshot();
@@ -59,61 +59,32 @@ pub(crate) async fn status_route(
 ) -> Result<Json<Value>, GatewayError> {
     let caller = state.gov.authenticate(bearer(&headers))?;
     let ctx = state.gov.context().clone();
-    let mut receipt = blocking(move || Ok(status::status(&ctx).to_json())).await?;
+    let mut receipt = blocking(move || Ok(status::status(&ctx))).await?;
     let snapshot = state.gov.snapshot();
-    if !sees_everything(caller.role()) {
-        only_what_concerns(&mut receipt, &caller, &snapshot.view);
-    }
     if let Some(lapsed) = state.gov.permit_lapsed() {
         // No word from the distributed backend: this gateway cannot vouch for stops engaged
         // elsewhere since, so it reports itself uncovered.
-        if let Some(list) = receipt["uncovered_servers"].as_array_mut() {
-            list.push(json!({
-                "id": state.gov.server_id(),
-                "permit_lapsed": true,
-                "why": lapsed.message,
-            }));
-        }
+        receipt.uncovered_servers.push(json!({
+            "id": state.gov.server_id(),
+            "permit_lapsed": true,
+            "why": lapsed.message,
+        }));
     }
-    receipt["gateway"] = json!({
+    // An agent token reads a view built from the receipt with only what concerns it (SPEC
+    // §13.2): never the receipt with fields taken out, so nothing new reaches it by default.
+    let mut body = if sees_everything(caller.role()) {
+        receipt.to_json()
+    } else {
+        AgentStatusView::of(&receipt, caller.subject()).to_json()
+    };
+    body["gateway"] = json!({
         "id": state.gov.server_id(),
         "view_generation": snapshot.generation,
         "view_age_ms": state.gov.now_ms() - snapshot.loaded_ms,
         "view_degraded": state.registry.record().degraded,
         "notes": state.registry.record().notes,
     });
-    Ok(Json(receipt))
-}
-
-/// Cut a status receipt down to what an agent token may read: the latches covering it and the
-/// workers of its own chain.
-fn only_what_concerns(receipt: &mut Value, caller: &crate::caller::Caller, view: &ControlView) {
-    let covering: Vec<String> = view
-        .latches
-        .iter()
-        .filter(|latch| latch.covers(caller.subject()))
-        .map(|latch| latch.file.clone())
-        .collect();
-    if let Some(latches) = receipt["latches"].as_array_mut() {
-        latches.retain(|latch| {
-            latch["file"]
-                .as_str()
-                .is_some_and(|file| covering.iter().any(|c| c == file))
-        });
-    }
-    let chain: Vec<String> = caller
-        .claims()
-        .chain
-        .iter()
-        .map(|n| n.to_string())
-        .collect();
-    if let Some(workers) = receipt["workers"].as_array_mut() {
-        workers.retain(|worker| {
-            worker["agent"]
-                .as_str()
-                .is_some_and(|agent| chain.iter().any(|link| link == agent))
-        });
-    }
+    Ok(Json(body))
 }
 
 #[derive(Deserialize)]
@@ -320,6 +291,9 @@ pub(crate) async fn delegate_route(
         &budgets,
         gov.now_s(),
     )?;
+    // Counted only once minted (its exp is known) and before anyone sees it; a refused token
+    // is dropped unseen.
+    gov.admit_delegate(&minted.claims)?;
     gov.register_child_budgets(&minted.claims);
     Ok(Json(
         stopline_control::tokens::minted_receipt(&minted).to_json(),

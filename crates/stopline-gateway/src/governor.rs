@@ -50,6 +50,8 @@ struct Inner {
     view: Arc<ViewHolder>,
     tracker: Arc<DispatchTracker>,
     ledger: Arc<Ledger>,
+    /// The delegated tokens minted here and still live, per chain root (SPEC §13.2).
+    delegates: crate::delegates::LiveDelegates,
     agents: Arc<AgentBreakers>,
     adapters: AdapterBreakers,
     /// Carries out breaker trips (it shares `agents` and `view`, nothing else of this).
@@ -106,6 +108,7 @@ impl Governor {
                 view,
                 tracker,
                 ledger: Arc::new(ledger),
+                delegates: crate::delegates::LiveDelegates::default(),
                 agents,
                 adapters: AdapterBreakers::default(),
                 tripper,
@@ -522,6 +525,14 @@ impl Governor {
     /// Open the accounts of `claims` (a parent about to delegate).
     pub(crate) fn register_budgets(&self, claims: &Claims) {
         self.inner.ledger.register(claims);
+    }
+
+    /// Count a token minted through `/v1/delegate` against its chain's live delegates; refused
+    /// `delegate_limit` when the chain holds the most it may (the token is then never handed
+    /// out).
+    pub(crate) fn admit_delegate(&self, child: &Claims) -> Result<(), Refusal> {
+        let root = child.chain.first().map(|r| r.as_str()).unwrap_or_default();
+        self.inner.delegates.admit(root, child.exp, self.now_s())
     }
 
     /// Open the accounts of a delegated token under its parent's.

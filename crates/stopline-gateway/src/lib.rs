@@ -19,6 +19,7 @@ pub mod budget;
 mod caller;
 pub mod client;
 pub mod config;
+mod delegates;
 pub mod error;
 pub mod exchange;
 pub mod feed;

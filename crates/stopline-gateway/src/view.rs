@@ -417,6 +417,7 @@ mod tests {
                 reason: "latches first".into(),
                 session: LatchSession {
                     bound: None,
+                    root: None,
                     tier: "console".into(),
                 },
             })

@@ -251,6 +251,7 @@ mod tests {
                     reason: "waiters".into(),
                     session: LatchSession {
                         bound: None,
+                        root: None,
                         tier: "console".into(),
                     },
                 })
@@ -394,6 +395,7 @@ mod tests {
                 reason: "waiters".into(),
                 session: LatchSession {
                     bound: None,
+                    root: None,
                     tier: "console".into(),
                 },
             })

@@ -8,6 +8,15 @@
 //! the decision itself runs under `catch_unwind`. It decides through the gateway (`POST
 //! /v1/check` at `STOPLINE_URL` with `STOPLINE_TOKEN`) or, without one, the local control
 //! directory (`stopline_control::check`), judging the event's `cwd` as the project.
+//!
+//! The agent controls the hook's environment (Claude Code passes a settings file's `env` to
+//! it, and a `.claude/settings.local.json` is the agent's to write), so where decisions come
+//! from is pinned by root (SPEC §13.2 "The hook's target is pinned"): when
+//! `/etc/stopline/hook.toml` exists, its `url`, `home` and `token_file` are used and
+//! `STOPLINE_URL` and `STOPLINE_HOME` are ignored. The file must be owned by root and writable
+//! by no one else, in a directory likewise; one that is not, or that does not parse, blocks
+//! every call. A `failpoints` build (tests only) reads the path from
+//! `STOPLINE_TEST_HOOK_CONFIG` instead; a release build has no such knob.
 
 use serde_json::Value;
 use std::io::Read;
@@ -37,6 +46,112 @@ pub struct HookOptions {
     pub gateway: Option<String>,
     /// `STOPLINE_TOKEN`.
     pub token: Option<String>,
+}
+
+/// Where root pins the hook's target.
+pub const HOOK_CONFIG: &str = "/etc/stopline/hook.toml";
+
+/// `/etc/stopline/hook.toml`: where decisions come from, outranking the environment.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinnedTarget {
+    /// The gateway (outranks `STOPLINE_URL`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The local control directory (outranks `STOPLINE_HOME`), used when `url` is absent.
+    #[serde(default)]
+    pub home: Option<PathBuf>,
+    /// A file holding the token (outranks `STOPLINE_TOKEN`).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+}
+
+/// The path the pinned configuration is read from.
+fn hook_config_path() -> PathBuf {
+    stopline_store::failpoint::hook_config_override().unwrap_or_else(|| PathBuf::from(HOOK_CONFIG))
+}
+
+/// Refuse a path that someone other than root owns or may write.
+fn root_held(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if meta.uid() != 0 {
+        return Err(format!(
+            "{} is owned by uid {}, not root; blocking the call",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by group or others (mode {:o}); blocking the call",
+            path.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Read `path` as the pinned target: `Ok(None)` when it does not exist; an `Err` (which blocks)
+/// when it or its directory is not root's alone, or it does not parse.
+pub fn read_pinned(path: &Path) -> Result<Option<PinnedTarget>, String> {
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(format!(
+                "cannot read {}: {e}; blocking the call",
+                path.display()
+            ))
+        }
+    };
+    // The file opened (a symlink followed to its end), then its directory.
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot stat {}: {e}; blocking the call", path.display()))?;
+    root_held(path, &meta)?;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let dir_meta = std::fs::metadata(dir)
+        .map_err(|e| format!("cannot stat {}: {e}; blocking the call", dir.display()))?;
+    root_held(dir, &dir_meta)?;
+    let mut text = String::new();
+    file.take(64 * 1024)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {}: {e}; blocking the call", path.display()))?;
+    let pinned: PinnedTarget = toml::from_str(&text)
+        .map_err(|e| format!("{} does not parse ({e}); blocking the call", path.display()))?;
+    if pinned.url.as_deref().is_none_or(|u| u.trim().is_empty()) && pinned.home.is_none() {
+        return Err(format!(
+            "{} names neither url nor home; blocking the call",
+            path.display()
+        ));
+    }
+    Ok(Some(pinned))
+}
+
+/// `options` (from the environment) under the pinned target, when there is one.
+fn pinned(options: &HookOptions) -> Result<HookOptions, String> {
+    let Some(pinned) = read_pinned(&hook_config_path())? else {
+        return Ok(options.clone());
+    };
+    let token = match &pinned.token_file {
+        Some(file) => Some(
+            std::fs::read_to_string(file)
+                .map_err(|e| format!("cannot read the token file {}: {e}", file.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => options.token.clone(),
+    };
+    let url = pinned
+        .url
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty());
+    Ok(HookOptions {
+        // Read only without a url, and then `read_pinned` saw a home: never STOPLINE_HOME.
+        home: pinned.home.unwrap_or_default(),
+        gateway: url,
+        token,
+    })
 }
 
 fn env_ms(name: &str, default: u64) -> u64 {
@@ -107,6 +222,7 @@ pub fn target(tool_name: &str, tool_input: &Value, cwd: Option<&Path>) -> Option
 
 /// Judge the event on stdin: `Ok` allows, `Err(reason)` blocks.
 fn decide(options: &HookOptions) -> Result<(), String> {
+    let options = &pinned(options)?;
     let mut bytes = Vec::new();
     std::io::stdin()
         .take(MAX_EVENT_BYTES)

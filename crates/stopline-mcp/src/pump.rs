@@ -18,7 +18,7 @@ use crate::sse::{message_event, Splitter};
 use bytes::Bytes;
 use futures::channel::mpsc;
 use futures::future::BoxFuture;
-use futures::{SinkExt, Stream, StreamExt};
+use futures::{FutureExt, SinkExt, Stream, StreamExt};
 use std::io;
 use std::time::Duration;
 use stopline_core::{Refusal, RefusalCode};
@@ -128,6 +128,24 @@ impl Relay {
         }
     }
 
+    /// At the upstream's end: if the stop that ended it (a gateway-owned tool server is killed
+    /// at an emergency, SPEC §13.2) is due but this stream has not seen it yet, the agent is
+    /// answered with the cut, as at any cut, rather than with a broken stream. What is still
+    /// open is then left in doubt. True when it cut.
+    async fn cut_if_due(&mut self) -> bool {
+        if self.deadline.is_some() {
+            return false;
+        }
+        let Some(refusal) = (&mut self.pump.cut).now_or_never() else {
+            return false;
+        };
+        self.cut(refusal).await;
+        self.pump.tracker.cut(
+            "cut at a stop; the server's stream ended (the server was ended) before it gave an outcome",
+        );
+        true
+    }
+
     /// Hand `bytes` to the agent, if it is still there.
     async fn relay(&mut self, bytes: Bytes) {
         let Some(mut client) = self.client.clone() else {
@@ -193,13 +211,19 @@ impl Relay {
                     }
                 }
                 Some(Err(error)) => {
+                    if self.cut_if_due().await {
+                        return;
+                    }
                     tracing::warn!("upstream stream failed: {error}");
                     if let Some(mut client) = self.client.take() {
                         let _ = client.send(Err(io::Error::other(error.to_string()))).await;
                     }
                     return;
                 }
-                None => return,
+                None => {
+                    self.cut_if_due().await;
+                    return;
+                }
             }
         }
     }

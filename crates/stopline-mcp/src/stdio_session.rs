@@ -176,7 +176,6 @@ pub(crate) fn start(
         key.clone(),
         crate::stdio_spawn::idle_bound(what.config),
         what.governor.cut(&what.caller),
-        what.governor.cut_outcome_wait(),
     );
     let weak = Arc::downgrade(&session);
     let registry = Arc::downgrade(sessions);
@@ -243,17 +242,20 @@ pub(crate) fn start(
 
 /// End the session's server when its agent is cut (an EMERGENCY covering it, a contained
 /// machine, an untrusted control state) or when it has carried no traffic for `idle`; either
-/// way the session is forgotten, so its next request is `unknown session`. At a cut the
-/// session is forgotten at once, but the server is ended only once every request it was
-/// handed has its answer, or `cut_wait` (`cut_outcome_wait_s`) has passed: the agent was
-/// answered already, and the calls it left running get their outcomes recorded (SPEC §12.2).
+/// way the session is forgotten, so its next request is `unknown session`. At a cut the server
+/// is ended at once, open calls or not (SPEC §13.2 "An emergency ends the tool server at
+/// once"): the gateway owns it, so nothing is gained by letting a stopped agent's work run on
+/// for `cut_outcome_wait_s` (that wait is for upstreams the gateway does not own). Killing it
+/// is a write to its `cgroup.kill` and a signal to its process group, bounded and off the
+/// admission path (this task is woken by the same view change that cuts the agent's streams).
+/// Each open call's stream then ends: an answer the server had already written is read and
+/// recorded, every other open call's operation is left unresolved.
 fn watch_session(
     session: &Arc<Session>,
     sessions: &Arc<StdioSessions>,
     key: String,
     idle: std::time::Duration,
     cut: futures::future::BoxFuture<'static, stopline_core::Refusal>,
-    cut_wait: std::time::Duration,
 ) {
     let weak = Arc::downgrade(session);
     let registry = Arc::downgrade(sessions);
@@ -285,32 +287,15 @@ fn watch_session(
                 () = tokio::time::sleep(wait) => {}
             }
         };
-        // Kept alive through the wait: forgetting it in the registry must not end it early.
-        let kept = weak.upgrade();
-        if cut_landed {
-            if let Some(registry) = registry.upgrade() {
-                registry
-                    .sessions
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&key);
+        if let Some(session) = weak.upgrade() {
+            if cut_landed {
+                tracing::warn!(
+                    pgid = session.pgid,
+                    "killing a stdio tool server at once: {why}"
+                );
+            } else {
+                tracing::info!(pgid = session.pgid, "ending a stdio tool server: {why}");
             }
-            let deadline = tokio::time::Instant::now() + cut_wait;
-            while tokio::time::Instant::now() < deadline {
-                let open = kept.as_ref().is_some_and(|s| {
-                    !s.routes
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .is_empty()
-                });
-                if !open {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        }
-        if let Some(session) = kept {
-            tracing::info!(pgid = session.pgid, "ending a stdio tool server: {why}");
             session.end();
         }
         if let Some(registry) = registry.upgrade() {

@@ -55,6 +55,7 @@ impl EngageRequest {
             reason: reason.into(),
             session: LatchSession {
                 bound: None,
+                root: None,
                 tier: "console".into(),
             },
         }

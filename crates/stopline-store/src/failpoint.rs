@@ -149,3 +149,21 @@ pub fn clock_offset_ms() -> i64 {
 pub fn clock_offset_ms() -> i64 {
     0
 }
+
+/// `STOPLINE_TEST_HOOK_CONFIG`: the path the Claude Code hook reads its pinned configuration
+/// from instead of `/etc/stopline/hook.toml`, so tests need not write `/etc`. Only a
+/// `failpoints` build has this knob.
+#[cfg(feature = "failpoints")]
+pub fn hook_config_override() -> Option<std::path::PathBuf> {
+    std::env::var_os("STOPLINE_TEST_HOOK_CONFIG")
+        .filter(|p| !p.is_empty())
+        .map(std::path::PathBuf::from)
+}
+
+/// The hook's configuration path override (disabled build: never; a release build reads
+/// `/etc/stopline/hook.toml` whatever the environment says).
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn hook_config_override() -> Option<std::path::PathBuf> {
+    None
+}

@@ -6,11 +6,12 @@
 //! longer than the parent and carries budgets carved from the parent's. This module must never
 //! widen anything: not the lifetime, not a budget, not the role (children are always `agent`).
 
-use crate::claims::{Claims, CLAIMS_VERSION, MAX_CHAIN_LEN};
+use crate::claims::{Claims, CLAIMS_VERSION};
 use crate::mint::{fresh_jti, Minted, DEFAULT_TTL_S};
 use crate::wire::issue;
 use ed25519_dalek::SigningKey;
 use stopline_core::budget::{carve, BudgetKind, Budgets};
+use stopline_core::refusal::MAX_DELEGATION_DEPTH;
 use stopline_core::{Name, Refusal, RefusalCode, Role};
 
 /// Mint a child token for `child` under `parent` and sign it. See [`delegated_claims`].
@@ -40,8 +41,9 @@ pub fn delegate(
 ///   child's clock starts now; it must not outrun the parent's). Budgets the parent has already
 ///   spent are not known here: the gateway accounts spending along the chain.
 ///
-/// Refuses: an expired parent (`token_expired`); a child already in the chain, a zero ttl or a
-/// chain at [`MAX_CHAIN_LEN`] (`bad_request`); parent claims that break a structural rule
+/// Refuses: an expired parent (`token_expired`); a child deeper than [`MAX_DELEGATION_DEPTH`]
+/// (`delegate_limit`; far below the claims' structural `MAX_CHAIN_LEN`); a child already in
+/// the chain or a zero ttl (`bad_request`); parent claims that break a structural rule
 /// (`token_invalid`); a requested budget above the parent's (`budget_exhausted`).
 pub fn delegated_claims(
     parent: &Claims,
@@ -71,10 +73,16 @@ pub fn delegated_claims(
             format!("{child} is already in the delegation chain"),
         ));
     }
-    if parent.chain.len() >= MAX_CHAIN_LEN {
+    // Depth is the parent's delegations plus this one (the root's own token is depth 0).
+    let depth = parent.chain.len();
+    if depth > MAX_DELEGATION_DEPTH {
         return Err(Refusal::new(
-            RefusalCode::BadRequest,
-            format!("a delegation chain may have at most {MAX_CHAIN_LEN} links"),
+            RefusalCode::DelegateLimit,
+            format!(
+                "a delegation chain may be at most {MAX_DELEGATION_DEPTH} deep; {} would be {depth} deep under {}",
+                child,
+                parent.chain[0]
+            ),
         ));
     }
     let ttl_s = ttl_s.unwrap_or(DEFAULT_TTL_S);

@@ -2,9 +2,10 @@
 //! a stop of any ancestor revokes the child through the epoch map. Tests only.
 
 use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_core::refusal::MAX_DELEGATION_DEPTH;
 use stopline_core::{AuthorityStatus, EpochMap, Name, RefusalCode, Role, Scope};
 use stopline_token::keys::signing_key_from_seed;
-use stopline_token::{delegate, verify, Claims, IssueRequest, SigningKey, MAX_CHAIN_LEN};
+use stopline_token::{delegate, verify, Claims, IssueRequest, SigningKey};
 
 const NOW: i64 = 1_800_000_000;
 
@@ -112,14 +113,15 @@ fn refusals() {
         RefusalCode::BadRequest
     );
     assert!(delegate(&key(), &root, name("coder"), Some(u64::MAX), &none, NOW).is_ok());
+    // SPEC §13.2: a chain is at most MAX_DELEGATION_DEPTH (8) delegations deep.
     let mut deepest = root.clone();
-    for link in 1..MAX_CHAIN_LEN {
+    for link in 1..=MAX_DELEGATION_DEPTH {
         deepest = child_of(&deepest, &format!("a{link}"), None, &none);
     }
-    assert_eq!(deepest.chain.len(), MAX_CHAIN_LEN);
+    assert_eq!(deepest.chain.len(), MAX_DELEGATION_DEPTH + 1);
     assert_eq!(
         refused(&deepest, "one-more", None, NOW),
-        RefusalCode::BadRequest
+        RefusalCode::DelegateLimit
     );
     let mut forged = root.clone();
     forged.chain.clear();

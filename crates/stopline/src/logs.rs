@@ -22,10 +22,39 @@ pub fn init(cli: &Cli) {
     let filter = EnvFilter::builder().parse_lossy(directives);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.with_writer(|| InertStderr).try_init(),
+        LogFormat::Json => builder
+            .with_writer(std::io::stderr)
+            .json()
+            .flatten_event(true)
+            .try_init(),
     };
+}
+
+/// Stderr for the text log: each event's line with every control character of what it carries
+/// escaped ([`stopline_core::text::inert_except`], SPEC §13.2), so a tool server's stderr line
+/// or an agent's model name cannot move the cursor, clear the screen or forge a log line. The
+/// formatter writes one event per `write` and already escapes `ESC` in fields; the `ESC` that
+/// remains is its own colouring and the last `\n` ends the line, so both are kept.
+struct InertStderr;
+
+impl std::io::Write for InertStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let (line, end) = match text.strip_suffix('\n') {
+            Some(line) => (line, "\n"),
+            None => (&*text, ""),
+        };
+        let shown = stopline_core::text::inert_except(line, |c| c == '\u{1b}' || c == '\t');
+        let mut stderr = std::io::stderr().lock();
+        stderr.write_all(shown.as_bytes())?;
+        stderr.write_all(end.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }

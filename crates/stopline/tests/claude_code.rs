@@ -63,6 +63,11 @@ struct Scratch {
 
 impl Scratch {
     fn new() -> Scratch {
+        Scratch::with_local_settings(br#"{"disableAllHooks": true}"#)
+    }
+
+    /// [`Scratch::new`] with `local` as what the agent wrote in `.claude/settings.local.json`.
+    fn with_local_settings(local: &[u8]) -> Scratch {
         let dir = tempfile::Builder::new()
             .prefix("claude-code-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -82,11 +87,7 @@ impl Scratch {
         // The root-owned file's explicit `disableAllHooks: false` outranks them (flag settings
         // come before project and local ones); without it, this file would let step 4 run.
         std::fs::create_dir_all(work.join(".claude")).unwrap();
-        std::fs::write(
-            work.join(".claude/settings.local.json"),
-            br#"{"disableAllHooks": true}"#,
-        )
-        .unwrap();
+        std::fs::write(work.join(".claude/settings.local.json"), local).unwrap();
         for d in [work.clone(), work.join("home"), work.join(".claude")] {
             std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
         }
@@ -201,6 +202,43 @@ fn a_claude_code_session_stopped_mid_way_makes_no_further_model_call_and_runs_no
     let scratch = Scratch::new();
     let upstream = Upstream::start_anthropic_holding(&home, HOLD_AT, &scratch.release());
     let gateway = Gateway::start(&home, &config(&upstream));
+    stopped_mid_way(&home, &scratch, &upstream, &gateway, &[]);
+}
+
+/// Issue 35: the agent writes `.claude/settings.local.json` with `env.STOPLINE_URL` aimed at its
+/// own server answering "allow" to every check. Claude Code hands that environment to the hook;
+/// with the gateway pinned in root's `hook.toml` (SPEC §13.2) the hook still asks the real
+/// gateway, and step 4 is blocked.
+#[test]
+fn an_agent_written_stopline_url_does_not_move_the_pinned_hook() {
+    let home = Home::new();
+    let (_fake, fake_url) = gw::fake_allow_gateway();
+    let local = serde_json::json!({"disableAllHooks": true, "env": {"STOPLINE_URL": fake_url}});
+    let scratch = Scratch::with_local_settings(&serde_json::to_vec(&local).unwrap());
+    let upstream = Upstream::start_anthropic_holding(&home, HOLD_AT, &scratch.release());
+    let gateway = Gateway::start(&home, &config(&upstream));
+    // Root's pin, readable by the agent, writable by root alone.
+    let pin = scratch.dir.path().join("hook.toml");
+    std::fs::write(&pin, format!("url = \"{}\"\n", gateway.url())).unwrap();
+    std::fs::set_permissions(&pin, std::fs::Permissions::from_mode(0o644)).unwrap();
+    stopped_mid_way(
+        &home,
+        &scratch,
+        &upstream,
+        &gateway,
+        &[("STOPLINE_TEST_HOOK_CONFIG", pin.to_str().unwrap())],
+    );
+}
+
+/// Run a session until the stub holds its fourth model call, halt the agent, let the call go:
+/// no fourth step runs, the hook said why, and the refused model call ended the session.
+fn stopped_mid_way(
+    home: &Home,
+    scratch: &Scratch,
+    upstream: &Upstream,
+    gateway: &Gateway,
+    env: &[(&str, &str)],
+) {
     let token = home.token(&["--agent", "claude-coder"]);
     let stdout = std::fs::File::create(scratch.work().join("claude.out")).unwrap();
     let stderr = std::fs::File::create(scratch.work().join("claude.err")).unwrap();
@@ -216,6 +254,7 @@ fn a_claude_code_session_stopped_mid_way_makes_no_further_model_call_and_runs_no
         .env("STOPLINE_URL", gateway.url())
         .env("STOPLINE_TOKEN", &token)
         .envs(QUIET)
+        .envs(env.iter().copied())
         .uid(AGENT_UID)
         .gid(AGENT_UID)
         .stdin(Stdio::null())
@@ -223,7 +262,7 @@ fn a_claude_code_session_stopped_mid_way_makes_no_further_model_call_and_runs_no
         .stderr(stderr);
     let mut session = Proc(command.spawn().expect("start claude"));
 
-    wait_until_held(&upstream, &scratch);
+    wait_until_held(upstream, scratch);
     assert_eq!(scratch.steps().len(), 3, "{}", scratch.output());
     // A halt lets the held call finish: Claude Code gets its tool_use, and only the hook and
     // the gateway stand between it and a fourth step.
@@ -241,7 +280,7 @@ fn a_claude_code_session_stopped_mid_way_makes_no_further_model_call_and_runs_no
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_stopped_after_three_steps(&upstream, &scratch);
+    assert_stopped_after_three_steps(upstream, scratch);
     let output = scratch.output();
     assert!(!status.success(), "the session ended in an error\n{output}");
     let events: Vec<Value> = std::fs::read_to_string(scratch.work().join("claude.out"))

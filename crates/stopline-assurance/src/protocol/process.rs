@@ -151,6 +151,7 @@ pub fn engage(scope: Scope, level: Level, by: &str) -> EngageRequest {
         reason: "model check".into(),
         session: LatchSession {
             bound: None,
+            root: None,
             tier: "monitor".into(),
         },
     }

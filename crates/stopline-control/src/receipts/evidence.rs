@@ -4,6 +4,7 @@ use super::compact;
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt;
+use stopline_core::text::inert;
 
 /// The receipt of `evidence list`: every record as written.
 #[derive(Debug, Clone, Serialize)]
@@ -36,15 +37,16 @@ fn record_text(record: &Value) -> String {
         .flatten()
         .filter(|(key, _)| !CHAIN_FIELDS.contains(&key.as_str()))
         .map(|(key, value)| match value {
-            Value::String(text) => format!("{key}={text}"),
-            other => format!("{key}={}", compact(other)),
+            Value::String(text) => format!("{}={}", inert(key), inert(text)),
+            // Compact JSON escapes control characters already.
+            other => format!("{}={}", inert(key), compact(other)),
         })
         .collect();
     format!(
         "#{seq} {} {} ({}): {}",
-        get("ts"),
-        get("schema"),
-        get("kind"),
+        inert(get("ts")),
+        inert(get("schema")),
+        inert(get("kind")),
         fields.join(" ")
     )
 }
@@ -128,5 +130,20 @@ impl fmt::Display for EvidenceVerifyReceipt {
             let message = self.first_break.get("message").and_then(Value::as_str);
             write!(f, "BROKEN: {}", message.unwrap_or_default())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_agents_string_in_a_record_reaches_the_terminal_inert() {
+        let record = serde_json::json!({
+            "seq": 3, "ts": "2026-12-07T00:00:00.000Z", "schema": "evidence-record.v1",
+            "kind": "breaker_trip", "operation": "model:m\u{1b}[2J\u{1b}]0;owned\u{7}\r",
+            "detail": {"model": "m\u{1b}[2J"}
+        });
+        let text = super::record_text(&record);
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(text.contains("operation=model:m\\u{1b}[2J"), "{text}");
     }
 }

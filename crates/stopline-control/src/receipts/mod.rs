@@ -17,7 +17,9 @@ pub use evidence::{EvidenceListReceipt, EvidenceVerifyReceipt};
 pub use owner::{
     DrainReceipt, ReconcileReceipt, RecoverApplyReceipt, RecoverPlanReceipt, RepairReceipt,
 };
-pub use status::{InitReceipt, OperationLine, OpsCompactReceipt, OpsListReceipt, StatusReceipt};
+pub use status::{
+    AgentStatusView, InitReceipt, OperationLine, OpsCompactReceipt, OpsListReceipt, StatusReceipt,
+};
 pub use tokens::{MintedReceipt, TokenVerifyReceipt};
 
 use serde::Serialize;

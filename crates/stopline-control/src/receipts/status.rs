@@ -6,8 +6,9 @@ use serde_json::Value;
 use std::fmt;
 use stopline_core::ops::{Blocks, Operation};
 use stopline_core::phase::Phase;
-use stopline_core::{ActiveLatch, EpochMap, Refusal, StateRecord};
-use stopline_store::ops::Census;
+use stopline_core::text::inert;
+use stopline_core::{ActiveLatch, EpochMap, Refusal, StateRecord, Subject};
+use stopline_store::ops::{Census, CensusEntry};
 
 /// The receipt of `status`: the phase derived from fresh reads, and what it was derived from.
 #[derive(Debug, Clone, Serialize)]
@@ -46,6 +47,86 @@ pub struct StatusReceipt {
     /// Gateway registrations that could not be read.
     #[serde(skip)]
     pub gateway_notes: Vec<String>,
+}
+
+/// `status` as an agent token reads it through the gateway (SPEC §12.3, §13.2 "Agents see only
+/// themselves"): built field by field from the receipt, so what an agent sees is what this type
+/// names — a field added to [`StatusReceipt`] (or renamed) reaches no agent until it is named
+/// here. The machine's phase and state, the latches covering the agent, the epoch scopes
+/// covering it, the workers and unresolved operations of its own chain; no other agent's
+/// scopes, latches, workers or operations, and no warnings (they name paths of the host).
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentStatusView {
+    /// The derived phase.
+    pub phase: Phase,
+    /// The effective machine state.
+    pub state: String,
+    /// `state.json` as recorded (machine-wide).
+    pub state_record: StateRecord,
+    /// The active latches covering the agent.
+    #[serde(serialize_with = "latches_json")]
+    pub latches: Vec<ActiveLatch>,
+    /// Why the control state cannot be trusted (they cover everyone).
+    pub faults: Vec<Refusal>,
+    /// The epoch map with only the scopes covering the agent.
+    pub epoch: EpochMap,
+    /// The workers of the agent's own chain.
+    pub workers: Vec<Value>,
+    /// As in the receipt: covered workers quiescent, census whole, gateways covering.
+    pub affected_worker_quiescence_confirmed: bool,
+    /// Live gateways that do not cover the latches (ids only concern the host).
+    pub uncovered_servers: Vec<Value>,
+    /// The unresolved operations of the agent's own chain.
+    pub unresolved: Census,
+}
+
+impl AgentStatusView {
+    /// What of `receipt` concerns `subject` (an agent token's proven subject).
+    pub fn of(receipt: &StatusReceipt, subject: &Subject) -> AgentStatusView {
+        let links: Vec<&str> = subject.chain.iter().map(|n| n.as_str()).collect();
+        let own = |agent: Option<&str>| agent.is_some_and(|a| links.contains(&a));
+        let own_entries = |entries: &[CensusEntry]| -> Vec<CensusEntry> {
+            entries
+                .iter()
+                .filter(|e| own(e.operation.agent.as_deref()))
+                .cloned()
+                .collect()
+        };
+        AgentStatusView {
+            phase: receipt.phase,
+            state: receipt.state.clone(),
+            state_record: receipt.state_record.clone(),
+            latches: receipt
+                .latches
+                .iter()
+                .filter(|latch| latch.covers(subject))
+                .cloned()
+                .collect(),
+            faults: receipt.faults.clone(),
+            epoch: receipt.epoch.concerning(subject),
+            workers: receipt
+                .workers
+                .iter()
+                .filter(|worker| own(worker.get("agent").and_then(Value::as_str)))
+                .cloned()
+                .collect(),
+            affected_worker_quiescence_confirmed: receipt.affected_worker_quiescence_confirmed,
+            uncovered_servers: receipt.uncovered_servers.clone(),
+            unresolved: Census {
+                file: own_entries(&receipt.unresolved.file),
+                destination: own_entries(&receipt.unresolved.destination),
+                model: own_entries(&receipt.unresolved.model),
+                errors: Vec::new(),
+            },
+        }
+    }
+}
+
+impl fmt::Display for AgentStatusView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Served as JSON only; the text names the phase.
+        f.write_str(&phase_name(self.phase))
+    }
 }
 
 fn latches_json<S: Serializer>(latches: &[ActiveLatch], serializer: S) -> Result<S::Ok, S::Error> {
@@ -162,10 +243,10 @@ impl fmt::Display for OpsCompactReceipt {
 pub(super) fn operation_text(op: &Operation, in_flight: bool) -> String {
     let mut line = format!(
         "{} {} by {} {}",
-        op.op,
-        op.target,
-        op.agent.as_deref().unwrap_or("?"),
-        op.outcome.as_deref().unwrap_or("UNRESOLVED")
+        inert(&op.op),
+        inert(&op.target),
+        inert(op.agent.as_deref().unwrap_or("?")),
+        inert(op.outcome.as_deref().unwrap_or("UNRESOLVED"))
     );
     if op.outcome.is_none() {
         line.push_str(&match (in_flight, &op.blocks) {

@@ -9,6 +9,7 @@ use crate::acks::{ServerRecord, GATEWAY_PROTOCOL};
 use serde_json::Value;
 use std::fmt::{self, Write as _};
 use stopline_core::phase::Phase;
+use stopline_core::text::inert;
 use stopline_core::{ActiveLatch, ControlState, Level, Scope};
 
 /// What a scope stops, in words.
@@ -100,8 +101,10 @@ fn quiescent(worker: &Value) -> bool {
     )
 }
 
-fn field<'a>(value: &'a Value, key: &str) -> &'a str {
-    value.get(key).and_then(Value::as_str).unwrap_or("?")
+/// A string field of a registration, made inert for the terminal (a worker's run and agent
+/// come from whoever started it).
+fn field<'a>(value: &'a Value, key: &str) -> std::borrow::Cow<'a, str> {
+    inert(value.get(key).and_then(Value::as_str).unwrap_or("?"))
 }
 
 /// The scope and level a latch is enforced as, and whether its record could be trusted.
@@ -191,8 +194,8 @@ fn latch_text(latch: &ActiveLatch, now_ms: i64, out: &mut String) {
                 out,
                 "\n  {scope}  {}  by {}  {age} ({})  {}\n    reason: {:?}\n    {}",
                 level.as_str(),
-                record.by,
-                record.ts,
+                inert(&record.by),
+                inert(&record.ts),
                 summary.id,
                 record.reason,
                 lifted_by(scope, level)

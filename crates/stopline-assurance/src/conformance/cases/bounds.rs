@@ -59,6 +59,11 @@ pub const CASES: &[Case] = &[
         engage_limit,
     ),
     case(
+        "delegate_limit_depth",
+        "a delegation chain is at most 8 deep: the 9th token delegate down one chain is refused delegate_limit",
+        delegate_limit_depth,
+    ),
+    case(
         "closed_stdout_is_quiet",
         "status and ops list with a closed stdout end without a panic or a broken-pipe message",
         closed_stdout,
@@ -271,6 +276,21 @@ fn reason_invalid(s: &Sandbox) -> Verdict {
         format!("a 1024-byte reason: {}", ok.brief())
     })?;
     Ok("1026 bytes: reason_invalid, nothing written; 1024 bytes: engaged".into())
+}
+
+fn delegate_limit_depth(s: &Sandbox) -> Verdict {
+    let mut token = s.token(&["--agent", "root"])?;
+    for depth in 1..=8 {
+        let child = format!("d{depth}");
+        let out = s.run(&["token", "delegate", "--parent", &token, "--agent", &child])?;
+        token = out.json()["token"].as_str().unwrap_or_default().to_string();
+        ensure(out.code == 0 && !token.is_empty(), || {
+            format!("delegation {depth}: {}", out.brief())
+        })?;
+    }
+    let out = s.run(&["token", "delegate", "--parent", &token, "--agent", "d9"])?;
+    refused(&out, "delegate_limit", "a 9th delegation")?;
+    Ok("8 delegations minted; the 9th refused delegate_limit".into())
 }
 
 fn engage_limit(s: &Sandbox) -> Verdict {

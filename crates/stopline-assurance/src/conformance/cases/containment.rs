@@ -1,7 +1,7 @@
 //! Containment that holds against the agent (SPEC §12.3): a supervised agent has no terminal,
 //! no new privileges and a uid of its own; under the default `--net gateway-only` the host's
-//! `/tmp` is out of its sight; on the API an agent token sees only the latches covering it, and
-//! a covered parent mints no sub-agent.
+//! `/tmp` is out of its sight; on the API an agent token sees only the latches and epoch scopes
+//! covering it, and a covered parent mints no sub-agent.
 
 use super::{case, slow, Case};
 use crate::conformance::gateway::Gateway;
@@ -25,6 +25,11 @@ pub const CASES: &[Case] = &[
         "agent_token_sees_only_its_latches_and_a_covered_parent_mints_nothing",
         "/v1/status for an agent token lists only the latches covering it (an operator token sees all), and /v1/delegate by a paused parent is refused break_glass_contained",
         agent_token_sees_only_its_latches,
+    ),
+    slow(
+        "agent_token_sees_only_its_chains_epoch_scopes",
+        "after an emergency on agent:bob, /v1/status for alice's token has no agent:bob in epoch.scopes; an operator token's has",
+        agent_token_sees_only_its_epoch_scopes,
     ),
 ];
 
@@ -146,4 +151,25 @@ fn agent_token_sees_only_its_latches(s: &Sandbox) -> Verdict {
         "alice sees 0 latches, bob 1, operator 1; bob's delegate refused break_glass_contained"
             .into(),
     )
+}
+
+fn agent_token_sees_only_its_epoch_scopes(s: &Sandbox) -> Verdict {
+    let gateway = Gateway::start(s, "")?;
+    let alice = s.token(&["--agent", "alice"])?;
+    let operator = s.token(&["--agent", "ops", "--role", "operator"])?;
+    s.engage("agent:bob", "emergency")?;
+    let sees_bob = |token: &str| {
+        let status = gateway.get("/v1/status", Some(token)).json_or_null();
+        status["epoch"]["scopes"]
+            .as_object()
+            .map(|scopes| scopes.keys().any(|k| k.contains("agent:bob")))
+    };
+    let (for_alice, for_operator) = (sees_bob(&alice), sees_bob(&operator));
+    ensure(
+        (for_alice, for_operator) == (Some(false), Some(true)),
+        || {
+            format!("agent:bob in epoch.scopes: alice {for_alice:?}, operator {for_operator:?} (wanted false, true)")
+        },
+    )?;
+    Ok("alice's epoch.scopes has no agent:bob; the operator's has".into())
 }

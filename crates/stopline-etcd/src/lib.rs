@@ -12,6 +12,7 @@
 //! calls with deadlines ([`client`]), so no caller's runtime is ever blocked or needed.
 #![deny(missing_docs)]
 
+pub mod access;
 pub mod client;
 mod control_plane;
 mod engage;

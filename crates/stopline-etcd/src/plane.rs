@@ -72,10 +72,11 @@ impl EtcdPlane {
         Snapshot::fetch(&self.client, &self.names)
     }
 
-    /// The etcd side of the view alone (no local latches): a read failure is a fault.
+    /// The etcd side of the view alone (no local latches): a read failure is a fault, and so is
+    /// a plane below this host's high-water marks ([`EtcdPlane::judge`]).
     pub fn etcd_view(&self) -> ControlView {
         match self.snapshot() {
-            Ok(snapshot) => snapshot.view(),
+            Ok(snapshot) => self.judge(&snapshot),
             Err(error) => ControlView::closed(unreachable(&error)),
         }
     }

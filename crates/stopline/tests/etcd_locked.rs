@@ -335,7 +335,11 @@ fn a_locked_etcd_refuses_the_wipe_the_key_swap_and_a_gateway_deleting_a_latch() 
         "the stop is seen by the gateway user"
     );
     let run = gateway.run(&["check", "--class", "noncritical", "--token", &worker]);
-    assert_eq!(run.code, 0, "an agent the stop does not cover works: {}", run.stdout);
+    assert_eq!(
+        run.code, 0,
+        "an agent the stop does not cover works: {}",
+        run.stdout
+    );
 
     // An attacker with a client certificate but no etcd user, and a gateway-role user: etcd
     // refuses the wipe and the key swap.
@@ -360,7 +364,7 @@ fn a_locked_etcd_refuses_the_wipe_the_key_swap_and_a_gateway_deleting_a_latch() 
 }
 
 #[test]
-fn an_open_etcd_wiped_or_given_another_key_fails_closed() {
+fn an_open_etcd_wiped_fails_closed_until_the_owner_refounds_it() {
     let etcd = cluster::Cluster::start(1);
     let url = etcd.url("/open");
     let owner = Host::new(&url, "");
@@ -441,12 +445,29 @@ fn an_open_etcd_wiped_or_given_another_key_fails_closed() {
         0,
         "the owner's host reopens"
     );
+}
 
-    // The key swap: another key's holder copies its public key into keys/verify.pub and mints.
+#[test]
+fn an_open_etcd_given_another_key_refuses_the_attackers_tokens() {
+    let etcd = cluster::Cluster::start(1);
+    let url = etcd.url("/swap");
+    let owner = Host::new(&url, "");
+    owner.run(&["init"]).assert_ok();
+    let own = owner.token("worker", &[]);
+    let other = Host::new(&url, "");
+    other.run(&["init"]).assert_ok();
+    let check_token = |host: &Host, token: &str| {
+        let run = host.run(&["check", "--class", "noncritical", "--token", token]);
+        (run.code, run.json())
+    };
+    assert_eq!(check_token(&other, &own).0, 0);
+
+    // Another key's holder copies its public key into keys/verify.pub and mints, as operator.
+    let raw = cluster::Raw::new(&url);
     let attacker = Host::new(&etcd.url("/attacker"), "");
-    let forged = attacker.token("worker-3", &["--role", "operator"]);
+    let forged = attacker.token("worker", &["--role", "operator"]);
     let (_, attacker_key) = raw.list("/attacker/keys/verify.pub").remove(0);
-    raw.put("/open/keys/verify.pub", &attacker_key);
+    raw.put("/swap/keys/verify.pub", &attacker_key);
     let (code, receipt) = check_token(&owner, &forged);
     let refused = receipt["code"]
         .as_str()
@@ -458,9 +479,25 @@ fn an_open_etcd_wiped_or_given_another_key_fails_closed() {
         refused, "control_state_corrupt",
         "a swapped key is never taken: {receipt}"
     );
-    let (code, receipt) = check_token(&other, &forged);
-    assert_ne!(code, 0, "the gateway's host refuses it too: {receipt}");
-    // The owner restores its key at the console.
+    // A gateway started after the swap, on a host that pinned before it, does not start on
+    // the swapped key (it would verify every token with it).
+    let listen = format!("127.0.0.1:{}", gw::free_port());
+    let serve = util::run_or_hang(
+        other
+            .home
+            .command(&["--json", "--control", &url, "serve", "--listen", &listen]),
+        "serve on a swapped key",
+    );
+    assert_ne!(serve.code, 0, "{}", serve.stdout);
+    assert_eq!(
+        serve.code_str(),
+        "control_state_corrupt",
+        "{}",
+        serve.stdout
+    );
+    assert_ne!(check_token(&other, &forged).0, 0);
+
+    // The owner restores its key at the console; its tokens work again, the forged never.
     let rotated = owner.home.run_on_pty(
         &[
             "--control",
@@ -475,9 +512,13 @@ fn an_open_etcd_wiped_or_given_another_key_fails_closed() {
         &[],
     );
     rotated.assert_ok();
-    let minted = owner.token("worker-4", &[]);
-    assert_eq!(check_token(&owner, &minted).0, 0);
+    assert_eq!(check_token(&owner, &own).0, 0);
     assert_ne!(check_token(&owner, &forged).0, 0);
+    assert_eq!(
+        check_token(&other, &own).0,
+        0,
+        "the other host's pin is the owner's key"
+    );
 }
 
 #[test]

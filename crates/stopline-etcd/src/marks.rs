@@ -96,6 +96,17 @@ impl EtcdPlane {
         change(entry);
         let after = entry.clone();
         if after != before {
+            // A gate never creates the home (a missing one is `control_home_missing`).
+            let home = self.local.layout().home();
+            if !self.local.fs().exists(home).unwrap_or(false) {
+                return Err(StoreError::refused(
+                    RefusalCode::ControlHomeMissing,
+                    format!(
+                        "the control directory {} does not exist (run `stopline init`)",
+                        home.display()
+                    ),
+                ));
+            }
             let bytes = serde_json::to_vec_pretty(&all).expect("the trust map serializes");
             self.local.ensure_dirs(&[&self.local.layout().keys()])?;
             self.local

@@ -582,3 +582,90 @@ fn etcd_roles_prints_the_etcdctl_set_up() {
         .unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("etcdctl auth enable"));
 }
+
+/// The high-water mark is a durable step: at every failpoint of raising it a crash leaves the
+/// trust file old or new (never torn) and the crashed `check` decided nothing, and an I/O error
+/// there closes the gate (`control_io`) rather than act on a view it could not record. Needs the
+/// binary built with `--features stopline/failpoints` (else the trace is empty and this fails).
+#[test]
+fn raising_the_high_water_mark_is_durable_before_the_view_is_acted_on() {
+    use std::os::unix::process::ExitStatusExt;
+    let etcd = cluster::Cluster::start(1);
+    let url = etcd.url("/marks");
+    let owner = Host::new(&url, "");
+    owner.engage("run:r1", "halt-all");
+    let probe = [
+        "--control",
+        url.as_str(),
+        "check",
+        "--class",
+        "noncritical",
+        "--agent",
+        "probe",
+    ];
+    // The failpoints of a first read on a fresh host, which raises its marks.
+    let fresh = Host::new(&url, "");
+    let trace = fresh.home.dir.path().join("trace");
+    let run = fresh.home.run_env(
+        &probe,
+        &[("STOPLINE_FAILPOINT_TRACE", trace.to_str().unwrap())],
+    );
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let raised: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fresh.home.file("keys/etcd-trust.json")).unwrap())
+            .unwrap();
+    assert!(
+        raised["/marks"]["wal_seq"].as_u64().unwrap() >= 1,
+        "{raised}"
+    );
+    let names: Vec<String> = std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .filter(|n| n.starts_with("etcd.trust"))
+        .map(String::from)
+        .collect();
+    assert!(
+        names.len() >= 3,
+        "the mark's write, rename and directory sync are failpoints (build with --features stopline/failpoints): {names:?}"
+    );
+    for name in &names {
+        let host = Host::new(&url, "");
+        let crashed = host
+            .home
+            .command(&probe)
+            .env("STOPLINE_FAILPOINTS", format!("{name}=crash"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            crashed.status.signal(),
+            Some(6),
+            "{name}: dies at its failpoint"
+        );
+        assert!(
+            !String::from_utf8_lossy(&crashed.stdout).contains("allow"),
+            "{name}: nothing was decided before the mark was durable"
+        );
+        if let Ok(bytes) = std::fs::read(host.home.file("keys/etcd-trust.json")) {
+            let trust: serde_json::Value = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{name}: the trust file is torn: {e}"));
+            assert!(trust["/marks"].is_object(), "{name}: {trust}");
+        }
+        // Afterwards the host reads, raises and decides normally.
+        let again = host.run(&["check", "--class", "noncritical", "--agent", "probe"]);
+        assert_eq!(again.code, 0, "{name}: {}", again.stdout);
+        // An I/O error there, on a host with a mark still to raise.
+        let host = Host::new(&url, "");
+        let errored = host
+            .home
+            .run_env(&probe, &[("STOPLINE_FAILPOINTS", &format!("{name}=error"))]);
+        let text = errored.stdout.clone();
+        assert_eq!(errored.code, 4, "{name}: {text}");
+        assert!(
+            text.contains("control_io"),
+            "{name}: an unrecorded mark closes the gate: {text}"
+        );
+        // Afterwards the host reads, raises and decides normally.
+        let again = host.run(&["check", "--class", "noncritical", "--agent", "probe"]);
+        assert_eq!(again.code, 0, "{name}: {}", again.stdout);
+    }
+}

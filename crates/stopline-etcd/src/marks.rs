@@ -40,6 +40,9 @@ pub struct Trust {
 /// and a gateway's watch and request threads share it).
 static WRITING: Mutex<()> = Mutex::new(());
 
+/// How long a writer waits for another process's hold of `keys/etcd-trust.lock`.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The file name under `keys/`.
 pub const TRUST_FILE: &str = "etcd-trust.json";
 
@@ -84,34 +87,47 @@ impl EtcdPlane {
             .unwrap_or_default())
     }
 
-    /// Change this prefix's trust with `change`, durably, before returning.
-    pub(crate) fn update_trust(
-        &self,
-        change: impl FnOnce(&mut Trust),
-    ) -> Result<Trust, StoreError> {
+    /// Change this prefix's trust with `change`, durably, before returning. Writers on this host
+    /// take `keys/etcd-trust.lock` (bounded: a holder past the bound is `control_io`) and read
+    /// again under it, so two processes raising at once never lower each other's mark.
+    pub(crate) fn update_trust(&self, change: impl Fn(&mut Trust)) -> Result<Trust, StoreError> {
         let _one = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = self.trust()?;
+        let before = current.clone();
+        change(&mut current);
+        if current == before {
+            return Ok(current);
+        }
+        // A gate never creates the home (a missing one is `control_home_missing`).
+        let home = self.local.layout().home();
+        if !self.local.fs().exists(home).unwrap_or(false) {
+            return Err(StoreError::refused(
+                RefusalCode::ControlHomeMissing,
+                format!(
+                    "the control directory {} does not exist (run `stopline init`)",
+                    home.display()
+                ),
+            ));
+        }
+        let keys = self.local.layout().keys();
+        self.local.ensure_dirs(&[&keys])?;
+        let _lock = self
+            .local
+            .fs()
+            .lock(&keys.join("etcd-trust.lock"), true, true, Some(LOCK_WAIT))
+            .map_err(|e| {
+                StoreError::refused(
+                    RefusalCode::ControlIo,
+                    format!("keys/etcd-trust.lock cannot be taken: {e}"),
+                )
+            })?;
         let mut all = self.read_all()?;
         let entry = all.entry(self.names.prefix().to_string()).or_default();
-        let before = entry.clone();
         change(entry);
         let after = entry.clone();
-        if after != before {
-            // A gate never creates the home (a missing one is `control_home_missing`).
-            let home = self.local.layout().home();
-            if !self.local.fs().exists(home).unwrap_or(false) {
-                return Err(StoreError::refused(
-                    RefusalCode::ControlHomeMissing,
-                    format!(
-                        "the control directory {} does not exist (run `stopline init`)",
-                        home.display()
-                    ),
-                ));
-            }
-            let bytes = serde_json::to_vec_pretty(&all).expect("the trust map serializes");
-            self.local.ensure_dirs(&[&self.local.layout().keys()])?;
-            self.local
-                .replace_atomic(&self.trust_path(), &bytes, "etcd.trust")?;
-        }
+        let bytes = serde_json::to_vec_pretty(&all).expect("the trust map serializes");
+        self.local
+            .replace_atomic(&self.trust_path(), &bytes, "etcd.trust")?;
         Ok(after)
     }
 
@@ -240,7 +256,7 @@ impl EtcdPlane {
     /// Pin `key` (replacing any pin): `recover rotate-key` and `init --control` only.
     pub fn pin(&self, key: &[u8; 32]) -> Result<(), StoreError> {
         let seen = fingerprint(key);
-        self.update_trust(|t| t.verify_key_sha256 = Some(seen))
+        self.update_trust(|t| t.verify_key_sha256 = Some(seen.clone()))
             .map(|_| ())
     }
 }

@@ -25,6 +25,10 @@ use tokio::runtime::{Handle, Runtime};
 pub const CALL_DEADLINE: Duration = Duration::from_millis(1500);
 /// How long a connection attempt to one member may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(400);
+/// The same, when connecting includes authenticating as an etcd user: etcd checks the password
+/// against its bcrypt hash, tens of milliseconds of its CPU (more on a loaded host), after the
+/// TLS handshake. Still well inside [`CALL_DEADLINE`].
+const AUTH_CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// Why etcd could not be used.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -73,9 +77,17 @@ impl Drop for EtcdClient {
     }
 }
 
+fn connect_timeout(access: &Access) -> Duration {
+    if access.user.is_some() {
+        AUTH_CONNECT_TIMEOUT
+    } else {
+        CONNECT_TIMEOUT
+    }
+}
+
 fn options(access: &Access) -> ConnectOptions {
     let mut options = ConnectOptions::new()
-        .with_connect_timeout(CONNECT_TIMEOUT)
+        .with_connect_timeout(connect_timeout(access))
         .with_timeout(CALL_DEADLINE)
         .with_keep_alive(Duration::from_millis(500), Duration::from_millis(1000))
         .with_require_leader(true);
@@ -133,7 +145,7 @@ impl EtcdClient {
         let index = self.next_member.fetch_add(1, Ordering::SeqCst) % members.len();
         let endpoint = members[index].clone();
         tokio::time::timeout(
-            CONNECT_TIMEOUT,
+            connect_timeout(&self.access),
             Client::connect([endpoint.as_str()], Some(options(&self.access))),
         )
         .await
@@ -150,19 +162,20 @@ impl EtcdClient {
         let members = self.target.endpoints.clone();
         let index = self.next_member.fetch_add(1, Ordering::SeqCst) % members.len();
         let options = options(&self.access);
+        let limit = connect_timeout(&self.access);
         self.handle().spawn(async move {
             let endpoint = members[index].clone();
-            let result = tokio::time::timeout(
-                CONNECT_TIMEOUT,
-                Client::connect([endpoint.as_str()], Some(options)),
-            )
-            .await
-            .map_err(|_| EtcdError::Unreachable(format!("{endpoint}: connect timed out")))
-            .and_then(|r| r.map_err(|e| EtcdError::Unreachable(format!("{endpoint}: {e}"))));
+            let result =
+                tokio::time::timeout(limit, Client::connect([endpoint.as_str()], Some(options)))
+                    .await
+                    .map_err(|_| EtcdError::Unreachable(format!("{endpoint}: connect timed out")))
+                    .and_then(|r| {
+                        r.map_err(|e| EtcdError::Unreachable(format!("{endpoint}: {e}")))
+                    });
             let _ = tx.send(result);
         });
         let client = rx
-            .recv_timeout(CONNECT_TIMEOUT + Duration::from_millis(100))
+            .recv_timeout(limit + Duration::from_millis(100))
             .map_err(|_| EtcdError::Unreachable("connect timed out".into()))??;
         *current = Some(client.clone());
         Ok(client)

@@ -312,7 +312,10 @@ fn a_locked_etcd_refuses_the_wipe_the_key_swap_and_a_gateway_deleting_a_latch() 
     // The operator publishes to etcd: a stop and the verification key.
     let operator = Host::new(
         &url,
-        &etcd.config(Some(("stopline-operator", "operator-pw-2"))),
+        &format!(
+            "ack_timeout_ms = 5000\n{}",
+            etcd.config(Some(("stopline-operator", "operator-pw-2")))
+        ),
     );
     let receipt = operator.engage("agent:evil", "emergency");
     assert!(
@@ -361,6 +364,36 @@ fn a_locked_etcd_refuses_the_wipe_the_key_swap_and_a_gateway_deleting_a_latch() 
     put(&gateway_user, "/sl/servers/test-gw.json", "{}").expect("a gateway registers");
     assert_eq!(count(&root, "/sl/latches/"), 1, "the latch stands");
     assert_eq!(check_agent(&operator, "evil").0, 4);
+
+    // A gateway under the gateway user registers on its lease, verifies the operator's tokens
+    // and acknowledges the operator's stop.
+    let serving = gateway.serve();
+    assert!(
+        etcd_support::wait_until(Duration::from_secs(10), || serving.check(&worker).0
+            == "allow")
+        .is_some(),
+        "{:?}",
+        serving.check(&worker)
+    );
+    let id = serving.id();
+    assert!(
+        etcd_support::wait_until(Duration::from_secs(10), || count(
+            &root,
+            &format!("/sl/servers/{id}.json")
+        ) == 1)
+        .is_some(),
+        "the gateway registered under the gateway user"
+    );
+    let receipt = operator.engage("agent:worker", "halt-all");
+    assert_eq!(
+        etcd_support::ids(&receipt["acknowledged_by"]),
+        vec![id],
+        "{receipt}"
+    );
+    assert_eq!(
+        serving.check(&worker),
+        ("block".into(), "break_glass_contained".into())
+    );
 }
 
 #[test]

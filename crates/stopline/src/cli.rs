@@ -13,7 +13,7 @@ pub struct Cli {
     /// Machine-readable output on stdout.
     #[arg(long, global = true)]
     pub json: bool,
-    /// The distributed backend (`etcd://HOST:PORT[,…][?prefix=/stopline]`).
+    /// The distributed backend (`etcd://HOST:PORT[,…][?prefix=/stopline]`, or `etcds://…` for TLS; credentials go in `[etcd]` of config.toml, never here).
     #[arg(long, global = true)]
     pub control: Option<String>,
     /// The command.

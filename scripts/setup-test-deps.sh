@@ -8,10 +8,10 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 # No protobuf-compiler: the build runs the vendored protoc (scripts/protoc). etcd-server: the
-# distributed backend tests. chromium: the status-page browser test. curl, jq: the documented
+# distributed backend tests; openssl: the locked-etcd tests make their CA and certificates. chromium: the status-page browser test. curl, jq: the documented
 # commands. man-db: the man page test renders `stopline man`. dpkg-dev is not needed: the package
 # is built by dpkg-deb, which every Debian has.
-APT_PACKAGES=(python3-venv etcd-server chromium curl jq man-db)
+APT_PACKAGES=(python3-venv etcd-server openssl chromium curl jq man-db)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

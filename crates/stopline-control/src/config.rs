@@ -276,6 +276,28 @@ pub struct Config {
     /// `[retention]`.
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// `[etcd]`: how to reach a locked etcd (SPEC §13.1).
+    #[serde(default)]
+    pub etcd: EtcdConfig,
+}
+
+/// `[etcd]`: TLS and authentication for `--control etcd://…` / `etcds://…` (SPEC §13.1). Read
+/// by every process that attaches the plane (the CLI and `serve` alike). Relative paths are
+/// relative to the home. The password is only ever read from `password_file` (0600 or
+/// stricter, owned by the caller), never from this file or the URL.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EtcdConfig {
+    /// The CA that signed the members' certificates (PEM); required for `etcds://`.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// This host's client certificate (PEM), for members that demand one.
+    pub cert_file: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    pub key_file: Option<std::path::PathBuf>,
+    /// The etcd user to authenticate as.
+    pub user: Option<String>,
+    /// The file holding that user's password (one line).
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 fn default_listen() -> String {

@@ -25,5 +25,14 @@ pub fn init(store: &Store) -> Result<InitReceipt, Refusal> {
         home: store.layout().home().display().to_string(),
         created: true,
         reserve,
+        verify_key_sha256: None,
     })
+}
+
+/// `init --control …`: the home made whole, then the plane's verification key read and pinned
+/// on this host (a key other than one already pinned is refused, `control_state_corrupt`).
+pub fn init_on_plane(ctx: &crate::Context) -> Result<InitReceipt, Refusal> {
+    let mut receipt = init(&ctx.store)?;
+    receipt.verify_key_sha256 = ctx.plane.pin_key().map_err(|e| e.to_refusal())?;
+    Ok(receipt)
 }

@@ -8,6 +8,7 @@ use crate::console::OwnerConsole;
 use crate::context::Context;
 use crate::receipts::{
     DrainReceipt, ReconcileReceipt, RecoverApplyReceipt, RecoverPlanReceipt, RepairReceipt,
+    RotateKeyReceipt,
 };
 use serde_json::Value;
 use stopline_core::{Refusal, Scope};
@@ -74,6 +75,29 @@ pub fn repair(
         .repair(reason, console.by(), issued)
         .map_err(|e| e.to_refusal())?;
     Ok(RepairReceipt(receipt))
+}
+
+/// `recover rotate-key`: this host's verification key replaces the one the distributed plane
+/// publishes and is pinned here; with `adopt`, the key the plane publishes now is pinned (the
+/// owner rotated it from another host). A local home refuses: it verifies with its own key.
+pub fn rotate_key(
+    ctx: &Context,
+    console: &OwnerConsole,
+    reason: &str,
+    adopt: bool,
+) -> Result<RotateKeyReceipt, Refusal> {
+    let reason = stopline_core::refusal::require_reason(reason)?;
+    let key = if adopt {
+        None
+    } else {
+        Some(ctx.signing_key()?.verifying_key().to_bytes())
+    };
+    let standing = ctx.plane.rotate_key(key).map_err(|e| e.to_refusal())?;
+    tracing::warn!(by = console.by(), %reason, adopt, "the plane's verification key was rotated");
+    Ok(RotateKeyReceipt {
+        verify_key_sha256: stopline_core::wal::sha256_hex(&standing),
+        adopted: adopt,
+    })
 }
 
 /// `drain`.

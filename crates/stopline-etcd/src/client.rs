@@ -10,6 +10,7 @@
 //! retry within the same deadline) connects to the next member, so losing a member costs one
 //! failed attempt, not an outage, and a restarted member is reconnected on first use.
 
+use crate::access::Access;
 use crate::url::EtcdTarget;
 use etcd_client::{Client, ConnectOptions};
 use std::future::Future;
@@ -24,6 +25,10 @@ use tokio::runtime::{Handle, Runtime};
 pub const CALL_DEADLINE: Duration = Duration::from_millis(1500);
 /// How long a connection attempt to one member may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(400);
+/// The same, when connecting includes authenticating as an etcd user: etcd checks the password
+/// against its bcrypt hash, tens of milliseconds of its CPU (more on a loaded host), after the
+/// TLS handshake. Still well inside [`CALL_DEADLINE`].
+const AUTH_CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// Why etcd could not be used.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -49,6 +54,7 @@ impl From<EtcdError> for StoreError {
 /// The client: a runtime, the members, the current connection.
 pub struct EtcdClient {
     target: EtcdTarget,
+    access: Access,
     runtime: Option<Runtime>,
     current: Mutex<Option<Client>>,
     next_member: AtomicUsize,
@@ -71,17 +77,40 @@ impl Drop for EtcdClient {
     }
 }
 
-fn options() -> ConnectOptions {
-    ConnectOptions::new()
-        .with_connect_timeout(CONNECT_TIMEOUT)
+fn connect_timeout(access: &Access) -> Duration {
+    if access.user.is_some() {
+        AUTH_CONNECT_TIMEOUT
+    } else {
+        CONNECT_TIMEOUT
+    }
+}
+
+fn options(access: &Access) -> ConnectOptions {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(connect_timeout(access))
         .with_timeout(CALL_DEADLINE)
         .with_keep_alive(Duration::from_millis(500), Duration::from_millis(1000))
-        .with_require_leader(true)
+        .with_require_leader(true);
+    if let Some(tls) = &access.tls {
+        options = options.with_tls(tls.clone());
+    }
+    if let Some((user, password)) = &access.user {
+        // A gateway runs for days: etcd's auth token expires, and is fetched again.
+        options = options
+            .with_user(user.clone(), password.expose())
+            .with_auto_token_refresh(true);
+    }
+    options
 }
 
 impl EtcdClient {
-    /// A client for `target`; connects lazily.
+    /// A client for `target` on an open etcd (no TLS, no user); connects lazily.
     pub fn new(target: EtcdTarget) -> std::io::Result<EtcdClient> {
+        EtcdClient::with_access(target, Access::default())
+    }
+
+    /// A client for `target` that speaks TLS and authenticates as `access` says.
+    pub fn with_access(target: EtcdTarget, access: Access) -> std::io::Result<EtcdClient> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("stopline-etcd")
@@ -89,6 +118,7 @@ impl EtcdClient {
             .build()?;
         Ok(EtcdClient {
             target,
+            access,
             runtime: Some(runtime),
             current: Mutex::new(None),
             next_member: AtomicUsize::new(0),
@@ -115,8 +145,8 @@ impl EtcdClient {
         let index = self.next_member.fetch_add(1, Ordering::SeqCst) % members.len();
         let endpoint = members[index].clone();
         tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            Client::connect([endpoint.as_str()], Some(options())),
+            connect_timeout(&self.access),
+            Client::connect([endpoint.as_str()], Some(options(&self.access))),
         )
         .await
         .map_err(|_| EtcdError::Unreachable(format!("{endpoint}: connect timed out")))?
@@ -131,19 +161,21 @@ impl EtcdClient {
         let (tx, rx) = mpsc::channel();
         let members = self.target.endpoints.clone();
         let index = self.next_member.fetch_add(1, Ordering::SeqCst) % members.len();
+        let options = options(&self.access);
+        let limit = connect_timeout(&self.access);
         self.handle().spawn(async move {
             let endpoint = members[index].clone();
-            let result = tokio::time::timeout(
-                CONNECT_TIMEOUT,
-                Client::connect([endpoint.as_str()], Some(options())),
-            )
-            .await
-            .map_err(|_| EtcdError::Unreachable(format!("{endpoint}: connect timed out")))
-            .and_then(|r| r.map_err(|e| EtcdError::Unreachable(format!("{endpoint}: {e}"))));
+            let result =
+                tokio::time::timeout(limit, Client::connect([endpoint.as_str()], Some(options)))
+                    .await
+                    .map_err(|_| EtcdError::Unreachable(format!("{endpoint}: connect timed out")))
+                    .and_then(|r| {
+                        r.map_err(|e| EtcdError::Unreachable(format!("{endpoint}: {e}")))
+                    });
             let _ = tx.send(result);
         });
         let client = rx
-            .recv_timeout(CONNECT_TIMEOUT + Duration::from_millis(100))
+            .recv_timeout(limit + Duration::from_millis(100))
             .map_err(|_| EtcdError::Unreachable("connect timed out".into()))??;
         *current = Some(client.clone());
         Ok(client)

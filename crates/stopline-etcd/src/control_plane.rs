@@ -57,7 +57,14 @@ impl ControlPlane for EtcdPlane {
         by: &str,
         highest_issued_epoch: u64,
     ) -> Result<RepairReceipt, StoreError> {
-        EtcdPlane::repair(self, reason, by, highest_issued_epoch)
+        let mut receipt = EtcdPlane::repair(self, reason, by, highest_issued_epoch)?;
+        // A plane below this host's high-water marks is re-founded past them.
+        if let Some(epoch) = self.refound(reason, by)? {
+            receipt.plane_refounded = true;
+            receipt.nothing_to_repair = false;
+            receipt.epoch_seq = epoch;
+        }
+        Ok(receipt)
     }
     fn gateways(&self) -> Option<Result<Vec<PlaneGateway>, StoreError>> {
         Some(crate::gateways::registered(self).map_err(StoreError::from))
@@ -70,5 +77,12 @@ impl ControlPlane for EtcdPlane {
     }
     fn publish_key(&self, key: [u8; 32]) -> Result<[u8; 32], StoreError> {
         crate::gateways::publish_key(self, key)
+    }
+    fn pin_key(&self) -> Result<Option<String>, StoreError> {
+        let key = crate::gateways::published_key(self)?;
+        Ok(key.as_ref().map(crate::marks::fingerprint))
+    }
+    fn rotate_key(&self, key: Option<[u8; 32]>) -> Result<[u8; 32], StoreError> {
+        crate::gateways::rotate_key(self, key)
     }
 }

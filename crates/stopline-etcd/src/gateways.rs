@@ -9,7 +9,9 @@
 //!
 //! `keys/verify.pub` holds the control plane's public key (64 hex digits). It is written once,
 //! create-if-absent, by the first host that mints; every host verifies tokens with it, and keeps
-//! a copy in its own `keys/verify.pub` for when etcd cannot be reached.
+//! a copy in its own `keys/verify.pub` for when etcd cannot be reached. Every key read or
+//! published is held against this host's pin ([`EtcdPlane::hold_pin`]): a swapped key is
+//! `control_state_corrupt`. [`rotate_key`] replaces it, at the owner console only.
 
 use crate::client::EtcdError;
 use crate::plane::EtcdPlane;
@@ -187,6 +189,8 @@ pub fn published_key(plane: &EtcdPlane) -> Result<Option<[u8; 32]>, StoreError> 
     match value {
         Ok(Some(bytes)) => {
             let key = parse_key(&bytes)?;
+            // A key other than the pinned one is never taken (nor copied over the local copy).
+            plane.hold_pin(&key)?;
             if plane.local.fs().read(&cache).ok().as_deref() != Some(bytes.as_slice()) {
                 let kept = plane
                     .local
@@ -204,7 +208,11 @@ pub fn published_key(plane: &EtcdPlane) -> Result<Option<[u8; 32]>, StoreError> 
         }
         Ok(None) => Ok(None),
         Err(error) => match plane.local.fs().read(&cache) {
-            Ok(bytes) => parse_key(&bytes).map(Some),
+            Ok(bytes) => {
+                let key = parse_key(&bytes)?;
+                plane.hold_pin(&key)?;
+                Ok(Some(key))
+            }
             Err(_) => Err(error.into()),
         },
     }
@@ -223,13 +231,73 @@ pub fn publish_key(plane: &EtcdPlane, key: [u8; 32]) -> Result<[u8; 32], StoreEr
         .or_else(vec![TxnOp::get(name, None)]);
     let response = plane.commit("publishing keys/verify.pub", txn)?;
     if response.succeeded() {
+        plane.hold_pin(&key)?;
         return Ok(key);
     }
     match response.op_responses().into_iter().next() {
         Some(TxnOpResponse::Get(get)) => match get.kvs().first() {
-            Some(kv) => parse_key(kv.value()),
+            Some(kv) => {
+                let standing = parse_key(kv.value())?;
+                plane.hold_pin(&standing)?;
+                Ok(standing)
+            }
             None => Err(EtcdError::Contention("keys/verify.pub vanished".into()).into()),
         },
         _ => Err(EtcdError::Contention("keys/verify.pub could not be read".into()).into()),
     }
+}
+
+/// Replace the published key with `key` and pin it (`recover rotate-key`, owner console), or,
+/// with `None`, pin the key etcd holds now (`--adopt`: another host rotated it). The old value
+/// is kept as recovery evidence under the prefix, in the same transaction.
+pub fn rotate_key(plane: &EtcdPlane, key: Option<[u8; 32]>) -> Result<[u8; 32], StoreError> {
+    let name = plane.names.verify_key();
+    let key = match key {
+        Some(key) => {
+            let (name, value) = (name.clone(), hex::encode(key));
+            let old = plane.client.call("reading keys/verify.pub", move |mut c| {
+                let name = name.clone();
+                async move {
+                    Ok(c.get(name, None)
+                        .await?
+                        .kvs()
+                        .first()
+                        .map(|kv| kv.value().to_vec()))
+                }
+            })?;
+            let mut ops = vec![TxnOp::put(plane.names.verify_key(), value, None)];
+            if let Some(old) = old {
+                let evidence = format!("verify.pub-{}.bin", stopline_core::wal::sha256_hex(&old));
+                ops.push(TxnOp::put(plane.names.evidence(&evidence), old, None));
+            }
+            plane.commit("rotating keys/verify.pub", Txn::new().and_then(ops))?;
+            key
+        }
+        None => {
+            let value = plane.client.call("reading keys/verify.pub", move |mut c| {
+                let name = name.clone();
+                async move {
+                    Ok(c.get(name, None)
+                        .await?
+                        .kvs()
+                        .first()
+                        .map(|kv| kv.value().to_vec()))
+                }
+            })?;
+            let bytes = value.ok_or_else(|| {
+                StoreError::refused(
+                    RefusalCode::BadRequest,
+                    "no key is published under the prefix: nothing to adopt",
+                )
+            })?;
+            parse_key(&bytes)?
+        }
+    };
+    plane.pin(&key)?;
+    let cache = plane.local.layout().keys().join("verify.pub");
+    plane.local.ensure_dirs(&[&plane.local.layout().keys()])?;
+    plane
+        .local
+        .replace_atomic(&cache, hex::encode(key).as_bytes(), "keys.verify_pub")?;
+    Ok(key)
 }

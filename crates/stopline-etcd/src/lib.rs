@@ -12,12 +12,14 @@
 //! calls with deadlines ([`client`]), so no caller's runtime is ever blocked or needed.
 #![deny(missing_docs)]
 
+pub mod access;
 pub mod client;
 mod control_plane;
 mod engage;
 mod epoch;
 pub mod gateways;
 mod halts;
+pub mod marks;
 pub mod merge;
 pub mod names;
 pub mod plane;
@@ -25,6 +27,7 @@ pub mod read;
 mod recovery;
 mod register;
 mod repair;
+pub mod roles;
 pub mod source;
 pub mod url;
 pub mod wiring;

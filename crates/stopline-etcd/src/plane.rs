@@ -8,6 +8,7 @@
 //! epochs combined so that neither side's revocation is lost. An etcd that cannot be read is a
 //! fault (`distributed_unavailable`), which closes every gate.
 
+use crate::access::Access;
 use crate::client::{EtcdClient, EtcdError};
 use crate::names::Names;
 use crate::read::Snapshot;
@@ -33,9 +34,18 @@ pub struct EtcdPlane {
 impl EtcdPlane {
     /// A plane for `target`, with `local` as this host's control directory. Connects lazily.
     pub fn new(target: EtcdTarget, local: Store) -> std::io::Result<EtcdPlane> {
+        EtcdPlane::with_access(target, Access::default(), local)
+    }
+
+    /// [`EtcdPlane::new`] over TLS and/or as an etcd user (`[etcd]` in `config.toml`).
+    pub fn with_access(
+        target: EtcdTarget,
+        access: Access,
+        local: Store,
+    ) -> std::io::Result<EtcdPlane> {
         let names = Names::new(&target.prefix);
         Ok(EtcdPlane {
-            client: Arc::new(EtcdClient::new(target)?),
+            client: Arc::new(EtcdClient::with_access(target, access)?),
             names,
             local,
             verify_key: Arc::default(),
@@ -62,10 +72,11 @@ impl EtcdPlane {
         Snapshot::fetch(&self.client, &self.names)
     }
 
-    /// The etcd side of the view alone (no local latches): a read failure is a fault.
+    /// The etcd side of the view alone (no local latches): a read failure is a fault, and so is
+    /// a plane below this host's high-water marks ([`EtcdPlane::judge`]).
     pub fn etcd_view(&self) -> ControlView {
         match self.snapshot() {
-            Ok(snapshot) => snapshot.view(),
+            Ok(snapshot) => self.judge(&snapshot),
             Err(error) => ControlView::closed(unreachable(&error)),
         }
     }

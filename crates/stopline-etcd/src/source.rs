@@ -58,7 +58,8 @@ impl EtcdSource {
     }
 
     fn install(&self, snapshot: &Snapshot, view: &dyn ViewFeed) {
-        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot.view());
+        // Judged against the high-water marks (raised durably first) before the gate sees it.
+        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.plane.judge(snapshot));
         self.heard();
         view.refresh_fast();
     }
@@ -188,7 +189,8 @@ impl ViewSource for EtcdSource {
         }
         match self.plane.snapshot() {
             Ok(snapshot) => {
-                *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot.view());
+                *self.cache.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(self.plane.judge(&snapshot));
                 self.heard();
             }
             Err(error) => tracing::warn!(%error, "etcd cannot be read yet; the gate starts closed"),

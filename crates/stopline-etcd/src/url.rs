@@ -1,8 +1,11 @@
-//! The `--control` URL: `etcd://HOST:PORT[,HOST:PORT…][?prefix=/stopline]`.
+//! The `--control` URL: `etcd://HOST:PORT[,HOST:PORT…][?prefix=/stopline]`, or `etcds://…` for
+//! TLS (the CA and client certificate come from `[etcd]` in `config.toml`).
 //!
 //! Parsing is strict: an unknown scheme, an empty endpoint list, an endpoint without a port, an
 //! unknown query key or a prefix that is not an absolute path is refused before anything
-//! connects, so a typo can never silently select a different (empty) control plane.
+//! connects, so a typo can never silently select a different (empty) control plane. Credentials
+//! written into the URL (`user:password@`) are `config_invalid` and never echoed: a URL is seen
+//! in `ps`, shell history and receipts; the password comes only from `[etcd] password_file`.
 
 use stopline_core::{Refusal, RefusalCode};
 
@@ -16,6 +19,8 @@ pub struct EtcdTarget {
     pub endpoints: Vec<String>,
     /// The key prefix every name lives under (no trailing `/`).
     pub prefix: String,
+    /// `etcds://`: every member is spoken to over TLS (`https://HOST:PORT`).
+    pub tls: bool,
 }
 
 /// Why a `--control` URL was refused.
@@ -26,11 +31,14 @@ pub struct UrlError {
     pub url: String,
     /// What is wrong with it.
     pub why: String,
+    /// The refusal it is: `config_invalid` for credentials in the URL, else
+    /// `distributed_unavailable`.
+    pub code: RefusalCode,
 }
 
 impl From<UrlError> for Refusal {
     fn from(error: UrlError) -> Refusal {
-        Refusal::new(RefusalCode::DistributedUnavailable, error.to_string())
+        Refusal::new(error.code, error.to_string())
     }
 }
 
@@ -40,14 +48,31 @@ impl EtcdTarget {
         let refuse = |why: &str| UrlError {
             url: url.to_string(),
             why: why.to_string(),
+            code: RefusalCode::DistributedUnavailable,
         };
-        let rest = url
-            .strip_prefix("etcd://")
-            .ok_or_else(|| refuse("only etcd://HOST:PORT[,HOST:PORT…][?prefix=/p] is supported"))?;
+        let (rest, tls) = match (url.strip_prefix("etcd://"), url.strip_prefix("etcds://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Err(refuse(
+                "only etcd://HOST:PORT[,HOST:PORT…][?prefix=/p] (or etcds:// for TLS) is supported",
+            )),
+        };
         let (hosts, query) = match rest.split_once('?') {
             Some((hosts, query)) => (hosts, Some(query)),
             None => (rest, None),
         };
+        if hosts.contains('@') {
+            // Never echo what was before the `@`: it may be a password.
+            return Err(UrlError {
+                url: format!(
+                    "{}://<credentials removed>@…",
+                    if tls { "etcds" } else { "etcd" }
+                ),
+                why: "credentials are never taken from the URL (it shows in ps, shell history and receipts): set [etcd] user and password_file in config.toml".into(),
+                code: RefusalCode::ConfigInvalid,
+            });
+        }
+        let scheme = if tls { "https" } else { "http" };
         let hosts = hosts.trim_end_matches('/');
         let mut endpoints = Vec::new();
         for host in hosts.split(',') {
@@ -60,7 +85,7 @@ impl EtcdTarget {
                     "every member needs HOST:PORT with a port in 1..=65535",
                 ));
             }
-            endpoints.push(format!("http://{host}"));
+            endpoints.push(format!("{scheme}://{host}"));
         }
         let mut prefix = DEFAULT_PREFIX.to_string();
         for pair in query
@@ -77,7 +102,11 @@ impl EtcdTarget {
         if !prefix.starts_with('/') || prefix.contains("//") || prefix.contains("..") {
             return Err(refuse("prefix must be an absolute path such as /stopline"));
         }
-        Ok(EtcdTarget { endpoints, prefix })
+        Ok(EtcdTarget {
+            endpoints,
+            prefix,
+            tls,
+        })
     }
 
     /// The URL in its canonical form (for receipts and status).
@@ -85,9 +114,10 @@ impl EtcdTarget {
         let hosts: Vec<&str> = self
             .endpoints
             .iter()
-            .map(|e| e.trim_start_matches("http://"))
+            .map(|e| e.split_once("://").map_or(e.as_str(), |(_, h)| h))
             .collect();
-        format!("etcd://{}?prefix={}", hosts.join(","), self.prefix)
+        let scheme = if self.tls { "etcds" } else { "etcd" };
+        format!("{scheme}://{}?prefix={}", hosts.join(","), self.prefix)
     }
 }
 
@@ -106,6 +136,26 @@ mod tests {
         let t = EtcdTarget::parse("etcd://localhost:2379").unwrap();
         assert_eq!(t.prefix, DEFAULT_PREFIX);
         assert_eq!(t.display(), "etcd://localhost:2379?prefix=/stopline");
+        let t = EtcdTarget::parse("etcds://a:2379,b:2379").unwrap();
+        assert!(t.tls);
+        assert_eq!(t.endpoints, ["https://a:2379", "https://b:2379"]);
+        assert_eq!(t.display(), "etcds://a:2379,b:2379?prefix=/stopline");
+    }
+
+    #[test]
+    fn credentials_in_the_url_are_config_invalid_and_never_echoed() {
+        for url in [
+            "etcd://alice:s3cret@h:2379",
+            "etcds://alice:s3cret@h:2379?prefix=/p",
+        ] {
+            let error = EtcdTarget::parse(url).unwrap_err();
+            assert_eq!(error.code, RefusalCode::ConfigInvalid);
+            let text = Refusal::from(error).message;
+            assert!(
+                !text.contains("s3cret") && !text.contains("alice"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

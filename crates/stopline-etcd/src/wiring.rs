@@ -1,9 +1,11 @@
 //! Wiring for the binary: `--control etcd://…` turns a local [`Context`] into one whose plane is
 //! etcd, and yields the gateway's distributed backend (plane + view source) for `serve`.
 //!
-//! The permit comes from the configuration key `permit_ttl_ms` (default 2000); a value that is
+//! TLS and credentials come from `[etcd]` ([`Access::load`]), read here for the CLI and `serve`
+//! alike. The permit comes from the configuration key `permit_ttl_ms` (default 2000); a value that is
 //! not a positive integer is refused rather than silently replaced.
 
+use crate::access::Access;
 use crate::plane::EtcdPlane;
 use crate::source::EtcdSource;
 use crate::url::EtcdTarget;
@@ -23,7 +25,8 @@ pub fn permit_ttl(config: &Config) -> Result<Duration, Refusal> {
 pub fn attach(ctx: Context, url: &str) -> Result<(Context, Distributed), Refusal> {
     let target = EtcdTarget::parse(url)?;
     let permit = permit_ttl(&ctx.config)?;
-    let plane = EtcdPlane::new(target, ctx.store.clone()).map_err(|e| {
+    let access = Access::load(&ctx.config.etcd, ctx.store.layout().home(), &target)?;
+    let plane = EtcdPlane::with_access(target, access, ctx.store.clone()).map_err(|e| {
         Refusal::new(
             RefusalCode::DistributedUnavailable,
             format!("cannot start the etcd client: {e}"),

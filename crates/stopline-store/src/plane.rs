@@ -96,6 +96,20 @@ pub trait ControlPlane: Send + Sync + std::fmt::Debug {
     fn publish_key(&self, key: [u8; 32]) -> Result<[u8; 32], StoreError> {
         Ok(key)
     }
+    /// Read the published verification key and pin it on this host (`init --control`); the
+    /// pinned key's sha256 (`Ok(None)`: nothing published, or a plane that publishes none).
+    fn pin_key(&self) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+    /// Replace the published verification key with `key` and pin it here, or with `None` pin
+    /// the key the plane publishes now (owner console only; the caller proves it).
+    fn rotate_key(&self, key: Option<[u8; 32]>) -> Result<[u8; 32], StoreError> {
+        let _ = key;
+        Err(StoreError::refused(
+            stopline_core::RefusalCode::BadRequest,
+            "rotate-key replaces the key a distributed plane publishes: it needs --control etcd://… (a local home verifies with its own key)",
+        ))
+    }
 }
 
 impl ControlPlane for Store {

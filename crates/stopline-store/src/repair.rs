@@ -30,6 +30,10 @@ pub struct RepairReceipt {
     pub evidence: Vec<String>,
     /// True when nothing needed repair.
     pub nothing_to_repair: bool,
+    /// True when a distributed plane below this host's high-water marks was re-founded (its
+    /// epoch advanced past every epoch this host had read, the marks re-seated to it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub plane_refounded: bool,
 }
 
 impl Store {

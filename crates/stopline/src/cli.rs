@@ -13,7 +13,7 @@ pub struct Cli {
     /// Machine-readable output on stdout.
     #[arg(long, global = true)]
     pub json: bool,
-    /// The distributed backend (`etcd://HOST:PORT[,…][?prefix=/stopline]`).
+    /// The distributed backend (`etcd://HOST:PORT[,…][?prefix=/stopline]`, or `etcds://…` for TLS; credentials go in `[etcd]` of config.toml, never here).
     #[arg(long, global = true)]
     pub control: Option<String>,
     /// The command.
@@ -236,6 +236,9 @@ pub enum Command {
     },
     /// Check the four-mode machine and the real protocol exhaustively (SPEC §9).
     ModelCheck,
+    /// The distributed plane's etcd set-up (SPEC §13.1).
+    #[command(subcommand)]
+    Etcd(EtcdCommand),
     /// Print the shell completion script for `bash`, `zsh` or `fish` on stdout (SPEC §12.5).
     Completions {
         /// The shell.
@@ -410,7 +413,8 @@ pub enum RecoverCommand {
         #[arg(long)]
         by: Option<String>,
     },
-    /// Truncate a torn WAL tail and rebuild epoch.json from a valid WAL.
+    /// Truncate a torn WAL tail and rebuild epoch.json from a valid WAL (and, in etcd mode,
+    /// re-found a plane that went back below this host's high-water marks).
     Repair {
         /// Why (required).
         #[arg(long)]
@@ -418,6 +422,45 @@ pub enum RecoverCommand {
         /// The operator.
         #[arg(long)]
         by: Option<String>,
+    },
+    /// etcd mode: publish this host's token verification key in place of the plane's and pin
+    /// it here (or, with --adopt, pin the key the plane publishes now).
+    RotateKey {
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// The operator.
+        #[arg(long)]
+        by: Option<String>,
+        /// Pin the key the plane publishes now instead (the owner rotated it from another host).
+        #[arg(long)]
+        adopt: bool,
+    },
+}
+
+/// `etcd …`.
+#[derive(Debug, Subcommand)]
+pub enum EtcdCommand {
+    /// Print the etcd role and user set-up for a prefix as etcdctl commands (an operator role
+    /// that may write the prefix, a gateway role that may write only registrations and
+    /// acknowledgements, no agent role, then `auth enable`), or apply it with --apply through
+    /// --control (as the [etcd] user, or before auth is enabled).
+    Roles {
+        /// The key prefix, e.g. /stopline.
+        #[arg(long)]
+        prefix: String,
+        /// Apply through the client instead of printing.
+        #[arg(long)]
+        apply: bool,
+        /// --apply: the file holding root's password (mode 0600).
+        #[arg(long, requires = "apply")]
+        root_password_file: Option<PathBuf>,
+        /// --apply: the file holding stopline-operator's password (mode 0600).
+        #[arg(long, requires = "apply")]
+        operator_password_file: Option<PathBuf>,
+        /// --apply: the file holding stopline-gateway's password (mode 0600).
+        #[arg(long, requires = "apply")]
+        gateway_password_file: Option<PathBuf>,
     },
 }
 

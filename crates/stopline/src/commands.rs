@@ -2,7 +2,7 @@
 //! (`stop.rs`, `owner.rs`, `tokens.rs`, `gates.rs`, `assurance.rs`). What a broken
 //! configuration means to each command is `stopline_control::open`'s, not this file's.
 
-use crate::cli::{Cli, Command, HookCommand, OpsCommand, TokenCommand};
+use crate::cli::{Cli, Command, EtcdCommand, HookCommand, OpsCommand, TokenCommand};
 use crate::output;
 use crate::wiring::Wiring;
 use stopline_control::home::default_home;
@@ -24,9 +24,26 @@ pub fn run(cli: Cli) -> i32 {
         // Need no control directory: they print what the CLI definition says.
         Command::Completions { shell } => return crate::manual::completions(*shell),
         Command::Man => return crate::manual::man(),
+        // Printing the set-up needs no home and no etcd.
+        Command::Etcd(EtcdCommand::Roles {
+            prefix,
+            apply: false,
+            ..
+        }) => {
+            return match stopline_etcd::roles::plan(prefix) {
+                Ok(receipt) => {
+                    output::receipt(json, &receipt);
+                    0
+                }
+                Err(refusal) => output::refusal(json, &refusal),
+            }
+        }
         Command::Conformance { filter } => return crate::conformance::run(json, filter.clone()),
-        // Needs no configuration: it only makes the home whole.
-        Command::Init => return crate::stop::init(&Store::open(home), json),
+        // Needs no configuration: it only makes the home whole (with --control, it also pins the
+        // plane's verification key, below).
+        Command::Init if cli.control.is_none() => {
+            return crate::stop::init(&Store::open(home), json)
+        }
         _ => {}
     }
     let (ctx, config_warning) = match open(home, on_broken_config(&cli.command)) {
@@ -55,7 +72,7 @@ pub fn run(cli: Cli) -> i32 {
         distributed,
         config_warning,
     };
-    match execute(&ctx, cli.command, wiring) {
+    match execute(&ctx, cli.command, wiring, cli.control.as_deref()) {
         Ok(code) => code,
         Err(refusal) => output::refusal(json, &refusal),
     }
@@ -65,6 +82,7 @@ fn execute(
     ctx: &stopline_control::Context,
     command: Command,
     wiring: Wiring,
+    control: Option<&str>,
 ) -> Result<i32, Refusal> {
     let json = wiring.json;
     match command {
@@ -82,6 +100,7 @@ fn execute(
         | Command::Serve { .. }
         | Command::Run { .. }) => crate::gates::execute(ctx, command, wiring),
         Command::Completions { shell } => Ok(crate::manual::completions(shell)),
+        Command::Etcd(command) => etcd(ctx, command, control, json),
         Command::Man => Ok(crate::manual::man()),
         command @ (Command::ModelCheck
         | Command::Conformance { .. }
@@ -89,6 +108,56 @@ fn execute(
         | Command::Evidence(_)
         | Command::Bench { .. }) => crate::assurance::execute(ctx, command, json),
     }
+}
+
+/// `etcd roles --apply`: through `--control`, connecting as `[etcd]` says.
+fn etcd(
+    ctx: &stopline_control::Context,
+    command: EtcdCommand,
+    control: Option<&str>,
+    json: bool,
+) -> Result<i32, Refusal> {
+    let EtcdCommand::Roles {
+        prefix,
+        root_password_file,
+        operator_password_file,
+        gateway_password_file,
+        ..
+    } = command;
+    let control = control.ok_or_else(|| {
+        Refusal::new(
+            stopline_core::RefusalCode::BadRequest,
+            "etcd roles --apply needs --control etcd://… (or etcds://…) naming the cluster",
+        )
+    })?;
+    let password = |flag: &str, file: Option<std::path::PathBuf>| {
+        let file = file.ok_or_else(|| {
+            Refusal::new(
+                stopline_core::RefusalCode::BadRequest,
+                format!("etcd roles --apply needs --{flag}"),
+            )
+        })?;
+        stopline_etcd::access::read_password(&file)
+    };
+    let passwords = stopline_etcd::roles::Passwords {
+        root: password("root-password-file", root_password_file)?,
+        operator: password("operator-password-file", operator_password_file)?,
+        gateway: password("gateway-password-file", gateway_password_file)?,
+    };
+    let target = stopline_etcd::EtcdTarget::parse(control)?;
+    let access =
+        stopline_etcd::access::Access::load(&ctx.config.etcd, ctx.store.layout().home(), &target)?;
+    let client = stopline_etcd::EtcdClient::with_access(target, access).map_err(|e| {
+        Refusal::new(
+            stopline_core::RefusalCode::DistributedUnavailable,
+            format!("cannot start the etcd client: {e}"),
+        )
+    })?;
+    output::receipt(
+        json,
+        &stopline_etcd::roles::apply(&client, &prefix, &passwords)?,
+    );
+    Ok(0)
 }
 
 /// What a broken `config.toml` means to `command`.

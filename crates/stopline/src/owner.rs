@@ -41,6 +41,10 @@ fn recover(ctx: &Context, command: RecoverCommand, json: bool) -> Result<i32, Re
             let console = console::prove(ctx, by.as_deref(), None)?;
             output::receipt(json, &owner::repair(ctx, &console, &reason)?);
         }
+        RecoverCommand::RotateKey { reason, by, adopt } => {
+            let console = console::prove(ctx, by.as_deref(), None)?;
+            output::receipt(json, &owner::rotate_key(ctx, &console, &reason, adopt)?);
+        }
     }
     Ok(0)
 }

@@ -106,7 +106,10 @@ pub fn execute(ctx: &Context, command: Command, wiring: &Wiring) -> Result<i32, 
             }
             Ok(receipt.exit_code())
         }
-        Command::Init => Ok(init(&ctx.store, json)),
+        Command::Init => {
+            output::receipt(json, &stopline_control::home::init_on_plane(ctx)?);
+            Ok(0)
+        }
         _ => unreachable!("not a stop verb"),
     }
 }

@@ -16,6 +16,7 @@ pub use engage::{DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch, Gro
 pub use evidence::{EvidenceListReceipt, EvidenceVerifyReceipt};
 pub use owner::{
     DrainReceipt, ReconcileReceipt, RecoverApplyReceipt, RecoverPlanReceipt, RepairReceipt,
+    RotateKeyReceipt,
 };
 pub use status::{
     AgentStatusView, InitReceipt, OperationLine, OpsCompactReceipt, OpsListReceipt, StatusReceipt,

@@ -80,6 +80,12 @@ impl fmt::Display for RepairReceipt {
         if repaired.epoch_rebuilt {
             done.push("rebuilt epoch.json from the WAL".to_string());
         }
+        if repaired.plane_refounded {
+            done.push(
+                "re-founded a plane that went back below this host's high-water marks (epoch advanced past them)"
+                    .to_string(),
+            );
+        }
         write!(
             f,
             "repaired: {}; epoch {}; the old bytes are kept in recovery-evidence/: {}",
@@ -87,6 +93,26 @@ impl fmt::Display for RepairReceipt {
             repaired.epoch_seq,
             repaired.evidence.join(", ")
         )
+    }
+}
+
+/// The receipt of `recover rotate-key`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RotateKeyReceipt {
+    /// The sha256 of the verification key now published and pinned on this host.
+    pub verify_key_sha256: String,
+    /// True when the key etcd held was adopted (`--adopt`), false when this host's key replaced it.
+    pub adopted: bool,
+}
+
+impl fmt::Display for RotateKeyReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let how = if self.adopted {
+            "pinned the published verification key"
+        } else {
+            "published this host's verification key and pinned it"
+        };
+        write!(f, "{how}: sha256 {}", self.verify_key_sha256)
     }
 }
 

@@ -270,6 +270,10 @@ pub struct InitReceipt {
     pub created: bool,
     /// Whether the full-disk reserve could be written.
     pub reserve: bool,
+    /// `init --control …`: the sha256 of the plane's verification key, now pinned on this host
+    /// (absent when the plane publishes none yet: the first key published is pinned).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify_key_sha256: Option<String>,
 }
 
 impl fmt::Display for InitReceipt {
@@ -283,6 +287,10 @@ impl fmt::Display for InitReceipt {
             } else {
                 " (warning: the full-disk reserve could not be written)"
             }
-        )
+        )?;
+        if let Some(pin) = &self.verify_key_sha256 {
+            write!(f, "; the plane's verification key is pinned: sha256 {pin}")?;
+        }
+        Ok(())
     }
 }

@@ -24,6 +24,11 @@ pub const CASES: &[Case] = &[
         config_invalid,
     ),
     case(
+        "etcd_credentials_never_from_the_url",
+        "--control etcd://user:password@… is config_invalid and the refusal never repeats the password; an [etcd] password_file others can read is config_invalid",
+        etcd_credentials,
+    ),
+    case(
         "config_unknown_key_is_refused",
         "an unknown key in config.toml is config_invalid naming it and the nearest known key; serve refuses to start",
         config_unknown_key,
@@ -352,4 +357,40 @@ fn closed_stdout(s: &Sandbox) -> Verdict {
         )?;
     }
     Ok("status and ops list with stdout closed: no panic, no broken-pipe message".into())
+}
+
+fn etcd_credentials(s: &Sandbox) -> Verdict {
+    let secret = "conformance-secret-pw";
+    let out = s.run(&[
+        "--control",
+        &format!("etcd://alice:{secret}@127.0.0.1:9"),
+        "status",
+    ])?;
+    refused(&out, "config_invalid", "credentials in the --control URL")?;
+    ensure(
+        !out.stdout.contains(secret) && !out.stderr.contains(secret),
+        || format!("the refusal repeats the password: {}", out.brief()),
+    )?;
+    s.write("etcd.pw", format!("{secret}\n").as_bytes())?;
+    let password = s.file("etcd.pw");
+    std::fs::set_permissions(
+        &password,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .map_err(harness)?;
+    s.write(
+        "config.toml",
+        format!(
+            "[etcd]\nuser = \"stopline-operator\"\npassword_file = {:?}\n",
+            password.display().to_string()
+        )
+        .as_bytes(),
+    )?;
+    let out = s.run(&["--control", "etcd://127.0.0.1:9", "status"])?;
+    refused(&out, "config_invalid", "a password file others can read")?;
+    ensure(
+        !out.stdout.contains(secret) && !out.stderr.contains(secret),
+        || format!("the refusal repeats the password: {}", out.brief()),
+    )?;
+    Ok("etcd://user:password@ refused config_invalid without the password; a 0644 password_file refused config_invalid".into())
 }

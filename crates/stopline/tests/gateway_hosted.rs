@@ -38,13 +38,20 @@ fn hosted(gateway: &Gateway, token: &str, mode: &str, arg: Option<&str>) -> Valu
     })
 }
 
-/// The `[model]` section for `upstream`, allowing `allow`, and a priced `gpt-test`.
+/// The `[model]` section for `upstream`, allowing `allow` (no `allow_hosted_tools` line when
+/// empty: the default), and a priced `gpt-test`.
 fn model_config(upstream: &Upstream, allow: &[&str]) -> String {
+    let allow = match allow {
+        [] => String::new(),
+        allow => format!(
+            "allow_hosted_tools = {}\n",
+            serde_json::to_string(allow).unwrap()
+        ),
+    };
     format!(
-        "[model]\nbase_url = \"http://127.0.0.1:{}/v1\"\napi_key_env = \"UPSTREAM_API_KEY\"\n\
-         allow_hosted_tools = {}\n\n[prices.\"gpt-test\"]\ninput = 1.0\noutput = 2.0\nmax_output_tokens = 64\n",
+        "[model]\nbase_url = \"http://127.0.0.1:{}/v1\"\napi_key_env = \"UPSTREAM_API_KEY\"\n{allow}\n\
+         [prices.\"gpt-test\"]\ninput = 1.0\noutput = 2.0\nmax_output_tokens = 64\n",
         upstream.port,
-        serde_json::to_string(allow).unwrap()
     )
 }
 

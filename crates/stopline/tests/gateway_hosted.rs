@@ -288,7 +288,7 @@ fn a_background_response_is_its_chains_alone_and_an_emergency_cancels_it_upstrea
         "one cancelled, one open: {:?}",
         operations(&home)
     );
-    assert_eq!(cancels(&upstream), [second.clone()]);
+    assert_eq!(cancels(&upstream), std::slice::from_ref(&second));
 
     // An EMERGENCY on alice cancels the open one upstream, and the operation records it.
     home.engage("agent:alice", "emergency");

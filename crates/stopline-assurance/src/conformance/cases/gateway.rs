@@ -264,7 +264,7 @@ fn gateway_provider_side_tools_refused(s: &Sandbox) -> Verdict {
             json!({"model": "gpt-test", "input": "hi", "tools": [mcp]}),
             403,
             "hosted_tool_refused",
-            "tools[0].type = \"mcp\"",
+            r#"tools[0].type = "mcp""#,
         ),
         (
             "background",
@@ -282,8 +282,12 @@ fn gateway_provider_side_tools_refused(s: &Sandbox) -> Verdict {
         ),
     ] {
         let r = gateway.post("/v1/responses", Some(&token), &body);
+        let message = r.json_or_null()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         ensure(
-            r.status == status && r.code_or_empty() == code && r.body.contains(field),
+            r.status == status && r.code_or_empty() == code && message.contains(field),
             || format!("{what}: {}", r.brief()),
         )?;
     }

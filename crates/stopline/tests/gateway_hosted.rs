@@ -301,6 +301,29 @@ fn a_background_response_is_its_chains_alone_and_an_emergency_cancels_it_upstrea
 }
 
 #[test]
+fn a_background_response_whose_cancel_is_not_confirmed_is_left_unresolved() {
+    let home = Home::new();
+    let upstream = Upstream::start_script_with(
+        &home,
+        "fake_openai_upstream.py",
+        &[("STUB_CANCEL_FAILS", "1")],
+    );
+    let gateway = Gateway::start(&home, &model_config(&upstream, &["background"]));
+    let alice = home.token(&["--agent", "alice"]);
+    let created = hosted(&gateway, &alice, "openai_background", None);
+    let id = created["id"].as_str().unwrap().to_string();
+
+    home.engage("agent:alice", "emergency");
+    let op = gw::within(Duration::from_secs(20), || {
+        let ops = ops_on(&home, "hosted:openai:background");
+        (ops.len() == 1 && ops[0]["in_doubt"] == true).then(|| ops[0].clone())
+    })
+    .unwrap_or_else(|| panic!("an unresolved operation: {:?}", operations(&home)));
+    assert_eq!(op["outcome"], Value::Null, "{op}");
+    assert_eq!(cancels(&upstream), [id], "the cancel was tried once");
+}
+
+#[test]
 fn a_previous_response_id_of_another_chain_is_refused() {
     let home = Home::new();
     let upstream = Upstream::start(&home);

@@ -17,7 +17,8 @@ model has sent its last byte it logs {"done": true, "model": ..., "t": ...} (a l
 `background` and `previous_response_id` are logged. A background response is answered
 `queued` and kept: `GET /v1/responses/<id>` answers it, `POST /v1/responses/<id>/cancel` makes
 it `cancelled` (logged as {"path": ..., "cancel": id}), `DELETE` forgets it (logged as
-{"path": ..., "delete": id}); an id it does not hold is a 404.
+{"path": ..., "delete": id}); an id it does not hold is a 404. With STUB_CANCEL_FAILS=1 every cancel is logged and answered
+500 (the response keeps running).
 """
 import json
 import os
@@ -70,6 +71,8 @@ class Handler(BaseHTTPRequestHandler):
                  "authorization": self.headers.get("Authorization"), "t": time.time()})
             if rid not in RESPONSES:
                 return self.send_json(404, {"error": {"message": "no such response"}})
+            if os.environ.get("STUB_CANCEL_FAILS"):
+                return self.send_json(500, {"error": {"message": "cancel failed"}})
             RESPONSES[rid]["status"] = "cancelled"
             return self.send_json(200, RESPONSES[rid])
         log({"path": self.path, "model": model, "stream": stream,

@@ -113,6 +113,11 @@ pub struct ModelConfig {
     /// Upstream request timeout in seconds (default 600).
     #[serde(default = "default_model_timeout")]
     pub timeout_s: u64,
+    /// Provider-side tools the agents may ask this provider to run (SPEC §13.2): names such
+    /// as `web_search`, `file_search`, `code_interpreter`, `mcp`, and `background` for
+    /// background responses. Empty (the default): every one is refused `hosted_tool_refused`.
+    #[serde(default)]
+    pub allow_hosted_tools: Vec<String>,
 }
 
 /// The `[anthropic]` upstream of `/v1/messages` (SPEC §12.5).
@@ -129,6 +134,11 @@ pub struct AnthropicConfig {
     /// Upstream request timeout in seconds (default 600).
     #[serde(default = "default_model_timeout")]
     pub timeout_s: u64,
+    /// Server tools the agents may ask Anthropic to run (SPEC §13.2): names such as
+    /// `web_search`, `web_fetch`, `code_execution`, `mcp` (`mcp_servers`). Empty (the default):
+    /// every one is refused `hosted_tool_refused`.
+    #[serde(default)]
+    pub allow_hosted_tools: Vec<String>,
 }
 
 fn default_model_timeout() -> u64 {

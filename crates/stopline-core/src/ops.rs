@@ -23,6 +23,10 @@ pub enum OpKind {
     Destination,
     /// `model:<model>`.
     Model,
+    /// `hosted:<provider>:<tool>`: a tool the model provider runs on the agent's behalf (web
+    /// search, an MCP server it calls, a background response), allowed by the owner's config.
+    /// Governed like a tool call: in doubt, it blocks like one.
+    Hosted,
 }
 
 /// Classify a target string, or `None` when it is not one of the three forms.
@@ -41,6 +45,13 @@ pub fn target_kind(target: &str) -> Option<OpKind> {
             Some(OpKind::Destination)
         }
         "model" => Some(OpKind::Model),
+        "hosted"
+            if rest
+                .split_once(':')
+                .is_some_and(|(p, t)| !p.is_empty() && !t.is_empty()) =>
+        {
+            Some(OpKind::Hosted)
+        }
         _ => None,
     }
 }
@@ -291,7 +302,20 @@ mod tests {
         );
         assert_eq!(target_kind("file:/srv/a"), Some(OpKind::File));
         assert_eq!(target_kind("model:gpt-test"), Some(OpKind::Model));
-        for bad in ["mcp:x", "file:rel", "model:", "web:x", "x"] {
+        assert_eq!(
+            target_kind("hosted:openai:web_search"),
+            Some(OpKind::Hosted)
+        );
+        for bad in [
+            "mcp:x",
+            "file:rel",
+            "model:",
+            "web:x",
+            "x",
+            "hosted:openai",
+            "hosted::x",
+            "hosted:openai:",
+        ] {
             assert_eq!(target_kind(bad), None, "{bad}");
         }
     }

@@ -95,6 +95,12 @@ pub enum RefusalCode {
     /// A delegation past the chain's limits: deeper than [`MAX_DELEGATION_DEPTH`], or a
     /// [`MAX_LIVE_DELEGATES`]th-plus live delegated token of one chain (SPEC §13.2).
     DelegateLimit,
+    /// A model request asks the provider to act on the agent's behalf (a hosted tool, a
+    /// background response, an MCP server) and the gateway's config does not allow it.
+    HostedToolRefused,
+    /// A request names something the gateway will not record or act on: a string longer than
+    /// [`MAX_RECORDED_BYTES`], or a reference (e.g. `previous_response_id`) the caller does not own.
+    RequestInvalid,
 }
 
 impl RefusalCode {
@@ -143,6 +149,8 @@ impl RefusalCode {
             ReasonInvalid => "reason_invalid",
             EngageLimit => "engage_limit",
             DelegateLimit => "delegate_limit",
+            HostedToolRefused => "hosted_tool_refused",
+            RequestInvalid => "request_invalid",
         }
     }
 
@@ -304,4 +312,26 @@ pub fn require_reason(reason: &str) -> Result<String, Refusal> {
         ));
     }
     Ok(trimmed.to_string())
+}
+
+/// The longest agent-supplied string that is recorded (a model name, a tool name, a target, a
+/// request id), in bytes of UTF-8 (SPEC §13.2 "Bounded records"): no call writes more than a
+/// few KiB to a journal.
+pub const MAX_RECORDED_BYTES: usize = 256;
+
+/// Refuse (`request_invalid`, naming `field`) a `value` longer than [`MAX_RECORDED_BYTES`]: the
+/// one check every path that records an agent-supplied string makes before it writes anything.
+pub fn bounded_record(field: &str, value: &str) -> Result<(), Refusal> {
+    bounded_len(field, value.len())
+}
+
+/// [`bounded_record`] of a string `len` bytes long.
+pub fn bounded_len(field: &str, len: usize) -> Result<(), Refusal> {
+    if len <= MAX_RECORDED_BYTES {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        RefusalCode::RequestInvalid,
+        format!("{field} is {len} bytes; a recorded string is at most {MAX_RECORDED_BYTES} bytes"),
+    ))
 }

@@ -56,6 +56,9 @@ pub enum Outcome {
     /// Nobody knows whether it happened (the upstream connection broke after dispatch, or a cut
     /// exchange got no answer in time).
     InDoubt(String),
+    /// Work the upstream had started was cancelled, and the upstream confirmed it (a background
+    /// response, `responses.rs`).
+    Cancelled,
 }
 
 /// A granted call. Dispatch it with [`Admission::dispatch`], end it with [`Admission::finish`].
@@ -325,6 +328,11 @@ impl Admission {
         self.op.as_deref()
     }
 
+    /// Its operation target, if it has one.
+    pub fn target(&self) -> Option<&str> {
+        self.plan.target.as_deref()
+    }
+
     /// The class it was admitted as.
     pub fn class(&self) -> TaskClass {
         self.plan.class
@@ -534,6 +542,7 @@ impl Admission {
         if let Some(op) = self.op.clone() {
             let (text, doubt) = match &outcome {
                 Outcome::Committed => ("committed", None),
+                Outcome::Cancelled => ("cancelled", None),
                 Outcome::Failed | Outcome::UpstreamUnreachable => ("failed", None),
                 Outcome::InDoubt(reason) => ("", Some(reason.clone())),
             };

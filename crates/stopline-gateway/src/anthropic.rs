@@ -23,6 +23,7 @@ use crate::admit::Plan;
 use crate::error::{refusal_status, retry_after_s, GatewayError};
 use crate::exchange::Outgoing;
 use crate::governor::Governor;
+use crate::hosted::{self, Provider};
 use crate::model::{self, ModelCall};
 use crate::request::parse_body;
 use crate::state::AppState;
@@ -97,10 +98,24 @@ async fn run(
     let caller = gov.authenticate(agent_token(headers))?;
     let request: Value = parse_body(&body)?;
     let model = model::model_of(&request)?;
+    let request_id = model::request_id(headers)?;
     let Some(upstream) = gov.config().anthropic.clone() else {
         return Err(GatewayError::Upstream(
             "no [anthropic] upstream is configured".into(),
         ));
+    };
+    // Counting tokens runs nothing at the provider; a message may run server tools.
+    let hosted = match route {
+        Route::Messages => model::refuse_hosted(
+            gov,
+            &caller,
+            hosted::admit(
+                &hosted::anthropic_asks(&request, headers),
+                &upstream.allow_hosted_tools,
+                Provider::Anthropic,
+            ),
+        )?,
+        Route::CountTokens => Vec::new(),
     };
     let forwarded = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
     let input_bound = body.len().max(forwarded.len()) as u64;
@@ -118,7 +133,7 @@ async fn run(
                 blocks: stopline_core::ops::BlockScope::Agent,
                 budget: model::reservation_bound(input_bound, output_bound, price.as_ref()),
                 upstream: Some("anthropic".into()),
-                request_id: model::request_id(headers),
+                request_id: request_id.clone(),
                 surface: "model",
             };
             let stream = request.get("stream") == Some(&Value::Bool(true));
@@ -133,7 +148,7 @@ async fn run(
                 blocks: stopline_core::ops::BlockScope::Agent,
                 budget: Budgets::new(),
                 upstream: Some("anthropic".into()),
-                request_id: model::request_id(headers),
+                request_id: request_id.clone(),
                 surface: "model",
             };
             (plan, None, false)
@@ -165,6 +180,8 @@ async fn run(
         vocabulary: Vocabulary::Anthropic,
         settles_usage: route == Route::Messages,
         cut_frame: Some(cut_frame),
+        hosted: model::hosted_plans(gov, &caller, hosted, &request_id),
+        book: false,
     };
     model::exchange(gov, &caller, call).await
 }

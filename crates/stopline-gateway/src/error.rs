@@ -30,6 +30,7 @@ pub fn refusal_status(refusal: &Refusal) -> StatusCode {
         | RefusalCode::LevelInvalid
         | RefusalCode::ReasonRequired
         | RefusalCode::ReasonInvalid
+        | RefusalCode::RequestInvalid
         | RefusalCode::ProjectRootUnresolvable => StatusCode::BAD_REQUEST,
         _ => StatusCode::FORBIDDEN,
     }

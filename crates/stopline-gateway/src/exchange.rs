@@ -29,6 +29,8 @@ use crate::caller::Caller;
 use crate::client::{body_bytes, body_stream, UpstreamClient};
 use crate::error::GatewayError;
 use crate::governor::Governor;
+use crate::responses::Companions;
+use crate::usage::ResponseSeen;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use futures::StreamExt;
@@ -48,6 +50,10 @@ pub trait Meter: Send + 'static {
     fn whole(&self, body: &[u8]) -> Option<Budgets>;
     /// What the stream has reported so far.
     fn streamed(&self) -> Option<Budgets>;
+    /// The Responses API response the stream was about, if it said.
+    fn seen(&self) -> Option<ResponseSeen> {
+        None
+    }
 }
 
 /// One admitted model call, ready to be handed upstream.
@@ -63,6 +69,9 @@ pub struct DetachedCall {
     /// The bytes that end a stream cut at EMERGENCY: the route's own error event carrying the
     /// refusal (for OpenAI `data: {"error":{…}}`).
     pub stream_refusal: fn(&Refusal) -> Bytes,
+    /// The call's hosted-tool and background operations, and its response's book entry
+    /// (`responses.rs`): dispatched with it, finished with its outcome.
+    pub(crate) companions: Option<Companions>,
 }
 
 /// A model request ready to go upstream, and how long its whole exchange may take.
@@ -76,13 +85,23 @@ impl Outgoing {
     /// the answer's last byte. A URL that is not one refuses the call before anything is
     /// admitted or sent.
     pub fn post(url: &str, timeout: Duration, body: Bytes) -> Result<Outgoing, GatewayError> {
+        Outgoing::new(Method::POST, url, timeout, body)
+    }
+
+    /// A `method` request of `body` to `url` (see [`Outgoing::post`]).
+    pub fn new(
+        method: Method,
+        url: &str,
+        timeout: Duration,
+        body: Bytes,
+    ) -> Result<Outgoing, GatewayError> {
         let uri: Uri = url.parse().map_err(|error| {
             GatewayError::Upstream(format!(
                 "the model upstream URL {url:?} is not a URL: {error}"
             ))
         })?;
         let mut request = hyper::Request::new(Full::new(body));
-        *request.method_mut() = Method::POST;
+        *request.method_mut() = method;
         *request.uri_mut() = uri;
         let headers = request.headers_mut();
         headers.insert(
@@ -102,6 +121,32 @@ impl Outgoing {
         })?;
         self.request.headers_mut().append(name, value);
         Ok(())
+    }
+}
+
+impl Outgoing {
+    /// Send it and read the answer whole, all within its timeout: the status, content type and
+    /// body, or why there is none (for the short requests of `responses.rs`).
+    pub(crate) async fn send_whole(
+        self,
+        client: &UpstreamClient,
+    ) -> Result<(StatusCode, String, Bytes), String> {
+        let timeout = self.timeout;
+        let exchange = async {
+            let response = client.send(self.request).await.map_err(|e| e.to_string())?;
+            let (parts, body) = response.into_parts();
+            let content_type = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("application/json")
+                .to_string();
+            let body = body_bytes(body).await.map_err(|e| e.to_string())?;
+            Ok((parts.status, content_type, body))
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {} s", timeout.as_secs())))
     }
 }
 
@@ -156,9 +201,18 @@ impl Governor {
             stream,
             meter,
             stream_refusal,
+            mut companions,
         } = call;
         let cuts = self.subscribe_cuts(caller);
-        admission.dispatch()?;
+        if let Some(companions) = companions.as_mut() {
+            companions.dispatch()?;
+        }
+        if let Err(refusal) = admission.dispatch() {
+            if let Some(companions) = companions.as_mut() {
+                companions.fail();
+            }
+            return Err(refusal.into());
+        }
         let (head, answer) = oneshot::channel();
         let task = Task {
             admission: Some(admission),
@@ -167,6 +221,8 @@ impl Governor {
             cut_deadline: None,
             cut_wait: self.config().cut_outcome_wait(),
             stream_refusal,
+            companions,
+            seen: None,
         };
         tokio::spawn(task.run(self.upstream_client().clone(), request, stream, meter));
         match answer.await {
@@ -192,6 +248,9 @@ struct Task {
     cut_deadline: Option<Instant>,
     cut_wait: Duration,
     stream_refusal: fn(&Refusal) -> Bytes,
+    companions: Option<Companions>,
+    /// The response the answer created, once seen (a whole body's, or the stream's events').
+    seen: Option<ResponseSeen>,
 }
 
 impl Task {
@@ -241,6 +300,9 @@ impl Task {
     }
 
     fn finish(&mut self, outcome: Outcome, used: Option<Budgets>) {
+        if let Some(companions) = self.companions.take() {
+            companions.finish(&outcome, self.seen.take());
+        }
         if let Some(admission) = self.admission.take() {
             admission.finish_with_usage(outcome, used);
         }
@@ -344,6 +406,9 @@ impl Task {
             }
             Some(Ok(Ok(bytes))) => bytes,
         };
+        if status.is_success() && self.companions.is_some() {
+            self.seen = ResponseSeen::from_body(&bytes);
+        }
         let outcome = if status.is_success() {
             Outcome::Committed
         } else if status.is_server_error() {
@@ -424,6 +489,9 @@ impl Task {
                 }
                 Some(Ok(chunk)) => {
                     meter.feed(&chunk);
+                    if self.companions.is_some() {
+                        self.seen = meter.seen();
+                    }
                     let Client::Streaming(chunks) = &self.client else {
                         continue; // the agent was answered or is gone: read on, record
                     };

@@ -64,6 +64,9 @@ struct Inner {
     /// The pooled upstream client every model exchange, the bench's passthrough and the
     /// breakers' webhooks are sent with (`client.rs`).
     upstream: crate::client::UpstreamClient,
+    /// Who created which Responses API response, and the background ones still open
+    /// (`responses.rs`).
+    responses: crate::responses::ResponseBook,
 }
 
 impl Governor {
@@ -117,6 +120,7 @@ impl Governor {
                 refusals: RefusalCache::default(),
                 server_id,
                 upstream,
+                responses: Default::default(),
             }),
         })
     }
@@ -186,6 +190,11 @@ impl Governor {
     /// The pooled upstream client model exchanges are sent with.
     pub(crate) fn upstream_client(&self) -> &crate::client::UpstreamClient {
         &self.inner.upstream
+    }
+
+    /// The Responses API ownership book (`responses.rs`).
+    pub(crate) fn responses(&self) -> &crate::responses::ResponseBook {
+        &self.inner.responses
     }
 
     pub(crate) fn now_s(&self) -> i64 {
@@ -349,6 +358,15 @@ impl Governor {
                 return CheckReceipt::refused(mode, refusal, Vec::new());
             }
         };
+        // The target is the agent's string, written back in the receipt and the logs: bounded
+        // like every recorded string (SPEC §13.2), and judged no further. (The further
+        // `file:` targets are places only, read as paths and never written.)
+        let too_long =
+            target.and_then(|t| stopline_core::refusal::bounded_record("target", t).err());
+        if let Some(refusal) = too_long {
+            let mode = self.snapshot().view.mode_for(caller.subject());
+            return CheckReceipt::refused(mode, refusal, Vec::new());
+        }
         let class = if class == TaskClass::Critical {
             self.class_for(&caller, true)
         } else {

@@ -20,9 +20,11 @@ use crate::caller::Caller;
 use crate::error::GatewayError;
 use crate::exchange::{Answer, DetachedCall, Meter, Outgoing};
 use crate::governor::Governor;
+use crate::hosted::{self, Provider};
 use crate::request::{bearer, parse_body};
+use crate::responses::Companions;
 use crate::state::AppState;
-use crate::usage::{SseScanner, Usage, Vocabulary};
+use crate::usage::{ResponseSeen, SseScanner, Usage, Vocabulary};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -31,6 +33,7 @@ use serde_json::Value;
 use std::time::Duration;
 use stopline_control::config::Price;
 use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_core::refusal::bounded_record;
 use stopline_core::{Refusal, RefusalCode};
 
 /// Which endpoint a request came in on.
@@ -160,22 +163,66 @@ pub(crate) fn price_for(
     Ok(price)
 }
 
-/// The `model` a request body names (required, non-empty).
+/// The `model` a request body names (required, non-empty, at most
+/// [`stopline_core::refusal::MAX_RECORDED_BYTES`]: it is recorded in the operation's target).
 pub(crate) fn model_of(request: &Value) -> Result<String, GatewayError> {
-    Ok(request
+    let model = request
         .get("model")
         .and_then(Value::as_str)
         .filter(|m| !m.is_empty())
-        .ok_or_else(|| Refusal::new(RefusalCode::BadRequest, "the request names no model"))?
-        .to_string())
+        .ok_or_else(|| Refusal::new(RefusalCode::BadRequest, "the request names no model"))?;
+    bounded_record("model", model)?;
+    Ok(model.to_string())
 }
 
-/// The caller's `x-request-id`, recorded with the operation.
-pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
-    headers
+/// The caller's `x-request-id`, recorded with the operation (bounded like every recorded
+/// string).
+pub(crate) fn request_id(headers: &HeaderMap) -> Result<Option<String>, GatewayError> {
+    let id = headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .map(String::from)
+        .map(String::from);
+    if let Some(id) = &id {
+        bounded_record("the x-request-id header", id)?;
+    }
+    Ok(id)
+}
+
+/// One operation per allowed hosted tool a call carries (`hosted::admit`'s targets), each
+/// governed like a tool call: prepared before dispatch, admitted against the stops and the
+/// unresolved operations on its target, one `tool_calls` from the budget.
+pub(crate) fn hosted_plans(
+    gov: &Governor,
+    caller: &Caller,
+    targets: Vec<String>,
+    request_id: &Option<String>,
+) -> Vec<Plan> {
+    targets
+        .into_iter()
+        .map(|target| Plan {
+            class: gov.class_for(caller, true),
+            target: Some(target),
+            record: true,
+            blocks: stopline_core::ops::BlockScope::Agent,
+            budget: [(BudgetKind::ToolCalls, 1.0)].into(),
+            upstream: None,
+            request_id: request_id.clone(),
+            surface: "model",
+        })
+        .collect()
+}
+
+/// Refuse a request that asks the provider to act (`hosted.rs`) unless allowed: logged as
+/// refused, nothing recorded or sent.
+pub(crate) fn refuse_hosted(
+    gov: &Governor,
+    caller: &Caller,
+    result: Result<Vec<String>, Refusal>,
+) -> Result<Vec<String>, GatewayError> {
+    result.map_err(|refusal| {
+        crate::logs::refused(caller.agent(), None, &refusal, std::time::Instant::now());
+        gov.refused(refusal).into()
+    })
 }
 
 async fn run(
@@ -187,11 +234,32 @@ async fn run(
     let caller = gov.authenticate(bearer(headers))?;
     let mut request: Value = parse_body(&body)?;
     let model = model_of(&request)?;
+    let request_id = request_id(headers)?;
     let Some(upstream) = gov.config().model.clone() else {
         return Err(GatewayError::Upstream(
             "no [model] upstream is configured".into(),
         ));
     };
+    let responses = endpoint == Endpoint::Responses;
+    let asks = hosted::openai_asks(&request, responses);
+    let hosted = refuse_hosted(
+        gov,
+        &caller,
+        hosted::admit(&asks, &upstream.allow_hosted_tools, Provider::OpenAi),
+    )?;
+    if responses {
+        match request.get("previous_response_id") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(id)) => crate::responses::check_previous(gov, &caller, id)?,
+            Some(other) => {
+                return Err(Refusal::new(
+                    RefusalCode::RequestInvalid,
+                    format!("previous_response_id = {other} is not a response id"),
+                )
+                .into())
+            }
+        }
+    }
     let price = price_for(gov, &caller, &model)?;
     let stream =
         endpoint != Endpoint::Embeddings && request.get("stream") == Some(&Value::Bool(true));
@@ -218,7 +286,7 @@ async fn run(
             price.as_ref(),
         ),
         upstream: Some("model".into()),
-        request_id: request_id(headers),
+        request_id: request_id.clone(),
         surface: "model",
     };
     let url = format!(
@@ -238,6 +306,8 @@ async fn run(
         vocabulary: Vocabulary::OpenAi,
         settles_usage: true,
         cut_frame: None,
+        hosted: hosted_plans(gov, &caller, hosted, &request_id),
+        book: responses,
     };
     exchange(gov, &caller, call).await
 }
@@ -266,6 +336,10 @@ pub(crate) struct ModelCall {
     /// The last frame a cut stream sends before it ends (Anthropic's `event: error`); `None`
     /// ends the body with a transport error instead.
     pub cut_frame: Option<fn(&Refusal) -> Bytes>,
+    /// The operations of the allowed hosted tools it carries (`hosted_plans`).
+    pub hosted: Vec<Plan>,
+    /// Write the response it creates in the Responses API book (`responses.rs`).
+    pub book: bool,
 }
 
 /// Admit one model call and hand it to the detached exchange: the one path every model route
@@ -290,8 +364,18 @@ pub(crate) async fn exchange(
         vocabulary,
         settles_usage,
         cut_frame,
+        hosted,
+        book,
     } = call;
+    // The hosted tools' operations are prepared first, then the call's own: every one is
+    // durable before anything is sent.
+    let mut companions = Vec::with_capacity(hosted.len());
+    for plan in hosted {
+        companions.push(gov.admit(caller, plan).await?);
+    }
     let admission = gov.admit(caller, plan).await?;
+    let companions =
+        (book || !companions.is_empty()).then(|| Companions::new(gov, caller, companions, book));
     let meter = RouteMeter {
         scanner: SseScanner::new(vocabulary),
         vocabulary,
@@ -304,6 +388,7 @@ pub(crate) async fn exchange(
         stream,
         meter: Box::new(meter),
         stream_refusal: cut_frame.unwrap_or(openai_stream_refusal),
+        companions,
     };
     Ok(match gov.model_exchange(caller, detached).await? {
         Answer::Whole {
@@ -346,6 +431,9 @@ impl Meter for RouteMeter {
             return Some(Budgets::new());
         }
         used(self.scanner.usage(), self.price.as_ref())
+    }
+    fn seen(&self) -> Option<ResponseSeen> {
+        self.scanner.response()
     }
 }
 

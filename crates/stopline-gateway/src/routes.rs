@@ -3,7 +3,7 @@
 //! (`page.rs`). It only mounts; the handlers never reach back here.
 
 use crate::state::AppState;
-use crate::{anthropic, api, model, page};
+use crate::{anthropic, api, model, page, responses};
 use axum::routing::{get, post};
 use axum::Router;
 
@@ -26,6 +26,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(model::chat_completions))
         .route("/v1/completions", post(model::completions))
         .route("/v1/responses", post(model::responses))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::get_response).delete(responses::delete_response),
+        )
+        .route(
+            "/v1/responses/{id}/cancel",
+            post(responses::cancel_response),
+        )
         .route("/v1/embeddings", post(model::embeddings))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))

@@ -110,6 +110,49 @@ impl Usage {
     }
 }
 
+/// The Responses API response an answer is about: its id and status (`queued`, `in_progress`,
+/// `completed`, `failed`, `cancelled`, `incomplete`), from a whole body or a stream's events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseSeen {
+    /// `resp_…`.
+    pub id: String,
+    /// Its status, when it says.
+    pub status: Option<String>,
+}
+
+impl ResponseSeen {
+    /// The response object `value` is (a whole body), or carries (a stream event's `response`).
+    pub fn from_value(value: &Value) -> Option<ResponseSeen> {
+        let object = match value.get("response") {
+            Some(response) if response.is_object() => response,
+            _ => value,
+        };
+        if object.get("object").and_then(Value::as_str) != Some("response") {
+            return None;
+        }
+        Some(ResponseSeen {
+            id: object.get("id")?.as_str()?.to_string(),
+            status: object
+                .get("status")
+                .and_then(Value::as_str)
+                .map(String::from),
+        })
+    }
+
+    /// The response a whole body is.
+    pub fn from_body(body: &[u8]) -> Option<ResponseSeen> {
+        ResponseSeen::from_value(&serde_json::from_slice(body).ok()?)
+    }
+
+    /// True when its status is final: the provider works on it no more.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self.status.as_deref(),
+            Some("completed" | "failed" | "cancelled" | "incomplete")
+        )
+    }
+}
+
 /// Upper bound on a pending (unterminated) SSE line kept for scanning.
 const MAX_LINE: usize = 1 << 20;
 
@@ -119,6 +162,7 @@ pub struct SseScanner {
     pending: Vec<u8>,
     usage: Option<Usage>,
     vocabulary: Vocabulary,
+    response: Option<ResponseSeen>,
 }
 
 impl SseScanner {
@@ -165,6 +209,9 @@ impl SseScanner {
             }
             return;
         }
+        if let Some(seen) = ResponseSeen::from_value(&event) {
+            self.response = Some(seen);
+        }
         let usage = event.get("usage").filter(|u| !u.is_null()).or_else(|| {
             event
                 .get("response")
@@ -179,6 +226,11 @@ impl SseScanner {
     /// The usage seen so far (the last reported).
     pub fn usage(&self) -> Option<Usage> {
         self.usage
+    }
+
+    /// The Responses API response the stream's events were about, as last reported.
+    pub fn response(&self) -> Option<ResponseSeen> {
+        self.response.clone()
     }
 }
 
@@ -220,6 +272,9 @@ mod tests {
                 ..Usage::default()
             })
         );
+        responses.feed(b"data: {\"type\":\"response.created\",\"response\":{\"object\":\"response\",\"id\":\"resp_9\",\"status\":\"queued\"}}\n\n");
+        let seen = responses.response().unwrap();
+        assert_eq!((seen.id.as_str(), seen.is_terminal()), ("resp_9", false));
     }
 
     #[test]

@@ -115,7 +115,11 @@ pub fn call_for(server: &str, catalog: &ToolCatalog, message: &Message) -> Resul
                     ))
                 }
             };
-            (method.clone(), Some(tool), Some(id_key(id)))
+            // Both are recorded with the call's operation: bounded (SPEC §13.2).
+            stopline_core::refusal::bounded_record("tools/call params.name", &tool)?;
+            let request_id = id_key(id);
+            stopline_core::refusal::bounded_record("the JSON-RPC id", &request_id)?;
+            (method.clone(), Some(tool), Some(request_id))
         }
         Message::Request { id, method, .. } => (method.clone(), None, Some(id_key(id))),
         Message::Notification { method, .. } => (method.clone(), None, None),

@@ -67,6 +67,7 @@ impl Admission for LocalAdmission {
     fn finish(mut self: Box<Self>, outcome: Outcome) {
         match outcome {
             Outcome::Committed => self.record(Ok("committed")),
+            Outcome::Cancelled => self.record(Ok("cancelled")),
             Outcome::Failed | Outcome::UpstreamUnreachable => self.record(Ok("failed")),
             Outcome::InDoubt(reason) => self.record(Err(&reason)),
         }

@@ -75,7 +75,7 @@ impl std::future::Future for Durable {
 pub struct Census {
     /// Unresolved file operations.
     pub file: Vec<CensusEntry>,
-    /// Unresolved destination operations.
+    /// Unresolved destination operations (`mcp:` and provider-side `hosted:` tools).
     pub destination: Vec<CensusEntry>,
     /// Unresolved model operations.
     pub model: Vec<CensusEntry>,
@@ -331,7 +331,8 @@ impl Store {
             };
             match entry.operation.kind {
                 OpKind::File => census.file.push(entry),
-                OpKind::Destination => census.destination.push(entry),
+                // A provider-side tool is a destination reached through the model provider.
+                OpKind::Destination | OpKind::Hosted => census.destination.push(entry),
                 OpKind::Model => census.model.push(entry),
             }
         }

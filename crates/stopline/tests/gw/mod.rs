@@ -179,6 +179,11 @@ impl Upstream {
             .collect()
     }
 
+    /// `script` (in `tests/py`) as the upstream, with `env` added to its environment.
+    pub fn start_script_with(home: &Home, script: &str, env: &[(&str, &str)]) -> Upstream {
+        Upstream::start_script(home, script, env)
+    }
+
     fn start_script(home: &Home, script: &str, env: &[(&str, &str)]) -> Upstream {
         let port_file = home.dir.path().join("upstream.port");
         let log = home.dir.path().join("upstream.log");

@@ -12,6 +12,13 @@ chunk every 100 ms until PATH exists (each at most 120 s): a test that creates P
 saw its answer knows the model had not finished, however slow the machine. When a slow or held
 model has sent its last byte it logs {"done": true, "model": ..., "t": ...} (a line
 `executed()` leaves out).
+
+/v1/responses: every response gets its own id (`resp_<n>`); the request's tool types,
+`background` and `previous_response_id` are logged. A background response is answered
+`queued` and kept: `GET /v1/responses/<id>` answers it, `POST /v1/responses/<id>/cancel` makes
+it `cancelled` (logged as {"path": ..., "cancel": id}), `DELETE` forgets it (logged as
+{"path": ..., "delete": id}); an id it does not hold is a 404. With STUB_CANCEL_FAILS=1 every cancel is logged and answered
+500 (the response keeps running).
 """
 import json
 import os
@@ -23,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PORT_FILE, LOG_FILE = sys.argv[1], sys.argv[2]
 PROMPT, COMPLETION = 100, 10
 LOCK = threading.Lock()
+RESPONSES = {}
+RESPONSE_COUNT = [0]
 RELEASE = os.environ.get("STUB_RELEASE")
 HOLD_LIMIT_S = 120
 
@@ -56,8 +65,22 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"{}")
         model = body.get("model", "")
         stream = bool(body.get("stream"))
+        if self.path.endswith("/cancel"):
+            rid = self.path.split("/")[-2]
+            log({"path": self.path, "cancel": rid,
+                 "authorization": self.headers.get("Authorization"), "t": time.time()})
+            if rid not in RESPONSES:
+                return self.send_json(404, {"error": {"message": "no such response"}})
+            if os.environ.get("STUB_CANCEL_FAILS"):
+                return self.send_json(500, {"error": {"message": "cancel failed"}})
+            RESPONSES[rid]["status"] = "cancelled"
+            return self.send_json(200, RESPONSES[rid])
         log({"path": self.path, "model": model, "stream": stream,
              "stream_options": body.get("stream_options"),
+             "tools": [t.get("type") for t in body.get("tools") or []],
+             "background": body.get("background"),
+             "previous_response_id": body.get("previous_response_id"),
+             "web_search_options": body.get("web_search_options"),
              "authorization": self.headers.get("Authorization"), "t": time.time()})
         usage = {"prompt_tokens": PROMPT, "completion_tokens": COMPLETION,
                  "total_tokens": PROMPT + COMPLETION}
@@ -66,7 +89,15 @@ class Handler(BaseHTTPRequestHandler):
                 {"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
                 "usage": {"prompt_tokens": PROMPT, "total_tokens": PROMPT}})
         if self.path.endswith("/responses"):
-            return self.send_json(200, {"id": "resp_1", "object": "response", "created_at": 0,
+            with LOCK:
+                RESPONSE_COUNT[0] += 1
+                rid = "resp_%d" % RESPONSE_COUNT[0]
+            if body.get("background"):
+                RESPONSES[rid] = {"id": rid, "object": "response", "created_at": 0,
+                                  "model": model, "status": "queued", "background": True,
+                                  "output": []}
+                return self.send_json(200, RESPONSES[rid])
+            return self.send_json(200, {"id": rid, "object": "response", "created_at": 0,
                 "model": model, "status": "completed", "output": [{"type": "message", "id": "m1",
                 "role": "assistant", "status": "completed", "content": [{"type": "output_text",
                 "text": "hello from upstream", "annotations": []}]}],
@@ -117,6 +148,21 @@ class Handler(BaseHTTPRequestHandler):
                 log({"done": True, "model": model, "t": time.time()})
         except (BrokenPipeError, ConnectionResetError):
             log({"path": self.path, "model": model, "cut": True, "t": time.time()})
+
+
+    def do_GET(self):
+        rid = self.path.split("?")[0].split("/")[-1]
+        log({"path": self.path, "get": rid, "t": time.time()})
+        if rid not in RESPONSES:
+            return self.send_json(404, {"error": {"message": "no such response"}})
+        return self.send_json(200, RESPONSES[rid])
+
+    def do_DELETE(self):
+        rid = self.path.split("/")[-1]
+        log({"path": self.path, "delete": rid, "t": time.time()})
+        if RESPONSES.pop(rid, None) is None:
+            return self.send_json(404, {"error": {"message": "no such response"}})
+        return self.send_json(200, {"id": rid, "object": "response.deleted", "deleted": True})
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -39,6 +39,11 @@ pub const CASES: &[Case] = &[
         gateway_mcp_frames_refused,
     ),
     slow(
+        "gateway_provider_side_tools_are_refused",
+        "POST /v1/responses with an mcp tool naming a server_url, or background: true, is 403 hosted_tool_refused naming the field; a 4 KiB model name is 400 request_invalid; nothing reaches the upstream",
+        gateway_provider_side_tools_refused,
+    ),
+    slow(
         "gateway_corrupt_latch_closes_the_gate",
         "a corrupt file dropped into latches/ closes the gateway within one refresh interval (block break_glass_contained, EMERGENCY)",
         gateway_corrupt_latch_closes_the_gate,
@@ -245,4 +250,49 @@ fn gateway_corrupt_latch_closes_the_gate(s: &Sandbox) -> Verdict {
         "closed {} ms after the drop: block break_glass_contained (EMERGENCY)",
         after.as_millis()
     ))
+}
+
+fn gateway_provider_side_tools_refused(s: &Sandbox) -> Verdict {
+    let upstream = Upstream::start().map_err(harness)?;
+    let gateway = Gateway::start(s, &model_config(&upstream.url()))?;
+    let token = s.token(&["--agent", "w"])?;
+    let mcp =
+        json!({"type": "mcp", "server_label": "x", "server_url": "https://attacker.example/mcp"});
+    for (what, body, status, code, field) in [
+        (
+            "an mcp tool",
+            json!({"model": "gpt-test", "input": "hi", "tools": [mcp]}),
+            403,
+            "hosted_tool_refused",
+            r#"tools[0].type = "mcp""#,
+        ),
+        (
+            "background",
+            json!({"model": "gpt-test", "input": "hi", "background": true}),
+            403,
+            "hosted_tool_refused",
+            "background = true",
+        ),
+        (
+            "a 4 KiB model name",
+            json!({"model": "m".repeat(4096), "input": "hi"}),
+            400,
+            "request_invalid",
+            "model is 4096 bytes",
+        ),
+    ] {
+        let r = gateway.post("/v1/responses", Some(&token), &body);
+        let message = r.json_or_null()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        ensure(
+            r.status == status && r.code_or_empty() == code && message.contains(field),
+            || format!("{what}: {}", r.brief()),
+        )?;
+    }
+    ensure(upstream.executed() == 0, || {
+        format!("{} requests reached the upstream", upstream.executed())
+    })?;
+    Ok("mcp tool and background: 403 hosted_tool_refused naming the field; 4 KiB model: 400 request_invalid; upstream executed 0".into())
 }

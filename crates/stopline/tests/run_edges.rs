@@ -231,8 +231,9 @@ fn a_uid_is_not_leased_again_while_its_last_holder_left_a_file_in_tmp() {
         &format!("umask 077; echo secret > {secret}; id -u"),
     );
     assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
-    assert!(
-        first.stdout.contains(&range.0.to_string()),
+    assert_eq!(
+        first.stdout.lines().next(),
+        Some(range.0.to_string().as_str()),
         "{}",
         first.stdout
     );
@@ -285,7 +286,8 @@ fn a_uid_reused_at_once_cannot_attach_its_last_holders_shared_memory() {
     let script = |mode: &str| format!("/usr/bin/python3 -c '{SHM}' {mode} {key}");
     let first = run_host(&home, &gateway, "shm-make", &script("create"));
     assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
-    assert!(first.stdout.contains("created"), "{}", first.stdout);
+    // The agent's own line (the run record after it repeats the command).
+    assert!(first.stdout.starts_with("created "), "{}", first.stdout);
     let second = run_host(&home, &gateway, "shm-take", &script("attach"));
     // Whatever happened, the segment does not outlive the test.
     let _ = std::process::Command::new("/usr/bin/ipcrm")
@@ -293,7 +295,7 @@ fn a_uid_reused_at_once_cannot_attach_its_last_holders_shared_memory() {
         .output();
     assert_eq!(second.code, 0, "{}\n{}", second.stdout, second.stderr);
     assert!(
-        second.stdout.contains("attach refused: ENOENT"),
+        second.stdout.starts_with("attach refused: ENOENT"),
         "the next holder of the uid reached the segment: {}",
         second.stdout
     );
@@ -316,7 +318,8 @@ fn a_uid_owning_a_sysv_object_in_the_hosts_namespace_is_not_leased() {
     let _ = std::process::Command::new("/usr/bin/ipcrm")
         .args(["-M", &key.to_string()])
         .output();
-    assert!(made.contains("created"), "{made}");
+    assert!(made.starts_with("created "), "{made}");
+    assert_eq!(refused.code, 1, "the uid was leased: {}", refused.stdout);
     assert_eq!(refused.code_str(), "uid_in_use", "{}", refused.stdout);
     assert!(refused.stdout.contains("SysV shm"), "{}", refused.stdout);
 }

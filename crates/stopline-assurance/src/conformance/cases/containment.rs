@@ -125,7 +125,7 @@ fn run_gateway_only_sees_only_its_own_processes(s: &Sandbox) -> Verdict {
     let card = write_card(s, "pidns")?;
     // The harness's own pid: a host process every agent under the host's namespace can list.
     let host_pid = std::process::id();
-    let script = format!("echo self=$$; test -e /proc/{host_pid} && echo HOST-PROCESS-SEEN");
+    let script = format!("echo self=$$; test -e /proc/{host_pid} && echo HOST-$((1+1))-SEEN; true");
     let mut seen = Vec::new();
     for (net, isolated) in [("gateway-only", true), ("host", false)] {
         let out = s.run(&[
@@ -144,7 +144,8 @@ fn run_gateway_only_sees_only_its_own_processes(s: &Sandbox) -> Verdict {
         ensure(out.code == 0, || {
             format!("--net {net}: the run failed: {}", out.brief())
         })?;
-        let saw_host = out.stdout.contains("HOST-PROCESS-SEEN");
+        // Its output, not the command the run record repeats.
+        let saw_host = out.stdout.contains("HOST-2-SEEN");
         let is_init = out.stdout.contains("self=1\n");
         ensure(saw_host != isolated && is_init == isolated, || {
             format!(

@@ -78,6 +78,29 @@ pub fn retire(ctx: &Context) -> Vec<String> {
     warnings
 }
 
+/// True when `worker` (a registration read from the live index) is not finished and the
+/// supervisor it names is gone: its pid runs no process, or another one than the entry in
+/// `runs.live/` recorded (by start time). Nothing enforces a stop on such a worker but an
+/// engage's own reach into its group (`crate::reach`).
+pub fn supervisor_gone(ctx: &Context, worker: &Value) -> bool {
+    if finished(worker) {
+        return false;
+    }
+    let Some(pid) = worker
+        .get("supervisor_pid")
+        .and_then(Value::as_u64)
+        .and_then(|p| u32::try_from(p).ok())
+    else {
+        return false;
+    };
+    let start = worker
+        .get("live_entry")
+        .and_then(Value::as_str)
+        .and_then(|entry| ctx.store.live_run_body(entry).ok())
+        .and_then(|body| body.get("supervisor_start").and_then(Value::as_u64));
+    !supervisor_may_run(pid, start)
+}
+
 /// True unless `/proc` says the process is gone (or is another one with the same pid).
 fn supervisor_may_run(pid: u32, start: Option<u64>) -> bool {
     if pid == 0 {

@@ -14,6 +14,7 @@
 mod card;
 mod environment;
 mod gateway;
+mod hook_check;
 mod preflight;
 mod record;
 mod relay;
@@ -42,6 +43,9 @@ use supervise::{Supervision, WallClock};
 pub const SWEEP_INTERVAL: Duration = Duration::from_millis(250);
 /// How often the loop looks at the agent between sweeps (root exit, a pending kill).
 const TICK: Duration = Duration::from_millis(50);
+/// How long the operator's stop (a stop signal to the supervisor) waits for the killed group to
+/// be observed empty before the run ends anyway, recorded as a kill issued and not confirmed.
+pub const OPERATOR_STOP_WAIT: Duration = Duration::from_secs(10);
 
 /// `--net`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +130,9 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     // A job-control character on the supervisor's terminal must never stop the process that
     // enforces a stop (SPEC §12.3).
     stopline_supervisor::ignore_job_control_signals();
+    // Ctrl-C, SIGTERM or a hang-up must never end the supervisor and leave its agent running
+    // unsupervised: from here on they are the operator's stop of the run (`react`).
+    stopline_supervisor::operator::catch_stop_signals();
     let card = card::load(&request.policy, request.agent.as_deref())?;
     if request.command.is_empty() {
         return Err(Refusal::new(RefusalCode::BadRequest, "no command to run after --").into());
@@ -157,10 +164,25 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         NetMode::GatewayOnly => Path::new("/tmp"),
         NetMode::Host => Path::new("/"),
     };
-    let chosen =
-        preflight::choose_identity(ctx, request.user.as_deref(), request.unconfined, auto_home)?;
+    let chosen = preflight::choose_identity(
+        ctx,
+        request.user.as_deref(),
+        request.unconfined,
+        auto_home,
+        &request.share,
+    )?;
     let identity = chosen.user.clone();
     not_running_already(&card)?;
+    let path_var = std::env::var("PATH").ok();
+    let mut mapped = request.share.clone();
+    mapped.push(project.clone());
+    hook_check::hook_executable(&hook_check::HookCheck {
+        command: &request.command,
+        project: &project,
+        identity: identity.as_ref(),
+        path_var: path_var.as_deref(),
+        private_mounts: (request.net == NetMode::GatewayOnly).then_some(mapped.as_slice()),
+    })?;
     let env_url = std::env::var("STOPLINE_URL").ok();
     let url = gateway::choose_url(ctx, request.gateway.as_deref(), env_url.as_deref());
     let gateway = gateway::probe(ctx, &url)?;
@@ -268,7 +290,26 @@ fn react(ctx: &Context, supervision: &mut Supervision) -> Progress {
     }
     let wakers = wake::Wakers::spawn(ctx.store.clone());
     let mut last_sweep: Option<Instant> = None;
+    let mut operator_stop: Option<Instant> = None;
     loop {
+        if operator_stop.is_none() {
+            if let Some(signal) = stopline_supervisor::operator::caught() {
+                let name = stopline_supervisor::operator::signal_name(signal);
+                tracing::warn!(
+                    signal = name,
+                    "stopped by the operator: killing the agent's group"
+                );
+                supervision.operator_stop(name);
+                operator_stop = Some(Instant::now());
+            }
+        }
+        if operator_stop.is_some_and(|at| at.elapsed() >= OPERATOR_STOP_WAIT) {
+            tracing::error!(
+                "the agent's group was not observed empty within {} s of the operator's stop",
+                OPERATOR_STOP_WAIT.as_secs()
+            );
+            return Progress::Stopping;
+        }
         let due = last_sweep.is_none_or(|at| at.elapsed() >= SWEEP_INTERVAL);
         let woke = if due { None } else { wakers.wait(TICK) };
         let reload = due || woke.is_some();
@@ -303,8 +344,8 @@ fn conclude(
     record["kill_issued_at"] = json!(status.kill_issued_at);
     record["quiescent_observed_at"] = json!(status.quiescent_observed_at);
     record["warnings"] = json!(warnings);
-    let (exit_code, stopped) = match progress {
-        Progress::Stopped(cause) => (1, Some(stop_refusal(&cause, &status, ctx.store.now_ms()))),
+    let (exit_code, stopped) = match &progress {
+        Progress::Stopped(cause) => (1, Some(stop_refusal(cause, &status, ctx.store.now_ms()))),
         Progress::Exited(exit) => {
             use std::os::unix::process::ExitStatusExt;
             let code = exit
@@ -317,12 +358,17 @@ fn conclude(
         }
         _ => (1, None),
     };
-    record["outcome"] = if stopped.is_some() {
-        "stopped"
-    } else {
-        "exited"
+    record["outcome"] = match (&stopped, &progress) {
+        (Some(_), _) => "stopped",
+        // The operator's stop ran out of its wait: the kill is issued, quiescence unobserved
+        // (the registration says `killing`, so its entry in runs.live/ stays for the census).
+        (None, Progress::Stopping) => "stop_unconfirmed",
+        (None, _) => "exited",
     }
     .into();
+    if let Some(StopCause::Operator { signal }) = &cause {
+        record["stopped_by_operator"] = json!({ "signal": signal });
+    }
     record["exit_code"] = exit_code.into();
     record["stop"] = json!(stopped);
     finish_record(ctx, card, &mut record, live);
@@ -393,6 +439,10 @@ fn stop_refusal(
         StopCause::AgentExited => (
             RefusalCode::ControlIo,
             "the agent's stragglers were killed".into(),
+        ),
+        StopCause::Operator { signal } => (
+            RefusalCode::RunContained,
+            format!("the operator stopped the run ({signal} to stopline run): the agent's group was killed"),
         ),
     };
     Refusal::new(code, format!("{why}; {observed}"))

@@ -78,13 +78,29 @@ pub fn status(ctx: &Context) -> StatusReceipt {
         let state = worker
             .get("state")
             .and_then(Value::as_str)
-            .unwrap_or("unknown");
+            .unwrap_or("unknown")
+            .to_string();
+        let state = state.as_str();
         let quiescent = matches!(state, "quiescent" | "exited");
+        // A worker whose supervisor is gone is enforced by nobody: whatever its registration
+        // last said, only an engage's own reach stops it, and the census takes its entry out
+        // once its group is observed empty. It is never counted as held.
+        let gone = crate::live::supervisor_gone(ctx, worker);
+        if gone {
+            warnings.push(format!(
+                "supervisor_gone: run {} agent {}: its supervisor (pid {}) is gone and the agent may run unsupervised; engage a stop covering it (the engage kills or freezes its group itself)",
+                // Names (validated when registered), so nothing to escape.
+                worker.get("run").and_then(Value::as_str).unwrap_or("?"),
+                worker.get("agent").and_then(Value::as_str).unwrap_or("?"),
+                worker.get("supervisor_pid").map_or("?".to_string(), Value::to_string),
+            ));
+        }
+        worker["supervisor_gone"] = gone.into();
         // A frozen group is contained only when a pause is all that covers it: under halt-all,
         // emergency or a fault the group must be killed, and is KILLING until observed empty.
         let paused_only = view.faults.is_empty()
             && view.mode_for(&subject) == stopline_core::Mode::HaltNoncritical;
-        let held = state == "frozen" && paused_only;
+        let held = state == "frozen" && paused_only && !gone;
         let stopping_level = covered && !quiescent && !held;
         if stopping_level {
             covered_quiescent = false;

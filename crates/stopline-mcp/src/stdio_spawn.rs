@@ -141,6 +141,8 @@ pub fn prepare(
     spec.confinement = Confinement {
         new_session: true,
         no_new_privs: true,
+        // Its own SysV objects, none of a uid's last holder's (SPEC §13.2); needs root.
+        new_ipc_namespace: rustix::process::geteuid().is_root(),
         ..Confinement::default()
     };
     let group = own_cgroup().and_then(|parent| {

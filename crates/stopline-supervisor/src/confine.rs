@@ -1,6 +1,7 @@
 //! The walls an agent's process is started inside, beyond its group and network namespace: no
 //! controlling terminal, no new privileges, process and memory ceilings, and a private mount
-//! namespace with fresh `/tmp`, `/var/tmp`, `/run` and `/dev/shm` (SPEC §12.3).
+//! namespace with fresh `/tmp`, `/var/tmp`, `/run` and `/dev/shm` (SPEC §12.3), and an IPC
+//! namespace of its own (SPEC §13.2).
 //!
 //! Everything here is prepared in the parent ([`Confinement::prepare`]: every path turned into a
 //! C string, every directory to create listed) and applied in the child's pre-exec hook
@@ -49,6 +50,15 @@ pub struct Confinement {
     pub new_session: bool,
     /// Set `PR_SET_NO_NEW_PRIVS`.
     pub no_new_privs: bool,
+    /// An IPC namespace of its own (`CLONE_NEWIPC`, needs root): SysV shared memory, message
+    /// queues, semaphores and POSIX message queues the child makes die with its last process,
+    /// and none of another's (or a uid's last holder's) is visible to it.
+    pub new_ipc_namespace: bool,
+    /// A PID namespace of its own (`CLONE_NEWPID`, with a fresh `/proc` mounted in the private
+    /// mount namespace, so it sees only its own processes and command lines). Only with
+    /// `mounts`. The child forked into the namespace (its pid 1) runs the program; the process
+    /// the caller started stays outside it, waits for it and exits as it did.
+    pub new_pid_namespace: bool,
     /// `setrlimit` ceilings.
     pub limits: ProcessLimits,
     /// A private mount namespace.
@@ -84,6 +94,8 @@ struct SharedPath {
 pub struct Prepared {
     new_session: bool,
     no_new_privs: bool,
+    new_ipc_namespace: bool,
+    new_pid_namespace: bool,
     limits: ProcessLimits,
     mounts: Option<PreparedMounts>,
 }
@@ -126,6 +138,8 @@ impl Confinement {
         Ok(Prepared {
             new_session: self.new_session,
             no_new_privs: self.no_new_privs,
+            new_ipc_namespace: self.new_ipc_namespace,
+            new_pid_namespace: self.new_pid_namespace && mounts.is_some(),
             limits: self.limits,
             mounts,
         })
@@ -242,9 +256,54 @@ impl Prepared {
             rustix::process::setrlimit(rustix::process::Resource::As, limit(bytes))
                 .map_err(errno)?;
         }
+        if self.new_ipc_namespace {
+            // SAFETY: CLONE_NEWIPC only changes this (single-threaded, forked) process's IPC
+            // namespace; `unshare_unsafe` is unsafe only for CLONE_FILES.
+            unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWIPC) }
+                .map_err(errno)?;
+        }
         if let Some(mounts) = &mut self.mounts {
             mounts.apply()?;
         }
+        Ok(())
+    }
+
+    /// With a PID namespace: enter it. Called in the pre-exec hook after
+    /// [`Prepared::apply_privileged`] (the private mounts exist) and before the uid drop.
+    ///
+    /// `unshare(CLONE_NEWPID)` puts only the caller's later children in the new namespace, so
+    /// this forks: the child, pid 1 of the namespace, mounts a fresh `/proc` over the private
+    /// mount namespace's and returns to exec the program. The parent (the process the
+    /// supervisor started, still in its group) closes every descriptor — the standard streams
+    /// and the spawn's error pipe are the child's alone — waits for the child and exits as it
+    /// did; it never returns. When pid 1 ends, the kernel kills the rest of the namespace.
+    pub fn enter_pid_namespace(&self) -> io::Result<()> {
+        if !self.new_pid_namespace {
+            return Ok(());
+        }
+        // SAFETY: CLONE_NEWPID only changes where this (single-threaded, forked) process's later
+        // children are born; `unshare_unsafe` is unsafe only for CLONE_FILES.
+        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWPID) }
+            .map_err(errno)?;
+        // SAFETY: this process is the single-threaded child of a fork, between fork and exec;
+        // both sides of this fork only make system calls from here on.
+        let child = unsafe { libc::fork() };
+        if child < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if child > 0 {
+            relay_exit(child);
+        }
+        rustix::mount::mount(
+            c"proc",
+            c"/proc",
+            c"proc",
+            rustix::mount::MountFlags::NOSUID
+                | rustix::mount::MountFlags::NODEV
+                | rustix::mount::MountFlags::NOEXEC,
+            None,
+        )
+        .map_err(errno)?;
         Ok(())
     }
 
@@ -254,6 +313,41 @@ impl Prepared {
             rustix::thread::set_no_new_privs(true).map_err(errno)?;
         }
         Ok(())
+    }
+}
+
+/// The parent side of [`Prepared::enter_pid_namespace`]: wait for `child` and end as it ended.
+/// Raw system calls only (between fork and exec).
+fn relay_exit(child: libc::pid_t) -> ! {
+    // SAFETY: close_range takes numbers; closing every descriptor of this process touches no
+    // memory. Where it is missing (before Linux 5.9) the descriptors stay open until the exit,
+    // which only delays the end of the agent's streams to the end of the agent.
+    unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) };
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a valid out-pointer for the duration of the call.
+        let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+        if waited == child {
+            if libc::WIFEXITED(status) {
+                // SAFETY: `_exit` ends the process without running anything of the parent's.
+                unsafe { libc::_exit(libc::WEXITSTATUS(status)) };
+            }
+            if libc::WIFSIGNALED(status) {
+                let signal = libc::WTERMSIG(status);
+                // SAFETY: resetting a disposition and signalling oneself make no allocation;
+                // if the signal does not end the process, `_exit` does.
+                unsafe {
+                    libc::signal(signal, libc::SIG_DFL);
+                    libc::kill(libc::getpid(), signal);
+                    libc::_exit(128 + signal);
+                }
+            }
+            continue;
+        }
+        if waited < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            // SAFETY: as above.
+            unsafe { libc::_exit(127) };
+        }
     }
 }
 

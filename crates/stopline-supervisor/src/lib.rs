@@ -30,6 +30,7 @@ pub mod frozen;
 pub mod hierarchy;
 pub mod limits;
 pub mod netns;
+pub mod operator;
 pub mod proc;
 pub mod reaper;
 pub mod spawn;

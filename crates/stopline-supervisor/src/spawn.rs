@@ -4,7 +4,8 @@
 //! The child joins its group in a pre-exec hook (writing `0`, "myself", to the group's
 //! `cgroup.procs`), so no instruction of the agent's program ever runs outside the group and
 //! nothing it forks can be born outside it. The hook then enters the network namespace, then
-//! applies the [`Confinement`] (a session of its own, ceilings, private mounts), then drops
+//! applies the [`Confinement`] (a session of its own, ceilings, an IPC namespace, private
+//! mounts, and under a PID namespace forks its pid 1, which goes on from here), then drops
 //! privileges in the only safe order: `setgroups`, `setgid`, `setuid`, and last sets
 //! `PR_SET_NO_NEW_PRIVS`. The environment starts empty: only what the caller passes reaches the
 //! agent.
@@ -221,6 +222,7 @@ pub fn command(spec: &CommandSpec, options: &SpawnOptions<'_>) -> Result<Command
                 .map_err(errno_to_io)?;
         }
         confinement.apply_privileged()?;
+        confinement.enter_pid_namespace()?;
         if let Some((uid, gid, groups)) = &identity {
             drop_privileges(*uid, *gid, groups)?;
         }
@@ -228,8 +230,9 @@ pub fn command(spec: &CommandSpec, options: &SpawnOptions<'_>) -> Result<Command
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before exec. It only makes system calls
-    // (write, setns, prctl, setsid, setrlimit, unshare, mount, setgroups, setgid, setuid) on
-    // descriptors, numbers and C strings prepared above, and builds errors with
+    // (write, setns, prctl, setsid, setrlimit, unshare, mount, fork, waitpid, close_range,
+    // setgroups, setgid, setuid) on descriptors, numbers and C strings prepared above, and
+    // builds errors with
     // `from_raw_os_error`, which does not allocate. The one vector it pushes to had its room
     // reserved before the fork. It takes no lock and touches no state shared with other
     // threads of the parent.

@@ -1,7 +1,8 @@
 //! The stdio tool servers the gateway starts (`[mcp.<server>] command`, SPEC §12.3), tried with
 //! the attacks that broke them: the reference server's `get-env` tool, called by an agent
 //! through the gateway, shows no provider key (only `PATH`, `HOME`, `LANG` and the configured
-//! `env` reach it); the server runs under a uid of its own in a cgroup of its own; and it ends
+//! `env` reach it); the server runs under a uid of its own in a cgroup (and an IPC namespace) of
+//! its own; and it ends
 //! with its session — when an agent that never said goodbye stops talking (`session_idle_s`) and
 //! at an EMERGENCY covering its agent — instead of living on after the agent was killed. With
 //! `warm_spare` (the default) a session takes a server started ahead, and every such spare
@@ -110,6 +111,13 @@ fn a_tool_server_gets_no_provider_key_and_runs_as_its_own_uid_in_its_own_group()
     );
     let cgroup = std::fs::read_to_string(format!("/proc/{server}/cgroup")).unwrap();
     assert!(cgroup.contains("/stopline-mcp-local-"), "{cgroup}");
+    // An IPC namespace of its own: no SysV object of a uid's last holder reaches it (SPEC §13.2).
+    let ipc = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/ipc")).unwrap();
+    assert_ne!(
+        ipc(server),
+        ipc(gateway.pid()),
+        "the server shares the gateway's IPC namespace"
+    );
     assert_eq!(client.send(json!({"op": "quit"}))["ok"], true);
     assert!(
         eventually(Duration::from_secs(10), || !alive(server)),

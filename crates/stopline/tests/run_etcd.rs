@@ -53,8 +53,12 @@ fn start(
         AGENT,
         &[("OUT", out.to_str().unwrap())],
     );
+    // The agent writes its PID namespace's numbers (gateway-only): the host's are looked up.
+    let group = format!("run-{run}.agent-a");
     let pids = wait_for("5 children", Duration::from_secs(20), || {
-        Some(pids_in(&out.join("pids"))).filter(|p| p.len() >= 5)
+        let pids = pids_in(&out.join("pids"));
+        let host: Vec<u32> = pids.iter().filter_map(|p| host_pid(&group, *p)).collect();
+        (pids.len() >= 5 && host.len() == pids.len()).then_some(host)
     });
     wait_for_state(&here.home, &run, "agent-a", "running");
     (running, run, pids)

@@ -58,7 +58,9 @@ fn two_concurrent_agents_get_their_own_uids_and_cannot_reach_each_other() {
     let (run_a, run_b) = (run_id("uid-a"), run_id("uid-b"));
     let card_a = write_card(&home, &card(&run_a, "agent-a"));
     let card_b = write_card(&home, &card(&run_b, "agent-b"));
-    let flags = ["--gateway", &gateway.url()];
+    // The host's PID namespace: under gateway-only each agent has one of its own and cannot even
+    // name the other (run_edges), so the uid walls are tried where the pids are shared.
+    let flags = ["--net", "host", "--gateway", &gateway.url()];
     let victim = start_run(&home, &card_b, &flags, out.path(), VICTIM);
     let attacker_script = format!("exec /usr/bin/python3 attacker.py {}", out.path().display());
     let attacker = start_run(&home, &card_a, &flags, out.path(), &attacker_script);

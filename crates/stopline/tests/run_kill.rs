@@ -45,13 +45,18 @@ fn an_engaged_run_is_killed_to_the_last_process_and_status_waits_for_the_observa
         ESCAPING_AGENT,
         &[("OUT", out.path().to_str().unwrap())],
     );
+    let group = format!("/stopline/run-{run}.agent-a");
+    // The agent writes its PID namespace's numbers (gateway-only): the host's are looked up.
     let children = wait_for("50 children", Duration::from_secs(20), || {
-        Some(pids_in(&out.path().join("pids"))).filter(|p| p.len() >= 50)
+        let pids = pids_in(&out.path().join("pids"));
+        let host: Vec<u32> = pids.iter().filter_map(|p| host_pid(&group, *p)).collect();
+        (pids.len() >= 50 && host.len() == pids.len()).then_some(host)
     });
     let daemon = wait_for("the daemon", Duration::from_secs(20), || {
-        pids_in(&out.path().join("daemon")).first().copied()
+        pids_in(&out.path().join("daemon"))
+            .first()
+            .and_then(|p| host_pid(&group, *p))
     });
-    let group = format!("/stopline/run-{run}.agent-a");
     let registered = wait_for_state(&home, &run, "agent-a", "running");
     assert_eq!(registered["method"], "cgroup2");
     assert_eq!(registered["unconfined"], true);

@@ -241,3 +241,34 @@ fn an_agent_cannot_suspend_its_supervisor_with_ctrl_z() {
     shell.type_line("echo SHELL-ALIVE-$((6*7))");
     shell.wait_for("SHELL-ALIVE-42", Duration::from_secs(20));
 }
+
+#[test]
+fn ctrl_c_at_the_operators_terminal_stops_the_run_and_its_agent() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let run = run_id("ctrlc");
+    let card = write_card(&home, &card(&run, "agent-c"));
+    let out = open_dir("stopline-run-ctrlc-");
+    let mut shell = OperatorShell::start(&home);
+    shell.type_line(&run_line(&home, &card, &gateway, out.path(), "", 600));
+    wait_for("the agent", Duration::from_secs(60), || {
+        out.path().join("done").exists().then_some(())
+    });
+    let registration = wait_for_state(&home, &run, "agent-c", "running");
+    let root = registration["pid"].as_u64().unwrap() as u32;
+    // The operator presses Ctrl-C: the terminal signals its foreground job, the supervisor (the
+    // agent, in a session of its own, hears nothing).
+    shell.master.write_all(b"\x03").unwrap();
+    shell.wait_for("RUN-ENDED-1001", Duration::from_secs(30));
+    let group = format!("run-{run}.agent-c");
+    wait_for(
+        "the agent's group to be empty",
+        Duration::from_secs(5),
+        || (processes_in_group(&group).is_empty() && !is_alive(root)).then_some(()),
+    );
+    let receipt: serde_json::Value =
+        serde_json::from_str(&read(out.path(), "receipt.json").unwrap()).unwrap();
+    assert_eq!(receipt["error"]["code"], "run_contained", "{receipt}");
+    shell.type_line("echo SHELL-ALIVE-$((6*7))");
+    shell.wait_for("SHELL-ALIVE-42", Duration::from_secs(20));
+}

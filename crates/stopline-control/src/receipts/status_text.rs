@@ -215,7 +215,10 @@ fn latch_text(latch: &ActiveLatch, now_ms: i64, out: &mut String) {
 
 fn worker_text(worker: &Value, out: &mut String) {
     let state = field(worker, "state");
-    let quiet = if quiescent(worker) {
+    let gone = worker.get("supervisor_gone").and_then(Value::as_bool) == Some(true);
+    let quiet = if gone {
+        format!("registered {state}, its SUPERVISOR IS GONE (nothing enforces a stop on it but an engage)")
+    } else if quiescent(worker) {
         match worker.get("quiescent_observed_at").and_then(Value::as_str) {
             Some(at) => format!("quiescent (observed {at})"),
             None => format!("{state} (quiescent)"),

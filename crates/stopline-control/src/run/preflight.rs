@@ -94,12 +94,14 @@ pub fn uid_range(ctx: &Context) -> Result<UidRange, Refusal> {
 /// Choose the agent's identity: `--unconfined` runs as the caller; `--user auto` (the default)
 /// leases a fresh uid from `[run] uid_range` (root only); `--user NAME` resolves the user and
 /// leases its uid, refused `uid_in_use` while another agent or any other process runs under it.
-/// `auto_home` is the home an anonymous uid gets.
+/// `auto_home` is the home an anonymous uid gets; `share` the paths the run maps in (a fresh uid
+/// owning files there is not leased, SPEC §13.2).
 pub fn choose_identity(
     ctx: &Context,
     user: Option<&str>,
     unconfined: bool,
     auto_home: &std::path::Path,
+    share: &[std::path::PathBuf],
 ) -> Result<Identity, Refusal> {
     match (user, unconfined) {
         (None, true) => Ok(Identity {
@@ -117,7 +119,7 @@ pub fn choose_identity(
                     "--user auto (the default) starts the agent under a fresh uid and needs root; run as root, give --user NAME, or --unconfined to run it as yourself",
                 ));
             }
-            let lease = UidLease::fresh(uid_range(ctx)?).map_err(uid_refusal)?;
+            let lease = UidLease::fresh_sharing(uid_range(ctx)?, share).map_err(uid_refusal)?;
             let user = UserIdentity::anonymous(lease.uid(), auto_home.to_owned());
             Ok(Identity {
                 user: Some(user),

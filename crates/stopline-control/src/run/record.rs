@@ -48,6 +48,12 @@ pub enum StopCause {
     },
     /// The agent's root process exited and left processes behind in its group.
     AgentExited,
+    /// The operator stopped the run: `SIGINT` (Ctrl-C), `SIGTERM` or `SIGHUP` reached the
+    /// supervisor.
+    Operator {
+        /// The signal's name (`SIGINT`, …).
+        signal: String,
+    },
 }
 
 impl StopCause {
@@ -73,6 +79,7 @@ impl StopCause {
                 json!({"kind": "wall_clock", "latch": latch, "budget_s": budget_s})
             }
             StopCause::AgentExited => json!({"kind": "agent_exited_leaving_processes"}),
+            StopCause::Operator { signal } => json!({"kind": "operator_signal", "signal": signal}),
         }
     }
 

@@ -119,6 +119,12 @@ pub fn start(ctx: &Context, plan: &StartPlan<'_>) -> Result<Started, RunError> {
         confinement: Confinement {
             new_session: true,
             no_new_privs: true,
+            // SysV objects and POSIX queues die with the agent and none of a uid's last holder's
+            // reach it (SPEC §13.2). Needs root, as every uid drop does; an unconfined run by
+            // another user hands no uid over.
+            new_ipc_namespace: rustix::process::geteuid().is_root(),
+            // Under gateway-only it sees only its own processes (SPEC §13.2).
+            new_pid_namespace: plan.net == NetMode::GatewayOnly,
             limits: Default::default(),
             mounts: match plan.net {
                 NetMode::GatewayOnly => Some(PrivateMounts {

@@ -498,6 +498,15 @@ impl Supervision {
         }
     }
 
+    /// The operator stopped the run with `signal` (SIGINT, SIGTERM, SIGHUP reached the
+    /// supervisor): from the next wake the group is killed, unless a stop with a cause of its
+    /// own is already under way (that cause stays; the kill is the same).
+    pub fn operator_stop(&mut self, signal: &str) {
+        self.cause.get_or_insert(StopCause::Operator {
+            signal: signal.to_string(),
+        });
+    }
+
     /// Why the worker is being (or was) stopped.
     pub fn cause(&self) -> Option<&StopCause> {
         self.cause.as_ref()

@@ -307,6 +307,22 @@ pub fn processes_in_group(group: &str) -> Vec<u32> {
     found
 }
 
+/// The host's pid of the live process of the group ending with `group` whose pid in its own
+/// PID namespace is `pid`. An agent under `--net gateway-only` runs in a PID namespace of its
+/// own, so the `$$` and `$!` it writes down are that namespace's numbers; a process in the
+/// host's namespace is its own pid.
+pub fn host_pid(group: &str, pid: u32) -> Option<u32> {
+    processes_in_group(group).into_iter().find(|host| {
+        let status = std::fs::read_to_string(format!("/proc/{host}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|ids| ids.split_whitespace().last())
+            .and_then(|id| id.parse::<u32>().ok())
+            == Some(pid)
+    })
+}
+
 /// Read a small output file an agent wrote (trimmed), `None` when absent.
 pub fn read(dir: &Path, name: &str) -> Option<String> {
     std::fs::read_to_string(dir.join(name))
@@ -353,10 +369,14 @@ pub fn start_counting(
     wait_for("the counter to move", Duration::from_secs(20), || {
         (counter(out) > 3).then_some(())
     });
-    let child = pids_in(&out.join("child"))[0];
     let root = running.await_state(home, run, agent, "running")["pid"]
         .as_u64()
         .unwrap() as u32;
+    let child = host_pid(
+        &format!("run-{run}.{agent}"),
+        pids_in(&out.join("child"))[0],
+    )
+    .expect("the counting agent's child in its group");
     (running, root, child)
 }
 

@@ -21,6 +21,11 @@ pub const CASES: &[Case] = &[
         "under the default --net gateway-only a file on the host's /tmp does not exist for the agent; under --net host it does",
         run_gateway_only_hides_the_hosts_tmp,
     ),
+    case(
+        "run_gateway_only_sees_only_its_own_processes",
+        "under the default --net gateway-only the agent is pid 1 of its own PID namespace and /proc lists none of the host's processes; under --net host it lists them (SPEC §13.2)",
+        run_gateway_only_sees_only_its_own_processes,
+    ),
     slow(
         "agent_token_sees_only_its_latches_and_a_covered_parent_mints_nothing",
         "/v1/status for an agent token lists only the latches covering it (an operator token sees all), and /v1/delegate by a paused parent is refused break_glass_contained",
@@ -117,6 +122,47 @@ fn run_gateway_only_hides_the_hosts_tmp(s: &Sandbox) -> Verdict {
         seen.push(format!("--net {net}: exit {}", out.code));
     }
     let _ = std::fs::remove_file(&marker);
+    Ok(seen.join("; "))
+}
+
+fn run_gateway_only_sees_only_its_own_processes(s: &Sandbox) -> Verdict {
+    let gateway = Upstream::start().map_err(harness)?;
+    let card = write_card(s, "pidns")?;
+    // The harness's own pid: a host process every agent under the host's namespace can list.
+    let host_pid = std::process::id();
+    let script = format!("echo self=$$; test -e /proc/{host_pid} && echo HOST-$((1+1))-SEEN; true");
+    let mut seen = Vec::new();
+    for (net, isolated) in [("gateway-only", true), ("host", false)] {
+        let out = s.run(&[
+            "run",
+            "--policy",
+            &card,
+            "--net",
+            net,
+            "--gateway",
+            &gateway.url(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ])?;
+        ensure(out.code == 0, || {
+            format!("--net {net}: the run failed: {}", out.brief())
+        })?;
+        // Its output, not the command the run record repeats.
+        let saw_host = out.stdout.contains("HOST-2-SEEN");
+        let is_init = out.stdout.contains("self=1\n");
+        ensure(saw_host != isolated && is_init == isolated, || {
+            format!(
+                "--net {net}: the agent saw the host's pid {host_pid}: {saw_host}, was pid 1: {is_init} (wanted {})",
+                !isolated
+            )
+        })?;
+        seen.push(format!(
+            "--net {net}: host process {}",
+            if saw_host { "seen" } else { "not seen" }
+        ));
+    }
     Ok(seen.join("; "))
 }
 

@@ -79,26 +79,16 @@ impl SmallFs {
         self.dir.path()
     }
 
-    /// Fill every free byte with one file, as a runaway agent would: write until the kernel
-    /// refuses, sync (ext4 gives back what it had set aside for the file), and again, until not
-    /// one more block can be written.
-    fn fill_bytes(&self) -> PathBuf {
-        let filler = self.path().join("filler");
-        fill_file(&filler);
-        filler
-    }
-
-    /// Fill every free inode.
+    /// Fill every free inode: create empty files until the kernel refuses.
     fn fill_inodes(&self) {
         let junk = self.path().join("junk");
         std::fs::create_dir(&junk).expect("a directory for the junk");
-        Command::new("sh")
-            .arg("-c")
-            .arg("i=0; while touch \"$1/f$i\" 2>/dev/null; do i=$((i+1)); done")
-            .arg("sh")
-            .arg(&junk)
-            .status()
-            .expect("fill the inodes");
+        for i in 0.. {
+            if let Err(error) = std::fs::File::create(junk.join(format!("f{i}"))) {
+                assert_eq!(error.raw_os_error(), Some(28), "{error}");
+                break;
+            }
+        }
         assert_eq!(
             std::fs::File::create(self.path().join("one-more"))
                 .unwrap_err()
@@ -201,7 +191,11 @@ fn a_scoped_stop_then_a_machine_stop_land_on_a_full_ext4_home() {
     let fs = SmallFs::ext4();
     let home = fs.path().join("home");
     run(&home, &["init"]).assert_ok();
-    fs.fill_bytes();
+    // Full: not one inode, not one block (the filler made before the inodes ran out).
+    let filler = fs.path().join("filler");
+    std::fs::File::create(&filler).unwrap();
+    fs.fill_inodes();
+    fill_file(&filler);
     scoped_then_machine_stop_land(&home);
 }
 
@@ -362,45 +356,23 @@ fn journal_lines(dir: &Path) -> Vec<Value> {
 #[test]
 fn four_clients_calling_tools_while_the_disk_fills_and_empties_tear_no_journal() {
     let home = Home::new();
-    // The home is the root of a 16 MiB ext4; the upstream's log and the gateway's stderr stay
-    // outside it, on the test's own filesystem.
+    // The home is the root of a 16 MiB tmpfs (whose writes land a page at a time, so a line
+    // crossing into a page the full disk cannot give lands partly); the upstream's log and the
+    // gateway's stderr stay outside it, on the test's own filesystem.
     std::fs::create_dir_all(home.path()).unwrap();
-    let image = tempfile::Builder::new()
-        .prefix("stopline-ext4-")
-        .suffix(".img")
-        .tempfile_in("/tmp")
-        .unwrap()
-        .into_temp_path()
-        .keep()
-        .unwrap();
-    let made = Command::new("sh")
-        .arg("-c")
-        .arg("truncate -s 16M \"$1\" && mkfs.ext4 -q -F \"$1\"")
-        .arg("sh")
-        .arg(&image)
-        .status()
-        .unwrap();
-    assert!(made.success(), "mkfs.ext4 must be installed");
     let mounted = Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop"])
-        .arg(&image)
+        .args(["-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs"])
         .arg(home.path())
         .status()
         .unwrap();
     assert!(mounted.success(), "mount needs root");
-    struct Unmount(PathBuf, PathBuf);
+    struct Unmount(PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
             let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-            let _ = std::fs::remove_file(&self.1);
         }
     }
-    let _unmount = Unmount(home.path(), image);
-    Command::new("chmod")
-        .arg("0700")
-        .arg(home.path())
-        .status()
-        .unwrap();
+    let _unmount = Unmount(home.path());
     home.run(&["init"]).assert_ok();
 
     let upstream = FrameUpstream::start(&home);

@@ -62,7 +62,10 @@ impl Rules {
         let operation = procs.iter().any(|p| {
             matches!(
                 p,
-                ProcSpec::Operation { .. } | ProcSpec::PrepareBatch { .. } | ProcSpec::ArchiveOps
+                ProcSpec::Operation { .. }
+                    | ProcSpec::PrepareBatch { .. }
+                    | ProcSpec::PrepareEach { .. }
+                    | ProcSpec::ArchiveOps
             )
         });
         let evidence = procs.iter().any(|p| {

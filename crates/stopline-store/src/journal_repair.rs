@@ -148,7 +148,10 @@ impl Store {
         let mut repaired = Vec::new();
         let mut live = Vec::new();
         let spend_lock = self.layout.spend().join(".lock");
-        let _spend = match self.fs.lock(&spend_lock, true, false, None) {
+        // Bounded, as every verb's lock: a gateway frozen while it holds the spend lock costs
+        // the repair this much, then an error, never a hang.
+        let bound = Some(std::time::Duration::from_secs(5));
+        let _spend = match self.fs.lock(&spend_lock, true, false, bound) {
             Ok(guard) => Some(guard),
             Err(error) if error.kind() == io::ErrorKind::NotFound => None,
             Err(error) => return Err(error).context(|| "locking spend/.lock".to_string()),

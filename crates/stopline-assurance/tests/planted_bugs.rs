@@ -292,3 +292,18 @@ fn an_older_homes_index_marked_before_its_legacy_entries_hides_a_running_worker_
         Property::LiveWorkersReached,
     );
 }
+
+#[test]
+fn an_append_that_does_not_cut_back_glues_a_durable_record_onto_a_torn_line_and_is_found() {
+    found(
+        PlantedBug::AppendNotCutBack,
+        "op-full-disk",
+        Property::RecordReadableIffDurable,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_full_disk_scenario_passes() {
+    let report = check(PlantedBug::None, "op-full-disk");
+    assert!(report.ok(), "{}", report.text());
+}

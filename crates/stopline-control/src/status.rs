@@ -121,12 +121,30 @@ pub fn status(ctx: &Context) -> StatusReceipt {
         registry_errors: !census.errors.is_empty(),
     });
     let confirmed = covered_quiescent && worker_census_ok && uncovered_servers.is_empty();
+    // A torn line in the middle of a journal (SPEC §13.7) is a fault until the owner repairs
+    // it: the gates are closed to what it concerns (an ops journal: a registry error, which
+    // blocks every target; a spend journal: every spend fold fails).
+    let mut faults = view.faults;
+    faults.extend(ctx.store.torn_journals().into_iter().map(|torn| {
+        stopline_core::Refusal::new(
+            stopline_core::RefusalCode::ControlStateCorrupt,
+            format!(
+                "{} has a torn line in its middle (at byte {}); repair it at the owner console with `stopline recover repair`",
+                torn.file,
+                torn.torn_at
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    }));
     StatusReceipt {
         phase,
         state: state.as_str().into(),
         state_record: view.state,
         latches: view.latches,
-        faults: view.faults,
+        faults,
         epoch: view.epoch,
         workers,
         affected_worker_quiescence_confirmed: confirmed,

@@ -338,6 +338,18 @@ impl ControlView {
                 explain("the call was refused", true),
             ),
         };
+        if decision == Decision::Allow && target.is_some() {
+            // An operation registry that cannot be read (a journal torn in its middle, SPEC
+            // §13.7) closes every target, for every gate alike.
+            if let Some(why) = self.blocked_targets.get("*").and_then(|b| b.first()) {
+                return CheckReceipt::block(
+                    mode,
+                    RefusalCode::UnresolvedOperation,
+                    format!("the operation registry cannot be read: {}", why.op),
+                    latches,
+                );
+            }
+        }
         if decision == Decision::Allow {
             if let Some((target, blocker)) = target.and_then(|t| {
                 let blockers = self.blocked_targets.get(t)?;

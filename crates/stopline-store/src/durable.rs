@@ -10,8 +10,9 @@ use crate::error::{IoContext, StoreError};
 use crate::Store;
 use std::path::Path;
 
-/// Size of the full-disk reserve: enough for many latches, epoch snapshots and WAL lines.
-pub const RESERVE_BYTES: usize = 256 * 1024;
+/// Size of each file of the full-disk reserve: enough for many latches, epoch snapshots and WAL
+/// lines.
+pub const RESERVE_BYTES: usize = 128 * 1024;
 
 impl Store {
     /// Create the control directory whole (SPEC §12.1): the home (0700), `latches/`,
@@ -104,25 +105,36 @@ impl Store {
         written
     }
 
-    /// Make sure the full-disk reserve exists (best effort; returns whether it does).
+    /// Make sure the full-disk reserve exists, every file of it (best effort; returns whether
+    /// it does). A file that could not be written whole is removed, so it holds nothing a stop
+    /// may need.
     pub fn ensure_reserve(&self) -> bool {
-        let path = self.layout.reserve();
-        match self.fs.exists(&path) {
-            Ok(true) => true,
-            _ => self
+        let mut whole = true;
+        for path in self.layout.reserve_files().iter() {
+            if matches!(self.fs.exists(path), Ok(true)) {
+                continue;
+            }
+            if self
                 .fs
-                .write_new(&path, &vec![0u8; RESERVE_BYTES], "reserve.create")
-                .is_ok(),
+                .write_new(path, &vec![0u8; RESERVE_BYTES], "reserve.create")
+                .is_err()
+            {
+                let _ = self.fs.remove_file(path, "reserve.cleanup");
+                whole = false;
+            }
         }
+        whole
     }
 
-    /// Release the reserve so a stop can be written on a full disk. True if space was freed.
+    /// Release one file of the reserve (the last that exists) so a stop can be written on a full
+    /// disk, out of bytes or of inodes; the rest stays for the next stop. True if one was freed.
     pub fn release_reserve(&self) -> bool {
-        let path = self.layout.reserve();
-        let removed = self.fs.remove_file(&path, "reserve.release").is_ok();
-        if removed {
-            let _ = self.fs.sync_dir(self.layout.home(), "reserve.dirsync");
+        for path in self.layout.reserve_files().iter().rev() {
+            if self.fs.remove_file(path, "reserve.release").is_ok() {
+                let _ = self.fs.sync_dir(self.layout.home(), "reserve.dirsync");
+                return true;
+            }
         }
-        removed
+        false
     }
 }

@@ -6,7 +6,8 @@
 //! Only after the latch is durable: the WAL record and, for `emergency`, the epoch advance.
 //! A failure after containment is a warning in the receipt; it never removes the latch and never
 //! reports "not engaged". A failed publication step is never retried on the same file: a fresh
-//! latch with a fresh id is written instead, and on a full disk the reserve is released first.
+//! latch with a fresh id is written instead, and on a full disk a file of the reserve is released
+//! first (one per failure, SPEC §13.7).
 //!
 //! Engage never waits on anyone (SPEC §12.1): every lock it takes after the latch is durable
 //! shares one bound, [`ENGAGE_LOCK_BUDGET`]. When the WAL's lock is still held at the bound (a
@@ -115,7 +116,9 @@ impl Store {
         }
 
         let mut warnings = Vec::new();
-        let mut reserve_released = false;
+        // Reserve files released, one per full-disk failure (SPEC §13.7: a scoped stop on tmpfs
+        // out of inodes needs two, and the next stop finds the rest).
+        let mut reserve_released = 0usize;
         let mut attempts = 0;
         let record = loop {
             attempts += 1;
@@ -135,14 +138,14 @@ impl Store {
                 Err(error) => {
                     let full = matches!(&error, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull);
                     warnings.push(format!("latch_publish_failed: {} ({error})", record.id));
-                    if full && !reserve_released {
-                        reserve_released = self.release_reserve();
-                        if reserve_released {
+                    if full && self.release_reserve() {
+                        if reserve_released == 0 {
                             warnings.push("disk_full_reserve_released".into());
-                            continue;
                         }
+                        reserve_released += 1;
+                        continue;
                     }
-                    if attempts >= 2 + usize::from(reserve_released) {
+                    if attempts >= 2 + reserve_released {
                         return Err(StoreError::refused(
                             RefusalCode::LatchNotDurable,
                             format!(
@@ -213,9 +216,16 @@ impl Store {
             self.fs
                 .write_new(&staged, &bytes, "engage.staging")
                 .context(|| format!("writing {}", staged.display()))?;
-            self.fs
+            if let Err(error) = self
+                .fs
                 .hard_link(&staged, &final_path, "engage.link")
-                .context(|| format!("linking {}", final_path.display()))?;
+                .context(|| format!("linking {}", final_path.display()))
+            {
+                // Its inode (and on a full disk, the room it holds) goes back for the next
+                // attempt; a fresh latch is staged under a fresh name.
+                let _ = self.fs.remove_file(&staged, "engage.staging.remove");
+                return Err(error);
+            }
         }
         self.fs
             .sync_dir(&self.layout.latches(), "engage.dirsync")

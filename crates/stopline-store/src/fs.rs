@@ -229,9 +229,22 @@ pub struct RealFs;
 struct FlockGuard(#[allow(dead_code)] File);
 impl LockGuard for FlockGuard {}
 
+/// Appends of this process to the real filesystem, one at a time: a failed append is cut back
+/// before another thread's line can be written after its torn bytes.
+static APPENDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// [`Fs::append`] on the real filesystem; with `end`, also where the file ended just after
-/// `bytes` ([`Fs::append_end`]): one lseek(SEEK_CUR), since after an `O_APPEND` write the
-/// offset is just past what it wrote. Plain appends skip that syscall.
+/// `bytes` ([`Fs::append_end`]). The one append of every journal of the home (SPEC §13.7): it
+/// lands whole or leaves the file as it was.
+///
+/// - Before writing, a torn tail (the file does not end in a newline: a crash's remnant, or a
+///   failed append whose cut-back failed) is cut back to the end of its last complete line, so
+///   no line is ever glued onto a torn one. When that cut fails, so does the append: the
+///   journal is closed to this writer until a cut succeeds.
+/// - A write that lands partly and fails (a full disk) is cut back to where it started
+///   (ftruncate, fsync) before the failure is reported; so is a write whose fsync fails, while
+///   nothing was appended after it. Failpoints: `<fp>.partial` (half the bytes land, then the
+///   armed error) and `<fp>.cutback` (the cut-back fails).
 fn append_file(
     path: &Path,
     bytes: &[u8],
@@ -242,17 +255,118 @@ fn append_file(
     use std::io::Seek;
     failpoint::hit(&format!("{fp}.write"))?;
     let mut file = open_0600(path, true, false)?;
-    file.write_all(bytes)?;
-    let end = if end {
-        Some(file.stream_position()?)
-    } else {
-        None
-    };
-    if sync {
-        failpoint::hit(&format!("{fp}.fsync"))?;
-        file.sync_data()?;
+    let appends = APPENDS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !bytes.is_empty() {
+        cut_torn_tail(&file, path, fp)?;
     }
-    Ok(end)
+    let mut written = 0usize;
+    let failed = match failpoint::hit(&format!("{fp}.partial")) {
+        Err(error) => {
+            let half = &bytes[..bytes.len() / 2];
+            file.write_all(half)?;
+            written = half.len();
+            Some(error)
+        }
+        Ok(()) => loop {
+            if written == bytes.len() {
+                break None;
+            }
+            match file.write(&bytes[written..]) {
+                Ok(0) => break Some(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => written += n,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => break Some(error),
+            }
+        },
+    };
+    // After an `O_APPEND` write the offset is just past what it wrote (a failed write moves
+    // nothing): where this append's bytes end.
+    let landed_end = if written > 0 {
+        file.stream_position()?
+    } else {
+        0
+    };
+    if let Some(error) = failed {
+        if written > 0 {
+            cut_back(&file, path, landed_end - written as u64, landed_end, fp)?;
+        }
+        return Err(error);
+    }
+    drop(appends);
+    if sync {
+        let synced = failpoint::hit(&format!("{fp}.fsync")).and_then(|()| file.sync_data());
+        if let Err(error) = synced {
+            // Not durable, so not to be read: cut back while nothing follows it (lines
+            // appended after it are whole, and what they say stands on its own).
+            let _appends = APPENDS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !bytes.is_empty() && file.metadata()?.len() == landed_end {
+                cut_back(&file, path, landed_end - bytes.len() as u64, landed_end, fp)?;
+            }
+            return Err(error);
+        }
+    }
+    Ok(end.then_some(landed_end))
+}
+
+/// Cut `file` back from `end` to `start` (the bytes of a failed append) and fsync it, unless
+/// something else was appended after them meanwhile (then the next append's tail check sees a
+/// whole last line, or cuts the torn one). `Err` when the cut fails: the caller reports that,
+/// and the journal's next append cuts the torn tail first or fails too.
+fn cut_back(file: &File, path: &Path, start: u64, end: u64, fp: &str) -> io::Result<()> {
+    if file.metadata()?.len() != end {
+        return Ok(());
+    }
+    failpoint::hit(&format!("{fp}.cutback"))
+        .and_then(|()| file.set_len(start))
+        .and_then(|()| file.sync_all())
+        .map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!(
+                    "{} holds the torn bytes {start}..{end} of a failed append and cutting them off failed ({error}): the journal takes no append until they are cut",
+                    path.display()
+                ),
+            )
+        })
+}
+
+/// When `file` does not end in a newline, cut it back to the end of its last complete line and
+/// fsync it (the tail is a crash's remnant, or what a failed cut-back left).
+fn cut_torn_tail(file: &File, path: &Path, fp: &str) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut last = [0u8; 1];
+    file.read_exact_at(&mut last, len - 1)?;
+    if last[0] == b'\n' {
+        return Ok(());
+    }
+    // Find the last newline, reading backwards a block at a time.
+    let mut keep = 0u64;
+    let mut upto = len;
+    let mut block = vec![0u8; 64 * 1024];
+    while upto > 0 {
+        let from = upto.saturating_sub(block.len() as u64);
+        let chunk = &mut block[..(upto - from) as usize];
+        file.read_exact_at(chunk, from)?;
+        if let Some(at) = chunk.iter().rposition(|&b| b == b'\n') {
+            keep = from + at as u64 + 1;
+            break;
+        }
+        upto = from;
+    }
+    tracing::warn!(
+        file = %path.display(),
+        bytes = len - keep,
+        "cutting off the torn tail of a journal before appending to it"
+    );
+    cut_back(file, path, keep, len, fp)
 }
 
 fn open_0600(path: &Path, append: bool, create_new: bool) -> io::Result<File> {
@@ -264,7 +378,8 @@ fn open_0600(path: &Path, append: bool, create_new: bool) -> io::Result<File> {
         options.create(true);
     }
     if append {
-        options.append(true);
+        // Read too: the tail check before an append reads the file's last bytes.
+        options.append(true).read(true);
     }
     options.open(path)
 }

@@ -130,8 +130,19 @@ impl Layout {
     pub fn config(&self) -> PathBuf {
         self.home.join("config.toml")
     }
-    /// The full-disk reserve file.
+    /// The first file of the full-disk reserve ([`Layout::reserve_files`]).
     pub fn reserve(&self) -> PathBuf {
         self.home.join("reserve.bin")
+    }
+    /// Every file of the full-disk reserve: `reserve.bin`, `reserve.1.bin` and `reserve.2.bin`,
+    /// 128 KiB and an inode each, released one at a time. On tmpfs a hard link counts as an
+    /// inode of its own, so a scoped stop (a staged file and its link) needs two free inodes,
+    /// and a machine stop after it one more (SPEC §13.7).
+    pub fn reserve_files(&self) -> [PathBuf; 3] {
+        [
+            self.reserve(),
+            self.home.join("reserve.1.bin"),
+            self.home.join("reserve.2.bin"),
+        ]
     }
 }

@@ -24,6 +24,7 @@ pub mod follow;
 pub mod fs;
 pub mod group_commit;
 pub mod halts;
+pub mod journal_repair;
 pub mod keys;
 pub mod layout;
 pub mod live_runs;

@@ -108,4 +108,9 @@ pub enum PlantedBug {
     /// doubt blocks its own agent" fails, the `op-writer-snapshot` and `op-compaction`
     /// scenarios).
     SnapshotAnchorUnchecked,
+    /// An append that lands partly on a full disk is not cut back before its error (the model
+    /// of the seam without `fs.rs`'s cut-back): the journal's next record is glued onto the
+    /// torn line, and a `prepared` record reported durable cannot be read ("a journal record
+    /// is readable once and only once it is durable" fails, the `op-full-disk` scenario).
+    AppendNotCutBack,
 }

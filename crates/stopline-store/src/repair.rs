@@ -1,6 +1,7 @@
 //! The owner's repair: the only code that changes damaged control records, and only two ways.
 //!
-//! It truncates an unterminated last WAL line, and rebuilds `epoch.json` from a valid WAL.
+//! It truncates an unterminated last WAL line, rebuilds `epoch.json` from a valid WAL, and cuts
+//! torn lines out of the ops and spend journals of writers that are gone (`journal_repair.rs`).
 //! (Besides the owner's repair, one more cut lives here: the torn remnant of an evidence append
 //! that never returned, which the next evidence append keeps and cuts off, see
 //! `Store::cut_torn_evidence`; it is not a control record and no gate reads it.)
@@ -28,6 +29,10 @@ pub struct RepairReceipt {
     pub epoch_seq: u64,
     /// Evidence files written before changing anything.
     pub evidence: Vec<String>,
+    /// Journals (ops, spend) whose torn lines were cut out (SPEC §13.7).
+    pub journals_repaired: Vec<crate::journal_repair::JournalRepair>,
+    /// Journals with torn lines left alone because their writer still runs (stop it first).
+    pub journals_live: Vec<String>,
     /// True when nothing needed repair.
     pub nothing_to_repair: bool,
     /// True when a distributed plane below this host's high-water marks was re-founded (its
@@ -161,7 +166,15 @@ impl Store {
                 receipt.epoch_seq = confirmed.seq;
             }
         }
-        receipt.nothing_to_repair = receipt.wal_truncated_bytes == 0 && !receipt.epoch_rebuilt;
+        let (journals, live) = self.repair_journals()?;
+        receipt
+            .evidence
+            .extend(journals.iter().map(|j| j.evidence.clone()));
+        receipt.journals_repaired = journals;
+        receipt.journals_live = live;
+        receipt.nothing_to_repair = receipt.wal_truncated_bytes == 0
+            && !receipt.epoch_rebuilt
+            && receipt.journals_repaired.is_empty();
         if !receipt.nothing_to_repair {
             self.append_log(
                 &wal_path,
@@ -171,6 +184,11 @@ impl Store {
                     fields([
                         ("wal_truncated_bytes", receipt.wal_truncated_bytes.into()),
                         ("epoch_rebuilt", receipt.epoch_rebuilt.into()),
+                        (
+                            "journals_repaired",
+                            serde_json::to_value(&receipt.journals_repaired)
+                                .expect("a journal repair always serializes"),
+                        ),
                         ("evidence", receipt.evidence.clone().into()),
                         ("by", by.into()),
                         ("reason", reason.into()),

@@ -151,7 +151,16 @@ fn init_creates_the_home_whole_and_only_that() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["latches", "latches.staging", "reserve.bin"]);
+    assert_eq!(
+        names,
+        [
+            "latches",
+            "latches.staging",
+            "reserve.1.bin",
+            "reserve.2.bin",
+            "reserve.bin"
+        ]
+    );
     // Again: nothing changes, still success.
     home.run(&["init"]).assert_ok();
 }

@@ -19,6 +19,35 @@ impl FsState {
         }
     }
 
+    /// Perform `op`, an append, as a full disk does: half of its bytes land (in the live file,
+    /// never fsynced) and the write fails with `ENOSPC` (the search's append fault). `None`
+    /// when `op` is not an append of at least two bytes to a file that exists or can be made.
+    pub fn apply_partial(&mut self, op: &Op) -> Option<OpResult> {
+        let Op::Append { path, bytes, .. } = op else {
+            return None;
+        };
+        let half = bytes.bytes().len() / 2;
+        if half == 0 {
+            return None;
+        }
+        let ino = match self.resolve(path) {
+            Some(ino) => ino,
+            None => {
+                let (dir, name) = self.parent(path).ok()?;
+                let ino = self.new_file();
+                self.live_mut(dir).insert(name, ino);
+                ino
+            }
+        };
+        let (live, _) = self.file_mut(ino).ok()?;
+        *live = Blob::new([live.bytes(), &bytes.bytes()[..half]].concat());
+        let end = live.bytes().len() as u64;
+        Some(OpResult::Failed(Failure::NoSpace {
+            landed: half as u64,
+            end,
+        }))
+    }
+
     fn apply_inner(&mut self, proc: Proc, op: &Op) -> Result<OpResult, Failure> {
         match op {
             Op::Begin => {}

@@ -6,7 +6,7 @@
 //! alone). Handle numbers count per `ModelFs`, so a process numbers its handles the same way
 //! in every interleaving.
 
-use crate::protocol::op::{Blob, Op, OpResult};
+use crate::protocol::op::{Blob, Failure, Op, OpResult};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -23,6 +23,9 @@ pub trait Step: Send + Sync + 'static {
 pub struct ModelFs<S: Step> {
     stepper: Arc<S>,
     handles: AtomicU32,
+    /// Whether an append that lands partly is cut back before its error (the real seam's
+    /// rule, SPEC §13.7); `false` only for the planted bug `AppendNotCutBack`.
+    cut_back: bool,
 }
 
 impl<S: Step> ModelFs<S> {
@@ -31,7 +34,15 @@ impl<S: Step> ModelFs<S> {
         ModelFs {
             stepper,
             handles: AtomicU32::new(0),
+            cut_back: true,
         }
+    }
+
+    /// This seam with an append that does not cut back what a failed write left (the planted
+    /// bug `AppendNotCutBack`): the next line is glued onto the torn one.
+    pub fn without_cut_back(mut self) -> ModelFs<S> {
+        self.cut_back = false;
+        self
     }
 
     fn handle(&self) -> u32 {
@@ -103,13 +114,25 @@ impl<S: Step> Fs for ModelFs<S> {
         fp: &str,
     ) -> io::Result<Option<u64>> {
         let (path, handle) = (owned(path), self.handle());
-        let appended = self.run(Op::Append {
+        let appended = self.stepper.step(Op::Append {
             path: path.clone(),
             handle,
             bytes: Blob::new(bytes.to_vec()),
             sync,
             fp: format!("{fp}.write"),
-        })?;
+        });
+        if let OpResult::Failed(Failure::NoSpace { landed, end }) = appended {
+            // The real seam's rule (`fs.rs`, `append_file`): what landed is cut back (truncate
+            // and fsync) while nothing follows it, before the failure is reported.
+            if self.cut_back {
+                let now = self.identify(&path)?;
+                if now.is_some_and(|id| id.len == end) {
+                    self.truncate(&path, end - landed, &format!("{fp}.cutback"))?;
+                }
+            }
+            return Err(crate::protocol::op::no_space());
+        }
+        let appended = appended.io()?;
         let OpResult::Identity(_, end) = appended else {
             return Err(io::Error::other(format!(
                 "model: append returned {appended:?}"

@@ -247,6 +247,14 @@ pub enum Failure {
     Io,
     /// A bounded lock another process held (`EWOULDBLOCK` after the bound).
     WouldBlock,
+    /// A full disk (`ENOSPC`) after part of an append landed: its first `landed` bytes, which
+    /// end at byte `end` of the file (the search's append fault, SPEC §13.7).
+    NoSpace {
+        /// Bytes of the append that are in the file.
+        landed: u64,
+        /// Where they end.
+        end: u64,
+    },
 }
 
 impl OpResult {
@@ -260,6 +268,7 @@ impl OpResult {
                 io::ErrorKind::WouldBlock,
                 "model: the lock is held by another process",
             )),
+            OpResult::Failed(Failure::NoSpace { .. }) => Err(no_space()),
             other => Ok(other.clone()),
         }
     }
@@ -275,4 +284,9 @@ impl OpResult {
             OpResult::Failed(failure) => format!("error {failure:?}"),
         }
     }
+}
+
+/// The error of a full disk, as the kernel reports it.
+pub fn no_space() -> io::Error {
+    io::Error::from_raw_os_error(28)
 }

@@ -181,7 +181,13 @@ impl Oracle {
         let thread = std::thread::Builder::new()
             .name(format!("model-p{proc}"))
             .spawn(move || {
-                let fs = Arc::new(ModelFs::new(worker.clone()));
+                #[allow(unused_mut)]
+                let mut fs = ModelFs::new(worker.clone());
+                #[cfg(feature = "planted-bugs")]
+                if setup.planted == stopline_store::planted::PlantedBug::AppendNotCutBack {
+                    fs = fs.without_cut_back();
+                }
+                let fs = Arc::new(fs);
                 let tag = 0xa + proc as u8;
                 let env = Arc::new(
                     ModelEnv::new(tag, setup.now_ms)

@@ -62,6 +62,17 @@ pub enum ProcSpec {
         /// The root of its delegation chain.
         root: String,
     },
+    /// A gateway preparing operations one after the other (one batch each), going on to the
+    /// next when one fails (its call is refused, never dispatched): what it does on a disk
+    /// that fills and empties (SPEC §13.7).
+    PrepareEach {
+        /// `mcp:<server>:<tool>` targets, one operation each, in order.
+        targets: Vec<String>,
+        /// The acting agent.
+        agent: String,
+        /// The root of its delegation chain.
+        root: String,
+    },
     /// A reader that takes the WAL's shared lock and stalls forever holding it (a gateway
     /// frozen by SIGSTOP in the middle of a read): the lock is never released while the
     /// machine runs.
@@ -228,6 +239,14 @@ pub enum Outcome {
         /// Their targets.
         targets: Vec<String>,
     },
+    /// A [`ProcSpec::PrepareEach`] returned: the operations whose prepared record the journal
+    /// reported durable (dispatchable), and those whose prepare failed (refused).
+    PreparedEach {
+        /// Reported durable.
+        durable: Vec<String>,
+        /// Failed.
+        failed: Vec<String>,
+    },
     /// A supervised run's store steps all returned Ok.
     Supervised,
     /// A reach returned: `<run>/<agent>` of every registration it found not finished.
@@ -274,6 +293,9 @@ impl ProcSpec {
             } => format!("operation({target} by {agent}, {answer:?})"),
             ProcSpec::PrepareBatch { targets, agent, .. } => {
                 format!("prepare batch({} by {agent})", targets.join(", "))
+            }
+            ProcSpec::PrepareEach { targets, agent, .. } => {
+                format!("prepare each({} by {agent})", targets.join(", "))
             }
             ProcSpec::Admission { .. } => "gateway admission".into(),
             ProcSpec::StalledReader => "reader stalled holding the WAL lock".into(),
@@ -401,6 +423,32 @@ impl ProcSpec {
                         targets: targets.clone(),
                     },
                     Err(e) => failed(e),
+                }
+            }
+            ProcSpec::PrepareEach {
+                targets,
+                agent,
+                root,
+            } => {
+                let owner = OpOwner {
+                    agent: Some(agent.clone()),
+                    root: Some(root.clone()),
+                    blocks: BlockScope::Agent,
+                };
+                let journal = match store.ops_journal("gateway") {
+                    Ok(journal) => journal,
+                    Err(e) => return failed(e),
+                };
+                let (mut durable, mut refused) = (Vec::new(), Vec::new());
+                for target in targets {
+                    match journal.prepare_for(target, &owner, Some("1")) {
+                        Ok(_) => durable.push(target.clone()),
+                        Err(_) => refused.push(target.clone()),
+                    }
+                }
+                Outcome::PreparedEach {
+                    durable,
+                    failed: refused,
                 }
             }
             ProcSpec::Admission {

@@ -66,14 +66,19 @@ pub enum Property {
     /// `pass` per harness version; never a pass the log does not give, never a refusal of a log
     /// that verifies.
     DrillGateAsTheLog,
+    /// Issue 36 (SPEC §13.7): on a disk that fills, a journal record is readable once and only
+    /// once it is durable — a `prepared` record the journal reported durable is in the
+    /// registry, one whose append failed is not, crash or not, and no line of the journal is
+    /// torn in its middle.
+    RecordReadableIffDurable,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 17;
+pub const COUNT: usize = 18;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 14] = [
+    pub const ALL: [Property; 15] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -88,6 +93,7 @@ impl Property {
         Property::SpendKept,
         Property::LiveWorkersReached,
         Property::DrillGateAsTheLog,
+        Property::RecordReadableIffDurable,
     ];
 
     /// Findings: checked and reported, but not part of SPEC §9's verdict.
@@ -138,6 +144,9 @@ impl Property {
             }
             Property::DrillGateAsTheLog => {
                 "after any crash the drill gate answers as a full read of the durable log (never a false pass)"
+            }
+            Property::RecordReadableIffDurable => {
+                "on a disk that fills, a journal record is readable once and only once it is durable"
             }
         }
     }
@@ -581,6 +590,26 @@ pub fn obligations(
                             Property::PreparedSurvives,
                             op.is_some_and(|o| o.recorded),
                             || format!("{who} was told {target}'s prepared record was durable, but the registry now says {op:?}"),
+                        );
+                    }
+                }
+            }
+            Outcome::PreparedEach { durable, failed } => {
+                if let Some(ops) = &seen.ops {
+                    for target in durable {
+                        let op = ops.iter().find(|o| &o.target == target);
+                        out.judge(
+                            Property::RecordReadableIffDurable,
+                            op.is_some_and(|o| o.recorded),
+                            || format!("{who} was told {target}'s prepared record was durable, but the registry cannot read it: {op:?}"),
+                        );
+                    }
+                    for target in failed {
+                        let op = ops.iter().find(|o| &o.target == target);
+                        out.judge(
+                            Property::RecordReadableIffDurable,
+                            op.is_none_or(|o| !o.recorded),
+                            || format!("{who} was told {target}'s prepare failed, but the registry reads it: {op:?}"),
                         );
                     }
                 }

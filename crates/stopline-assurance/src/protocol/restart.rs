@@ -413,6 +413,11 @@ fn operations_seen(scenario: &Scenario, store: &Store, view: &ControlView) -> Ve
                 targets,
                 agent,
                 root,
+            }
+            | ProcSpec::PrepareEach {
+                targets,
+                agent,
+                root,
             } => targets.iter().map(|t| (t, agent, root)).collect(),
             _ => Vec::new(),
         })

@@ -77,6 +77,9 @@ pub struct Scenario {
     /// The racing stores' bytes between two rewrites of a journal's open-set snapshot by its
     /// own writer (`Store::with_ops_snapshot_every`; `None`: the default, never reached).
     pub ops_snapshot_every: Option<u64>,
+    /// How many appends on one path the search may fail as a full disk does (half the bytes
+    /// land, then `ENOSPC`), at any append of any process (SPEC §13.7; 0: none).
+    pub append_faults: u8,
 }
 
 struct Setup {
@@ -215,6 +218,7 @@ impl Setup {
             live_spend_writer: None,
             spend_rewrite_bytes: None,
             ops_snapshot_every: None,
+            append_faults: 0,
         }
     }
 }
@@ -372,6 +376,7 @@ pub fn operations() -> Vec<Scenario> {
         out.push(s.finish(name, title, racers, later, None));
     }
     out.push(op_compaction());
+    out.push(op_full_disk());
     out.push(op_writer_snapshot());
     out.push(op_archive());
     let s = Setup::new();
@@ -391,6 +396,27 @@ pub fn operations() -> Vec<Scenario> {
         None,
     ));
     out
+}
+
+/// Issue 36: a gateway prepares two tool calls by `worker` (a sub-agent of `lead`) one after the
+/// other on a disk that fills — any one append of the run may land half its bytes and fail with
+/// `ENOSPC` — crashed at every step: a prepared record the journal reported durable is read back,
+/// one whose append failed never is, and no line is torn in the journal's middle.
+pub fn op_full_disk() -> Scenario {
+    let racers = vec![ProcSpec::PrepareEach {
+        targets: vec!["mcp:s:write".into(), "mcp:s:send".into()],
+        agent: "worker".into(),
+        root: "lead".into(),
+    }];
+    let mut scenario = Setup::new().finish(
+        "op-full-disk",
+        "two tool calls prepared one after the other while any one append may land partly and fail (a full disk), crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    );
+    scenario.append_faults = 1;
+    scenario
 }
 
 /// A gateway's tool call by `worker` (a sub-agent of `lead`) raced by the journal upkeep that

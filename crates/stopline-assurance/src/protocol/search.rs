@@ -13,6 +13,7 @@
 
 use crate::protocol::fs_image::Private;
 use crate::protocol::hash::KeyBuild;
+use crate::protocol::op::Op;
 use crate::protocol::oracle::{Next, Oracle, ProcessSetup};
 use crate::protocol::properties::{Context, Property, Verdicts, Violation};
 use crate::protocol::report::{Counterexample, ScenarioReport};
@@ -240,6 +241,20 @@ impl<'a> Search<'a> {
                 let started = state.procs[*p].history.len > 0;
                 if started && !self.is_gate(*p) && matches!(next, Next::Op(_)) {
                     todo.insert(0, n + p);
+                }
+            }
+        }
+        // Branches also fail an append as a full disk does (SPEC §13.7), while the scenario
+        // allows one more on this path: at every append any process is about to make.
+        if !stuck && state.ghost.append_faults < self.scenario.append_faults {
+            let n = state.procs.len();
+            for (p, next) in nexts.iter().rev() {
+                let offered = forced.is_none_or(|f| f == *p);
+                let fails = |op: &Op| {
+                    matches!(op, Op::Append { .. }) && state.fs.clone().apply_partial(op).is_some()
+                };
+                if offered && matches!(next, Next::Op(op) if fails(op)) {
+                    todo.insert(0, 2 * n + p);
                 }
             }
         }

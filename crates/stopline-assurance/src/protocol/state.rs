@@ -40,6 +40,9 @@ pub struct Ghost {
     pub live_workers: BTreeSet<String>,
     /// For each reach that began: the workers live when it began.
     pub live_at_begin: BTreeMap<usize, BTreeSet<String>>,
+    /// Appends the search has failed so far on this path (a full disk: part of the bytes
+    /// landed, then `ENOSPC`), at most [`crate::protocol::Scenario::append_faults`].
+    pub append_faults: u8,
 }
 
 /// A state of the search.

@@ -69,7 +69,31 @@ impl Search<'_> {
     pub(crate) fn advance(&mut self, state: &State, proc: usize) -> (State, Label, Verdicts, bool) {
         let mut next = state.clone();
         let mut verdicts = Verdicts::default();
-        if let Some(victim) = proc.checked_sub(state.procs.len()) {
+        let n = state.procs.len();
+        if let Some(victim) = proc.checked_sub(2 * n) {
+            // The append fault: the victim's next step, an append, lands partly and fails.
+            let history = &state.procs[victim].history;
+            let Next::Op(op) = self.oracle.next(victim, history) else {
+                unreachable!("an append fault is only offered at an append");
+            };
+            if let Some(why) = self.rules.check(&state.fs, victim as u8, &op) {
+                let who = format!("P{victim} {}", self.scenario.procs[victim].label());
+                self.report.broken = Some(format!("reduction assumption broken by {who}: {why}"));
+            }
+            judge::before_step(self, state, victim, &op, &mut verdicts);
+            let result = next
+                .fs
+                .apply_partial(&op)
+                .expect("an append fault is only offered at an append");
+            next.ghost_mut().append_faults += 1;
+            next.procs[victim].history = history.push(op, result);
+            let label = Label::Step {
+                proc: victim,
+                history: next.procs[victim].history.clone(),
+            };
+            return (next, label, verdicts, true);
+        }
+        if let Some(victim) = proc.checked_sub(n) {
             self.report.kills += 1;
             next.procs[victim].outcome = Some(Outcome::Killed);
             next.ghost_mut().rescans.remove(&victim);

@@ -1,7 +1,7 @@
 //! Which steps are scheduling points, and the checks that keep that choice sound.
 //!
 //! Every path of the control directory follows one discipline in a scenario:
-//! *quiet* — no racing process changes it (`reserve.bin`, `keys/`; `ops/` unless an operation
+//! *quiet* — no racing process changes it (the reserve's files, `keys/`; `ops/` unless an operation
 //! races; `breakglass.cleared/`
 //! unless a recovery races; `state.json` unless a recovery or a drain races); *guarded* — changed
 //! only under the WAL's exclusive lock and read under the WAL lock (the WAL, `epoch.json`;
@@ -62,7 +62,10 @@ impl Rules {
         let operation = procs.iter().any(|p| {
             matches!(
                 p,
-                ProcSpec::Operation { .. } | ProcSpec::PrepareBatch { .. } | ProcSpec::ArchiveOps
+                ProcSpec::Operation { .. }
+                    | ProcSpec::PrepareBatch { .. }
+                    | ProcSpec::PrepareEach { .. }
+                    | ProcSpec::ArchiveOps
             )
         });
         let evidence = procs.iter().any(|p| {
@@ -73,7 +76,8 @@ impl Rules {
                     | ProcSpec::DrillGate
             )
         });
-        let mut quiet = vec![owned(layout.reserve()), owned(layout.keys())];
+        let mut quiet: Vec<_> = layout.reserve_files().into_iter().map(owned).collect();
+        quiet.push(owned(layout.keys()));
         if !evidence {
             quiet.push(owned(layout.evidence()));
         }

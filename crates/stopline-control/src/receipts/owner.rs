@@ -67,8 +67,16 @@ pub struct RepairReceipt(pub stopline_store::repair::RepairReceipt);
 impl fmt::Display for RepairReceipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let repaired = &self.0;
+        let live = if repaired.journals_live.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; torn journals of writers still running, left alone (stop them, then repair again): {}",
+                repaired.journals_live.join(", ")
+            )
+        };
         if repaired.nothing_to_repair {
-            return write!(f, "nothing to repair; epoch {}", repaired.epoch_seq);
+            return write!(f, "nothing to repair; epoch {}{live}", repaired.epoch_seq);
         }
         let mut done = Vec::new();
         if repaired.wal_truncated_bytes > 0 {
@@ -86,9 +94,15 @@ impl fmt::Display for RepairReceipt {
                     .to_string(),
             );
         }
+        for journal in &repaired.journals_repaired {
+            done.push(format!(
+                "cut {} torn line(s) out of {} ({} bytes; {} record(s) found glued after them kept)",
+                journal.torn_lines, journal.file, journal.removed_bytes, journal.recovered_records
+            ));
+        }
         write!(
             f,
-            "repaired: {}; epoch {}; the old bytes are kept in recovery-evidence/: {}",
+            "repaired: {}; epoch {}; the old bytes are kept in recovery-evidence/: {}{live}",
             done.join(", "),
             repaired.epoch_seq,
             repaired.evidence.join(", ")

@@ -246,10 +246,17 @@ fn init_whole(s: &Sandbox) -> Verdict {
     ensure(mode == 0o700, || format!("home mode {mode:o}"))?;
     let names = s.entries("");
     ensure(
-        names == ["latches", "latches.staging", "reserve.bin"],
+        names
+            == [
+                "latches",
+                "latches.staging",
+                "reserve.1.bin",
+                "reserve.2.bin",
+                "reserve.bin",
+            ],
         || format!("{names:?}"),
     )?;
-    Ok("init: 0700 home with latches/, latches.staging/, reserve.bin".into())
+    Ok("init: 0700 home with latches/, latches.staging/ and the reserve's three files".into())
 }
 
 fn home_missing(s: &Sandbox) -> Verdict {

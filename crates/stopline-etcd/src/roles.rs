@@ -177,3 +177,54 @@ pub fn apply(
     receipt.applied = true;
     Ok(receipt)
 }
+
+/// The password files `etcd roles --apply` takes, one per user it creates.
+#[derive(Debug, Clone, Default)]
+pub struct PasswordFiles {
+    /// `--root-password-file`.
+    pub root: Option<std::path::PathBuf>,
+    /// `--operator-password-file`.
+    pub operator: Option<std::path::PathBuf>,
+    /// `--gateway-password-file`.
+    pub gateway: Option<std::path::PathBuf>,
+}
+
+/// `etcd roles --apply`: read the three password files (each 0600, see
+/// [`crate::access::read_password`]), connect to `control` as `config` says, and [`apply`].
+pub fn apply_from(
+    config: &stopline_control::config::EtcdConfig,
+    home: &std::path::Path,
+    control: Option<&str>,
+    prefix: &str,
+    files: PasswordFiles,
+) -> Result<RolesReceipt, Refusal> {
+    let control = control.ok_or_else(|| {
+        Refusal::new(
+            RefusalCode::BadRequest,
+            "etcd roles --apply needs --control etcd://… (or etcds://…) naming the cluster",
+        )
+    })?;
+    let password = |flag: &str, file: Option<std::path::PathBuf>| {
+        let file = file.ok_or_else(|| {
+            Refusal::new(
+                RefusalCode::BadRequest,
+                format!("etcd roles --apply needs --{flag}"),
+            )
+        })?;
+        crate::access::read_password(&file)
+    };
+    let passwords = Passwords {
+        root: password("root-password-file", files.root)?,
+        operator: password("operator-password-file", files.operator)?,
+        gateway: password("gateway-password-file", files.gateway)?,
+    };
+    let target = crate::url::EtcdTarget::parse(control)?;
+    let access = crate::access::Access::load(config, home, &target)?;
+    let client = EtcdClient::with_access(target, access).map_err(|e| {
+        Refusal::new(
+            RefusalCode::DistributedUnavailable,
+            format!("cannot start the etcd client: {e}"),
+        )
+    })?;
+    apply(&client, prefix, &passwords)
+}

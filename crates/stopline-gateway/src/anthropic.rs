@@ -21,10 +21,10 @@
 
 use crate::admit::Plan;
 use crate::error::{refusal_status, retry_after_s, GatewayError};
-use crate::exchange::Outgoing;
 use crate::governor::Governor;
 use crate::hosted::{self, Provider};
 use crate::model::{self, ModelCall};
+use crate::outgoing::Outgoing;
 use crate::request::parse_body;
 use crate::state::AppState;
 use crate::usage::Vocabulary;
@@ -169,7 +169,7 @@ async fn run(
             outgoing.header(header::HeaderName::from_static(name), value.as_bytes())?;
         }
     }
-    if let Some(key) = model::upstream_key(upstream.api_key_env.as_deref()) {
+    if let Some(key) = crate::outgoing::upstream_key(upstream.api_key_env.as_deref()) {
         outgoing.header(header::HeaderName::from_static("x-api-key"), key.as_bytes())?;
     }
     let call = ModelCall {

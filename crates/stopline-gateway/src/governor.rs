@@ -66,7 +66,7 @@ struct Inner {
     upstream: crate::client::UpstreamClient,
     /// Who created which Responses API response, and the background ones still open
     /// (`responses.rs`).
-    responses: crate::responses::ResponseBook,
+    responses: crate::response_book::ResponseBook,
 }
 
 impl Governor {
@@ -193,7 +193,7 @@ impl Governor {
     }
 
     /// The Responses API ownership book (`responses.rs`).
-    pub(crate) fn responses(&self) -> &crate::responses::ResponseBook {
+    pub(crate) fn responses(&self) -> &crate::response_book::ResponseBook {
         &self.inner.responses
     }
 

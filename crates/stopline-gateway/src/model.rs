@@ -18,9 +18,10 @@
 use crate::admit::Plan;
 use crate::caller::Caller;
 use crate::error::GatewayError;
-use crate::exchange::{Answer, DetachedCall, Meter, Outgoing};
+use crate::exchange::{Answer, DetachedCall, Meter};
 use crate::governor::Governor;
 use crate::hosted::{self, Provider};
+use crate::outgoing::{upstream_key, Outgoing};
 use crate::request::{bearer, parse_body};
 use crate::responses::Companions;
 use crate::state::AppState;
@@ -250,7 +251,7 @@ async fn run(
     if responses {
         match request.get("previous_response_id") {
             None | Some(Value::Null) => {}
-            Some(Value::String(id)) => crate::responses::check_previous(gov, &caller, id)?,
+            Some(Value::String(id)) => gov.responses().check_previous(&caller, id)?,
             Some(other) => {
                 return Err(Refusal::new(
                     RefusalCode::RequestInvalid,
@@ -310,12 +311,6 @@ async fn run(
         book: responses,
     };
     exchange(gov, &caller, call).await
-}
-
-/// The upstream key from the gateway's environment variable `name`, if set and not empty.
-pub(crate) fn upstream_key(name: Option<&str>) -> Option<String> {
-    name.and_then(|name| std::env::var(name).ok())
-        .filter(|k| !k.is_empty())
 }
 
 /// One model call a route has built: what to admit, what to send, how to read its usage.

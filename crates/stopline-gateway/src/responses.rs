@@ -25,10 +25,10 @@
 use crate::admit::{Admission, Outcome};
 use crate::caller::Caller;
 use crate::error::GatewayError;
-use crate::exchange::Outgoing;
 use crate::governor::Governor;
-use crate::model::upstream_key;
+use crate::outgoing::{upstream_key, Outgoing};
 use crate::request::bearer;
+use crate::response_book::{chain_root, usable_id, Open};
 use crate::state::AppState;
 use crate::usage::ResponseSeen;
 use axum::body::Bytes;
@@ -36,113 +36,19 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use std::time::Duration;
-use stopline_core::{Refusal, RefusalCode};
+use stopline_core::Refusal;
 use tokio::sync::oneshot;
 
-/// The most closed response ids the book remembers.
-pub const MAX_IDS: usize = 65_536;
-
-/// Who created which response, and the background responses still open.
-#[derive(Debug, Default)]
-pub struct ResponseBook {
-    inner: Mutex<Book>,
-}
-
-#[derive(Debug, Default)]
-struct Book {
-    ids: HashMap<String, Entry>,
-    /// Ids in the order they were written, for forgetting the oldest.
-    order: VecDeque<String>,
-}
-
-#[derive(Debug)]
-struct Entry {
-    root: String,
-    open: Option<Open>,
-}
-
-#[derive(Debug)]
-struct Open {
-    admission: Admission,
-    /// Dropped when it closes: its watcher ends.
-    _closed: oneshot::Sender<()>,
-}
-
-/// The root of `caller`'s delegation chain: whom its responses belong to.
-pub(crate) fn chain_root(caller: &Caller) -> String {
-    caller
-        .subject()
-        .chain
-        .first()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|| caller.agent().to_string())
-}
-
-/// An id the book keeps and puts in a URL: a provider's `resp_…`, nothing else.
-fn usable_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= stopline_core::refusal::MAX_RECORDED_BYTES
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-impl ResponseBook {
-    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Write `id` as created by the chain `root` (a second writing keeps the first owner).
-    fn created(&self, id: &str, root: &str, open: Option<Open>) {
-        let mut book = self.book();
-        if let Some(entry) = book.ids.get_mut(id) {
-            if entry.root == root && entry.open.is_none() {
-                entry.open = open;
-            }
-            return;
-        }
-        book.ids.insert(
-            id.to_string(),
-            Entry {
-                root: root.to_string(),
-                open,
-            },
-        );
-        book.order.push_back(id.to_string());
-        let mut turns = book.order.len();
-        while book.ids.len() > MAX_IDS && turns > 0 {
-            turns -= 1;
-            let Some(oldest) = book.order.pop_front() else {
-                break;
-            };
-            if book.ids.get(&oldest).is_some_and(|e| e.open.is_some()) {
-                book.order.push_back(oldest);
-            } else {
-                book.ids.remove(&oldest);
-            }
-        }
-    }
-
-    /// True when `id` was created through this gateway by the chain `root`.
-    pub(crate) fn owned_by(&self, id: &str, root: &str) -> bool {
-        self.book().ids.get(id).is_some_and(|e| e.root == root)
-    }
-
-    /// The open background operation of `id`, taken (its watcher ends).
-    fn take_open(&self, id: &str) -> Option<Admission> {
-        let open = self.book().ids.get_mut(id)?.open.take()?;
-        Some(open.admission)
-    }
-
-    fn forget(&self, id: &str) {
-        let mut book = self.book();
-        if book.ids.remove(id).is_some() {
-            book.order.retain(|i| i != id);
-        }
-    }
+/// The open background operation of `id`, taken from the book (its watcher ends). Only this
+/// module puts operations in the book, and each is an `Admission`.
+fn take_admission(gov: &Governor, id: &str) -> Option<Admission> {
+    let operation = gov.responses().take_open(id)?;
+    Some(
+        *operation
+            .downcast::<Admission>()
+            .expect("the response book holds only the admissions responses.rs put in it"),
+    )
 }
 
 /// The outcome a final status records.
@@ -232,10 +138,7 @@ impl Companions {
         match (self.background.take(), &seen) {
             (Some(admission), Some(seen)) if !seen.is_terminal() => {
                 let (closed, watched) = oneshot::channel();
-                let open = Open {
-                    admission,
-                    _closed: closed,
-                };
+                let open = Open::new(Box::new(admission), closed);
                 book.created(&seen.id, &root, Some(open));
                 watch(
                     self.gov.clone(),
@@ -305,7 +208,7 @@ fn upstream_request(
 /// the provider confirms it (or its final status when it had ended), in doubt otherwise. Waits
 /// at most `cut_outcome_wait_s`. `None` when it is not open.
 pub(crate) async fn cancel_open(gov: &Governor, id: &str) -> Option<Outcome> {
-    let admission = gov.responses().take_open(id)?;
+    let admission = take_admission(gov, id)?;
     let wait = gov.config().cut_outcome_wait();
     let answer = match upstream_request(gov, Method::POST, id, "/cancel", wait) {
         Ok(outgoing) => outgoing.send_whole(gov.upstream_client()).await,
@@ -340,21 +243,6 @@ fn not_found(id: &str) -> Response {
         "code": "not_found",
     }});
     (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
-}
-
-/// Refuse a `previous_response_id` the caller's chain did not create through this gateway.
-pub(crate) fn check_previous(gov: &Governor, caller: &Caller, id: &str) -> Result<(), Refusal> {
-    stopline_core::refusal::bounded_record("previous_response_id", id)?;
-    if gov.responses().owned_by(id, &chain_root(caller)) {
-        return Ok(());
-    }
-    Err(Refusal::new(
-        RefusalCode::RequestInvalid,
-        format!(
-            "previous_response_id = {id:?} names no response this agent's chain created \
-             through this gateway"
-        ),
-    ))
 }
 
 /// `GET /v1/responses/{id}`.
@@ -436,33 +324,10 @@ async fn relay(
             gov.responses().forget(id);
         } else if let Some(seen) = ResponseSeen::from_body(&body).filter(ResponseSeen::is_terminal)
         {
-            if let Some(admission) = gov.responses().take_open(id) {
+            if let Some(admission) = take_admission(gov, id) {
                 admission.finish(terminal_outcome(&seen));
             }
         }
     }
     Ok((status, [(header::CONTENT_TYPE, content_type)], body).into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_book_answers_only_the_creating_chain_and_forgets_the_oldest_closed_ids() {
-        let book = ResponseBook::default();
-        book.created("resp_a", "alice", None);
-        book.created("resp_a", "mallory", None);
-        assert!(book.owned_by("resp_a", "alice"));
-        assert!(!book.owned_by("resp_a", "mallory"), "the first owner stays");
-        assert!(!book.owned_by("resp_b", "alice"));
-        for i in 0..MAX_IDS {
-            book.created(&format!("resp_{i}"), "alice", None);
-        }
-        assert!(!book.owned_by("resp_a", "alice"), "the oldest is forgotten");
-        assert!(book.owned_by(&format!("resp_{}", MAX_IDS - 1), "alice"));
-        assert_eq!(book.book().ids.len(), MAX_IDS);
-        assert!(usable_id("resp_68a1-b"));
-        assert!(!usable_id("../x") && !usable_id("") && !usable_id("a?b"));
-    }
 }

@@ -29,15 +29,7 @@ pub fn run(cli: Cli) -> i32 {
             prefix,
             apply: false,
             ..
-        }) => {
-            return match stopline_etcd::roles::plan(prefix) {
-                Ok(receipt) => {
-                    output::receipt(json, &receipt);
-                    0
-                }
-                Err(refusal) => output::refusal(json, &refusal),
-            }
-        }
+        }) => return output::outcome(json, stopline_etcd::roles::plan(prefix)),
         Command::Conformance { filter } => return crate::conformance::run(json, filter.clone()),
         // Needs no configuration: it only makes the home whole (with --control, it also pins the
         // plane's verification key, below).
@@ -119,44 +111,19 @@ fn etcd(
 ) -> Result<i32, Refusal> {
     let EtcdCommand::Roles {
         prefix,
-        root_password_file,
-        operator_password_file,
-        gateway_password_file,
+        root_password_file: root,
+        operator_password_file: operator,
+        gateway_password_file: gateway,
         ..
     } = command;
-    let control = control.ok_or_else(|| {
-        Refusal::new(
-            stopline_core::RefusalCode::BadRequest,
-            "etcd roles --apply needs --control etcd://… (or etcds://…) naming the cluster",
-        )
-    })?;
-    let password = |flag: &str, file: Option<std::path::PathBuf>| {
-        let file = file.ok_or_else(|| {
-            Refusal::new(
-                stopline_core::RefusalCode::BadRequest,
-                format!("etcd roles --apply needs --{flag}"),
-            )
-        })?;
-        stopline_etcd::access::read_password(&file)
+    let files = stopline_etcd::roles::PasswordFiles {
+        root,
+        operator,
+        gateway,
     };
-    let passwords = stopline_etcd::roles::Passwords {
-        root: password("root-password-file", root_password_file)?,
-        operator: password("operator-password-file", operator_password_file)?,
-        gateway: password("gateway-password-file", gateway_password_file)?,
-    };
-    let target = stopline_etcd::EtcdTarget::parse(control)?;
-    let access =
-        stopline_etcd::access::Access::load(&ctx.config.etcd, ctx.store.layout().home(), &target)?;
-    let client = stopline_etcd::EtcdClient::with_access(target, access).map_err(|e| {
-        Refusal::new(
-            stopline_core::RefusalCode::DistributedUnavailable,
-            format!("cannot start the etcd client: {e}"),
-        )
-    })?;
-    output::receipt(
-        json,
-        &stopline_etcd::roles::apply(&client, &prefix, &passwords)?,
-    );
+    let home = ctx.store.layout().home();
+    let applied = stopline_etcd::roles::apply_from(&ctx.config.etcd, home, control, &prefix, files);
+    output::receipt(json, &applied?);
     Ok(0)
 }
 

@@ -36,6 +36,17 @@ pub fn receipt(json: bool, receipt: &impl Receipt) {
     }
 }
 
+/// Print a verb's result: its receipt (exit 0) or its refusal (exit 1).
+pub fn outcome(json: bool, result: Result<impl Receipt, Refusal>) -> i32 {
+    match result {
+        Ok(done) => {
+            receipt(json, &done);
+            0
+        }
+        Err(refused) => refusal(json, &refused),
+    }
+}
+
 /// Print `value` as JSON: pretty on a terminal, one line when stdout is a pipe or a file (what
 /// a script reads line by line). Only the whitespace differs.
 pub fn json(value: &Value) {

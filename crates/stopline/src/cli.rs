@@ -444,7 +444,7 @@ pub enum EtcdCommand {
     /// Print the etcd role and user set-up for a prefix as etcdctl commands (an operator role
     /// that may write the prefix, a gateway role that may write only registrations and
     /// acknowledgements, no agent role, then `auth enable`), or apply it with --apply through
-    /// --control (as the [etcd] user, or before auth is enabled).
+    /// --control (as the `[etcd]` user, or before auth is enabled).
     Roles {
         /// The key prefix, e.g. /stopline.
         #[arg(long)]

@@ -252,21 +252,21 @@ pub fn publish_key(plane: &EtcdPlane, key: [u8; 32]) -> Result<[u8; 32], StoreEr
 /// is kept as recovery evidence under the prefix, in the same transaction.
 pub fn rotate_key(plane: &EtcdPlane, key: Option<[u8; 32]>) -> Result<[u8; 32], StoreError> {
     let name = plane.names.verify_key();
+    // The key the plane publishes now: evidence when it is replaced, the key when adopted.
+    let published = plane.client.call("reading keys/verify.pub", move |mut c| {
+        let name = name.clone();
+        async move {
+            Ok(c.get(name, None)
+                .await?
+                .kvs()
+                .first()
+                .map(|kv| kv.value().to_vec()))
+        }
+    })?;
     let key = match key {
         Some(key) => {
-            let (name, value) = (name.clone(), hex::encode(key));
-            let old = plane.client.call("reading keys/verify.pub", move |mut c| {
-                let name = name.clone();
-                async move {
-                    Ok(c.get(name, None)
-                        .await?
-                        .kvs()
-                        .first()
-                        .map(|kv| kv.value().to_vec()))
-                }
-            })?;
-            let mut ops = vec![TxnOp::put(plane.names.verify_key(), value, None)];
-            if let Some(old) = old {
+            let mut ops = vec![TxnOp::put(plane.names.verify_key(), hex::encode(key), None)];
+            if let Some(old) = published {
                 let evidence = format!("verify.pub-{}.bin", stopline_core::wal::sha256_hex(&old));
                 ops.push(TxnOp::put(plane.names.evidence(&evidence), old, None));
             }
@@ -274,17 +274,7 @@ pub fn rotate_key(plane: &EtcdPlane, key: Option<[u8; 32]>) -> Result<[u8; 32], 
             key
         }
         None => {
-            let value = plane.client.call("reading keys/verify.pub", move |mut c| {
-                let name = name.clone();
-                async move {
-                    Ok(c.get(name, None)
-                        .await?
-                        .kvs()
-                        .first()
-                        .map(|kv| kv.value().to_vec()))
-                }
-            })?;
-            let bytes = value.ok_or_else(|| {
+            let bytes = published.ok_or_else(|| {
                 StoreError::refused(
                     RefusalCode::BadRequest,
                     "no key is published under the prefix: nothing to adopt",

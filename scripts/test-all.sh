@@ -18,7 +18,8 @@ else
   cargo test --workspace --features stopline/failpoints --no-fail-fast
 fi
 echo "== doc tests"
-cargo test --workspace --doc
+# The suite's feature set, so the doc tests link the libraries the suite just built.
+cargo test --workspace --doc --features stopline/failpoints
 echo "== release gate (release build + its own conformance battery)"
 cargo xtask release-gate
 echo "all tests passed"

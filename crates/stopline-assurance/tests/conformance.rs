@@ -15,6 +15,12 @@
 //! build was once uplifted there: a suite run with `--features stopline/failpoints` then had
 //! its binary swapped mid-run for one without failpoints, and a test starting the binary in the
 //! remove-then-link window found none.)
+//!
+//! Both builds carry the `failpoints` feature, as the README's suite does: the normal build is
+//! then the suite's own artifacts, uplifted (no crate is compiled twice), and the broken one
+//! recompiles only the `stopline` crate. Failpoints are inert unless `STOPLINE_FAILPOINTS` names
+//! one, which the battery never does; the release binary, built without them, is qualified by
+//! the same battery in `cargo xtask release-gate`.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -109,7 +115,7 @@ fn the_inventory_holds_at_least_45_distinct_cases() {
 #[test]
 fn the_binary_passes_its_own_battery() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let binary = build(None, &target_dir().join("conformance-normal"));
+    let binary = build(Some("failpoints"), &target_dir().join("conformance-normal"));
     let (code, report) = battery(&binary, &[], &[]);
     assert_eq!(
         (code, &report["ok"]),
@@ -133,7 +139,7 @@ fn the_binary_passes_its_own_battery() {
 fn a_binary_with_broken_refusals_fails_the_battery_naming_the_cases() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let binary = build(
-        Some("conformance-broken"),
+        Some("failpoints,conformance-broken"),
         &target_dir().join("conformance-broken"),
     );
     // Without the variable the broken build is the normal one: the switch is at run time.

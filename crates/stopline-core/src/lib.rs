@@ -28,6 +28,7 @@ pub mod text;
 pub mod time;
 pub mod view;
 pub mod wal;
+pub mod wal_record;
 
 pub use admission::{admit, Decision, Level, Mode, TaskClass};
 pub use epoch::{AuthorityStatus, EpochMap};

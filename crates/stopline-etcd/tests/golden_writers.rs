@@ -14,7 +14,7 @@ use stopline_core::ops::{Blocks, OpKind, Operation};
 use stopline_core::{Level, Scope};
 use stopline_etcd::{EtcdPlane, EtcdTarget};
 use stopline_store::ops::{Census, CensusEntry};
-use stopline_store::{ControlPlane, EngageRequest, Store};
+use stopline_store::{EngageRequest, Store};
 
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../stopline-core/tests/golden")

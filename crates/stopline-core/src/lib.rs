@@ -9,6 +9,7 @@
 //! the fuzz targets drive exactly the code the binary runs.
 #![deny(missing_docs)]
 
+pub mod ack;
 pub mod admission;
 pub mod budget;
 pub mod call;

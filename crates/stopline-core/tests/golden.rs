@@ -107,3 +107,27 @@ fn a_known_kind_with_a_mistyped_field_is_a_fault_not_a_skipped_line() {
         "{fault:?}"
     );
 }
+
+/// The acknowledgement request and every reply a gateway gives, read with their types and
+/// written again: byte for byte the lines the two sides exchanged before the types.
+#[test]
+fn acknowledgement_lines_read_as_their_types_and_write_back_byte_for_byte() {
+    use stopline_core::ack::{AckReply, AckRequest};
+    for line in golden("ack-request.jsonl") {
+        let request: AckRequest = serde_json::from_slice(&line).unwrap();
+        assert_eq!(serde_json::to_vec(&request).unwrap(), line);
+    }
+    let replies = golden("ack-reply.jsonl");
+    assert_eq!(replies.len(), 4);
+    for line in replies {
+        let reply: AckReply = serde_json::from_slice(&line).unwrap();
+        assert_eq!(
+            String::from_utf8(serde_json::to_vec(&reply).unwrap()).unwrap(),
+            String::from_utf8(line).unwrap()
+        );
+    }
+    assert_eq!(
+        serde_json::to_string(&AckReply::acknowledged("gw_1a2b3c4d", 42)).unwrap(),
+        r#"{"ack":true,"generation":42,"server":"gw_1a2b3c4d"}"#
+    );
+}

@@ -131,3 +131,44 @@ fn acknowledgement_lines_read_as_their_types_and_write_back_byte_for_byte() {
         r#"{"ack":true,"generation":42,"server":"gw_1a2b3c4d"}"#
     );
 }
+
+/// Logs written before a field existed still read: a `latch_engaged` and an `epoch_advance`
+/// without `pid`, a `repair_applied` without `journals_repaired`, a carried operation without
+/// `root`, `blocks` or `dispatched_ms` (whom it blocks then reads as everyone).
+#[test]
+fn lines_older_than_a_field_still_read() {
+    let older = |kind: &str, drop: &[&str]| -> (WalRecord, Vec<u8>) {
+        let line = golden("wal-local.jsonl")
+            .into_iter()
+            .find(|l| serde_json::from_slice::<Value>(l).unwrap()["kind"] == kind)
+            .unwrap();
+        let mut body: Map<String, Value> = serde_json::from_slice(&line).unwrap();
+        for field in drop {
+            body.remove(*field);
+        }
+        if let Some(carried) = body.get_mut("carried_forward_operations") {
+            let operation = carried[0]["operation"].as_object_mut().unwrap();
+            for field in ["root", "blocks", "dispatched_ms"] {
+                operation.remove(field);
+            }
+        }
+        round_trip(&serde_json::to_vec(&body).unwrap())
+    };
+    let (record, again) = older("latch_engaged", &["pid"]);
+    assert!(matches!(record, WalRecord::LatchEngaged(ref e) if e.pid.is_none()));
+    assert!(!String::from_utf8(again).unwrap().contains("\"pid\""));
+    let (record, _) = older("epoch_advance", &["pid"]);
+    assert!(matches!(record, WalRecord::EpochAdvance(ref e) if e.pid.is_none()));
+    let (record, _) = older("repair_applied", &["journals_repaired"]);
+    assert!(matches!(record, WalRecord::RepairApplied(ref r) if r.journals_repaired.is_none()));
+    let (record, _) = older("recovery_intent", &[]);
+    let WalRecord::RecoveryIntent(intent) = record else {
+        panic!("{record:?}")
+    };
+    let operation = &intent.carried_forward_operations[0].operation;
+    assert_eq!(operation.blocks, stopline_core::ops::Blocks::Everyone);
+    assert_eq!(
+        (operation.root.as_deref(), operation.dispatched_ms),
+        (None, None)
+    );
+}

@@ -1,11 +1,14 @@
 //! Fuzz the WAL verifier: never panic; a verified log re-verifies identically, and every prefix
 //! that ends on a line boundary verifies too. Because raw mutations rarely get past the hash
 //! chain, the same input is also read as record bodies (one JSON object a line) and chained with
-//! the real builder, `wal::next_line`: what the builder writes, the verifier must accept, entry
-//! for entry, and the ledger and epoch queries must answer on it.
+//! the real builders, `wal::record_line` for a WAL record's kind (through its type) and
+//! `wal::next_line` for any other: what the builders write, the verifier must accept, entry for
+//! entry, and the ledger and epoch queries must answer on it. Fields a record's type refuses are
+//! left out (the verifier refuses such a line: `crates/stopline-core/tests/fuzz_corpus.rs`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use stopline_core::wal::{next_line, verify};
+use stopline_core::wal::{next_line, record_line, verify};
+use stopline_core::wal_record::{self, WalRecord};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(log) = verify(data) {
@@ -35,7 +38,16 @@ fuzz_target!(|data: &[u8]| {
             .unwrap_or("t")
             .to_string();
         let log = verify(&built).expect("the builder's own log verifies");
-        let (seq, bytes) = next_line(log.last(), &kind, &ts, fields);
+        let (seq, bytes) = if WalRecord::KINDS.contains(&kind.as_str()) {
+            let mut typed = fields;
+            typed.insert("kind".into(), kind.clone().into());
+            match wal_record::parse_map(&typed) {
+                Ok(Some(record)) => record_line(log.last(), &ts, &record),
+                _ => continue,
+            }
+        } else {
+            next_line(log.last(), &kind, &ts, fields)
+        };
         assert_eq!(seq as usize, kinds.len() + 1);
         built.extend_from_slice(&bytes);
         built.push(b'\n');

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
+use stopline_core::ack::{AckReply, AckRequest};
 use stopline_core::ControlView;
 
 /// The acknowledgement protocol version this build speaks. A live gateway registered with an
@@ -232,13 +233,18 @@ fn ask(server: &ServerRecord, latch: &str, deadline: Instant) -> std::io::Result
     };
     let mut stream = TcpStream::connect_timeout(&addr, left(deadline)?)?;
     stream.set_nodelay(true)?;
-    let request = json!({"latch": latch, "timeout_ms": left(deadline)?.as_millis() as u64});
-    stream.write_all(format!("{request}\n").as_bytes())?;
+    let request = AckRequest {
+        latch: latch.to_string(),
+        timeout_ms: Some(left(deadline)?.as_millis() as u64),
+    };
+    let mut bytes = serde_json::to_vec(&request).expect("a request always serializes");
+    bytes.push(b'\n');
+    stream.write_all(&bytes)?;
     stream.set_read_timeout(Some(left(deadline)?))?;
     let mut line = String::new();
     BufReader::new(stream).read_line(&mut line)?;
-    let reply: Value = serde_json::from_str(&line).unwrap_or_default();
-    Ok(reply["ack"] == true)
+    // Anything but a reply that says `ack: true` is no acknowledgement.
+    Ok(serde_json::from_str::<AckReply>(&line).is_ok_and(|reply| reply.ack))
 }
 
 /// Live gateways that leave a latch of `view` unacknowledged or speak an older protocol.

@@ -9,6 +9,7 @@
 //! the fuzz targets drive exactly the code the binary runs.
 #![deny(missing_docs)]
 
+pub mod ack;
 pub mod admission;
 pub mod budget;
 pub mod call;
@@ -28,6 +29,7 @@ pub mod text;
 pub mod time;
 pub mod view;
 pub mod wal;
+pub mod wal_record;
 
 pub use admission::{admit, Decision, Level, Mode, TaskClass};
 pub use epoch::{AuthorityStatus, EpochMap};

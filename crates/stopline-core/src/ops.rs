@@ -92,6 +92,11 @@ impl Blocks {
         }
     }
 
+    /// Whom an operation blocks when its record does not say: everyone.
+    pub fn unknown() -> Blocks {
+        Blocks::Everyone
+    }
+
     /// `nobody`, `agent:<root>` or `everyone`: the form `ops list` and `status` show.
     pub fn label(&self) -> String {
         match self {
@@ -105,6 +110,23 @@ impl Blocks {
 impl Serialize for Blocks {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(&self.label())
+    }
+}
+
+impl<'de> Deserialize<'de> for Blocks {
+    /// The label [`Blocks::label`] writes, and nothing else.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let label = String::deserialize(deserializer)?;
+        match label.as_str() {
+            "nobody" => Ok(Blocks::Nobody),
+            "everyone" => Ok(Blocks::Everyone),
+            _ => match label.strip_prefix("agent:") {
+                Some(root) if !root.is_empty() => Ok(Blocks::Agent(root.to_string())),
+                _ => Err(serde::de::Error::custom(format!(
+                    "{label:?} is not nobody, everyone or agent:<root>"
+                ))),
+            },
+        }
     }
 }
 
@@ -181,7 +203,7 @@ impl OpLine {
 }
 
 /// The folded state of one operation.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Operation {
     /// Its id.
     pub op: String,
@@ -194,6 +216,10 @@ pub struct Operation {
     /// The root of the acting agent's delegation chain.
     pub root: Option<String>,
     /// Whom it blocks while it is in doubt.
+    ///
+    /// Read from a recovery plan written before operations said whom they block: everyone
+    /// (the widest, as an unknown is read everywhere else).
+    #[serde(default = "Blocks::unknown")]
     pub blocks: Blocks,
     /// The caller's request id.
     pub request_id: Option<String>,

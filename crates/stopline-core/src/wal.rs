@@ -6,10 +6,11 @@
 //! gate treats any fault as `control_wal_corrupt`; only the owner's repair may truncate a torn
 //! (unterminated) last line, and nothing ever skips a broken line.
 
+use crate::wal_record::{self, RecoveryIntent, WalRecord};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The `prev` of the first line.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -25,6 +26,19 @@ pub struct WalEntry {
     pub body: Map<String, Value>,
     /// sha256 hex of its bytes (the next line's `prev`).
     pub hash: String,
+    /// Its record, when its kind is a WAL record's ([`WalRecord::KINDS`]; the evidence log's
+    /// lines have none).
+    pub record: Option<WalRecord>,
+}
+
+impl WalEntry {
+    /// Its `recovery_intent`, if it is one.
+    pub fn intent(&self) -> Option<&RecoveryIntent> {
+        match &self.record {
+            Some(WalRecord::RecoveryIntent(intent)) => Some(intent),
+            _ => None,
+        }
+    }
 }
 
 /// Why a WAL cannot be trusted.
@@ -86,7 +100,7 @@ pub struct WalLog {
 }
 
 /// The last `epoch_advance` of a log: its seq, `new_epoch` and `scope_epochs`.
-pub type EpochAdvance = (u64, u64, Map<String, Value>);
+pub type EpochAdvance = (u64, u64, BTreeMap<String, u64>);
 
 /// What a checkpoint carries: the fold of every line up to and including its anchor, as much of
 /// it as any reader of the log asks.
@@ -133,6 +147,7 @@ pub fn verify_segment(previous: Option<(u64, &str)>, bytes: &[u8]) -> Result<Wal
         kind: String::new(),
         body: Map::new(),
         hash: hash.to_string(),
+        record: None,
     });
     let first_line = usize::try_from(previous.map_or(0, |(seq, _)| seq)).unwrap_or(usize::MAX);
     let mut entries: Vec<WalEntry> = Vec::new();
@@ -190,22 +205,33 @@ pub fn verify_from(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let record = wal_record::parse(&kind, anchor).map_err(unparsable)?;
     let anchor_entry = WalEntry {
         seq,
         kind,
         hash: sha256_hex(anchor),
         body,
+        record,
     };
     let intents = fold
         .pending_intents
         .iter()
-        .map(|(seq, hash, body)| WalEntry {
-            seq: *seq,
-            kind: "recovery_intent".into(),
-            hash: hash.clone(),
-            body: body.clone(),
+        .map(|(seq, hash, body)| {
+            let record = wal_record::parse_map(body).map_err(unparsable)?;
+            if !matches!(record, Some(WalRecord::RecoveryIntent(_))) {
+                return Err(unparsable(format!(
+                    "the checkpoint's pending intent {seq} is not a recovery_intent"
+                )));
+            }
+            Ok(WalEntry {
+                seq: *seq,
+                kind: "recovery_intent".into(),
+                hash: hash.clone(),
+                body: body.clone(),
+                record,
+            })
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     let mut entries: Vec<WalEntry> = Vec::new();
     let mut at = 0usize;
     let mut line_no = 0usize;
@@ -303,11 +329,13 @@ fn parse_line(
     if prev != expected_prev {
         return Err(WalFault::BrokenLink { line: line_no });
     }
+    let record = wal_record::parse(kind, line).map_err(|why| unparsable(&why))?;
     Ok(WalEntry {
         seq,
         kind: kind.to_string(),
         hash: sha256_hex(line),
         body,
+        record,
     })
 }
 
@@ -334,6 +362,24 @@ pub fn next_line(
     (seq, bytes)
 }
 
+/// Build the next WAL line (without newline) after `last`: `record` at `ts`.
+pub fn record_line(last: Option<&WalEntry>, ts: &str, record: &WalRecord) -> (u64, Vec<u8>) {
+    let seq = last.map_or(1, |e| e.seq + 1);
+    let prev = last.map_or(GENESIS, |e| e.hash.as_str());
+    (seq, wal_record::line_bytes(seq, prev, ts, record))
+}
+
+/// The entry of a line built by [`record_line`].
+pub fn record_entry(seq: u64, line: &[u8], record: WalRecord) -> WalEntry {
+    WalEntry {
+        seq,
+        kind: record.kind().to_string(),
+        hash: sha256_hex(line),
+        body: serde_json::from_slice(line).unwrap_or_default(),
+        record: Some(record),
+    }
+}
+
 impl WalLog {
     /// The last entry (the checkpoint's anchor when nothing follows it).
     pub fn last(&self) -> Option<&WalEntry> {
@@ -357,14 +403,7 @@ impl WalLog {
         let recorded = uncleared.clone();
         let pending_intents = self
             .intents()
-            .filter(|e| {
-                let plan = e
-                    .body
-                    .get("plan")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                !self.plan_applied(plan)
-            })
+            .filter(|e| e.intent().is_some_and(|i| !self.plan_applied(&i.plan)))
             .map(|e| (e.seq, e.hash.clone(), e.body.clone()))
             .collect();
         WalFold {
@@ -380,7 +419,7 @@ impl WalLog {
         self.base
             .iter()
             .flat_map(|b| b.intents.iter())
-            .chain(self.entries.iter().filter(|e| e.kind == "recovery_intent"))
+            .chain(self.entries.iter().filter(|e| e.intent().is_some()))
     }
 
     /// The last `epoch_advance` entry's `new_epoch` and `scope_epochs`, with its seq.
@@ -394,24 +433,12 @@ impl WalLog {
     }
 
     fn last_epoch_advance_after(&self) -> Option<EpochAdvance> {
-        self.entries
-            .iter()
-            .rev()
-            .find(|e| e.kind == "epoch_advance")
-            .map(|e| {
-                let new_epoch = e
-                    .body
-                    .get("new_epoch")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(u64::MAX);
-                let scopes = e
-                    .body
-                    .get("scope_epochs")
-                    .and_then(Value::as_object)
-                    .cloned()
-                    .unwrap_or_default();
-                (e.seq, new_epoch, scopes)
-            })
+        self.entries.iter().rev().find_map(|e| match &e.record {
+            Some(WalRecord::EpochAdvance(advance)) => {
+                Some((e.seq, advance.new_epoch, advance.scope_epochs.clone()))
+            }
+            _ => None,
+        })
     }
 
     /// The ledger: latch file names recorded as engaged and not cleared since
@@ -423,28 +450,14 @@ impl WalLog {
             .map(|b| b.fold.uncleared.clone())
             .unwrap_or_default();
         for entry in &self.entries {
-            let names = |field: &str| -> Vec<String> {
-                entry
-                    .body
-                    .get(field)
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            };
-            match entry.kind.as_str() {
-                "latch_engaged" => {
-                    if let Some(file) = entry.body.get("file").and_then(Value::as_str) {
-                        live.insert(file.to_string());
-                    }
+            match &entry.record {
+                Some(WalRecord::LatchEngaged(engaged)) => {
+                    live.insert(engaged.file.clone());
                 }
-                "disengaged" => names("latches").iter().for_each(|n| {
+                Some(WalRecord::Disengaged(lifted)) => lifted.latches.iter().for_each(|n| {
                     live.remove(n);
                 }),
-                "recovery_applied" => names("cleared").iter().for_each(|n| {
+                Some(WalRecord::RecoveryApplied(applied)) => applied.cleared.iter().for_each(|n| {
                     live.remove(n);
                 }),
                 _ => {}
@@ -461,33 +474,33 @@ impl WalLog {
             .as_ref()
             .map(|b| b.fold.recorded.clone())
             .unwrap_or_default();
-        recorded.extend(
-            self.entries
-                .iter()
-                .filter(|e| e.kind == "latch_engaged")
-                .filter_map(|e| e.body.get("file").and_then(Value::as_str))
-                .map(String::from),
-        );
+        recorded.extend(self.entries.iter().filter_map(|e| match &e.record {
+            Some(WalRecord::LatchEngaged(engaged)) => Some(engaged.file.clone()),
+            _ => None,
+        }));
         recorded
     }
 
-    /// The entry of kind `recovery_intent` whose `plan` is `plan_id` (from a checkpoint: only
-    /// a plan not applied before it).
-    pub fn recovery_intent(&self, plan_id: &str) -> Option<&WalEntry> {
-        let is = |e: &&WalEntry| e.body.get("plan").and_then(Value::as_str) == Some(plan_id);
+    /// The `recovery_intent` whose `plan` is `plan_id` (from a checkpoint: only a plan not
+    /// applied before it).
+    pub fn recovery_intent(&self, plan_id: &str) -> Option<&RecoveryIntent> {
+        let is = |i: &&RecoveryIntent| i.plan == plan_id;
         self.entries
             .iter()
             .rev()
-            .filter(|e| e.kind == "recovery_intent")
+            .filter_map(WalEntry::intent)
             .find(is)
-            .or_else(|| self.base.as_ref().and_then(|b| b.intents.iter().find(is)))
+            .or_else(|| {
+                self.base
+                    .as_ref()
+                    .and_then(|b| b.intents.iter().filter_map(WalEntry::intent).find(is))
+            })
     }
 
     /// True when a `recovery_applied` entry names `plan_id`.
     pub fn plan_applied(&self, plan_id: &str) -> bool {
         self.entries.iter().any(|e| {
-            e.kind == "recovery_applied"
-                && e.body.get("plan").and_then(Value::as_str) == Some(plan_id)
+            matches!(&e.record, Some(WalRecord::RecoveryApplied(applied)) if applied.plan == plan_id)
         })
     }
 }

@@ -16,8 +16,8 @@ use crate::read::{append, Snapshot};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use std::time::Instant;
 use stopline_core::refusal::require_reason;
+use stopline_core::wal_record::{AdvanceCause, LatchEngaged, WalRecord};
 use stopline_core::{LatchRecord, Level, Scope};
-use stopline_store::chain::fields;
 use stopline_store::engage::COALESCE_WINDOW_MS;
 use stopline_store::{EngageOutcome, EngageRequest, StoreError};
 
@@ -132,34 +132,29 @@ impl EtcdPlane {
                 return (Txn::new().when(compares).and_then(ops), None, vec![warning]);
             }
         };
-        let engaged = (
-            "latch_engaged",
-            fields([
-                ("latch", record.id.clone().into()),
-                ("file", file.into()),
-                ("scope", record.scope.to_string().into()),
-                ("level", record.level.as_str().into()),
-                ("by", record.by.clone().into()),
-                ("reason", record.reason.clone().into()),
-                ("pid", record.pid.into()),
-            ]),
-        );
+        let engaged = WalRecord::LatchEngaged(LatchEngaged {
+            latch: record.id.clone(),
+            file,
+            scope: record.scope.clone(),
+            level: record.level,
+            by: record.by.clone(),
+            reason: record.reason.clone(),
+            pid: Some(record.pid),
+            deferred: false,
+        });
         let mut records = vec![engaged];
         let mut next = epoch.clone();
         let mut warnings = Vec::new();
         if record.level == Level::Emergency {
             match epoch.advanced(&record.scope) {
                 Ok(advanced) => {
-                    records.push((
-                        "epoch_advance",
-                        self.advance_fields(
-                            &epoch,
-                            &advanced,
-                            &record.scope,
-                            "engage",
-                            &record.by,
-                            &record.reason,
-                        ),
+                    records.push(self.advance_fields(
+                        &epoch,
+                        &advanced,
+                        &record.scope,
+                        AdvanceCause::Engage,
+                        &record.by,
+                        &record.reason,
                     ));
                     next = advanced;
                 }

@@ -9,9 +9,8 @@
 use crate::plane::EtcdPlane;
 use crate::read::Snapshot;
 use etcd_client::{Compare, CompareOp};
-use serde_json::{Map, Value};
+use stopline_core::wal_record::{AdvanceCause, EpochAdvance, WalRecord};
 use stopline_core::{EpochMap, Scope};
-use stopline_store::chain::fields;
 
 impl EtcdPlane {
     /// The fields of an `epoch_advance` record from `current` to `next`.
@@ -20,23 +19,20 @@ impl EtcdPlane {
         current: &EpochMap,
         next: &EpochMap,
         scope: &Scope,
-        cause: &str,
+        cause: AdvanceCause,
         by: &str,
         reason: &str,
-    ) -> Map<String, Value> {
-        fields([
-            ("prior_epoch", current.seq.into()),
-            ("new_epoch", next.seq.into()),
-            ("scope", scope.to_string().into()),
-            (
-                "scope_epochs",
-                serde_json::to_value(&next.scopes).unwrap_or_default(),
-            ),
-            ("cause", cause.into()),
-            ("by", by.into()),
-            ("reason", reason.into()),
-            ("pid", self.local.env().pid().into()),
-        ])
+    ) -> WalRecord {
+        WalRecord::EpochAdvance(EpochAdvance {
+            prior_epoch: current.seq,
+            new_epoch: next.seq,
+            scope: scope.clone(),
+            scope_epochs: next.scopes.clone(),
+            cause,
+            by: by.to_string(),
+            reason: reason.to_string(),
+            pid: Some(self.local.env().pid()),
+        })
     }
 
     /// `epoch.json` is still what `snapshot` read.

@@ -11,8 +11,8 @@ use crate::plane::EtcdPlane;
 use crate::read::append;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use stopline_core::refusal::require_reason;
+use stopline_core::wal_record::{Disengaged, DrainStarted, WalRecord};
 use stopline_core::{ControlState, Level, RefusalCode, Scope, StateRecord};
-use stopline_store::chain::fields;
 use stopline_store::halts::{check_drain_deadline, drain_window, DisengageReceipt};
 use stopline_store::StoreError;
 
@@ -50,15 +50,12 @@ impl EtcdPlane {
                 warnings: Vec::new(),
             };
             if !names.is_empty() {
-                let record = (
-                    "disengaged",
-                    fields([
-                        ("scope", scope.to_string().into()),
-                        ("latches", names.clone().into()),
-                        ("by", by.into()),
-                        ("reason", reason.clone().into()),
-                    ]),
-                );
+                let record = WalRecord::Disengaged(Disengaged {
+                    scope: scope.clone(),
+                    latches: names.clone(),
+                    by: by.to_string(),
+                    reason: reason.clone(),
+                });
                 let (_, puts, guard) = append(&self.names, &log, vec![record], &self.ts());
                 let mut compares = guard;
                 let mut ops = puts;
@@ -114,18 +111,12 @@ impl EtcdPlane {
                 deadline_unix_ms: Some(deadline),
                 prepared_before_unix_ms: Some(earliest),
             };
-            let started = (
-                "drain_started",
-                fields([
-                    ("deadline", stopline_store::env::rfc3339(deadline).into()),
-                    (
-                        "prepared_before",
-                        stopline_store::env::rfc3339(earliest).into(),
-                    ),
-                    ("by", by.into()),
-                    ("reason", reason.clone().into()),
-                ]),
-            );
+            let started = WalRecord::DrainStarted(DrainStarted {
+                deadline: stopline_store::env::rfc3339(deadline),
+                prepared_before: stopline_store::env::rfc3339(earliest),
+                by: by.to_string(),
+                reason: reason.clone(),
+            });
             let (_, mut ops, guard) = append(&self.names, &log, vec![started], &self.ts());
             ops.push(self.put_state(&record));
             let txn = Txn::new()

@@ -20,6 +20,7 @@ use etcd_client::Txn;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use stopline_core::wal_record::AdvanceCause;
 use stopline_core::{ControlView, EpochMap, Refusal, RefusalCode, Scope};
 use stopline_store::StoreError;
 
@@ -197,20 +198,15 @@ impl EtcdPlane {
                 scopes,
                 wal_seq: 0,
             };
-            let fields = self.advance_fields(
+            let advance = self.advance_fields(
                 &current,
                 &next,
                 &Scope::Machine,
-                "plane_refounded",
+                AdvanceCause::PlaneRefounded,
                 by,
                 reason,
             );
-            let (next_log, puts, guards) = append(
-                &self.names,
-                &log,
-                vec![("epoch_advance", fields)],
-                &self.ts(),
-            );
+            let (next_log, puts, guards) = append(&self.names, &log, vec![advance], &self.ts());
             let rebuilt = stopline_store::epoch::rebuild(&next_log);
             let bytes = serde_json::to_vec(&rebuilt).expect("an epoch map always serializes");
             let mut ops = puts;

@@ -13,9 +13,9 @@
 use crate::client::{EtcdClient, EtcdError};
 use crate::names::Names;
 use etcd_client::{Compare, CompareOp, GetOptions, TxnOp, TxnOpResponse};
-use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 use stopline_core::wal::{self, WalLog};
+use stopline_core::wal_record::WalRecord;
 use stopline_core::{ActiveLatch, ControlView, EpochMap, Level, RefusalCode, Scope, StateRecord};
 use stopline_store::StoreError;
 
@@ -226,19 +226,14 @@ impl Snapshot {
 pub fn append(
     names: &Names,
     log: &WalLog,
-    records: Vec<(&str, Map<String, Value>)>,
+    records: Vec<WalRecord>,
     ts: &str,
 ) -> (WalLog, Vec<TxnOp>, Vec<Compare>) {
     let mut next = log.clone();
     let (mut puts, mut guards) = (Vec::new(), Vec::new());
-    for (kind, fields) in records {
-        let (seq, line) = wal::next_line(next.last(), kind, ts, fields);
-        next.entries.push(wal::WalEntry {
-            seq,
-            kind: kind.to_string(),
-            hash: wal::sha256_hex(&line),
-            body: serde_json::from_slice(&line).unwrap_or_default(),
-        });
+    for record in records {
+        let (seq, line) = wal::record_line(next.last(), ts, &record);
+        next.entries.push(wal::record_entry(seq, &line, record));
         puts.push(TxnOp::put(names.wal_record(seq), line, None));
         guards.push(Compare::create_revision(
             names.wal_record(seq),

@@ -14,24 +14,14 @@
 use crate::plane::EtcdPlane;
 use crate::read::append;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use serde_json::Value;
 use stopline_core::refusal::require_reason;
+use stopline_core::wal_record::{
+    AdvanceCause, LocalIntent, RecoveryApplied, RecoveryIntent, WalRecord,
+};
 use stopline_core::{ControlState, RefusalCode, Scope, StateRecord};
-use stopline_store::chain::fields;
 use stopline_store::ops::Census;
 use stopline_store::recovery::{ApplyReceipt, PlanReceipt};
 use stopline_store::StoreError;
-
-fn strings(value: Option<&Value>) -> Vec<String> {
-    value
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 impl EtcdPlane {
     /// Fix the plan of a recovery of `scope` and record it as a `recovery_intent`.
@@ -69,20 +59,19 @@ impl EtcdPlane {
                 .as_ref()
                 .map(|p| p.latches.clone())
                 .unwrap_or_default();
-            let intent = (
-                "recovery_intent",
-                fields([
-                    ("plan", plan.clone().into()),
-                    ("scope", scope.to_string().into()),
-                    ("latches", names.clone().into()),
-                    ("carried_forward_operations", carried.clone().into()),
-                    ("registry_errors", census.errors.clone().into()),
-                    ("local_plan", local.as_ref().map(|p| p.plan.clone()).into()),
-                    ("local_latches", local_latches.clone().into()),
-                    ("by", by.into()),
-                    ("reason", reason.clone().into()),
-                ]),
-            );
+            let intent = WalRecord::RecoveryIntent(RecoveryIntent {
+                plan: plan.clone(),
+                scope: scope.clone(),
+                latches: names.clone(),
+                carried_forward_operations: carried.clone(),
+                registry_errors: census.errors.clone(),
+                by: by.to_string(),
+                reason: reason.clone(),
+                local: Some(LocalIntent {
+                    local_plan: local.as_ref().map(|p| p.plan.clone()),
+                    local_latches: local_latches.clone(),
+                }),
+            });
             let (_, puts, guard) = append(&self.names, &log, vec![intent], &self.ts());
             let txn = Txn::new().when(guard).and_then(puts);
             if !self.commit("recover plan", txn)?.succeeded() {
@@ -113,17 +102,14 @@ impl EtcdPlane {
             if log.plan_applied(plan_id) {
                 return Err(unknown(format!("plan {plan_id:?} was already applied")));
             }
-            let text = |k: &str| {
-                intent
-                    .body
-                    .get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-            };
-            let scope = Scope::parse_stored(text("scope")).map_err(StoreError::Refused)?;
-            let reason = text("reason").to_string();
-            let planned = strings(intent.body.get("latches"));
-            let local_planned = strings(intent.body.get("local_latches"));
+            let scope = intent.scope.clone();
+            let reason = intent.reason.clone();
+            let planned = intent.latches.clone();
+            let local = intent.local.clone().unwrap_or(LocalIntent {
+                local_plan: None,
+                local_latches: Vec::new(),
+            });
+            let local_planned = local.local_latches;
             let epoch = snapshot.epoch_map(&log)?;
             let next = epoch.advanced(&scope).map_err(|e| {
                 StoreError::refused(RefusalCode::ControlEpochUnconfirmed, e.to_string())
@@ -164,17 +150,18 @@ impl EtcdPlane {
             } else {
                 ControlState::FrozenSafe
             };
-            let advance = self.advance_fields(&epoch, &next, &scope, "recover", by, &reason);
-            let applied = fields([
-                ("plan", plan_id.into()),
-                ("scope", scope.to_string().into()),
-                ("new_epoch", next.seq.into()),
-                ("cleared", cleared.clone().into()),
-                ("surviving", surviving.clone().into()),
-                ("state", state.as_str().into()),
-                ("by", by.into()),
-            ]);
-            let records = vec![("epoch_advance", advance), ("recovery_applied", applied)];
+            let advance =
+                self.advance_fields(&epoch, &next, &scope, AdvanceCause::Recover, by, &reason);
+            let applied = WalRecord::RecoveryApplied(RecoveryApplied {
+                plan: plan_id.to_string(),
+                scope: scope.clone(),
+                new_epoch: next.seq,
+                cleared: cleared.clone(),
+                surviving: surviving.clone(),
+                state,
+                by: by.to_string(),
+            });
+            let records = vec![advance, applied];
             let (after, puts, guard) = append(&self.names, &log, records, &self.ts());
             let mut next_snapshot = next.clone();
             next_snapshot.wal_seq = after.entries[after.entries.len() - 2].seq;
@@ -217,7 +204,7 @@ impl EtcdPlane {
                 surviving,
                 warnings,
             };
-            if let Some(local_plan) = intent.body.get("local_plan").and_then(Value::as_str) {
+            if let Some(local_plan) = &local.local_plan {
                 self.apply_local(local_plan, by, &mut receipt);
             }
             Ok(Some(receipt))

@@ -12,8 +12,8 @@ use crate::plane::EtcdPlane;
 use crate::read::append;
 use etcd_client::{Txn, TxnOp};
 use stopline_core::refusal::require_reason;
+use stopline_core::wal_record::{RepairApplied, WalRecord};
 use stopline_core::{EpochMap, RefusalCode};
-use stopline_store::chain::fields;
 use stopline_store::repair::RepairReceipt;
 use stopline_store::StoreError;
 
@@ -69,16 +69,14 @@ impl EtcdPlane {
             }
             let bytes = serde_json::to_vec(&rebuilt).expect("an epoch map always serializes");
             ops.push(TxnOp::put(self.names.epoch(), bytes, None));
-            let record = (
-                "repair_applied",
-                fields([
-                    ("wal_truncated_bytes", 0.into()),
-                    ("epoch_rebuilt", true.into()),
-                    ("evidence", receipt.evidence.clone().into()),
-                    ("by", by.into()),
-                    ("reason", reason.clone().into()),
-                ]),
-            );
+            let record = WalRecord::RepairApplied(RepairApplied {
+                wal_truncated_bytes: 0,
+                epoch_rebuilt: true,
+                journals_repaired: None,
+                evidence: receipt.evidence.clone(),
+                by: by.to_string(),
+                reason: reason.clone(),
+            });
             let (_, puts, guard) = append(&self.names, &log, vec![record], &self.ts());
             ops.extend(puts);
             let txn = Txn::new()

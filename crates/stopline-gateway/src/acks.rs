@@ -15,13 +15,13 @@
 use crate::inflight::DispatchTracker;
 use crate::registry::Registry;
 use crate::view::ViewHolder;
-use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stopline_core::ack::{AckReply, AckRequest};
 
 /// The longest an acknowledgement request may ask to be waited for.
 const MAX_WAIT: Duration = Duration::from_secs(5);
@@ -67,32 +67,32 @@ impl AckServer {
         let mut reader = BufReader::new(stream.try_clone()?);
         let mut line = String::new();
         reader.read_line(&mut line)?;
-        let request: Value = serde_json::from_str(&line).unwrap_or_default();
-        let reply = match request["latch"].as_str() {
-            Some(latch) => {
-                let wait = Duration::from_millis(request["timeout_ms"].as_u64().unwrap_or(250))
-                    .min(MAX_WAIT);
-                self.acknowledge(latch, Instant::now() + wait)
+        let reply = match serde_json::from_str::<AckRequest>(&line) {
+            Ok(request) => {
+                let wait = Duration::from_millis(request.timeout_ms.unwrap_or(250)).min(MAX_WAIT);
+                self.acknowledge(&request.latch, Instant::now() + wait)
             }
-            None => json!({"ack": false, "why": "expected {\"latch\": \"<file>\"}"}),
+            Err(_) => AckReply::refused(None, "expected {\"latch\": \"<file>\"}"),
         };
+        let mut reply = serde_json::to_vec(&reply).expect("a reply always serializes");
+        reply.push(b'\n');
         let mut stream = stream;
-        stream.write_all(format!("{reply}\n").as_bytes())
+        stream.write_all(&reply)
     }
 
     /// Acknowledge `latch` by `deadline`, or say why not.
-    pub fn acknowledge(&self, latch: &str, deadline: Instant) -> Value {
+    pub fn acknowledge(&self, latch: &str, deadline: Instant) -> AckReply {
         let started = Instant::now();
         let answer = self.acknowledge_by(latch, deadline);
         let latency_ms = crate::logs::ms_since(started);
-        match answer.get("why").and_then(Value::as_str) {
+        match &answer.why {
             None => tracing::info!(latch, latency_ms, "latch acknowledged"),
             Some(why) => tracing::warn!(latch, latency_ms, "latch not acknowledged: {why}"),
         }
         answer
     }
 
-    fn acknowledge_by(&self, latch: &str, deadline: Instant) -> Value {
+    fn acknowledge_by(&self, latch: &str, deadline: Instant) -> AckReply {
         let id = self.registry.record().id;
         // A read started after the request, even when the watcher has put the latch in the
         // view already (latches first): that addition holds the latch but not the epoch advance
@@ -101,19 +101,22 @@ impl AckServer {
         let mut snapshot = self.view.refresh_fast();
         while !snapshot.latch_files.contains(latch) && !snapshot.is_faulted() {
             if Instant::now() >= deadline {
-                return json!({"ack": false, "server": id, "why": "the view does not hold the latch"});
+                return AckReply::refused(Some(id.as_str()), "the view does not hold the latch");
             }
             std::thread::sleep(Duration::from_millis(2));
             snapshot = self.view.refresh_fast();
         }
         if !self.tracker.wait_older_than(snapshot.generation, deadline) {
-            return json!({"ack": false, "server": id, "why": "calls admitted under the older view are still being dispatched"});
+            return AckReply::refused(
+                Some(id.as_str()),
+                "calls admitted under the older view are still being dispatched",
+            );
         }
         let held: Vec<String> = snapshot.latch_files.iter().cloned().collect();
         if let Err(error) = self.registry.acknowledge(held) {
             tracing::warn!(%error, "cannot record the acknowledgement in servers/");
         }
-        json!({"ack": true, "server": id, "generation": snapshot.generation})
+        AckReply::acknowledged(&id, snapshot.generation)
     }
 }
 

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use std::io;
 use std::path::Path;
 use stopline_core::wal::{self, WalLog};
+use stopline_core::wal_record::WalRecord;
 use stopline_core::RefusalCode;
 
 impl Store {
@@ -77,26 +78,21 @@ impl Store {
             .map_err(|fault| StoreError::corrupt(corrupt, format!("{}: {fault}", path.display())))
     }
 
-    /// Append `records` (kind, fields) after `log`, in one write and one fsync. The caller holds
-    /// the exclusive lock and passes the log it read under that lock. Returns the new log.
+    /// Append `records` after `log`, in one write and one fsync. The caller holds the
+    /// exclusive lock and passes the log it read under that lock. Returns the new log.
     pub(crate) fn append_log(
         &self,
         path: &Path,
         log: &WalLog,
-        records: Vec<(&str, Map<String, Value>)>,
+        records: Vec<WalRecord>,
         fp: &str,
     ) -> Result<WalLog, StoreError> {
         let ts = crate::env::rfc3339(self.env.now_ms());
         let mut next = log.clone();
         let mut bytes = Vec::new();
-        for (kind, fields) in records {
-            let (_, line) = wal::next_line(next.last(), kind, &ts, fields);
-            let entry = stopline_core::wal::WalEntry {
-                seq: next.last().map_or(1, |e| e.seq + 1),
-                kind: kind.to_string(),
-                hash: wal::sha256_hex(&line),
-                body: serde_json::from_slice(&line).unwrap_or_default(),
-            };
+        for record in records {
+            let (seq, line) = wal::record_line(next.last(), &ts, &record);
+            let entry = wal::record_entry(seq, &line, record);
             bytes.extend_from_slice(&line);
             bytes.push(b'\n');
             next.entries.push(entry);

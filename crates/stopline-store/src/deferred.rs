@@ -21,11 +21,10 @@
 //! An entry that is not a well-formed latch (garbage, a FIFO, a stray file) is never recorded:
 //! it already reads as a machine emergency, and recording it would invent a stop's details.
 
-use crate::chain::fields;
-use crate::epoch::AdvanceCause;
 use crate::error::StoreError;
 use crate::Store;
 use stopline_core::wal::WalLog;
+use stopline_core::wal_record::{AdvanceCause, LatchEngaged, WalRecord};
 use stopline_core::{ActiveLatch, LatchRecord, Level};
 
 impl Store {
@@ -70,19 +69,16 @@ impl Store {
         deferred: bool,
         fp: &str,
     ) -> Result<WalLog, StoreError> {
-        let mut body = fields([
-            ("latch", record.id.clone().into()),
-            ("file", record.file_name().into()),
-            ("scope", record.scope.to_string().into()),
-            ("level", record.level.as_str().into()),
-            ("by", record.by.clone().into()),
-            ("reason", record.reason.clone().into()),
-            ("pid", record.pid.into()),
-        ]);
-        if deferred {
-            body.insert("deferred".into(), true.into());
-        }
-        let engaged = ("latch_engaged", body);
+        let engaged = WalRecord::LatchEngaged(LatchEngaged {
+            latch: record.id.clone(),
+            file: record.file_name(),
+            scope: record.scope.clone(),
+            level: record.level,
+            by: record.by.clone(),
+            reason: record.reason.clone(),
+            pid: Some(record.pid),
+            deferred,
+        });
         if record.level == Level::Emergency {
             let (log, _) = self.advance_epoch_locked(
                 log,

@@ -323,23 +323,9 @@ impl Store {
             .ok()?;
         let log = self.read_wal().ok()?;
         let mut planned = std::collections::BTreeSet::new();
-        for entry in log.intents() {
-            let plan = entry
-                .body
-                .get("plan")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default();
-            if entry.kind == "recovery_intent" && !log.plan_applied(plan) {
-                let names = entry
-                    .body
-                    .get("latches")
-                    .and_then(serde_json::Value::as_array);
-                planned.extend(
-                    names
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|v| v.as_str().map(String::from)),
-                );
+        for intent in log.intents().filter_map(|e| e.intent()) {
+            if !log.plan_applied(&intent.plan) {
+                planned.extend(intent.latches.iter().cloned());
             }
         }
         Some(planned)

@@ -7,30 +7,12 @@
 //! ahead of the snapshot, which every gate reads as `control_epoch_unconfirmed`: the epoch can
 //! never go back, and only the owner's repair rebuilds the snapshot.
 
-use crate::chain::fields;
 use crate::error::StoreError;
 use crate::Store;
-use serde_json::{Map, Value};
 use stopline_core::wal::WalLog;
+pub use stopline_core::wal_record::AdvanceCause;
+use stopline_core::wal_record::{EpochAdvance, WalRecord};
 use stopline_core::{EpochMap, RefusalCode, Scope};
-
-/// Why an epoch was advanced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdvanceCause {
-    /// An emergency engage.
-    Engage,
-    /// A recovery.
-    Recover,
-}
-
-impl AdvanceCause {
-    fn as_str(self) -> &'static str {
-        match self {
-            AdvanceCause::Engage => "engage",
-            AdvanceCause::Recover => "recover",
-        }
-    }
-}
 
 fn unconfirmed(detail: impl Into<String>) -> StoreError {
     StoreError::corrupt(RefusalCode::ControlEpochUnconfirmed, detail)
@@ -42,10 +24,7 @@ pub fn rebuild(log: &WalLog) -> EpochMap {
     match log.last_epoch_advance() {
         Some((wal_seq, new_epoch, scopes)) => EpochMap {
             seq: new_epoch,
-            scopes: scopes
-                .iter()
-                .filter_map(|(k, v)| v.as_u64().map(|v| (k.clone(), v)))
-                .collect(),
+            scopes,
             wal_seq,
         },
         None => EpochMap::default(),
@@ -74,11 +53,7 @@ pub fn confirm(snapshot: Option<&[u8]>, log: &WalLog) -> Result<EpochMap, StoreE
             "epoch.json claims an epoch the WAL never recorded",
         )),
         Some((wal_seq, new_epoch, scopes)) => {
-            let scopes_match = map.scopes.len() == scopes.len()
-                && map
-                    .scopes
-                    .iter()
-                    .all(|(k, v)| scopes.get(k).and_then(Value::as_u64) == Some(*v));
+            let scopes_match = map.scopes == scopes;
             if map.seq == new_epoch && map.wal_seq == wal_seq && scopes_match {
                 Ok(map)
             } else if new_epoch > map.seq {
@@ -113,28 +88,25 @@ impl Store {
         cause: AdvanceCause,
         by: &str,
         reason: &str,
-        preceding: Vec<(&str, Map<String, Value>)>,
+        preceding: Vec<WalRecord>,
         fp: &str,
     ) -> Result<(WalLog, EpochMap), StoreError> {
         let current = self.read_confirmed_epoch(log)?;
         let mut next = current.advanced(scope).map_err(|e| {
             StoreError::refused(RefusalCode::ControlEpochUnconfirmed, e.to_string())
         })?;
-        let advance = fields([
-            ("prior_epoch", current.seq.into()),
-            ("new_epoch", next.seq.into()),
-            ("scope", scope.to_string().into()),
-            (
-                "scope_epochs",
-                serde_json::to_value(&next.scopes).unwrap_or_default(),
-            ),
-            ("cause", cause.as_str().into()),
-            ("by", by.into()),
-            ("reason", reason.into()),
-            ("pid", self.env.pid().into()),
-        ]);
+        let advance = WalRecord::EpochAdvance(EpochAdvance {
+            prior_epoch: current.seq,
+            new_epoch: next.seq,
+            scope: scope.clone(),
+            scope_epochs: next.scopes.clone(),
+            cause,
+            by: by.to_string(),
+            reason: reason.to_string(),
+            pid: Some(self.env.pid()),
+        });
         let mut records = preceding;
-        records.push(("epoch_advance", advance));
+        records.push(advance);
         let log = self.append_log(&self.layout.wal(), log, records, &format!("{fp}.wal"))?;
         next.wal_seq = log.last().map_or(0, |e| e.seq);
         let bytes = serde_json::to_vec(&next).expect("an epoch map always serializes");

@@ -234,6 +234,7 @@ impl Store {
             kind: kind.to_string(),
             body: record_body,
             hash: hash.clone(),
+            record: None,
         };
         let drills = self.drills_after(drills, &entry);
         if let Err(error) = self.write_evidence_head(seq, &hash, &segment, offset, drills.as_ref())
@@ -408,6 +409,7 @@ impl Store {
                     kind: String::new(),
                     body: Map::new(),
                     hash: hash.clone(),
+                    record: None,
                 };
                 let rest = self.verify_evidence_end(
                     segment,

@@ -631,6 +631,7 @@ mod tests {
                 kind: DRILL_SCHEMA.into(),
                 body: drill("h", n != 150, n),
                 hash: format!("{n:064x}"),
+                record: None,
             })
             .collect();
         let index = DrillIndex::from_entries(&entries);

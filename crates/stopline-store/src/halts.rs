@@ -6,11 +6,11 @@
 //! pointing at a vanished file. Drain needs an active machine latch and a deadline in 1..=3600 s.
 //! Who may call these is decided by the caller.
 
-use crate::chain::fields;
 use crate::error::{IoContext, StoreError};
 use crate::Store;
 use serde::Serialize;
 use stopline_core::refusal::require_reason;
+use stopline_core::wal_record::{Disengaged, DrainStarted, WalRecord};
 use stopline_core::{ActiveLatch, ControlState, Level, RefusalCode, Scope, StateRecord};
 
 /// The receipt of a disengage.
@@ -102,15 +102,12 @@ impl Store {
         self.append_log(
             &wal,
             &log,
-            vec![(
-                "disengaged",
-                fields([
-                    ("scope", scope.to_string().into()),
-                    ("latches", names.clone().into()),
-                    ("by", by.into()),
-                    ("reason", reason.into()),
-                ]),
-            )],
+            vec![WalRecord::Disengaged(Disengaged {
+                scope: scope.clone(),
+                latches: names.clone(),
+                by: by.to_string(),
+                reason: reason.to_string(),
+            })],
             "disengage.wal",
         )?;
         for name in &names {
@@ -146,15 +143,12 @@ impl Store {
         self.append_log(
             &wal,
             &log,
-            vec![(
-                "drain_started",
-                fields([
-                    ("deadline", crate::env::rfc3339(deadline).into()),
-                    ("prepared_before", crate::env::rfc3339(earliest).into()),
-                    ("by", by.into()),
-                    ("reason", reason.clone().into()),
-                ]),
-            )],
+            vec![WalRecord::DrainStarted(DrainStarted {
+                deadline: crate::env::rfc3339(deadline),
+                prepared_before: crate::env::rfc3339(earliest),
+                by: by.to_string(),
+                reason: reason.clone(),
+            })],
             "drain.wal",
         )?;
         self.write_state(

@@ -30,20 +30,8 @@ pub struct TornJournal {
     pub torn_at: Vec<u64>,
 }
 
-/// What the repair did to one journal.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct JournalRepair {
-    /// Its path in the home.
-    pub file: String,
-    /// Torn lines cut out.
-    pub torn_lines: usize,
-    /// Complete records found glued after a torn prefix and kept.
-    pub recovered_records: usize,
-    /// Bytes the journal lost (torn prefixes and any unterminated last line).
-    pub removed_bytes: u64,
-    /// The evidence file the old bytes were kept in (under `recovery-evidence/`).
-    pub evidence: String,
-}
+/// What the repair did to one journal (a field of the WAL's `repair_applied`).
+pub use stopline_core::wal_record::JournalRepair;
 
 /// Which journal family a file belongs to: how its lines parse.
 #[derive(Clone, Copy)]

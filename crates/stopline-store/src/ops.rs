@@ -21,6 +21,7 @@ use std::io;
 use std::path::PathBuf;
 use stopline_core::ops::{fold, target_kind, BlockScope, Blocks, OpKind, OpLine, Operation, Phase};
 use stopline_core::view::Blocker;
+use stopline_core::wal_record::CarriedOperation;
 use stopline_core::{Refusal, RefusalCode};
 
 /// The journal name of reconciliations.
@@ -121,14 +122,12 @@ impl OpOwner {
 impl Census {
     /// Every unresolved operation as a recovery plan carries it forward (its WAL record and
     /// receipt): `{"kind": "<kind>_operation", "operation": …, "in_flight": …}`.
-    pub fn carried_forward(&self) -> Vec<serde_json::Value> {
+    pub fn carried_forward(&self) -> Vec<CarriedOperation> {
         self.entries()
-            .map(|e| {
-                serde_json::json!({
-                    "kind": format!("{:?}_operation", e.operation.kind).to_lowercase(),
-                    "operation": e.operation,
-                    "in_flight": e.in_flight,
-                })
+            .map(|e| CarriedOperation {
+                kind: format!("{:?}_operation", e.operation.kind).to_lowercase(),
+                operation: e.operation.clone(),
+                in_flight: e.in_flight,
             })
             .collect()
     }

@@ -6,14 +6,14 @@
 //! receipt says `recovered: false` and (for machine scope) the state is FROZEN_SAFE. Nothing is
 //! retried or replayed; carried-forward operations stay unresolved.
 
-use crate::chain::fields;
-use crate::epoch::AdvanceCause;
 use crate::error::{IoContext, StoreError};
 use crate::ops::Census;
 use crate::Store;
 use serde::Serialize;
-use serde_json::Value;
 use stopline_core::refusal::require_reason;
+use stopline_core::wal_record::{
+    AdvanceCause, CarriedOperation, RecoveryApplied, RecoveryIntent, WalRecord,
+};
 use stopline_core::{ControlState, RefusalCode, Scope};
 
 /// The receipt of `recover plan` (SPEC §4).
@@ -26,7 +26,7 @@ pub struct PlanReceipt {
     /// The exact latch file names it will clear.
     pub latches: Vec<String>,
     /// Unresolved operations carried forward.
-    pub carried_forward_operations: Vec<Value>,
+    pub carried_forward_operations: Vec<CarriedOperation>,
     /// Registries that could not be read.
     pub registry_errors: Vec<String>,
 }
@@ -71,18 +71,16 @@ impl Store {
         self.append_log(
             &wal,
             &log,
-            vec![(
-                "recovery_intent",
-                fields([
-                    ("plan", plan.clone().into()),
-                    ("scope", scope.to_string().into()),
-                    ("latches", names.clone().into()),
-                    ("carried_forward_operations", carried.clone().into()),
-                    ("registry_errors", census.errors.clone().into()),
-                    ("by", by.into()),
-                    ("reason", reason.into()),
-                ]),
-            )],
+            vec![WalRecord::RecoveryIntent(RecoveryIntent {
+                plan: plan.clone(),
+                scope: scope.clone(),
+                latches: names.clone(),
+                carried_forward_operations: carried.clone(),
+                registry_errors: census.errors.clone(),
+                by: by.to_string(),
+                reason,
+                local: None,
+            })],
             "recover.plan.wal",
         )?;
         Ok(PlanReceipt {
@@ -123,28 +121,9 @@ impl Store {
                 format!("plan {plan_id:?} was already applied"),
             ));
         }
-        let scope_text = intent
-            .body
-            .get("scope")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let scope = Scope::parse_stored(scope_text).map_err(StoreError::Refused)?;
-        let reason = intent
-            .body
-            .get("reason")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let planned: Vec<String> = intent
-            .body
-            .get("latches")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let scope = intent.scope;
+        let reason = intent.reason;
+        let planned = intent.latches;
         #[cfg(feature = "planted-bugs")]
         let planned = self.planted_names(&scope, planned);
         let machine = scope == Scope::Machine;
@@ -232,18 +211,15 @@ impl Store {
         let closing = self.append_log(
             &wal,
             &log,
-            vec![(
-                "recovery_applied",
-                fields([
-                    ("plan", plan_id.into()),
-                    ("scope", scope.to_string().into()),
-                    ("new_epoch", epoch.seq.into()),
-                    ("cleared", cleared.clone().into()),
-                    ("surviving", surviving.clone().into()),
-                    ("state", state.as_str().into()),
-                    ("by", by.into()),
-                ]),
-            )],
+            vec![WalRecord::RecoveryApplied(RecoveryApplied {
+                plan: plan_id.to_string(),
+                scope: scope.clone(),
+                new_epoch: epoch.seq,
+                cleared: cleared.clone(),
+                surviving: surviving.clone(),
+                state,
+                by: by.to_string(),
+            })],
             "recover.applied.wal",
         );
         drop(guard);

@@ -9,13 +9,13 @@
 //! fsync, read back). It refuses a WAL broken anywhere but its unterminated tail, and refuses to
 //! rebuild when an issued authority claims an epoch newer than the WAL knows. Gates never call it.
 
-use crate::chain::fields;
 use crate::error::{IoContext, StoreError};
 use crate::Store;
 use serde::Serialize;
 use std::io;
 use stopline_core::refusal::require_reason;
 use stopline_core::wal::{self, WalFault};
+use stopline_core::wal_record::{RepairApplied, WalRecord};
 use stopline_core::{EpochMap, RefusalCode};
 
 /// What a repair did.
@@ -179,21 +179,14 @@ impl Store {
             self.append_log(
                 &wal_path,
                 &log,
-                vec![(
-                    "repair_applied",
-                    fields([
-                        ("wal_truncated_bytes", receipt.wal_truncated_bytes.into()),
-                        ("epoch_rebuilt", receipt.epoch_rebuilt.into()),
-                        (
-                            "journals_repaired",
-                            serde_json::to_value(&receipt.journals_repaired)
-                                .expect("a journal repair always serializes"),
-                        ),
-                        ("evidence", receipt.evidence.clone().into()),
-                        ("by", by.into()),
-                        ("reason", reason.into()),
-                    ]),
-                )],
+                vec![WalRecord::RepairApplied(RepairApplied {
+                    wal_truncated_bytes: receipt.wal_truncated_bytes,
+                    epoch_rebuilt: receipt.epoch_rebuilt,
+                    journals_repaired: Some(receipt.journals_repaired.clone()),
+                    evidence: receipt.evidence.clone(),
+                    by: by.to_string(),
+                    reason,
+                })],
                 "repair.wal",
             )?;
         }

@@ -207,6 +207,7 @@ mod tests {
                 kind: String::new(),
                 body: body.clone(),
                 hash: String::new(),
+                record: None,
             });
         }
         index.history(harness_version)

@@ -3,10 +3,10 @@
 //!
 //! - `stopline-operator`: readwrite on the whole prefix (latches, the WAL, the epoch, state,
 //!   recovery evidence, `keys/verify.pub`).
-//! - `stopline-gateway`: read on the prefix; readwrite only on `servers/` and `acks/`, the two
-//!   ranges a gateway writes (its leased registration and its acknowledgements, see
-//!   `register.rs`). Gateways write nothing else: budgets, breakers, operation journals and the
-//!   signing seed are local. An engage made *through* a gateway therefore cannot publish to
+//! - `stopline-gateway`: read on the prefix; readwrite only on `servers/`, `acks/` and
+//!   `budgets/`, the three ranges a gateway writes (its leased registration and its
+//!   acknowledgements, see `register.rs`; the fleet's budget ledger, `budgets.rs`). Gateways
+//!   write nothing else: breakers, operation journals and the signing seed are local. An engage made *through* a gateway therefore cannot publish to
 //!   etcd under this role; it lands in that host's local control directory and says
 //!   `distributed_publish_failed`, containing that host (the operator engages fleet-wide).
 //! - No role for agents: an agent holds no etcd credentials at all.
@@ -50,6 +50,7 @@ pub fn grants(prefix: &str) -> Vec<Grant> {
         grant(GATEWAY, "read", names.all()),
         grant(GATEWAY, "readwrite", names.servers()),
         grant(GATEWAY, "readwrite", names.acks()),
+        grant(GATEWAY, "readwrite", names.budgets()),
     ]
 }
 

@@ -1,11 +1,13 @@
 //! Wiring for the binary: `--control etcd://…` turns a local [`Context`] into one whose plane is
-//! etcd, and yields the gateway's distributed backend (plane + view source) for `serve`.
+//! etcd, and yields the gateway's distributed backend (plane, view source, the fleet's budget
+//! ledger) for `serve`.
 //!
 //! TLS and credentials come from `[etcd]` ([`Access::load`]), read here for the CLI and `serve`
 //! alike. The permit comes from the configuration key `permit_ttl_ms` (default 2000); a value that is
 //! not a positive integer is refused rather than silently replaced.
 
 use crate::access::Access;
+use crate::budgets::EtcdBudgets;
 use crate::plane::EtcdPlane;
 use crate::source::EtcdSource;
 use crate::url::EtcdTarget;
@@ -34,7 +36,11 @@ pub fn attach(ctx: Context, url: &str) -> Result<(Context, Distributed), Refusal
     })?;
     let distributed = Distributed {
         plane: Arc::new(plane.clone()),
-        source: Arc::new(EtcdSource::new(plane, permit)),
+        source: Arc::new(EtcdSource::new(plane.clone(), permit)),
+        budgets: Some(Arc::new(EtcdBudgets::new(
+            plane,
+            &stopline_gateway::registry::Registry::id_for_this_process(),
+        ))),
     };
     Ok((ctx.with_plane(distributed.plane.clone()), distributed))
 }

@@ -76,6 +76,7 @@ impl Governor {
         view: Arc<ViewHolder>,
         tracker: Arc<DispatchTracker>,
         server_id: String,
+        fleet: Option<Arc<dyn crate::fleet::FleetLedger>>,
     ) -> Result<Governor, Refusal> {
         let signing = ctx.signing_key()?;
         let verifying = ctx.verifying_key()?;
@@ -84,14 +85,23 @@ impl Governor {
             .store
             .ops_journal("gateway")
             .map_err(|e| e.to_refusal())?;
-        // Budgets survive restarts and are shared with every gateway over this home: start
-        // from what the spending journals say (a corrupt one refuses the start).
-        let spend = ctx
-            .store
-            .spend_journal("gateway")
-            .map_err(|e| e.to_refusal())?;
-        let ledger = Ledger::durable(spend.clone());
-        ledger.set_elsewhere(spend.lock().map_err(|e| e.to_refusal())?.elsewhere());
+        let ledger = match fleet {
+            // On a distributed plane budgets are the fleet's, kept by its backend (and read
+            // there at every reservation that draws on a limit); this home's journals are not
+            // used.
+            Some(fleet) => Ledger::fleet(fleet),
+            None => {
+                // Budgets survive restarts and are shared with every gateway over this home:
+                // start from what the spending journals say (a corrupt one refuses the start).
+                let spend = ctx
+                    .store
+                    .spend_journal("gateway")
+                    .map_err(|e| e.to_refusal())?;
+                let ledger = Ledger::durable(spend.clone());
+                ledger.set_elsewhere(spend.lock().map_err(|e| e.to_refusal())?.elsewhere());
+                ledger
+            }
+        };
         let upstream = crate::client::UpstreamClient::new();
         let agents = Arc::new(AgentBreakers::default());
         let tripper = Tripper::new(

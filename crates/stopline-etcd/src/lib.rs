@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 pub mod access;
+pub mod breakers;
 pub mod budget_record;
 pub mod budgets;
 pub mod client;

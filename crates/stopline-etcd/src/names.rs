@@ -6,7 +6,8 @@
 //! `<prefix>/servers/<id>.json`, `<prefix>/acks/<gateway>/<latch file>`,
 //! `<prefix>/keys/verify.pub`, `<prefix>/recovery-evidence/<file>-<sha256>.bin`, and the fleet's
 //! budget ledger `<prefix>/budgets/accounts/<jti>.json` with its leased
-//! `<prefix>/budgets/holders/<lease>`. Tests corrupt
+//! `<prefix>/budgets/holders/<lease>`, and the fleet's breaker counts
+//! `<prefix>/breakers/<agent>.json`. Tests corrupt
 //! these on purpose, so a name here is part of the contract.
 
 /// Key builders for one prefix.
@@ -122,6 +123,16 @@ impl Names {
     /// `<prefix>/budgets/holders/<holder>`, attached to that holder's lease.
     pub fn budget_holder(&self, holder: &str) -> String {
         format!("{}{holder}", self.budget_holders())
+    }
+
+    /// `<prefix>/breakers/` (a range prefix): the fleet's agent breaker counts.
+    pub fn breakers(&self) -> String {
+        format!("{}/breakers/", self.prefix)
+    }
+
+    /// `<prefix>/breakers/<agent>.json`.
+    pub fn breaker(&self, agent: &str) -> String {
+        format!("{}{agent}.json", self.breakers())
     }
 
     /// `<prefix>/recovery-evidence/<name>`.

@@ -1,6 +1,7 @@
-//! The seam a gateway's budget ledger is shared across hosts through: [`FleetLedger`], kept in
-//! etcd by `stopline-etcd` (docs/reference.md, "Many hosts: etcd"). A leaf: the ledger
-//! (`budget.rs`) uses it, it uses nothing of the gateway.
+//! The seams a gateway's budget ledger and breaker counters are shared across hosts through:
+//! [`FleetLedger`] and [`FleetBreakers`], kept in etcd by `stopline-etcd` (docs/reference.md,
+//! "Many hosts: etcd"). A leaf: the ledger (`budget.rs`) and the governor use it, it uses nothing
+//! of the gateway.
 //!
 //! In local mode the ledger is shared through the spending journals of one control directory;
 //! on a distributed plane every reservation that draws on a limit is decided with what the
@@ -10,8 +11,29 @@
 //! refused, never spent locally.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use stopline_core::budget::Budgets;
-use stopline_core::Refusal;
+use stopline_core::{BreakerKind, Refusal};
+
+/// What a gateway on a distributed plane shares with the rest of the fleet (nothing: local mode).
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    /// The budget ledger (`None`: this home's spending journals).
+    pub budgets: Option<Arc<dyn FleetLedger>>,
+    /// The agent breakers' counters (`None`: this gateway's own).
+    pub breakers: Option<Arc<dyn FleetBreakers>>,
+}
+
+/// The agent breakers' counters (`unauthorized_calls`, `refused_egress`) shared by every
+/// gateway of a fleet, so a breaker trips on the fleet's count, not one host's.
+pub trait FleetBreakers: Send + Sync + std::fmt::Debug {
+    /// Add one event of `kind` for `agent` to the fleet's count and return the count after it.
+    /// Blocks (bounded); call it off the runtime's workers.
+    fn count(&self, agent: &str, kind: BreakerKind) -> Result<u32, Refusal>;
+    /// Start `agent`'s count of `kind` again from zero (its breaker tripped: the trip's latch
+    /// holds the agent from now on, on every host). Blocks (bounded).
+    fn reset(&self, agent: &str, kind: BreakerKind);
+}
 
 /// One account as the fleet holds it: its settled use and what its open reservations hold.
 #[derive(Debug, Clone, Default, PartialEq)]

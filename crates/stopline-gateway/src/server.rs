@@ -116,9 +116,8 @@ pub struct Distributed {
     pub plane: Arc<dyn ControlPlane>,
     /// Where the view comes from.
     pub source: Arc<dyn ViewSource>,
-    /// Where budgets are reserved and settled across the fleet (`None`: this home's spending
-    /// journals, as in local mode).
-    pub budgets: Option<Arc<dyn crate::fleet::FleetLedger>>,
+    /// What is shared with the fleet: budgets and breaker counters (nothing: as in local mode).
+    pub fleet: crate::fleet::Fleet,
 }
 
 /// Start a gateway on the current tokio runtime.
@@ -149,11 +148,11 @@ pub async fn start_with(
         .map_err(|e| e.to_refusal())?;
     let mut ctx = Context::new(store.clone(), config.base.clone());
     let mut view = ViewHolder::new(store.clone(), config.reload_interval());
-    let mut fleet = None;
+    let mut fleet = crate::fleet::Fleet::default();
     if let Some(distributed) = distributed {
         ctx = ctx.with_plane(distributed.plane);
         view = view.with_source(distributed.source);
-        fleet = distributed.budgets;
+        fleet = distributed.fleet;
     }
     let view = Arc::new(view);
     view.refresh_full();

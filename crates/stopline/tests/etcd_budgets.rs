@@ -7,6 +7,7 @@
 //! - A gateway killed (SIGKILL) with reservations open: another gateway counts them as reserved
 //!   while the dead gateway's lease lives, and as spent at their bound once it ended.
 //! - etcd unreachable: a budgeted call is refused `control_io`, never spent locally.
+//! - An agent breaker trips on the fleet's count: unauthorized calls spread over two gateways.
 
 #[path = "../../stopline-etcd/tests/cluster/mod.rs"]
 mod cluster;
@@ -316,4 +317,53 @@ fn a_gateway_that_cannot_reach_etcd_refuses_budgeted_calls() {
         "the gate itself is open: what refuses is the ledger"
     );
     assert_eq!(fleet.upstream.executed().len(), 1);
+}
+
+#[test]
+fn an_agent_breaker_trips_on_the_fleets_count_not_one_gateways() {
+    let fleet = fleet(2, "[breakers]\nunauthorized_calls = 4\n");
+    let token = token(&fleet.operator, "prober", &[]);
+    // Two recovery attempts through each gateway: two each, four in the fleet.
+    for (_, gateway) in &fleet.gateways {
+        for _ in 0..2 {
+            let reply = http(
+                &gateway.addr,
+                "POST",
+                "/v1/recover",
+                Some(&token),
+                Some(&json!({})),
+            );
+            assert_eq!(reply.status, 403, "{}", reply.body);
+        }
+    }
+    // The trip is engaged by the gateway that counted the fourth; under the gateway role it
+    // lands in that host's control directory (an engage through a gateway contains its host).
+    let tripped_at = |host: &Host| {
+        set_up(host, &["status"])["latches"]
+            .as_array()
+            .is_some_and(|latches| {
+                latches.iter().any(|l| {
+                    l["by"] == "breaker:unauthorized_calls" && l["scope"] == "agent:prober"
+                })
+            })
+    };
+    let tripped = wait_until(Duration::from_secs(20), || {
+        fleet.gateways.iter().any(|(host, _)| tripped_at(host))
+    });
+    assert!(
+        tripped.is_some(),
+        "four unauthorized calls across two gateways did not trip a breaker of four"
+    );
+    let (_, gateway) = fleet
+        .gateways
+        .iter()
+        .find(|(host, _)| tripped_at(host))
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || gateway.check(&token).0
+            == "block")
+        .is_some(),
+        "{:?}",
+        gateway.check(&token)
+    );
 }

@@ -673,6 +673,103 @@ mod tests {
         drop(held);
     }
 
+    /// A fleet ledger in memory: one account map, or unreachable.
+    #[derive(Debug, Default)]
+    struct FakeFleet {
+        accounts: Mutex<crate::fleet::FleetAccounts>,
+        unreachable: bool,
+        settled: Mutex<Vec<(String, Budgets)>>,
+    }
+
+    impl FleetLedger for FakeFleet {
+        fn reserve(
+            &self,
+            chain: &[String],
+            amounts: &Budgets,
+            decide: &mut dyn FnMut(&FleetAccounts) -> bool,
+        ) -> Result<Option<String>, stopline_core::Refusal> {
+            if self.unreachable {
+                return Err(stopline_core::Refusal::new(
+                    stopline_core::RefusalCode::ControlIo,
+                    "unreachable",
+                ));
+            }
+            let mut accounts = self.accounts.lock().unwrap();
+            let seen: FleetAccounts = chain
+                .iter()
+                .map(|jti| (jti.clone(), accounts.get(jti).cloned().unwrap_or_default()))
+                .collect();
+            if !decide(&seen) {
+                return Ok(None);
+            }
+            for jti in chain {
+                let account = accounts.entry(jti.clone()).or_default();
+                for (&kind, &amount) in amounts {
+                    *account.reserved.entry(kind).or_default() += amount;
+                }
+            }
+            Ok(Some("r".into()))
+        }
+
+        fn settle(&self, _chain: &[String], id: &str, actual: &Budgets) {
+            self.settled
+                .lock()
+                .unwrap()
+                .push((id.to_string(), actual.clone()));
+        }
+    }
+
+    #[test]
+    fn a_fleet_ledger_decides_on_the_fleets_figures_and_an_unreachable_one_refuses() {
+        // Time enabled for the reservation's own wait bound (10 ms), which the refusal ends.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        let limited = claims('a', None, 3.0);
+        let fleet = Arc::new(FakeFleet::default());
+        // Other gateways spent two and hold one open: nothing fits, one settlement may free it.
+        fleet.accounts.lock().unwrap().insert(
+            limited.jti.clone(),
+            crate::fleet::FleetUse {
+                used: [(BudgetKind::ToolCalls, 2.0)].into(),
+                reserved: one.clone(),
+            },
+        );
+        let ledger = Arc::new(Ledger::fleet(fleet.clone()));
+        let wait = Duration::from_millis(10);
+        let refused = runtime.block_on(ledger.reserve(&limited, &one, || 0, wait));
+        assert_eq!(refused.unwrap_err(), Shortfall::Wait);
+        fleet.accounts.lock().unwrap().clear();
+        let held = runtime
+            .block_on(ledger.reserve(&limited, &one, || 0, wait))
+            .unwrap();
+        assert!(held.fleet && held.spend_id.as_deref() == Some("r"));
+        held.settle(&one);
+        assert_eq!(
+            fleet.settled.lock().unwrap().len(),
+            1,
+            "settled in the fleet"
+        );
+        assert_eq!(
+            ledger.remaining(&limited.jti, BudgetKind::ToolCalls),
+            Some(3.0),
+            "this gateway's own counters never held the fleet's reservation"
+        );
+        let cut_off = Arc::new(Ledger::fleet(Arc::new(FakeFleet {
+            unreachable: true,
+            ..Default::default()
+        })));
+        assert!(matches!(
+            runtime.block_on(cut_off.reserve(&limited, &one, || 0, wait)),
+            Err(Shortfall::Unrecorded(
+                stopline_core::RefusalCode::ControlIo,
+                _
+            ))
+        ));
+    }
+
     #[test]
     fn only_a_chain_that_may_draw_on_a_limit_goes_through_the_spend_journal() {
         let dir = tempfile::tempdir().unwrap();

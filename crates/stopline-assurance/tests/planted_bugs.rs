@@ -307,3 +307,18 @@ fn without_a_planted_bug_the_full_disk_scenario_passes() {
     let report = check(PlantedBug::None, "op-full-disk");
     assert!(report.ok(), "{}", report.text());
 }
+
+#[test]
+fn a_reader_that_accepts_a_lower_epoch_acts_on_a_plane_gone_back_and_is_found() {
+    found(
+        PlantedBug::MarkAcceptsLowerEpoch,
+        "plane-marks",
+        Property::PlaneBelowMarksRefused,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_plane_marks_scenario_passes() {
+    let report = check(PlantedBug::None, "plane-marks");
+    assert!(report.ok(), "{}", report.text());
+}

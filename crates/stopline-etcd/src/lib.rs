@@ -13,6 +13,9 @@
 #![deny(missing_docs)]
 
 pub mod access;
+pub mod breakers;
+pub mod budget_record;
+pub mod budgets;
 pub mod client;
 mod control_plane;
 mod engage;

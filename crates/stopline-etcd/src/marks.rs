@@ -8,7 +8,8 @@
 //! the mark — a wipe, an old snapshot restored — is `control_state_corrupt` and every gate
 //! closes, so going back is a stop, never an all-clear. A mark that cannot be raised is
 //! `control_io` (the gate closes rather than act on what it could not record). The owner's way
-//! out is `stopline recover repair` at the console ([`EtcdPlane::refound`]).
+//! out is `stopline recover repair` at the console ([`EtcdPlane::refound`]). The file and the
+//! rule are the store's (`stopline_store::marks`), so the model check steps the same code.
 //!
 //! The key pin: the sha256 of `keys/verify.pub` as this host first read it (at `stopline init
 //! --control …`, or its first read when it never ran that). A different key later is
@@ -17,35 +18,11 @@
 use crate::plane::EtcdPlane;
 use crate::read::{append, Snapshot};
 use etcd_client::Txn;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::sync::Mutex;
 use stopline_core::wal_record::AdvanceCause;
 use stopline_core::{ControlView, EpochMap, Refusal, RefusalCode, Scope};
 use stopline_store::StoreError;
 
-/// What this host trusts about one prefix.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Trust {
-    /// The highest WAL seq read from the plane.
-    pub wal_seq: u64,
-    /// The highest epoch read from the plane.
-    pub epoch_seq: u64,
-    /// The pinned verification key's sha256 (hex), once pinned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verify_key_sha256: Option<String>,
-}
-
-/// Every read-modify-write of the trust file in this process, one at a time (the CLI's verbs
-/// and a gateway's watch and request threads share it).
-static WRITING: Mutex<()> = Mutex::new(());
-
-/// How long a writer waits for another process's hold of `keys/etcd-trust.lock`.
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// The file name under `keys/`.
-pub const TRUST_FILE: &str = "etcd-trust.json";
+pub use stopline_store::marks::{Trust, TRUST_FILE};
 
 /// The fingerprint of a verification key: sha256 of its 32 bytes, hex.
 pub fn fingerprint(key: &[u8; 32]) -> String {
@@ -60,76 +37,14 @@ fn heights(snapshot: &Snapshot) -> Option<(u64, u64)> {
 }
 
 impl EtcdPlane {
-    fn trust_path(&self) -> std::path::PathBuf {
-        self.local.layout().keys().join(TRUST_FILE)
-    }
-
-    fn read_all(&self) -> Result<BTreeMap<String, Trust>, StoreError> {
-        match self.local.fs().read(&self.trust_path()) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                StoreError::corrupt(
-                    RefusalCode::ControlStateCorrupt,
-                    format!("keys/{TRUST_FILE} is corrupt: {e}"),
-                )
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
-            Err(e) => Err(StoreError::refused(
-                RefusalCode::ControlIo,
-                format!("keys/{TRUST_FILE} cannot be read: {e}"),
-            )),
-        }
-    }
-
     /// What this host trusts about this prefix (nothing yet: zeros and no pin).
     pub fn trust(&self) -> Result<Trust, StoreError> {
-        Ok(self
-            .read_all()?
-            .remove(self.names.prefix())
-            .unwrap_or_default())
+        self.local.trust(self.names.prefix())
     }
 
-    /// Change this prefix's trust with `change`, durably, before returning. Writers on this host
-    /// take `keys/etcd-trust.lock` (bounded: a holder past the bound is `control_io`) and read
-    /// again under it, so two processes raising at once never lower each other's mark.
+    /// Change this prefix's trust with `change`, durably ([`stopline_store::Store::update_trust`]).
     pub(crate) fn update_trust(&self, change: impl Fn(&mut Trust)) -> Result<Trust, StoreError> {
-        let _one = WRITING.lock().unwrap_or_else(|p| p.into_inner());
-        let mut current = self.trust()?;
-        let before = current.clone();
-        change(&mut current);
-        if current == before {
-            return Ok(current);
-        }
-        // A gate never creates the home (a missing one is `control_home_missing`).
-        let home = self.local.layout().home();
-        if !self.local.fs().exists(home).unwrap_or(false) {
-            return Err(StoreError::refused(
-                RefusalCode::ControlHomeMissing,
-                format!(
-                    "the control directory {} does not exist (run `stopline init`)",
-                    home.display()
-                ),
-            ));
-        }
-        let keys = self.local.layout().keys();
-        self.local.ensure_dirs(&[&keys])?;
-        let _lock = self
-            .local
-            .fs()
-            .lock(&keys.join("etcd-trust.lock"), true, true, Some(LOCK_WAIT))
-            .map_err(|e| {
-                StoreError::refused(
-                    RefusalCode::ControlIo,
-                    format!("keys/etcd-trust.lock cannot be taken: {e}"),
-                )
-            })?;
-        let mut all = self.read_all()?;
-        let entry = all.entry(self.names.prefix().to_string()).or_default();
-        change(entry);
-        let after = entry.clone();
-        let bytes = serde_json::to_vec_pretty(&all).expect("the trust map serializes");
-        self.local
-            .replace_atomic(&self.trust_path(), &bytes, "etcd.trust")?;
-        Ok(after)
+        self.local.update_trust(self.names.prefix(), change)
     }
 
     /// The view of `snapshot`, judged against this host's high-water marks: below them is
@@ -142,36 +57,14 @@ impl EtcdPlane {
         view
     }
 
-    /// `None` when `snapshot` is at or above the marks (raised to it, durably); else the fault.
+    /// `None` when `snapshot` is at or above the marks (raised to it, durably); else the fault
+    /// ([`stopline_store::Store::hold_marks`]).
     pub fn hold_marks(&self, snapshot: &Snapshot) -> Option<Refusal> {
-        let trust = match self.trust() {
-            Ok(trust) => trust,
-            Err(error) => return Some(error.to_refusal()),
-        };
         // Unsound records are faults of their own; they never raise a mark.
         let (wal_seq, epoch_seq) = heights(snapshot)?;
-        if wal_seq < trust.wal_seq || epoch_seq < trust.epoch_seq {
-            return Some(Refusal::new(
-                RefusalCode::ControlStateCorrupt,
-                format!(
-                    "the plane went back: etcd holds WAL {wal_seq} and epoch {epoch_seq}, but this host has read WAL {} and epoch {} under {} (a wipe, or an old snapshot restored); every gate stays closed until the owner runs `stopline recover repair` at the console",
-                    trust.wal_seq, trust.epoch_seq, self.names.prefix()
-                ),
-            ));
-        }
-        if wal_seq == trust.wal_seq && epoch_seq == trust.epoch_seq {
-            return None;
-        }
-        match self.update_trust(|t| {
-            t.wal_seq = t.wal_seq.max(wal_seq);
-            t.epoch_seq = t.epoch_seq.max(epoch_seq);
-        }) {
-            Ok(_) => None,
-            Err(error) => Some(Refusal::new(
-                RefusalCode::ControlIo,
-                format!("the plane's high-water mark cannot be kept in keys/{TRUST_FILE}, so its view is not acted on: {error}"),
-            )),
-        }
+        self.local
+            .hold_marks(self.names.prefix(), wal_seq, epoch_seq)
+            .err()
     }
 
     /// The owner's way out of a plane that went back (called by `recover repair`): the machine

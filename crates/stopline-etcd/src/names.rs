@@ -4,7 +4,10 @@
 //! sequence number zero-padded to 20 digits so keys sort in log order), `<prefix>/epoch.json`,
 //! `<prefix>/state.json`, `<prefix>/breakglass.cleared/epoch-<N>/<id>.json`,
 //! `<prefix>/servers/<id>.json`, `<prefix>/acks/<gateway>/<latch file>`,
-//! `<prefix>/keys/verify.pub` and `<prefix>/recovery-evidence/<file>-<sha256>.bin`. Tests corrupt
+//! `<prefix>/keys/verify.pub`, `<prefix>/recovery-evidence/<file>-<sha256>.bin`, and the fleet's
+//! budget ledger `<prefix>/budgets/accounts/<jti>.json` with its leased
+//! `<prefix>/budgets/holders/<lease>`, and the fleet's breaker counts
+//! `<prefix>/breakers/<agent>.json`. Tests corrupt
 //! these on purpose, so a name here is part of the contract.
 
 /// Key builders for one prefix.
@@ -99,6 +102,37 @@ impl Names {
     /// `<prefix>/keys/verify.pub`: the control plane's public key, 64 hex digits.
     pub fn verify_key(&self) -> String {
         format!("{}/keys/verify.pub", self.prefix)
+    }
+
+    /// `<prefix>/budgets/` (a range prefix): the fleet's budget ledger, the one range besides
+    /// `servers/` and `acks/` a gateway writes.
+    pub fn budgets(&self) -> String {
+        format!("{}/budgets/", self.prefix)
+    }
+
+    /// `<prefix>/budgets/accounts/<jti>.json`: one token's account.
+    pub fn budget_account(&self, jti: &str) -> String {
+        format!("{}accounts/{jti}.json", self.budgets())
+    }
+
+    /// `<prefix>/budgets/holders/` (a range prefix): the gateways' leased holder keys.
+    pub fn budget_holders(&self) -> String {
+        format!("{}holders/", self.budgets())
+    }
+
+    /// `<prefix>/budgets/holders/<holder>`, attached to that holder's lease.
+    pub fn budget_holder(&self, holder: &str) -> String {
+        format!("{}{holder}", self.budget_holders())
+    }
+
+    /// `<prefix>/breakers/` (a range prefix): the fleet's agent breaker counts.
+    pub fn breakers(&self) -> String {
+        format!("{}/breakers/", self.prefix)
+    }
+
+    /// `<prefix>/breakers/<agent>.json`.
+    pub fn breaker(&self, agent: &str) -> String {
+        format!("{}{agent}.json", self.breakers())
     }
 
     /// `<prefix>/recovery-evidence/<name>`.

@@ -3,9 +3,10 @@
 //!
 //! - `stopline-operator`: readwrite on the whole prefix (latches, the WAL, the epoch, state,
 //!   recovery evidence, `keys/verify.pub`).
-//! - `stopline-gateway`: read on the prefix; readwrite only on `servers/` and `acks/`, the two
-//!   ranges a gateway writes (its leased registration and its acknowledgements, see
-//!   `register.rs`). Gateways write nothing else: budgets, breakers, operation journals and the
+//! - `stopline-gateway`: read on the prefix; readwrite only on `servers/`, `acks/`, `budgets/`
+//!   and `breakers/`, the ranges a gateway writes (its leased registration and its
+//!   acknowledgements, see `register.rs`; the fleet's budget ledger, `budgets.rs`; the fleet's
+//!   breaker counts, `breakers.rs`). Gateways write nothing else: operation journals and the
 //!   signing seed are local. An engage made *through* a gateway therefore cannot publish to
 //!   etcd under this role; it lands in that host's local control directory and says
 //!   `distributed_publish_failed`, containing that host (the operator engages fleet-wide).
@@ -50,6 +51,8 @@ pub fn grants(prefix: &str) -> Vec<Grant> {
         grant(GATEWAY, "read", names.all()),
         grant(GATEWAY, "readwrite", names.servers()),
         grant(GATEWAY, "readwrite", names.acks()),
+        grant(GATEWAY, "readwrite", names.budgets()),
+        grant(GATEWAY, "readwrite", names.breakers()),
     ]
 }
 

@@ -1,11 +1,14 @@
 //! Wiring for the binary: `--control etcd://…` turns a local [`Context`] into one whose plane is
-//! etcd, and yields the gateway's distributed backend (plane + view source) for `serve`.
+//! etcd, and yields the gateway's distributed backend (plane, view source, the fleet's budget
+//! ledger and breaker counters) for `serve`.
 //!
 //! TLS and credentials come from `[etcd]` ([`Access::load`]), read here for the CLI and `serve`
 //! alike. The permit comes from the configuration key `permit_ttl_ms` (default 2000); a value that is
 //! not a positive integer is refused rather than silently replaced.
 
 use crate::access::Access;
+use crate::breakers::EtcdBreakers;
+use crate::budgets::EtcdBudgets;
 use crate::plane::EtcdPlane;
 use crate::source::EtcdSource;
 use crate::url::EtcdTarget;
@@ -14,6 +17,7 @@ use std::time::Duration;
 use stopline_control::config::Config;
 use stopline_control::Context;
 use stopline_core::{Refusal, RefusalCode};
+use stopline_gateway::fleet::Fleet;
 use stopline_gateway::Distributed;
 
 /// The permit from `config` (`permit_ttl_ms`), or the default ([`Config::permit_ttl`]).
@@ -34,7 +38,14 @@ pub fn attach(ctx: Context, url: &str) -> Result<(Context, Distributed), Refusal
     })?;
     let distributed = Distributed {
         plane: Arc::new(plane.clone()),
-        source: Arc::new(EtcdSource::new(plane, permit)),
+        source: Arc::new(EtcdSource::new(plane.clone(), permit)),
+        fleet: Fleet {
+            budgets: Some(Arc::new(EtcdBudgets::new(
+                plane.clone(),
+                &stopline_gateway::registry::Registry::id_for_this_process(),
+            ))),
+            breakers: Some(Arc::new(EtcdBreakers::new(plane))),
+        },
     };
     Ok((ctx.with_plane(distributed.plane.clone()), distributed))
 }

@@ -74,6 +74,26 @@ impl AgentBreakers {
         trigger: &str,
         value: f64,
     ) -> Option<TripOrder> {
+        self.note_counted(config, agent, kind, trigger, value, None)
+    }
+
+    /// True while `agent`'s breaker is tripped here.
+    pub fn is_tripped(&self, agent: &str) -> bool {
+        let agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+        agents.get(agent).is_some_and(|c| c.tripped.is_some())
+    }
+
+    /// [`AgentBreakers::note`], with the event already counted elsewhere: `counted` is the
+    /// fleet's count of `kind` after it (`None`: count it here).
+    pub fn note_counted(
+        &self,
+        config: &BreakerConfig,
+        agent: &str,
+        kind: BreakerKind,
+        trigger: &str,
+        value: f64,
+        counted: Option<u32>,
+    ) -> Option<TripOrder> {
         let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
         let counters = agents.entry(agent.to_string()).or_default();
         if kind == BreakerKind::AnomalyScore {
@@ -84,14 +104,14 @@ impl AgentBreakers {
         }
         let (observed, threshold) = match kind {
             BreakerKind::UnauthorizedCalls => {
-                counters.unauthorized += 1;
+                counters.unauthorized = counted.unwrap_or(counters.unauthorized + 1);
                 (
                     counters.unauthorized as f64,
                     config.unauthorized_calls as f64,
                 )
             }
             BreakerKind::RefusedEgress => {
-                counters.refused_egress += 1;
+                counters.refused_egress = counted.unwrap_or(counters.refused_egress + 1);
                 (counters.refused_egress as f64, config.refused_egress as f64)
             }
             BreakerKind::AnomalyScore => (value, config.anomaly_score),

@@ -13,7 +13,14 @@
 //! what the other gateways' journals say (spent, and reserved by their calls in flight), and is
 //! recorded and fsynced before the call is dispatched; its settlement is appended after. A
 //! reservation that cannot be recorded is not granted.
+//!
+//! On a distributed plane ([`Ledger::fleet`]) the same decision is made with what the whole fleet
+//! has settled and holds open ([`FleetLedger`]), and the reservation is recorded there, not in
+//! this host's journals: such reservations never touch this ledger's own counters (the fleet's
+//! figures, this gateway's calls included, are kept as what is used and reserved elsewhere), so
+//! nothing is counted twice. A gateway that cannot reach the fleet refuses the call.
 
+use crate::fleet::{FleetAccounts, FleetLedger};
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -112,6 +119,8 @@ pub struct Ledger {
     settled: Notify,
     /// Where reservations on a limit are recorded before dispatch (none: in memory only).
     journal: Option<SpendJournal>,
+    /// The fleet's ledger, on a distributed plane: it decides and records instead of `journal`.
+    fleet: Option<Arc<dyn FleetLedger>>,
 }
 
 /// A granted reservation; release or settle it exactly once (drop releases).
@@ -123,8 +132,10 @@ pub struct Reservation {
     done: bool,
     /// True when an account of the chain limits a kind it reserves.
     limited: bool,
-    /// Its id in the spending journal, once recorded.
+    /// Its id in the spending journal (or the fleet's ledger), once recorded.
     spend_id: Option<String>,
+    /// True when recorded in the fleet's ledger: this ledger's own counters never held it.
+    fleet: bool,
 }
 
 impl Ledger {
@@ -135,6 +146,29 @@ impl Ledger {
             accounts: Mutex::new(HashMap::new()),
             settled: Notify::new(),
             journal: Some(journal),
+            fleet: None,
+        }
+    }
+
+    /// A ledger whose reservations on a limit are decided with the fleet's spending and
+    /// recorded in `fleet` (a gateway on a distributed plane).
+    pub fn fleet(fleet: Arc<dyn FleetLedger>) -> Ledger {
+        Ledger {
+            accounts: Mutex::new(HashMap::new()),
+            settled: Notify::new(),
+            journal: None,
+            fleet: Some(fleet),
+        }
+    }
+
+    /// Take in what the fleet says of the accounts of one chain (replacing the last look at
+    /// those accounts).
+    fn set_fleet(&self, fleet: &FleetAccounts) {
+        let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
+        for (jti, seen) in fleet {
+            let account = accounts.entry(jti.clone()).or_default();
+            account.used_elsewhere = seen.used.clone();
+            account.reserved_elsewhere = seen.reserved.clone();
         }
     }
 
@@ -230,6 +264,18 @@ impl Ledger {
         amounts: &Budgets,
         now_s: i64,
     ) -> Result<Reservation, Shortfall> {
+        self.try_reserve_in(claims, amounts, now_s, false)
+    }
+
+    /// [`Ledger::try_reserve`]; with `fleet`, the decision is made on the fleet's figures alone
+    /// (taken in just before) and this ledger's own counters are left untouched.
+    fn try_reserve_in(
+        self: &Arc<Self>,
+        claims: &Claims,
+        amounts: &Budgets,
+        now_s: i64,
+        fleet: bool,
+    ) -> Result<Reservation, Shortfall> {
         let mut accounts = self.accounts.lock().unwrap_or_else(|p| p.into_inner());
         Ledger::register_in(&mut accounts, claims);
         let chain = Ledger::chain_of(&accounts, &claims.jti);
@@ -270,6 +316,9 @@ impl Ledger {
         for jti in &chain {
             if let Some(account) = accounts.get_mut(jti) {
                 limited |= amounts.keys().any(|kind| account.limits.contains_key(kind));
+                if fleet {
+                    continue;
+                }
                 for (&kind, &amount) in amounts {
                     *account.reserved.entry(kind).or_default() += amount;
                 }
@@ -282,6 +331,55 @@ impl Ledger {
             done: false,
             limited,
             spend_id: None,
+            fleet,
+        })
+    }
+
+    /// One attempt through the fleet's ledger: read the chain's accounts there, decide with
+    /// them, and record a granted reservation there before it is returned. Refused when the
+    /// fleet cannot be reached or read (`control_io`, `control_state_corrupt`).
+    async fn try_reserve_fleet(
+        self: &Arc<Self>,
+        fleet: Arc<dyn FleetLedger>,
+        claims: &Claims,
+        amounts: &Budgets,
+        now_s: i64,
+    ) -> Result<Reservation, Shortfall> {
+        let (ledger, claims, amounts) = (self.clone(), claims.clone(), amounts.clone());
+        let attempt = tokio::task::spawn_blocking(move || {
+            let chain = {
+                let mut accounts = ledger.accounts.lock().unwrap_or_else(|p| p.into_inner());
+                Ledger::register_in(&mut accounts, &claims);
+                Ledger::chain_of(&accounts, &claims.jti)
+            };
+            let mut decided = None;
+            let recorded = fleet.reserve(&chain, &amounts, &mut |seen| {
+                ledger.set_fleet(seen);
+                let outcome = ledger.try_reserve_in(&claims, &amounts, now_s, true);
+                let granted = outcome.is_ok();
+                // A grant an earlier attempt made is dropped here: it touched no counter.
+                decided = Some(outcome);
+                granted
+            });
+            match (recorded, decided) {
+                (Ok(Some(id)), Some(Ok(mut reservation))) => {
+                    reservation.spend_id = Some(id);
+                    Ok(reservation)
+                }
+                (Ok(_), Some(Err(shortfall))) => Err(shortfall),
+                (Ok(_), _) => Err(Shortfall::Unrecorded(
+                    stopline_core::RefusalCode::ControlIo,
+                    "the fleet's ledger recorded no decision".into(),
+                )),
+                (Err(refusal), _) => Err(Shortfall::Unrecorded(refusal.code, refusal.message)),
+            }
+        })
+        .await;
+        attempt.unwrap_or_else(|error| {
+            Err(Shortfall::Unrecorded(
+                stopline_core::RefusalCode::ControlIo,
+                error.to_string(),
+            ))
         })
     }
 
@@ -337,8 +435,12 @@ impl Ledger {
             let settled = self.settled.notified();
             tokio::pin!(settled);
             settled.as_mut().enable();
-            let attempt = match &self.journal {
-                Some(journal) if self.may_draw_on_limit(claims, amounts) => {
+            let attempt = match (&self.fleet, &self.journal) {
+                (Some(fleet), _) if self.may_draw_on_limit(claims, amounts) => {
+                    self.try_reserve_fleet(fleet.clone(), claims, amounts, now_s())
+                        .await
+                }
+                (None, Some(journal)) if self.may_draw_on_limit(claims, amounts) => {
                     self.try_reserve_recorded(journal.clone(), claims, amounts, now_s())
                         .await
                 }
@@ -424,7 +526,17 @@ impl Ledger {
         amounts: &Budgets,
         actual: Option<&Budgets>,
         spend_id: Option<&str>,
+        fleet: bool,
     ) {
+        if fleet {
+            // Recorded in the fleet's ledger only: settled there (queued, retried until it
+            // lands; a gateway that dies first leaves it to its lease), never counted here.
+            if let (Some(ledger), Some(id)) = (&self.fleet, spend_id) {
+                ledger.settle(chain, id, actual.unwrap_or(&Budgets::new()));
+            }
+            self.settled.notify_waiters();
+            return;
+        }
         if let (Some(journal), Some(id)) = (&self.journal, spend_id) {
             // Not fsynced: a settlement lost in a crash only counts the call at its bound.
             if let Err(error) = journal.settled(id, actual.unwrap_or(&Budgets::new())) {
@@ -463,6 +575,7 @@ impl Reservation {
             &self.amounts,
             Some(actual),
             self.spend_id.as_deref(),
+            self.fleet,
         );
     }
 
@@ -475,6 +588,7 @@ impl Reservation {
             &self.amounts,
             Some(&amounts),
             self.spend_id.as_deref(),
+            self.fleet,
         );
     }
 }
@@ -482,8 +596,13 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if !self.done {
-            self.ledger
-                .finish(&self.chain, &self.amounts, None, self.spend_id.as_deref());
+            self.ledger.finish(
+                &self.chain,
+                &self.amounts,
+                None,
+                self.spend_id.as_deref(),
+                self.fleet,
+            );
         }
     }
 }
@@ -552,6 +671,103 @@ mod tests {
         let use_ = rows[0].budgets["tool_calls"];
         assert_eq!((use_.limit, use_.used, use_.reserved), (3.0, 1.0, 1.0));
         drop(held);
+    }
+
+    /// A fleet ledger in memory: one account map, or unreachable.
+    #[derive(Debug, Default)]
+    struct FakeFleet {
+        accounts: Mutex<crate::fleet::FleetAccounts>,
+        unreachable: bool,
+        settled: Mutex<Vec<(String, Budgets)>>,
+    }
+
+    impl FleetLedger for FakeFleet {
+        fn reserve(
+            &self,
+            chain: &[String],
+            amounts: &Budgets,
+            decide: &mut dyn FnMut(&FleetAccounts) -> bool,
+        ) -> Result<Option<String>, stopline_core::Refusal> {
+            if self.unreachable {
+                return Err(stopline_core::Refusal::new(
+                    stopline_core::RefusalCode::ControlIo,
+                    "unreachable",
+                ));
+            }
+            let mut accounts = self.accounts.lock().unwrap();
+            let seen: FleetAccounts = chain
+                .iter()
+                .map(|jti| (jti.clone(), accounts.get(jti).cloned().unwrap_or_default()))
+                .collect();
+            if !decide(&seen) {
+                return Ok(None);
+            }
+            for jti in chain {
+                let account = accounts.entry(jti.clone()).or_default();
+                for (&kind, &amount) in amounts {
+                    *account.reserved.entry(kind).or_default() += amount;
+                }
+            }
+            Ok(Some("r".into()))
+        }
+
+        fn settle(&self, _chain: &[String], id: &str, actual: &Budgets) {
+            self.settled
+                .lock()
+                .unwrap()
+                .push((id.to_string(), actual.clone()));
+        }
+    }
+
+    #[test]
+    fn a_fleet_ledger_decides_on_the_fleets_figures_and_an_unreachable_one_refuses() {
+        // Time enabled for the reservation's own wait bound (10 ms), which the refusal ends.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
+        let limited = claims('a', None, 3.0);
+        let fleet = Arc::new(FakeFleet::default());
+        // Other gateways spent two and hold one open: nothing fits, one settlement may free it.
+        fleet.accounts.lock().unwrap().insert(
+            limited.jti.clone(),
+            crate::fleet::FleetUse {
+                used: [(BudgetKind::ToolCalls, 2.0)].into(),
+                reserved: one.clone(),
+            },
+        );
+        let ledger = Arc::new(Ledger::fleet(fleet.clone()));
+        let wait = Duration::from_millis(10);
+        let refused = runtime.block_on(ledger.reserve(&limited, &one, || 0, wait));
+        assert_eq!(refused.unwrap_err(), Shortfall::Wait);
+        fleet.accounts.lock().unwrap().clear();
+        let held = runtime
+            .block_on(ledger.reserve(&limited, &one, || 0, wait))
+            .unwrap();
+        assert!(held.fleet && held.spend_id.as_deref() == Some("r"));
+        held.settle(&one);
+        assert_eq!(
+            fleet.settled.lock().unwrap().len(),
+            1,
+            "settled in the fleet"
+        );
+        assert_eq!(
+            ledger.remaining(&limited.jti, BudgetKind::ToolCalls),
+            Some(3.0),
+            "this gateway's own counters never held the fleet's reservation"
+        );
+        let cut_off = Arc::new(Ledger::fleet(Arc::new(FakeFleet {
+            unreachable: true,
+            ..Default::default()
+        })));
+        assert!(matches!(
+            runtime.block_on(cut_off.reserve(&limited, &one, || 0, wait)),
+            Err(Shortfall::Unrecorded(
+                stopline_core::RefusalCode::ControlIo,
+                _
+            ))
+        ));
     }
 
     #[test]

@@ -53,6 +53,8 @@ struct Inner {
     /// The delegated tokens minted here and still live, per chain root (SPEC §13.2).
     delegates: crate::delegates::LiveDelegates,
     agents: Arc<AgentBreakers>,
+    /// The fleet's breaker counters, on a distributed plane.
+    fleet_breakers: Option<Arc<dyn crate::fleet::FleetBreakers>>,
     adapters: AdapterBreakers,
     /// Carries out breaker trips (it shares `agents` and `view`, nothing else of this).
     tripper: Tripper,
@@ -76,6 +78,7 @@ impl Governor {
         view: Arc<ViewHolder>,
         tracker: Arc<DispatchTracker>,
         server_id: String,
+        fleet: crate::fleet::Fleet,
     ) -> Result<Governor, Refusal> {
         let signing = ctx.signing_key()?;
         let verifying = ctx.verifying_key()?;
@@ -84,14 +87,23 @@ impl Governor {
             .store
             .ops_journal("gateway")
             .map_err(|e| e.to_refusal())?;
-        // Budgets survive restarts and are shared with every gateway over this home: start
-        // from what the spending journals say (a corrupt one refuses the start).
-        let spend = ctx
-            .store
-            .spend_journal("gateway")
-            .map_err(|e| e.to_refusal())?;
-        let ledger = Ledger::durable(spend.clone());
-        ledger.set_elsewhere(spend.lock().map_err(|e| e.to_refusal())?.elsewhere());
+        let ledger = match fleet.budgets {
+            // On a distributed plane budgets are the fleet's, kept by its backend (and read
+            // there at every reservation that draws on a limit); this home's journals are not
+            // used.
+            Some(fleet) => Ledger::fleet(fleet),
+            None => {
+                // Budgets survive restarts and are shared with every gateway over this home:
+                // start from what the spending journals say (a corrupt one refuses the start).
+                let spend = ctx
+                    .store
+                    .spend_journal("gateway")
+                    .map_err(|e| e.to_refusal())?;
+                let ledger = Ledger::durable(spend.clone());
+                ledger.set_elsewhere(spend.lock().map_err(|e| e.to_refusal())?.elsewhere());
+                ledger
+            }
+        };
         let upstream = crate::client::UpstreamClient::new();
         let agents = Arc::new(AgentBreakers::default());
         let tripper = Tripper::new(
@@ -113,6 +125,7 @@ impl Governor {
                 ledger: Arc::new(ledger),
                 delegates: crate::delegates::LiveDelegates::default(),
                 agents,
+                fleet_breakers: fleet.breakers,
                 adapters: AdapterBreakers::default(),
                 tripper,
                 journal,
@@ -586,12 +599,68 @@ impl Governor {
         if agent.is_empty() {
             return;
         }
+        let counted_by_fleet = matches!(
+            kind,
+            BreakerKind::UnauthorizedCalls | BreakerKind::RefusedEgress
+        );
+        if let Some(fleet) = self
+            .inner
+            .fleet_breakers
+            .clone()
+            .filter(|_| counted_by_fleet)
+        {
+            if self.inner.agents.is_tripped(agent) {
+                return;
+            }
+            // Counted in the fleet off the request path; the trip follows from the fleet's count.
+            let (gov, agent, trigger) = (self.clone(), agent.to_string(), trigger.to_string());
+            let work = move || gov.note_in_fleet(fleet.as_ref(), &agent, kind, &trigger, value);
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn_blocking(work);
+                }
+                Err(_) => {
+                    std::thread::spawn(work);
+                }
+            }
+            return;
+        }
         let order =
             self.inner
                 .agents
                 .note(&self.inner.config.breakers, agent, kind, trigger, value);
         if let Some(order) = order {
             self.inner.tripper.spawn(order);
+        }
+    }
+
+    /// Count one event in the fleet and trip on the fleet's count; a fleet that cannot be
+    /// reached leaves this gateway's own count to decide (never no count at all).
+    fn note_in_fleet(
+        &self,
+        fleet: &dyn crate::fleet::FleetBreakers,
+        agent: &str,
+        kind: BreakerKind,
+        trigger: &str,
+        value: f64,
+    ) {
+        let breakers = &self.inner.config.breakers;
+        let counted = match fleet.count(agent, kind) {
+            Ok(count) => Some(count),
+            Err(refusal) => {
+                tracing::warn!(code = %refusal.code, message = %refusal.message, agent, "the fleet's breaker count cannot be reached; this gateway's own count decides");
+                None
+            }
+        };
+        let order = self
+            .inner
+            .agents
+            .note_counted(breakers, agent, kind, trigger, value, counted);
+        if let Some(order) = order {
+            self.inner.tripper.spawn(order);
+            if counted.is_some() {
+                fleet.reset(agent, kind);
+            }
         }
     }
 }

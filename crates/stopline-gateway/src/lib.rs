@@ -23,6 +23,7 @@ mod delegates;
 pub mod error;
 pub mod exchange;
 pub mod feed;
+pub mod fleet;
 mod governor;
 pub mod history;
 mod hosted;

@@ -116,6 +116,8 @@ pub struct Distributed {
     pub plane: Arc<dyn ControlPlane>,
     /// Where the view comes from.
     pub source: Arc<dyn ViewSource>,
+    /// What is shared with the fleet: budgets and breaker counters (nothing: as in local mode).
+    pub fleet: crate::fleet::Fleet,
 }
 
 /// Start a gateway on the current tokio runtime.
@@ -146,9 +148,11 @@ pub async fn start_with(
         .map_err(|e| e.to_refusal())?;
     let mut ctx = Context::new(store.clone(), config.base.clone());
     let mut view = ViewHolder::new(store.clone(), config.reload_interval());
+    let mut fleet = crate::fleet::Fleet::default();
     if let Some(distributed) = distributed {
         ctx = ctx.with_plane(distributed.plane);
         view = view.with_source(distributed.source);
+        fleet = distributed.fleet;
     }
     let view = Arc::new(view);
     view.refresh_full();
@@ -173,7 +177,14 @@ pub async fn start_with(
     let config_hash = config.config_hash.clone();
     let reload = config.reload_interval();
     let tracker = Arc::new(DispatchTracker::default());
-    let gov = Governor::new(ctx, config, view.clone(), tracker.clone(), id.clone())?;
+    let gov = Governor::new(
+        ctx,
+        config,
+        view.clone(),
+        tracker.clone(),
+        id.clone(),
+        fleet,
+    )?;
     let registry = Arc::new(
         Registry::new(
             store,

@@ -28,6 +28,7 @@ pub mod journal_repair;
 pub mod keys;
 pub mod layout;
 pub mod live_runs;
+pub mod marks;
 pub mod ops;
 pub mod ops_archive;
 mod ops_open_set;

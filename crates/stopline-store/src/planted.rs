@@ -113,4 +113,9 @@ pub enum PlantedBug {
     /// torn line, and a `prepared` record reported durable cannot be read ("a journal record
     /// is readable once and only once it is durable" fails, the `op-full-disk` scenario).
     AppendNotCutBack,
+    /// A reader of a distributed plane that compares the plane's WAL with this host's
+    /// high-water mark but not its epoch: a plane whose epoch went back (an old `epoch.json`
+    /// restored) is acted on, and authority its lost advance revoked is good again ("a plane
+    /// below the marks closes the gates" fails, the `plane-marks` scenario).
+    MarkAcceptsLowerEpoch,
 }

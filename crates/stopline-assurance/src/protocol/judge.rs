@@ -83,6 +83,7 @@ pub fn on_return(
                 spend: None,
                 reach: None,
                 drills: None,
+                plane: None,
             };
             let before = earlier(search, state, began);
             let before: Vec<(String, &Outcome)> =

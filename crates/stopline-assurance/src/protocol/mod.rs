@@ -62,6 +62,7 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     all.push(scenario::spend_live_rewrite());
     all.push(scenario::live_runs());
     all.push(scenario::live_runs_older_home());
+    all.push(scenario::plane_marks());
     all.retain(|s| {
         options
             .only

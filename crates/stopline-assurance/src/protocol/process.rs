@@ -93,6 +93,16 @@ pub enum ProcSpec {
         /// The reserved bound.
         amount: u64,
     },
+    /// A reader of a distributed plane (a gateway's watch, the CLI) that read the plane at WAL
+    /// `wal_seq` and epoch `epoch_seq` and is about to act on it: `Store::hold_marks` under
+    /// [`PLANE_PREFIX`], which raises this host's high-water marks durably first, or refuses a
+    /// plane below them.
+    ReadPlane {
+        /// The plane's WAL seq as read.
+        wal_seq: u64,
+        /// The plane's epoch as read.
+        epoch_seq: u64,
+    },
     /// A gateway's spend upkeep (`Store::compact_spend_journals`, also `stopline ops compact`).
     CompactSpend,
     /// A fresh reader's look at the spending journals (a new gateway's first reservation
@@ -201,6 +211,13 @@ pub enum Outcome {
     },
     /// The drill gate answered (or refused).
     DrillsRead,
+    /// A reader of the plane was allowed to act on what it read (its marks are durable).
+    PlaneActed {
+        /// The WAL seq it acted on.
+        wal_seq: u64,
+        /// The epoch it acted on.
+        epoch_seq: u64,
+    },
     /// A fresh reader's look at the spending returned Ok.
     SpendLooked {
         /// What it counted on `t`, spent and in flight (whole tool calls).
@@ -305,6 +322,9 @@ impl ProcSpec {
             ProcSpec::AppendEvidence { n } => format!("append evidence record {n}"),
             ProcSpec::AppendDrill { n, pass } => format!("file drill {n} (pass {pass})"),
             ProcSpec::DrillGate => "read the drills (the drill gate)".into(),
+            ProcSpec::ReadPlane { wal_seq, epoch_seq } => {
+                format!("read the plane at WAL {wal_seq}, epoch {epoch_seq}, then act")
+            }
             ProcSpec::Supervise { run, agent } => format!("supervise run {run} agent {agent}"),
             ProcSpec::Reach => "an engage's reach (runs.live/)".into(),
             ProcSpec::RetireLiveRuns => "retire finished runs.live/ entries".into(),
@@ -498,6 +518,17 @@ impl ProcSpec {
                     Err(e) => failed(e),
                 }
             }
+            ProcSpec::ReadPlane { wal_seq, epoch_seq } => {
+                match store.hold_marks(PLANE_PREFIX, *wal_seq, *epoch_seq) {
+                    Ok(()) => Outcome::PlaneActed {
+                        wal_seq: *wal_seq,
+                        epoch_seq: *epoch_seq,
+                    },
+                    Err(refusal) => Outcome::Failed {
+                        code: refusal.code.to_string(),
+                    },
+                }
+            }
             ProcSpec::DrillGate => {
                 // A refusal is an answer too; the restart judges what the index then says.
                 let _ = store.evidence_drills();
@@ -589,6 +620,14 @@ impl ProcSpec {
 
 /// The account every spending scenario draws on.
 pub const SPEND_ACCOUNT: &str = "t";
+
+/// The prefix of the distributed plane the `plane-marks` scenario's readers read.
+pub const PLANE_PREFIX: &str = "/plane";
+
+/// The plane as a restart finds it in the `plane-marks` scenario: the WAL where it stood, the
+/// epoch gone back to 1 (an old `epoch.json` restored). Any reader that acted on a higher epoch
+/// before must refuse it.
+pub const PLANE_WENT_BACK: (u64, u64) = (3, 1);
 
 /// `n` tool calls, as a reservation's bound or what it used.
 pub fn tool_calls(n: u64) -> stopline_core::budget::Budgets {

@@ -71,14 +71,18 @@ pub enum Property {
     /// registry, one whose append failed is not, crash or not, and no line of the journal is
     /// torn in its middle.
     RecordReadableIffDurable,
+    /// A plane below this host's high-water marks closes the gates (docs/reference.md, "Many
+    /// hosts: etcd"): once a reader acted on a plane at some WAL and epoch, a plane read later
+    /// below either — after any crash — is refused, never acted on.
+    PlaneBelowMarksRefused,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 18;
+pub const COUNT: usize = 19;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 15] = [
+    pub const ALL: [Property; 16] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -94,6 +98,7 @@ impl Property {
         Property::LiveWorkersReached,
         Property::DrillGateAsTheLog,
         Property::RecordReadableIffDurable,
+        Property::PlaneBelowMarksRefused,
     ];
 
     /// Findings: checked and reported, but not part of SPEC §9's verdict.
@@ -148,6 +153,9 @@ impl Property {
             Property::RecordReadableIffDurable => {
                 "on a disk that fills, a journal record is readable once and only once it is durable"
             }
+            Property::PlaneBelowMarksRefused => {
+                "a plane below a high-water mark a reader acted on is refused, across crashes"
+            }
         }
     }
 }
@@ -193,6 +201,9 @@ pub struct Observation {
     /// The drill gate's answers and a full read's, side by side, when the observation reads
     /// them (after a restart of a scenario that files or reads drills; not for racing gates).
     pub drills: Option<Vec<DrillsSeen>>,
+    /// What a reader answers of the plane gone back (`PLANE_WENT_BACK`): acted on, or the
+    /// refusal's code (after a restart of a scenario that reads a plane; not for racing gates).
+    pub plane: Option<Result<(), String>>,
 }
 
 /// What the drills of harness version `h` are, as one reader answers: the last drill's `pass`,
@@ -455,6 +466,22 @@ pub fn obligations(
                 evidence.fault.clone().unwrap_or_default()
             )
         });
+    }
+    if let Some(plane) = &seen.plane {
+        let (wal, epoch) = crate::protocol::process::PLANE_WENT_BACK;
+        for (who, outcome) in earlier {
+            if let Outcome::PlaneActed { wal_seq, epoch_seq } = outcome {
+                out.judge(
+                    Property::PlaneBelowMarksRefused,
+                    (*wal_seq <= wal && *epoch_seq <= epoch) || plane.is_err(),
+                    || {
+                        format!(
+                            "{who} acted on the plane at WAL {wal_seq}, epoch {epoch_seq}; after it, a plane at WAL {wal}, epoch {epoch} was acted on too"
+                        )
+                    },
+                );
+            }
+        }
     }
     for (who, outcome) in earlier {
         match outcome {

@@ -254,6 +254,19 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
     if let Some(reach) = &reach {
         summary.push_str(&format!("; reach {reach:?}"));
     }
+    let reads_plane = scenario
+        .procs
+        .iter()
+        .any(|p| matches!(p, ProcSpec::ReadPlane { .. }));
+    let plane = reads_plane.then(|| {
+        let (wal, epoch) = crate::protocol::process::PLANE_WENT_BACK;
+        store
+            .hold_marks(crate::protocol::process::PLANE_PREFIX, wal, epoch)
+            .map_err(|refusal| refusal.code.to_string())
+    });
+    if let Some(plane) = &plane {
+        summary.push_str(&format!("; the plane gone back {plane:?}"));
+    }
     Restarted {
         closed: !view.faults.is_empty(),
         seen: Observation {
@@ -269,6 +282,7 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
             spend,
             reach,
             drills,
+            plane,
         },
         summary,
     }

@@ -760,6 +760,32 @@ pub fn live_runs_older_home() -> Scenario {
     scenario
 }
 
+/// A distributed plane's readers (docs/reference.md, "Many hosts: etcd"): two reads of the plane
+/// as it rises (WAL 2, epoch 1; then WAL 3, epoch 2), each raising this host's high-water marks
+/// before it acts, crashed at every step; after any crash a reader finds the plane gone back
+/// (`PLANE_WENT_BACK`: an old `epoch.json` restored) and must refuse it once a read above it
+/// was acted on.
+pub fn plane_marks() -> Scenario {
+    let s = Setup::new();
+    let racers = vec![
+        ProcSpec::ReadPlane {
+            wal_seq: 2,
+            epoch_seq: 1,
+        },
+        ProcSpec::ReadPlane {
+            wal_seq: 3,
+            epoch_seq: 2,
+        },
+    ];
+    s.finish(
+        "plane-marks",
+        "two readers of a rising plane raise the high-water marks, crashed at every step; the plane then goes back",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    )
+}
+
 /// An emergency engage whose WAL record and epoch advance were deferred, raced by a process
 /// that finishes deferred records and by the owner's recover plan then apply of its scope:
 /// whoever comes first records it, and recovery never clears it unrecorded.

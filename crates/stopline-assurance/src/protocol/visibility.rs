@@ -1,7 +1,8 @@
 //! Which steps are scheduling points, and the checks that keep that choice sound.
 //!
 //! Every path of the control directory follows one discipline in a scenario:
-//! *quiet* — no racing process changes it (the reserve's files, `keys/`; `ops/` unless an operation
+//! *quiet* — no racing process changes it (the reserve's files, `keys/` unless a reader of a
+//! distributed plane races; `ops/` unless an operation
 //! races; `breakglass.cleared/`
 //! unless a recovery races; `state.json` unless a recovery or a drain races); *guarded* — changed
 //! only under the WAL's exclusive lock and read under the WAL lock (the WAL, `epoch.json`;
@@ -77,7 +78,13 @@ impl Rules {
             )
         });
         let mut quiet: Vec<_> = layout.reserve_files().into_iter().map(owned).collect();
-        quiet.push(owned(layout.keys()));
+        // A reader of a distributed plane raises its high-water marks in `keys/`.
+        if !procs
+            .iter()
+            .any(|p| matches!(p, ProcSpec::ReadPlane { .. }))
+        {
+            quiet.push(owned(layout.keys()));
+        }
         if !evidence {
             quiet.push(owned(layout.evidence()));
         }

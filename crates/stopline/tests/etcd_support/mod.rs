@@ -3,6 +3,8 @@
 //! The etcd members come from `stopline-etcd`'s test cluster (`tests/cluster/mod.rs`).
 #![allow(dead_code)]
 
+pub mod secure;
+
 use crate::gw::{free_port, http, Proc, Reply};
 use crate::util::{Home, Run};
 use serde_json::{json, Value};

@@ -1,7 +1,8 @@
 """A loopback MCP Streamable HTTP upstream (JSON responses) that records every tool call it
 executes. Usage: fake_mcp_upstream.py PORT_FILE LOG_FILE
 
-Tools: `write` (not read-only: a destination operation) and `echo` (readOnlyHint: true).
+Tools: `write` (not read-only: a destination operation) and `echo` (readOnlyHint: true). A call
+whose arguments carry `hold_s` is answered that many seconds after it was recorded.
 """
 import json
 import os
@@ -53,7 +54,7 @@ class Handler(BaseHTTPRequestHandler):
             name = msg["params"]["name"]
             with LOCK, open(LOG_FILE, "a") as f:
                 f.write(json.dumps({"tool": name, "id": mid, "t": time.time()}) + "\n")
-            time.sleep(0.02)
+            time.sleep(float((msg["params"].get("arguments") or {}).get("hold_s", 0.02)))
             return self.reply(200, {"jsonrpc": "2.0", "id": mid, "result": {
                 "content": [{"type": "text", "text": "done " + name}]}})
         return self.reply(200, {"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no"}})

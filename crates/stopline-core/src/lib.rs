@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod admission;
+pub mod alert;
 pub mod budget;
 pub mod call;
 pub mod epoch;

@@ -73,6 +73,9 @@ pub struct Admission {
     dispatched: bool,
     finished: bool,
     started: Instant,
+    /// The HTTP path the call came in on, taken at admission: the call may end on a task that
+    /// no longer serves the request (a detached exchange), where [`crate::logs::route`] is `-`.
+    route: std::sync::Arc<str>,
 }
 
 /// `mcp:<server>` (an MCP server's adapter breaker) or `mcp:<server>:<tool>` (a tool call's
@@ -188,6 +191,7 @@ impl Governor {
             dispatched: false,
             finished: false,
             started,
+            route: crate::logs::route(),
         };
         match self.admit_plan(caller, &mut admission).await {
             Ok(()) => Ok(admission),
@@ -539,6 +543,13 @@ impl Admission {
         }
         self.gov
             .count_call_latency(self.plan.surface, self.started.elapsed());
+        self.access(match &outcome {
+            Outcome::Committed => "committed",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Failed => "failed",
+            Outcome::UpstreamUnreachable => "unreachable",
+            Outcome::InDoubt(_) => "in_doubt",
+        });
         if let Some(op) = self.op.clone() {
             let (text, doubt) = match &outcome {
                 Outcome::Committed => ("committed", None),
@@ -566,6 +577,19 @@ impl Admission {
     /// Leave the call in doubt without waiting any longer (its outcome cannot be known).
     pub fn cut(self, reason: &str) {
         self.finish_with_usage(Outcome::InDoubt(reason.to_string()), None);
+    }
+
+    /// The access log's line for a call handed upstream, when `serve --access-log` asked.
+    fn access(&self, status: &str) {
+        if self.dispatched && self.gov.access_log() {
+            crate::logs::admitted(
+                self.caller.agent(),
+                &self.route,
+                self.plan.target.as_deref(),
+                status,
+                self.started,
+            );
+        }
     }
 
     fn refuse(&mut self, refusal: &Refusal) {
@@ -624,6 +648,7 @@ impl Drop for Admission {
         if let Some(reservation) = self.reservation.take() {
             reservation.settle_at_bound();
         }
+        self.access("in_doubt");
         if let Some(op) = self.op.clone() {
             if self.dispatched {
                 self.record(

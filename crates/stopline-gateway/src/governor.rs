@@ -42,7 +42,12 @@ pub struct Governor {
 #[derive(Debug)]
 struct Inner {
     ctx: Context,
-    config: GatewayConfig,
+    /// The configuration in force: swapped whole by a reload (`reload.rs`), read whole by each
+    /// use (a call never sees half of one file and half of another).
+    config: crate::config::SharedConfig,
+    /// `[mcp.<server>]` as the gateway started: the proxy's routes and tool servers are set up
+    /// from it once, so a reload never changes it (a restart does).
+    mcp: std::collections::BTreeMap<String, McpServerConfig>,
     auth: Authenticator,
     /// This host's signing key, when it is the key every host verifies with (`None` on a host
     /// of a distributed plane whose published key is another host's: it cannot delegate).
@@ -67,6 +72,11 @@ struct Inner {
     /// Who created which Responses API response, and the background ones still open
     /// (`responses.rs`).
     responses: crate::response_book::ResponseBook,
+    /// Where alerts are queued (`None` for a governor made outside a runtime, which has no
+    /// task to deliver them on).
+    alerts: Option<crate::alerts::Alerts>,
+    /// `serve --access-log`: log every admitted call at its end.
+    access_log: std::sync::atomic::AtomicBool,
 }
 
 impl Governor {
@@ -94,13 +104,23 @@ impl Governor {
         ledger.set_elsewhere(spend.lock().map_err(|e| e.to_refusal())?.elsewhere());
         let upstream = crate::client::UpstreamClient::new();
         let agents = Arc::new(AgentBreakers::default());
+        let mcp = config.mcp.clone();
+        let config: crate::config::SharedConfig = Arc::new(arc_swap::ArcSwap::from_pointee(config));
+        let alerts = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => Some(crate::alerts::Alerts::start(
+                &runtime,
+                config.clone(),
+                upstream.clone(),
+            )),
+            Err(_) => None,
+        };
         let tripper = Tripper::new(
             ctx.clone(),
             agents.clone(),
             view.clone(),
-            &config,
+            config.clone(),
             server_id.clone(),
-            upstream.clone(),
+            alerts.clone(),
         );
         Ok(Governor {
             inner: Arc::new(Inner {
@@ -108,6 +128,8 @@ impl Governor {
                 signing: issuer.then_some(signing),
                 ctx,
                 config,
+                mcp,
+                alerts,
                 view,
                 tracker,
                 ledger: Arc::new(ledger),
@@ -121,6 +143,7 @@ impl Governor {
                 server_id,
                 upstream,
                 responses: Default::default(),
+                access_log: Default::default(),
             }),
         })
     }
@@ -136,14 +159,41 @@ impl Governor {
         result
     }
 
+    /// Whether every admitted call is logged at its end (`serve --access-log`).
+    pub fn access_log(&self) -> bool {
+        self.inner
+            .access_log
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Log every admitted call at its end, or stop doing so.
+    pub fn set_access_log(&self, on: bool) {
+        self.inner
+            .access_log
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The gateway configuration (`[mcp.*]`, `[model]`, `[breakers]`, prices, timeouts).
-    pub fn config(&self) -> &GatewayConfig {
+    pub fn config(&self) -> Arc<GatewayConfig> {
+        self.inner.config.load_full()
+    }
+
+    /// The configuration cell a reload swaps (`reload.rs`).
+    pub(crate) fn shared_config(&self) -> &crate::config::SharedConfig {
         &self.inner.config
+    }
+
+    /// Queue an alert record (JSON) for the configured hooks; never waits.
+    pub(crate) fn alert(&self, body: String) {
+        match &self.inner.alerts {
+            Some(alerts) => alerts.send(body),
+            None => tracing::error!("alert not sent: no runtime to deliver it on"),
+        }
     }
 
     /// The `[mcp.<server>]` section, if configured.
     pub fn mcp_server(&self, server: &str) -> Option<&McpServerConfig> {
-        self.inner.config.mcp.get(server)
+        self.inner.mcp.get(server)
     }
 
     /// The control-plane context (store and shared config).
@@ -492,7 +542,7 @@ impl Governor {
         snapshot: &Snapshot,
     ) -> Result<(), Refusal> {
         self.inner.adapters.admit(
-            &self.inner.config.breakers,
+            &self.inner.config.load().breakers,
             upstream,
             closes_adapters(snapshot),
         )
@@ -502,14 +552,15 @@ impl Governor {
     pub(crate) fn record_upstream(&self, upstream: &str, reached: bool) {
         self.inner
             .adapters
-            .record(&self.inner.config.breakers, upstream, reached);
+            .record(&self.inner.config.load().breakers, upstream, reached);
     }
 
     /// Every adapter breaker's state under `snapshot`.
     pub(crate) fn adapter_states(&self, snapshot: &Snapshot) -> Vec<(String, AdapterState)> {
-        self.inner
-            .adapters
-            .states(&self.inner.config.breakers, closes_adapters(snapshot))
+        self.inner.adapters.states(
+            &self.inner.config.load().breakers,
+            closes_adapters(snapshot),
+        )
     }
 
     /// Every agent breaker, for the status page.
@@ -530,7 +581,7 @@ impl Governor {
                 claims,
                 amounts,
                 || self.now_s(),
-                self.inner.config.queue_timeout(),
+                self.inner.config.load().queue_timeout(),
             )
             .await
     }
@@ -586,10 +637,13 @@ impl Governor {
         if agent.is_empty() {
             return;
         }
-        let order =
-            self.inner
-                .agents
-                .note(&self.inner.config.breakers, agent, kind, trigger, value);
+        let order = self.inner.agents.note(
+            &self.inner.config.load().breakers,
+            agent,
+            kind,
+            trigger,
+            value,
+        );
         if let Some(order) = order {
             self.inner.tripper.spawn(order);
         }

@@ -11,6 +11,7 @@
 
 pub mod acks;
 mod admit;
+pub mod alerts;
 pub mod anthropic;
 pub mod api;
 pub mod bench;
@@ -35,6 +36,7 @@ pub mod outgoing;
 mod page;
 mod refusals;
 pub mod registry;
+pub mod reload;
 mod request;
 mod response_book;
 mod responses;

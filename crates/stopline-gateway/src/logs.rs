@@ -58,6 +58,22 @@ pub fn refused(agent: &str, target: Option<&str>, refusal: &Refusal, started: In
     );
 }
 
+/// A call admitted and handed upstream, at its end (the access log, `serve --access-log`):
+/// `status` is how it ended (`committed`, `failed`, `cancelled`, `unreachable`, `in_doubt`) and
+/// `latency_ms` the time from admission to that end. Its own target, `stopline::access`, so a
+/// filter can keep or drop it apart from the rest (`STOPLINE_LOG=info,stopline::access=off`).
+pub fn admitted(agent: &str, route: &str, target: Option<&str>, status: &str, started: Instant) {
+    tracing::info!(
+        target: "stopline::access",
+        agent = if agent.is_empty() { "-" } else { agent },
+        route,
+        operation = target.unwrap_or("-"),
+        status,
+        latency_ms = ms_since(started),
+        "call admitted"
+    );
+}
+
 /// A caller refused before it is known (its token did not verify).
 pub fn unauthenticated(refusal: &Refusal) {
     tracing::info!(

@@ -57,6 +57,8 @@ pub struct ServeOptions {
     pub listen: Option<String>,
     /// Extra routes, e.g. the MCP proxy at `/mcp/{server}`.
     pub mount: Option<MountFn>,
+    /// Log every admitted call at its end (`serve --access-log`, `crate::logs::admitted`).
+    pub access_log: bool,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -66,6 +68,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("config", &self.config)
             .field("listen", &self.listen)
             .field("mount", &self.mount.is_some())
+            .field("access_log", &self.access_log)
             .finish()
     }
 }
@@ -174,6 +177,8 @@ pub async fn start_with(
     let reload = config.reload_interval();
     let tracker = Arc::new(DispatchTracker::default());
     let gov = Governor::new(ctx, config, view.clone(), tracker.clone(), id.clone())?;
+    gov.set_access_log(options.access_log);
+    crate::alerts::watch_latches(view.clone(), gov.clone(), id.clone());
     let registry = Arc::new(
         Registry::new(
             store,
@@ -318,14 +323,31 @@ pub fn serve_with(
         distributed.source.prime();
     }
     let runtime = runtime("stopline-gw")?;
+    let config_path = options
+        .config
+        .clone()
+        .unwrap_or_else(|| options.home.join("config.toml"));
     runtime.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Before the gateway starts, so a SIGHUP sent once it is healthy is never the default
+        // action (which would end the process).
+        let mut hangup = signal(SignalKind::hangup())?;
         let gateway = start_with(options, distributed).await?;
         // Through the log, so `--log-format json` keeps stderr one JSON object a line.
         tracing::info!(url = %format!("http://{}", gateway.addr), "stopline gateway serving");
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+        let mut term = signal(SignalKind::terminate())?;
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+                _ = hangup.recv() => {
+                    tracing::info!(config = %config_path.display(), "SIGHUP: reloading the configuration");
+                    let config = gateway.governor.shared_config().clone();
+                    let path = config_path.clone();
+                    // The file is read off the runtime's workers.
+                    let _ = tokio::task::spawn_blocking(move || crate::reload::reload(&config, &path)).await;
+                }
+            }
         }
         gateway.shutdown().await;
         Ok(())

@@ -70,6 +70,7 @@ async fn a_trips_webhook_gets_its_evidence_record_and_a_redirect_is_not_followed
         config: None,
         listen: Some("127.0.0.1:0".into()),
         mount: None,
+        access_log: false,
     })
     .await
     .expect("gateway");

@@ -20,12 +20,18 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
         Command::Hook(HookCommand::ClaudeCode) => Ok(stopline_mcp::entry::hook_claude_code(
             ctx.store.layout().home(),
         )),
-        Command::Serve { listen, config, .. } => {
+        Command::Serve {
+            listen,
+            config,
+            access_log,
+            ..
+        } => {
             let options = stopline_gateway::ServeOptions {
                 home: ctx.store.layout().home().to_path_buf(),
                 config,
                 listen,
                 mount: Some(Box::new(stopline_mcp::http::router)),
+                access_log,
             };
             stopline_gateway::serve_with(options, wiring.distributed).map_err(|e| match e {
                 stopline_gateway::ServeError::Config(error) => error.to_refusal(),

@@ -76,6 +76,8 @@ pub struct Admission {
     /// The HTTP path the call came in on, taken at admission: the call may end on a task that
     /// no longer serves the request (a detached exchange), where [`crate::logs::route`] is `-`.
     route: std::sync::Arc<str>,
+    /// When [`Admission::dispatch`] handed it upstream (the `stopline.dispatch` span's start).
+    dispatched_at: Option<Instant>,
 }
 
 /// `mcp:<server>` (an MCP server's adapter breaker) or `mcp:<server>:<tool>` (a tool call's
@@ -192,9 +194,19 @@ impl Governor {
             finished: false,
             started,
             route: crate::logs::route(),
+            dispatched_at: None,
         };
         match self.admit_plan(caller, &mut admission).await {
-            Ok(()) => Ok(admission),
+            Ok(()) => {
+                crate::telemetry::admitted(
+                    caller.agent(),
+                    &admission.route,
+                    admission.plan.target.as_deref(),
+                    admission.plan.surface,
+                    started,
+                );
+                Ok(admission)
+            }
             Err(refusal) => {
                 let target = admission.plan.target.as_deref();
                 crate::logs::refused(caller.agent(), target, &refusal, started);
@@ -517,6 +529,7 @@ impl Admission {
             drop(self.gov.journal().submit_dispatched(op));
         }
         self.dispatched = true;
+        self.dispatched_at = Some(Instant::now());
         Ok(())
     }
 
@@ -579,8 +592,18 @@ impl Admission {
         self.finish_with_usage(Outcome::InDoubt(reason.to_string()), None);
     }
 
-    /// The access log's line for a call handed upstream, when `serve --access-log` asked.
+    /// The access log's line for a call handed upstream, when `serve --access-log` asked, and
+    /// its `stopline.dispatch` span when telemetry is on.
     fn access(&self, status: &str) {
+        if let Some(dispatched) = self.dispatched_at {
+            crate::telemetry::dispatched(
+                self.caller.agent(),
+                &self.route,
+                self.plan.target.as_deref(),
+                status,
+                dispatched,
+            );
+        }
         if self.dispatched && self.gov.access_log() {
             crate::logs::admitted(
                 self.caller.agent(),

@@ -45,6 +45,7 @@ pub mod server;
 pub mod source;
 pub mod state;
 pub mod stop_threads;
+pub mod telemetry;
 pub mod timeline;
 mod trip;
 pub mod usage;

@@ -91,6 +91,9 @@ pub enum ServeError {
         /// Why.
         error: std::io::Error,
     },
+    /// `[telemetry]` cannot be used.
+    #[error("config_invalid: {0}")]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
     /// A socket or runtime could not be set up.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
@@ -107,6 +110,7 @@ pub struct RunningGateway {
     stop: Arc<AtomicBool>,
     shutdown: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 static INSTANCES: AtomicU32 = AtomicU32::new(0);
@@ -139,6 +143,7 @@ pub async fn start_with(
     for warning in config.startup_warnings() {
         tracing::warn!(config = %config_path.display(), "{warning}");
     }
+    let telemetry = crate::telemetry::start(&config.base.telemetry)?;
     let store = Store::open(&options.home)
         .with_read_timeout(Duration::from_millis(config.base.read_timeout_ms.max(1)))
         .with_gone_journals(config.base.retention.gone_journals);
@@ -241,6 +246,7 @@ pub async fn start_with(
         stop,
         shutdown: Some(tx),
         server,
+        telemetry,
     })
 }
 
@@ -282,6 +288,10 @@ impl RunningGateway {
             Err(_) => {
                 tracing::error!("operation records queued at shutdown were not written within 5 s")
             }
+        }
+        if let Some(telemetry) = self.telemetry.take() {
+            // The SDK's last export blocks (bounded by its timeout): off the runtime's workers.
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         }
     }
 }

@@ -36,6 +36,9 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
             stopline_gateway::serve_with(options, wiring.distributed).map_err(|e| match e {
                 stopline_gateway::ServeError::Config(error) => error.to_refusal(),
                 stopline_gateway::ServeError::Refused(refusal) => refusal,
+                stopline_gateway::ServeError::Telemetry(error) => {
+                    Refusal::new(RefusalCode::ConfigInvalid, error.to_string())
+                }
                 other => Refusal::new(RefusalCode::ControlIo, other.to_string()),
             })?;
             Ok(0)

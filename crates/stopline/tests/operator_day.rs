@@ -154,7 +154,10 @@ fn a_cli_engage_with_no_gateway_alerts_itself_without_waiting_for_the_hook() {
         "{alert}"
     );
     assert_eq!(alert["alert_id"], format!("engaged:{id}"));
-    assert!(dir.join("failed-once").exists(), "delivered after a failed try");
+    assert!(
+        dir.join("failed-once").exists(),
+        "delivered after a failed try"
+    );
 
     home.run(&[
         "disengage",

@@ -216,11 +216,7 @@ async fn run_command(command: &[String], body: &str) -> Try {
 /// baseline: a latch already there is not news. A view that closes every gate for a fault is
 /// skipped (its latch list is not the truth; the fault is logged apart), and the next good view
 /// is compared with the last good one.
-pub(crate) fn watch_latches(
-    view: Arc<crate::view::ViewHolder>,
-    gov: crate::governor::Governor,
-    server_id: String,
-) {
+pub(crate) fn watch_latches(view: Arc<crate::view::ViewHolder>, alerts: Alerts, server_id: String) {
     use stopline_core::alert::{changes, LatchAlert};
     let well_formed = |snapshot: &crate::view::Snapshot| -> Vec<stopline_core::LatchRecord> {
         let mut latches: Vec<_> = snapshot
@@ -258,7 +254,7 @@ pub(crate) fn watch_latches(
                     change.as_str()
                 );
                 match serde_json::to_string(&alert) {
-                    Ok(body) => gov.alert(body),
+                    Ok(body) => alerts.send(body),
                     Err(error) => tracing::error!(%error, "latch alert not serialized"),
                 }
             }

@@ -183,12 +183,9 @@ impl Governor {
         &self.inner.config
     }
 
-    /// Queue an alert record (JSON) for the configured hooks; never waits.
-    pub(crate) fn alert(&self, body: String) {
-        match &self.inner.alerts {
-            Some(alerts) => alerts.send(body),
-            None => tracing::error!("alert not sent: no runtime to deliver it on"),
-        }
+    /// The alert queue (`None` for a governor made outside a runtime).
+    pub(crate) fn alerts(&self) -> Option<crate::alerts::Alerts> {
+        self.inner.alerts.clone()
     }
 
     /// The `[mcp.<server>]` section, if configured.

@@ -183,7 +183,9 @@ pub async fn start_with(
     let tracker = Arc::new(DispatchTracker::default());
     let gov = Governor::new(ctx, config, view.clone(), tracker.clone(), id.clone())?;
     gov.set_access_log(options.access_log);
-    crate::alerts::watch_latches(view.clone(), gov.clone(), id.clone());
+    if let Some(alerts) = gov.alerts() {
+        crate::alerts::watch_latches(view.clone(), alerts, id.clone());
+    }
     let registry = Arc::new(
         Registry::new(
             store,

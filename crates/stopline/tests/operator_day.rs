@@ -40,13 +40,16 @@ fn alerts(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The `change` alert of `latch`, once it arrives, checked against its schema.
 fn alert_for(dir: &Path, change: &str, latch: &str) -> Value {
-    gw::within(Duration::from_secs(30), || {
+    let alert = gw::within(Duration::from_secs(30), || {
         alerts(dir)
             .into_iter()
             .find(|a| a["change"] == change && a["latch"] == latch)
     })
-    .unwrap_or_else(|| panic!("no {change} alert for {latch}: {:?}", alerts(dir)))
+    .unwrap_or_else(|| panic!("no {change} alert for {latch}: {:?}", alerts(dir)));
+    util::validate("latch-alert.v1.json", &alert);
+    alert
 }
 
 fn hook_dir(home: &Home) -> PathBuf {

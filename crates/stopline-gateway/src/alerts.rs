@@ -5,8 +5,9 @@
 //! An alert follows the stop and never stands in its way: [`Alerts::send`] only queues (a
 //! bounded queue; a full one drops the alert, counts it and logs it), and delivery runs on its
 //! own tasks, at most [`MAX_DELIVERING`] at once. Each destination is tried up to
-//! [`ATTEMPTS`] times, waiting [`FIRST_BACKOFF`] and then twice as long after each failure; a
-//! bad URL is not retried. The hooks are read from the configuration in force when the alert
+//! [`ATTEMPTS`] times, waiting [`FIRST_BACKOFF`] and then twice as long after each failure (a
+//! command that fails, a webhook that does not answer or answers `429` or `5xx`); a webhook URL
+//! that is not usable, redirects or answers another `4xx` is not tried again. The hooks are read from the configuration in force when the alert
 //! is delivered, so a reload that changes them applies to the next alert.
 
 use crate::client::UpstreamClient;
@@ -115,8 +116,12 @@ pub async fn deliver(client: &UpstreamClient, hooks: &Hooks, body: &str) {
             retried("alert webhook", || async {
                 match crate::webhook::post(client, url, body.to_string(), WEBHOOK_TIMEOUT).await {
                     Sent::Delivered => Try::Done,
-                    Sent::BadUrl => Try::GiveUp,
-                    _ => Try::Again,
+                    // The receiver may come back: no answer, an overload, its own fault.
+                    Sent::Failed(_) | Sent::TimedOut => Try::Again,
+                    Sent::Refused(status) if status == 429 || status >= 500 => Try::Again,
+                    // A redirect or a refusal says the URL or its credentials are wrong: trying
+                    // the same again changes nothing.
+                    Sent::Refused(_) | Sent::BadUrl => Try::GiveUp,
                 }
             })
             .await;
@@ -159,7 +164,10 @@ where
     for tried in 1..=ATTEMPTS {
         match attempt().await {
             Try::Done => return,
-            Try::GiveUp => break,
+            Try::GiveUp => {
+                tracing::error!("{what} not delivered: not tried again");
+                return;
+            }
             Try::Again if tried < ATTEMPTS => {
                 tracing::warn!(
                     tried,

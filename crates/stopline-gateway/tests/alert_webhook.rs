@@ -94,7 +94,8 @@ async fn a_trips_webhook_gets_its_evidence_record_and_a_redirect_is_not_followed
     })
     .await;
     until("the redirect was never given up", || {
-        log.text().contains("alert webhook not delivered: not tried again")
+        log.text()
+            .contains("alert webhook not delivered: not tried again")
     })
     .await;
     let received = evidence();

@@ -2,7 +2,7 @@
 //! every latch change (`stopline_core::alert`) go to `[breakers] alert_webhook` (a JSON POST,
 //! `webhook.rs`) and `alert_command` (the record as JSON on its stdin; exit 0 is delivered).
 //!
-//! An alert follows the stop and never stands in its way: [`Alerts::send`] only queues (a
+//! An alert follows the stop and never stands in its way: `Alerts::send` only queues (a
 //! bounded queue; a full one drops the alert, counts it and logs it), and delivery runs on its
 //! own tasks, at most [`MAX_DELIVERING`] at once. Each destination is tried up to
 //! [`ATTEMPTS`] times, waiting [`FIRST_BACKOFF`] and then twice as long after each failure (a

@@ -108,6 +108,11 @@ pub fn merge(old: &GatewayConfig, new: GatewayConfig) -> (GatewayConfig, Reloade
     merged.anthropic = new.anthropic;
     merged.breakers = new.breakers;
     merged.trip_level = new.trip_level;
+    // The registration's hash (what `stopline run` records of its gateway) names a file only
+    // when the gateway runs on all of it.
+    if reloaded.need_restart.is_empty() {
+        merged.config_hash = new.config_hash;
+    }
     (merged, reloaded)
 }
 

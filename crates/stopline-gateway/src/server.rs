@@ -357,7 +357,11 @@ pub fn serve_with(
                     let config = gateway.governor.shared_config().clone();
                     let path = config_path.clone();
                     // The file is read off the runtime's workers.
-                    let _ = tokio::task::spawn_blocking(move || crate::reload::reload(&config, &path)).await;
+                    let reloaded = tokio::task::spawn_blocking(move || crate::reload::reload(&config, &path)).await;
+                    if let Ok(Ok(_)) = reloaded {
+                        let hash = gateway.governor.config().config_hash.clone();
+                        gateway.registry.set_config_hash(hash);
+                    }
                 }
             }
         }

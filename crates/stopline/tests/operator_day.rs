@@ -253,4 +253,27 @@ fn reload_takes_prices_live_names_what_needs_a_restart_and_keeps_the_old_config_
         200,
         "the old configuration is still in force"
     );
+
+    // Back to the gateway's own listener: everything in the file is in force, and the
+    // registration names that file's hash (what `stopline run` records of its gateway).
+    let whole = priced.replace("127.0.0.1:1", &gateway.addr);
+    std::fs::write(&config, &whole).unwrap();
+    home.run(&["reload"]).assert_ok();
+    let sha = std::process::Command::new("sha256sum")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let sha = String::from_utf8_lossy(&sha.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    gw::within(Duration::from_secs(10), || {
+        home.entries("servers").iter().find_map(|name| {
+            let text = std::fs::read_to_string(home.file(&format!("servers/{name}"))).ok()?;
+            let record: Value = serde_json::from_str(&text).ok()?;
+            (record["config_hash"] == sha.as_str()).then_some(())
+        })
+    })
+    .unwrap_or_else(|| panic!("the registration names the reloaded file's hash {sha}"));
 }

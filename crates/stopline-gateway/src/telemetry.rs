@@ -42,6 +42,9 @@ struct SpanRecord {
 struct Queue {
     sender: SyncSender<SpanRecord>,
     dropped: AtomicU64,
+    /// The provider the export thread's tracer belongs to, and the endpoint it sends to.
+    provider: SdkTracerProvider,
+    endpoint: String,
 }
 
 static QUEUED: OnceLock<Queue> = OnceLock::new();
@@ -70,12 +73,20 @@ pub fn traces_url(endpoint: &str) -> String {
     }
 }
 
-/// Start exporting when `config` names an endpoint (`None` when it does not). Once per process:
-/// a second start is refused.
+/// Start exporting when `config` names an endpoint (`None` when it does not). The export is one
+/// per process: a later gateway of the same process (a drill's repeats) shares the first one's.
 pub fn start(config: &TelemetryConfig) -> Result<Option<Telemetry>, TelemetryError> {
     let Some(endpoint) = config.otlp_endpoint.as_deref() else {
         return Ok(None);
     };
+    if let Some(running) = QUEUED.get() {
+        if running.endpoint != endpoint {
+            tracing::warn!(endpoint = %running.endpoint, "telemetry already exports from this process: spans keep going there");
+        }
+        return Ok(Some(Telemetry {
+            provider: running.provider.clone(),
+        }));
+    }
     let error = |why: String| TelemetryError {
         endpoint: endpoint.to_string(),
         why,
@@ -111,14 +122,17 @@ pub fn start(config: &TelemetryConfig) -> Result<Option<Telemetry>, TelemetryErr
         )
         .build();
     let (sender, received) = sync_channel::<SpanRecord>(QUEUE);
+    let tracer = provider.tracer("stopline-gateway");
     let queue = Queue {
         sender,
         dropped: AtomicU64::new(0),
+        provider: provider.clone(),
+        endpoint: endpoint.to_string(),
     };
     if QUEUED.set(queue).is_err() {
-        return Err(error("telemetry already runs in this process".into()));
+        // Two gateways of one process started at once: the other one exports.
+        return Ok(None);
     }
-    let tracer = provider.tracer("stopline-gateway");
     std::thread::Builder::new()
         .name("stopline-otel".into())
         .spawn(move || {
@@ -141,14 +155,15 @@ pub fn start(config: &TelemetryConfig) -> Result<Option<Telemetry>, TelemetryErr
 }
 
 impl Telemetry {
-    /// Send what the SDK still holds (bounded by its export timeout) and stop.
+    /// Send what the SDK still holds (bounded by its export timeout). The export itself goes on
+    /// for another gateway of the process; it ends with the process.
     pub fn shutdown(self) {
         let dropped = dropped();
         if dropped > 0 {
             tracing::warn!(dropped, "spans dropped while the export queue was full");
         }
-        if let Err(error) = self.provider.shutdown() {
-            tracing::warn!(%error, "telemetry did not shut down cleanly");
+        if let Err(error) = self.provider.force_flush() {
+            tracing::warn!(%error, "telemetry: the last spans were not sent");
         }
     }
 }

@@ -161,9 +161,11 @@ pub struct BreakerConfig {
     pub adapter_failures: u32,
     /// How long an adapter breaker stays open before a half-open trial.
     pub adapter_cooldown_ms: u64,
-    /// A URL that receives a JSON POST for every trip.
+    /// A URL that receives a JSON POST for every trip (`evidence-record.v1`) and every latch
+    /// change (`latch-alert.v1`), retried with backoff.
     pub alert_webhook: Option<String>,
-    /// A command run for every trip, with the evidence record as JSON on stdin.
+    /// A command run for every trip and every latch change, with the record as JSON on stdin
+    /// (exit 0: delivered; otherwise retried with backoff).
     pub alert_command: Option<Vec<String>>,
 }
 
@@ -289,6 +291,21 @@ pub struct Config {
     /// `[etcd]`: how to reach a locked etcd (SPEC §13.1).
     #[serde(default)]
     pub etcd: EtcdConfig,
+    /// `[telemetry]`: OpenTelemetry export of the gateway's spans.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`: where `serve` exports its spans (admission, dispatch, refusal) over
+/// OTLP/HTTP (protobuf). Absent: nothing is exported and nothing is buffered.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The OTLP/HTTP traces endpoint, e.g. `http://127.0.0.1:4318/v1/traces` (a URL that ends
+    /// in `/v1/traces` is used as is; a bare collector URL gets `/v1/traces` appended).
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` resource attribute (default `stopline-gateway`).
+    pub service_name: Option<String>,
 }
 
 /// `[etcd]`: TLS and authentication for `--control etcd://…` / `etcds://…` (SPEC §13.1). Read

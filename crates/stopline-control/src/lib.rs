@@ -24,6 +24,7 @@ pub mod ops;
 pub mod owner;
 pub mod reach;
 pub mod receipts;
+pub mod reload;
 pub mod run;
 pub mod status;
 pub mod tokens;

@@ -11,6 +11,7 @@
 
 pub mod ack;
 pub mod admission;
+pub mod alert;
 pub mod budget;
 pub mod call;
 pub mod epoch;

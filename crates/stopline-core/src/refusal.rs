@@ -101,6 +101,10 @@ pub enum RefusalCode {
     /// A request names something the gateway will not record or act on: a string longer than
     /// [`MAX_RECORDED_BYTES`], or a reference (e.g. `previous_response_id`) the caller does not own.
     RequestInvalid,
+    /// A token carrying a spend budget asked for a model the gateway's `[prices]` table does
+    /// not price: its spend cannot be bounded, so the call is refused (it was `budget_exhausted`,
+    /// which read as if the agent had spent its money).
+    PriceMissing,
 }
 
 impl RefusalCode {
@@ -151,6 +155,7 @@ impl RefusalCode {
             DelegateLimit => "delegate_limit",
             HostedToolRefused => "hosted_tool_refused",
             RequestInvalid => "request_invalid",
+            PriceMissing => "price_missing",
         }
     }
 

@@ -46,6 +46,7 @@ pub(crate) async fn start(options: &DrillOptions) -> Result<Env, DrillError> {
         config: None,
         listen: None,
         mount: Some(Box::new(stopline_mcp::http::router)),
+        access_log: false,
     })
     .await
     .map_err(|e| setup("gateway")(e.to_string()))?;

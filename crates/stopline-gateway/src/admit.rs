@@ -73,6 +73,11 @@ pub struct Admission {
     dispatched: bool,
     finished: bool,
     started: Instant,
+    /// The HTTP path the call came in on, taken at admission: the call may end on a task that
+    /// no longer serves the request (a detached exchange), where [`crate::logs::route`] is `-`.
+    route: std::sync::Arc<str>,
+    /// When [`Admission::dispatch`] handed it upstream (the `stopline.dispatch` span's start).
+    dispatched_at: Option<Instant>,
 }
 
 /// `mcp:<server>` (an MCP server's adapter breaker) or `mcp:<server>:<tool>` (a tool call's
@@ -188,9 +193,20 @@ impl Governor {
             dispatched: false,
             finished: false,
             started,
+            route: crate::logs::route(),
+            dispatched_at: None,
         };
         match self.admit_plan(caller, &mut admission).await {
-            Ok(()) => Ok(admission),
+            Ok(()) => {
+                crate::telemetry::admitted(
+                    caller.agent(),
+                    &admission.route,
+                    admission.plan.target.as_deref(),
+                    admission.plan.surface,
+                    started,
+                );
+                Ok(admission)
+            }
             Err(refusal) => {
                 let target = admission.plan.target.as_deref();
                 crate::logs::refused(caller.agent(), target, &refusal, started);
@@ -513,6 +529,7 @@ impl Admission {
             drop(self.gov.journal().submit_dispatched(op));
         }
         self.dispatched = true;
+        self.dispatched_at = Some(Instant::now());
         Ok(())
     }
 
@@ -539,6 +556,13 @@ impl Admission {
         }
         self.gov
             .count_call_latency(self.plan.surface, self.started.elapsed());
+        self.access(match &outcome {
+            Outcome::Committed => "committed",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Failed => "failed",
+            Outcome::UpstreamUnreachable => "unreachable",
+            Outcome::InDoubt(_) => "in_doubt",
+        });
         if let Some(op) = self.op.clone() {
             let (text, doubt) = match &outcome {
                 Outcome::Committed => ("committed", None),
@@ -566,6 +590,29 @@ impl Admission {
     /// Leave the call in doubt without waiting any longer (its outcome cannot be known).
     pub fn cut(self, reason: &str) {
         self.finish_with_usage(Outcome::InDoubt(reason.to_string()), None);
+    }
+
+    /// The access log's line for a call handed upstream, when `serve --access-log` asked, and
+    /// its `stopline.dispatch` span when telemetry is on.
+    fn access(&self, status: &str) {
+        if let Some(dispatched) = self.dispatched_at {
+            crate::telemetry::dispatched(
+                self.caller.agent(),
+                &self.route,
+                self.plan.target.as_deref(),
+                status,
+                dispatched,
+            );
+        }
+        if self.dispatched && self.gov.access_log() {
+            crate::logs::admitted(
+                self.caller.agent(),
+                &self.route,
+                self.plan.target.as_deref(),
+                status,
+                self.started,
+            );
+        }
     }
 
     fn refuse(&mut self, refusal: &Refusal) {
@@ -624,6 +671,7 @@ impl Drop for Admission {
         if let Some(reservation) = self.reservation.take() {
             reservation.settle_at_bound();
         }
+        self.access("in_doubt");
         if let Some(op) = self.op.clone() {
             if self.dispatched {
                 self.record(

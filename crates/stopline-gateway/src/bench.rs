@@ -462,6 +462,7 @@ impl Bench {
             config: None,
             listen: None,
             mount: Some(mount),
+            access_log: false,
         })
         .await
         .map_err(err)?;

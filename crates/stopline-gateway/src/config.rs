@@ -15,6 +15,9 @@ pub use stopline_control::config::{
 };
 use stopline_core::Level;
 
+/// The configuration a gateway runs on, swapped whole when it reloads (`reload.rs`).
+pub type SharedConfig = std::sync::Arc<arc_swap::ArcSwap<GatewayConfig>>;
+
 /// Everything the gateway reads from its configuration file.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {

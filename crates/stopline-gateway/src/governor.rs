@@ -42,7 +42,12 @@ pub struct Governor {
 #[derive(Debug)]
 struct Inner {
     ctx: Context,
-    config: GatewayConfig,
+    /// The configuration in force: swapped whole by a reload (`reload.rs`), read whole by each
+    /// use (a call never sees half of one file and half of another).
+    config: crate::config::SharedConfig,
+    /// `[mcp.<server>]` as the gateway started: the proxy's routes and tool servers are set up
+    /// from it once, so a reload never changes it (a restart does).
+    mcp: std::collections::BTreeMap<String, McpServerConfig>,
     auth: Authenticator,
     /// This host's signing key, when it is the key every host verifies with (`None` on a host
     /// of a distributed plane whose published key is another host's: it cannot delegate).
@@ -69,6 +74,11 @@ struct Inner {
     /// Who created which Responses API response, and the background ones still open
     /// (`responses.rs`).
     responses: crate::response_book::ResponseBook,
+    /// Where alerts are queued (`None` for a governor made outside a runtime, which has no
+    /// task to deliver them on).
+    alerts: Option<crate::alerts::Alerts>,
+    /// `serve --access-log`: log every admitted call at its end.
+    access_log: std::sync::atomic::AtomicBool,
 }
 
 impl Governor {
@@ -106,13 +116,23 @@ impl Governor {
         };
         let upstream = crate::client::UpstreamClient::new();
         let agents = Arc::new(AgentBreakers::default());
+        let mcp = config.mcp.clone();
+        let config: crate::config::SharedConfig = Arc::new(arc_swap::ArcSwap::from_pointee(config));
+        let alerts = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => Some(crate::alerts::Alerts::start(
+                &runtime,
+                config.clone(),
+                upstream.clone(),
+            )),
+            Err(_) => None,
+        };
         let tripper = Tripper::new(
             ctx.clone(),
             agents.clone(),
             view.clone(),
-            &config,
+            config.clone(),
             server_id.clone(),
-            upstream.clone(),
+            alerts.clone(),
         );
         Ok(Governor {
             inner: Arc::new(Inner {
@@ -120,6 +140,8 @@ impl Governor {
                 signing: issuer.then_some(signing),
                 ctx,
                 config,
+                mcp,
+                alerts,
                 view,
                 tracker,
                 ledger: Arc::new(ledger),
@@ -134,6 +156,7 @@ impl Governor {
                 server_id,
                 upstream,
                 responses: Default::default(),
+                access_log: Default::default(),
             }),
         })
     }
@@ -149,14 +172,38 @@ impl Governor {
         result
     }
 
+    /// Whether every admitted call is logged at its end (`serve --access-log`).
+    pub fn access_log(&self) -> bool {
+        self.inner
+            .access_log
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Log every admitted call at its end, or stop doing so.
+    pub fn set_access_log(&self, on: bool) {
+        self.inner
+            .access_log
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The gateway configuration (`[mcp.*]`, `[model]`, `[breakers]`, prices, timeouts).
-    pub fn config(&self) -> &GatewayConfig {
+    pub fn config(&self) -> Arc<GatewayConfig> {
+        self.inner.config.load_full()
+    }
+
+    /// The configuration cell a reload swaps (`reload.rs`).
+    pub(crate) fn shared_config(&self) -> &crate::config::SharedConfig {
         &self.inner.config
+    }
+
+    /// The alert queue (`None` for a governor made outside a runtime).
+    pub(crate) fn alerts(&self) -> Option<crate::alerts::Alerts> {
+        self.inner.alerts.clone()
     }
 
     /// The `[mcp.<server>]` section, if configured.
     pub fn mcp_server(&self, server: &str) -> Option<&McpServerConfig> {
-        self.inner.config.mcp.get(server)
+        self.inner.mcp.get(server)
     }
 
     /// The control-plane context (store and shared config).
@@ -505,7 +552,7 @@ impl Governor {
         snapshot: &Snapshot,
     ) -> Result<(), Refusal> {
         self.inner.adapters.admit(
-            &self.inner.config.breakers,
+            &self.inner.config.load().breakers,
             upstream,
             closes_adapters(snapshot),
         )
@@ -515,14 +562,15 @@ impl Governor {
     pub(crate) fn record_upstream(&self, upstream: &str, reached: bool) {
         self.inner
             .adapters
-            .record(&self.inner.config.breakers, upstream, reached);
+            .record(&self.inner.config.load().breakers, upstream, reached);
     }
 
     /// Every adapter breaker's state under `snapshot`.
     pub(crate) fn adapter_states(&self, snapshot: &Snapshot) -> Vec<(String, AdapterState)> {
-        self.inner
-            .adapters
-            .states(&self.inner.config.breakers, closes_adapters(snapshot))
+        self.inner.adapters.states(
+            &self.inner.config.load().breakers,
+            closes_adapters(snapshot),
+        )
     }
 
     /// Every agent breaker, for the status page.
@@ -543,7 +591,7 @@ impl Governor {
                 claims,
                 amounts,
                 || self.now_s(),
-                self.inner.config.queue_timeout(),
+                self.inner.config.load().queue_timeout(),
             )
             .await
     }
@@ -625,10 +673,13 @@ impl Governor {
             }
             return;
         }
-        let order =
-            self.inner
-                .agents
-                .note(&self.inner.config.breakers, agent, kind, trigger, value);
+        let order = self.inner.agents.note(
+            &self.inner.config.load().breakers,
+            agent,
+            kind,
+            trigger,
+            value,
+        );
         if let Some(order) = order {
             self.inner.tripper.spawn(order);
         }
@@ -644,7 +695,8 @@ impl Governor {
         trigger: &str,
         value: f64,
     ) {
-        let breakers = &self.inner.config.breakers;
+        let config = self.inner.config.load();
+        let breakers = &config.breakers;
         let counted = match fleet.count(agent, kind) {
             Ok(count) => Some(count),
             Err(refusal) => {

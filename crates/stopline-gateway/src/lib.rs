@@ -11,6 +11,7 @@
 
 pub mod acks;
 mod admit;
+pub mod alerts;
 pub mod anthropic;
 pub mod api;
 pub mod bench;
@@ -36,6 +37,7 @@ pub mod outgoing;
 mod page;
 mod refusals;
 pub mod registry;
+pub mod reload;
 mod request;
 mod response_book;
 mod responses;
@@ -44,6 +46,7 @@ pub mod server;
 pub mod source;
 pub mod state;
 pub mod stop_threads;
+pub mod telemetry;
 pub mod timeline;
 mod trip;
 pub mod usage;

@@ -3,11 +3,12 @@
 //! Every refusing admission decision, every stream cut, every breaker trip, acknowledgement and
 //! view fault is one event with the fields `agent`, `route` (the HTTP path the call came in
 //! on), `code` (the stopline refusal code) and `latency_ms` where they apply (a refusal also
-//! names the `operation` target, `mcp:<server>:<tool>` or `model:<model>`). The route is kept
-//! in a task-local for the request ([`with_route`], a middleware over the whole router, and
-//! [`in_route`] for the MCP handler served before it), so the
-//! admission path names it without every handler passing it down. This module imports nothing
-//! else of the crate.
+//! names the `operation` target, `mcp:<server>:<tool>` or `model:<model>`), and is also a
+//! `stopline.refusal` span (`crate::telemetry`, the one module of the crate this one uses). The
+//! route is kept in a task-local for the request ([`with_route`], a middleware over the whole
+//! router, and [`in_route`] for the MCP handler served before it), so the admission path names
+//! it without every handler passing it down. With `serve --access-log`, every call handed
+//! upstream is one more event at its end ([`admitted`]).
 
 use axum::extract::Request;
 use axum::middleware::Next;
@@ -45,8 +46,16 @@ pub fn ms_since(started: Instant) -> f64 {
     (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0
 }
 
-/// A call refused at admission.
+/// A call refused at admission (and its `stopline.refusal` span, `crate::telemetry`).
 pub fn refused(agent: &str, target: Option<&str>, refusal: &Refusal, started: Instant) {
+    crate::telemetry::refused(
+        agent,
+        &route(),
+        target,
+        refusal.code.as_str(),
+        &refusal.message,
+        started,
+    );
     tracing::info!(
         agent = if agent.is_empty() { "-" } else { agent },
         route = %route(),
@@ -58,8 +67,32 @@ pub fn refused(agent: &str, target: Option<&str>, refusal: &Refusal, started: In
     );
 }
 
+/// A call admitted and handed upstream, at its end (the access log, `serve --access-log`):
+/// `status` is how it ended (`committed`, `failed`, `cancelled`, `unreachable`, `in_doubt`) and
+/// `latency_ms` the time from admission to that end. Its own target, `stopline::access`, so a
+/// filter can keep or drop it apart from the rest (`STOPLINE_LOG=info,stopline::access=off`).
+pub fn admitted(agent: &str, route: &str, target: Option<&str>, status: &str, started: Instant) {
+    tracing::info!(
+        target: "stopline::access",
+        agent = if agent.is_empty() { "-" } else { agent },
+        route,
+        operation = target.unwrap_or("-"),
+        status,
+        latency_ms = ms_since(started),
+        "call admitted"
+    );
+}
+
 /// A caller refused before it is known (its token did not verify).
 pub fn unauthenticated(refusal: &Refusal) {
+    crate::telemetry::refused(
+        "-",
+        &route(),
+        None,
+        refusal.code.as_str(),
+        &refusal.message,
+        Instant::now(),
+    );
     tracing::info!(
         agent = "-",
         route = %route(),

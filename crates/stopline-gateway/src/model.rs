@@ -154,14 +154,37 @@ pub(crate) fn price_for(
 ) -> Result<Option<Price>, GatewayError> {
     let price = gov.config().price(model).cloned();
     if price.is_none() && caller.claims().budgets.contains_key(&BudgetKind::SpendUsd) {
-        return Err(gov
-            .refused(Refusal::new(
-                RefusalCode::BudgetExhausted,
-                format!("model {model:?} has no price, and this token carries a spend budget"),
-            ))
-            .into());
+        // Not `budget_exhausted`: nothing was spent, the gateway cannot bound the spend. The
+        // message names the key the operator adds (docs/reference.md "Refusal codes").
+        let refusal = Refusal::new(
+            RefusalCode::PriceMissing,
+            format!(
+                "model {model:?} has no price and this token carries a spend budget: add                  [prices.{}] with input and output (USD per million tokens) to the gateway's                  config.toml",
+                toml_key(model)
+            ),
+        );
+        crate::logs::refused(
+            caller.agent(),
+            Some(&format!("model:{model}")),
+            &refusal,
+            std::time::Instant::now(),
+        );
+        return Err(gov.refused(refusal).into());
     }
     Ok(price)
+}
+
+/// `model` as a TOML key: bare when it can be, else quoted (`"gpt-4.1"`, as a dot would split it).
+fn toml_key(model: &str) -> String {
+    let bare = !model.is_empty()
+        && model
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if bare {
+        model.to_string()
+    } else {
+        toml::Value::String(model.to_string()).to_string()
+    }
 }
 
 /// The `model` a request body names (required, non-empty, at most

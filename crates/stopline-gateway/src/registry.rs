@@ -84,6 +84,15 @@ impl Registry {
         format!("gateway-{pid}-{start}")
     }
 
+    /// The hash of the configuration now in force (after a reload that took the whole file),
+    /// written with the next heartbeat.
+    pub fn set_config_hash(&self, config_hash: String) {
+        self.record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .config_hash = config_hash;
+    }
+
     /// True once the registration has been written.
     pub fn is_registered(&self) -> bool {
         self.registered.load(Ordering::SeqCst)

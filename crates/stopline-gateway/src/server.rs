@@ -57,6 +57,8 @@ pub struct ServeOptions {
     pub listen: Option<String>,
     /// Extra routes, e.g. the MCP proxy at `/mcp/{server}`.
     pub mount: Option<MountFn>,
+    /// Log every admitted call at its end (`serve --access-log`, `crate::logs::admitted`).
+    pub access_log: bool,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -66,6 +68,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("config", &self.config)
             .field("listen", &self.listen)
             .field("mount", &self.mount.is_some())
+            .field("access_log", &self.access_log)
             .finish()
     }
 }
@@ -88,6 +91,9 @@ pub enum ServeError {
         /// Why.
         error: std::io::Error,
     },
+    /// `[telemetry]` cannot be used.
+    #[error("config_invalid: {0}")]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
     /// A socket or runtime could not be set up.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
@@ -104,6 +110,7 @@ pub struct RunningGateway {
     stop: Arc<AtomicBool>,
     shutdown: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 static INSTANCES: AtomicU32 = AtomicU32::new(0);
@@ -138,6 +145,7 @@ pub async fn start_with(
     for warning in config.startup_warnings() {
         tracing::warn!(config = %config_path.display(), "{warning}");
     }
+    let telemetry = crate::telemetry::start(&config.base.telemetry)?;
     let store = Store::open(&options.home)
         .with_read_timeout(Duration::from_millis(config.base.read_timeout_ms.max(1)))
         .with_gone_journals(config.base.retention.gone_journals);
@@ -185,6 +193,10 @@ pub async fn start_with(
         id.clone(),
         fleet,
     )?;
+    gov.set_access_log(options.access_log);
+    if let Some(alerts) = gov.alerts() {
+        crate::alerts::watch_latches(view.clone(), alerts, id.clone());
+    }
     let registry = Arc::new(
         Registry::new(
             store,
@@ -247,6 +259,7 @@ pub async fn start_with(
         stop,
         shutdown: Some(tx),
         server,
+        telemetry,
     })
 }
 
@@ -289,6 +302,10 @@ impl RunningGateway {
                 tracing::error!("operation records queued at shutdown were not written within 5 s")
             }
         }
+        if let Some(telemetry) = self.telemetry.take() {
+            // The SDK's last export blocks (bounded by its timeout): off the runtime's workers.
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        }
     }
 }
 
@@ -329,14 +346,35 @@ pub fn serve_with(
         distributed.source.prime();
     }
     let runtime = runtime("stopline-gw")?;
+    let config_path = options
+        .config
+        .clone()
+        .unwrap_or_else(|| options.home.join("config.toml"));
     runtime.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Before the gateway starts, so a SIGHUP sent once it is healthy is never the default
+        // action (which would end the process).
+        let mut hangup = signal(SignalKind::hangup())?;
         let gateway = start_with(options, distributed).await?;
         // Through the log, so `--log-format json` keeps stderr one JSON object a line.
         tracing::info!(url = %format!("http://{}", gateway.addr), "stopline gateway serving");
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+        let mut term = signal(SignalKind::terminate())?;
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+                _ = hangup.recv() => {
+                    tracing::info!(config = %config_path.display(), "SIGHUP: reloading the configuration");
+                    let config = gateway.governor.shared_config().clone();
+                    let path = config_path.clone();
+                    // The file is read off the runtime's workers.
+                    let reloaded = tokio::task::spawn_blocking(move || crate::reload::reload(&config, &path)).await;
+                    if let Ok(Ok(_)) = reloaded {
+                        let hash = gateway.governor.config().config_hash.clone();
+                        gateway.registry.set_config_hash(hash);
+                    }
+                }
+            }
         }
         gateway.shutdown().await;
         Ok(())

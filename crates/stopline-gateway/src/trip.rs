@@ -1,21 +1,20 @@
 //! Carrying out a gateway's breaker trip: `stopline_control::trip::trip` (the agent-scoped latch,
 //! level from `[breakers] trip_level`, `by: "breaker:<kind>"`, then the `evidence-record.v1`),
 //! then what only a gateway does: remember the trip's latch, refresh the view, and raise the
-//! alert (a log line, plus the configured webhook, `webhook.rs`, or command).
+//! alert (a log line, plus the configured webhook or command, queued to `alerts.rs`).
 //!
 //! The latch comes first; evidence and alerts follow and their failures are logged, never
 //! allowed to undo or delay the stop.
 
+use crate::alerts::Alerts;
 use crate::breaker::{AgentBreakers, BreakerKind, TripOrder};
-use crate::client::UpstreamClient;
-use crate::config::BreakerConfig;
+use crate::config::SharedConfig;
 use crate::view::ViewHolder;
 use serde_json::Value;
 use std::sync::Arc;
 use stopline_control::trip::Surface;
 use stopline_control::Context;
 use stopline_core::budget::BudgetKind;
-use stopline_core::Level;
 
 /// What a gateway's trip needs, and nothing of the governor: the governor owns one and hands
 /// it orders (so this module never reaches back into the governor).
@@ -24,13 +23,11 @@ pub(crate) struct Tripper {
     ctx: Context,
     agents: Arc<AgentBreakers>,
     view: Arc<ViewHolder>,
-    breakers: BreakerConfig,
-    level: Level,
+    /// The configuration in force (thresholds, trip level, hooks), read at each trip.
+    config: SharedConfig,
     server_id: String,
-    /// The gateway's pooled client, which webhooks are sent with.
-    upstream: UpstreamClient,
-    /// The runtime webhooks are sent on: the gateway's (a trip runs on a blocking thread).
-    runtime: Option<tokio::runtime::Handle>,
+    /// Where the trip's alert is queued (`alerts.rs`).
+    alerts: Option<Alerts>,
 }
 
 impl Tripper {
@@ -39,19 +36,17 @@ impl Tripper {
         ctx: Context,
         agents: Arc<AgentBreakers>,
         view: Arc<ViewHolder>,
-        config: &crate::config::GatewayConfig,
+        config: SharedConfig,
         server_id: String,
-        upstream: UpstreamClient,
+        alerts: Option<Alerts>,
     ) -> Tripper {
         Tripper {
             ctx,
             agents,
             view,
-            breakers: config.breakers.clone(),
-            level: config.trip_level,
+            config,
             server_id,
-            upstream,
-            runtime: tokio::runtime::Handle::try_current().ok(),
+            alerts,
         }
     }
 
@@ -64,7 +59,7 @@ impl Tripper {
         observed: f64,
     ) {
         let order = self.agents.note(
-            &self.breakers,
+            &self.config.load().breakers,
             agent,
             BreakerKind::BudgetExhausted,
             kind.as_str(),
@@ -97,7 +92,7 @@ impl Tripper {
             trigger: order.trigger.clone(),
             threshold: order.threshold,
             observed: order.observed,
-            level: self.level,
+            level: self.config.load().trip_level,
             surface: Surface::Gateway(self.server_id.clone()),
         };
         let tripped = stopline_control::trip::trip(&self.ctx, &trip);
@@ -112,36 +107,9 @@ impl Tripper {
     }
 
     fn alert(&self, record: &Value) {
-        let breakers = &self.breakers;
-        if let Some(url) = breakers.alert_webhook.clone() {
-            let client = self.upstream.clone();
-            let body = record.to_string();
-            match &self.runtime {
-                Some(runtime) => {
-                    runtime.spawn(async move {
-                        crate::webhook::post(&client, &url, body, crate::webhook::WEBHOOK_TIMEOUT)
-                            .await
-                    });
-                }
-                None => tracing::error!("breaker alert webhook not sent: no runtime to send it on"),
-            }
-        }
-        if let Some(command) = breakers.alert_command.clone().filter(|c| !c.is_empty()) {
-            use std::io::Write;
-            let spawned = std::process::Command::new(&command[0])
-                .args(&command[1..])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::null())
-                .spawn();
-            match spawned {
-                Ok(mut child) => {
-                    if let Some(mut stdin) = child.stdin.take() {
-                        let _ = stdin.write_all(record.to_string().as_bytes());
-                    }
-                    std::thread::spawn(move || child.wait());
-                }
-                Err(error) => tracing::error!(%error, "breaker alert command failed"),
-            }
+        match &self.alerts {
+            Some(alerts) => alerts.send(record.to_string()),
+            None => tracing::error!("breaker alert not sent: no runtime to deliver it on"),
         }
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! The alert follows the stop and never stands in its way (SPEC §5): it is sent off the request
 //! path after the latch is durable, and every failure — no connection, a broken exchange, an
-//! answer other than `2xx`, the bound passing — is an error in the log and nothing else. It is
-//! never retried. A redirect is never followed: the owner configured one URL, and following a
+//! answer other than `2xx`, the bound passing — is an error in the log; whether to try again is
+//! `alerts.rs`'s decision. A redirect is never followed: the owner configured one URL, and following a
 //! `3xx` would hand the record, and any credentials of that URL, to another. Credentials in the
 //! URL (`https://user:pass@host/…`) go as `Authorization: Basic`, as reqwest sent them, and
 //! never appear in the log.

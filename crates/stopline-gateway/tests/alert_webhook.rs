@@ -70,6 +70,7 @@ async fn a_trips_webhook_gets_its_evidence_record_and_a_redirect_is_not_followed
         config: None,
         listen: Some("127.0.0.1:0".into()),
         mount: None,
+        access_log: false,
     })
     .await
     .expect("gateway");
@@ -81,12 +82,24 @@ async fn a_trips_webhook_gets_its_evidence_record_and_a_redirect_is_not_followed
         .governor
         .note_unauthorized(&caller, "tool_not_allowed");
 
-    until("the webhook was never called", || {
-        !hook.received().is_empty()
+    // The trip's evidence record, and the latch-alert.v1 of the latch it engaged.
+    let evidence = || {
+        hook.received()
+            .into_iter()
+            .filter(|r| r.json()["schema"] == "evidence-record.v1")
+            .collect::<Vec<_>>()
+    };
+    until("the webhook never got the evidence record", || {
+        !evidence().is_empty()
     })
     .await;
-    let received = hook.received();
-    assert_eq!(received.len(), 1, "{received:?}");
+    until("the redirect was never given up", || {
+        log.text()
+            .contains("alert webhook not delivered: not tried again")
+    })
+    .await;
+    let received = evidence();
+    assert_eq!(received.len(), 1, "a redirect is not retried: {received:?}");
     let alert = &received[0];
     assert_eq!(
         (alert.method.as_str(), alert.path.as_str()),

@@ -34,6 +34,7 @@ async fn a_model_upstreams_redirect_is_answered_not_followed() {
         config: None,
         listen: Some("127.0.0.1:0".into()),
         mount: None,
+        access_log: false,
     })
     .await
     .expect("gateway");

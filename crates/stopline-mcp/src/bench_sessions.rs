@@ -68,6 +68,7 @@ async fn run(command: Vec<String>, iterations: usize, home: PathBuf) -> Result<V
         config: None,
         listen: None,
         mount: Some(Box::new(crate::http::router)),
+        access_log: false,
     })
     .await
     .map_err(|e| format!("starting the gateway: {e}"))?;

@@ -77,6 +77,7 @@ async fn no_path_reaches_the_upstream_unadmitted() {
         config: None,
         listen: Some("127.0.0.1:0".into()),
         mount: Some(Box::new(stopline_mcp::http::router)),
+        access_log: false,
     })
     .await
     .expect("gateway");

@@ -166,6 +166,10 @@ pub enum Command {
         /// logged: `STOPLINE_LOG`, else `RUST_LOG` (default `info`).
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// Log one line per admitted call at its end (agent, route, operation target, status,
+        /// latency), beside the refusals that are always logged.
+        #[arg(long)]
+        access_log: bool,
     },
     /// Run an agent under a policy card, contained, and enforce every stop on it (SPEC §6).
     Run {
@@ -258,6 +262,18 @@ pub enum Command {
     /// The hash-chained evidence log (SPEC §7).
     #[command(subcommand)]
     Evidence(EvidenceCommand),
+    /// Validate the configuration, then make every gateway of this host serving this home
+    /// re-read it (`SIGHUP`). A file that does not parse is refused and no gateway is touched;
+    /// each gateway logs what it changed and which changed keys need a restart.
+    Reload {
+        /// The file the gateways were started with (default `<home>/config.toml`).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Internal: deliver the latch alerts a CLI command handed over on stdin, with retries.
+    /// Started detached by `engage`, `disengage` and `recover apply` when no gateway runs.
+    #[command(hide = true)]
+    AlertDeliver,
 }
 
 /// `completions`: the shells a completion script is generated for.

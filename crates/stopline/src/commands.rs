@@ -31,6 +31,8 @@ pub fn run(cli: Cli) -> i32 {
             ..
         }) => return output::outcome(json, stopline_etcd::roles::plan(prefix)),
         Command::Conformance { filter } => return crate::conformance::run(json, filter.clone()),
+        // Reads its hooks and records from stdin; the command that started it had the home.
+        Command::AlertDeliver => return crate::alerts::deliver_from_stdin(),
         // Needs no configuration: it only makes the home whole (with --control, it also pins the
         // plane's verification key, below).
         Command::Init if cli.control.is_none() => {
@@ -92,6 +94,8 @@ fn execute(
         | Command::Serve { .. }
         | Command::Run { .. }) => crate::gates::execute(ctx, command, wiring),
         Command::Completions { shell } => Ok(crate::manual::completions(shell)),
+        Command::Reload { config } => crate::alerts::reload(ctx, config, json),
+        Command::AlertDeliver => Ok(crate::alerts::deliver_from_stdin()),
         Command::Etcd(command) => etcd(ctx, command, control, json),
         Command::Man => Ok(crate::manual::man()),
         command @ (Command::ModelCheck

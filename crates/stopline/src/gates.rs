@@ -20,16 +20,25 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
         Command::Hook(HookCommand::ClaudeCode) => Ok(stopline_mcp::entry::hook_claude_code(
             ctx.store.layout().home(),
         )),
-        Command::Serve { listen, config, .. } => {
+        Command::Serve {
+            listen,
+            config,
+            access_log,
+            ..
+        } => {
             let options = stopline_gateway::ServeOptions {
                 home: ctx.store.layout().home().to_path_buf(),
                 config,
                 listen,
                 mount: Some(Box::new(stopline_mcp::http::router)),
+                access_log,
             };
             stopline_gateway::serve_with(options, wiring.distributed).map_err(|e| match e {
                 stopline_gateway::ServeError::Config(error) => error.to_refusal(),
                 stopline_gateway::ServeError::Refused(refusal) => refusal,
+                stopline_gateway::ServeError::Telemetry(error) => {
+                    Refusal::new(RefusalCode::ConfigInvalid, error.to_string())
+                }
                 other => Refusal::new(RefusalCode::ControlIo, other.to_string()),
             })?;
             Ok(0)

@@ -4,6 +4,7 @@
 //! its siblings only turn arguments into calls and receipts into output (JSON with `--json`).
 //! Exit codes: 0 success, 1 refused, 2 usage; `check`: 0 allow, 3 queue, 4 block.
 
+mod alerts;
 mod assurance;
 mod commands;
 mod conformance;

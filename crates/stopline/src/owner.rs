@@ -35,7 +35,9 @@ fn recover(ctx: &Context, command: RecoverCommand, json: bool) -> Result<i32, Re
         }
         RecoverCommand::Apply { plan, by } => {
             let console = console::prove(ctx, by.as_deref(), None)?;
+            let before = crate::alerts::latches(ctx);
             output::receipt(json, &owner::recover_apply(ctx, &console, &plan)?);
+            crate::alerts::after_change(ctx, before);
         }
         RecoverCommand::Repair { reason, by } => {
             let console = console::prove(ctx, by.as_deref(), None)?;

@@ -53,6 +53,8 @@ pub fn execute(ctx: &Context, command: Command, wiring: &Wiring) -> Result<i32, 
             let mut receipt = engage::engage(ctx, &caller, &scope, level.as_deref(), &reason)?;
             receipt.warnings.extend(wiring.config_warning.clone());
             output::receipt(json, &receipt);
+            // After the receipt: the alert is handed off, never awaited.
+            crate::alerts::after_engage(ctx, &receipt);
             Ok(0)
         }
         Command::Disengage {
@@ -62,12 +64,14 @@ pub fn execute(ctx: &Context, command: Command, wiring: &Wiring) -> Result<i32, 
             token,
         } => {
             let presented = presented(&token)?;
+            let before = crate::alerts::latches(ctx);
             let receipt =
                 engage::disengage(ctx, &scope, &reason, by.as_deref(), presented.as_deref())?;
             output::receipt(json, &receipt);
             if let Some(warning) = receipt.warning() {
                 output::error_line(&warning);
             }
+            crate::alerts::after_change(ctx, before);
             Ok(0)
         }
         Command::Status => {

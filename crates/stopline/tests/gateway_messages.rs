@@ -291,9 +291,10 @@ fn a_messages_model_without_a_price_is_refused_for_a_spend_budget() {
     let gateway = Gateway::start(&home, &anthropic_config(&upstream));
     let token = home.token(&["--agent", "w", "--budget", "spend_usd=1"]);
     let refused = gateway.anthropic(&token, "message", "claude-unpriced");
+    // Its own refusal, a 403 the SDK does not retry (a 429 it retried, as if money were spent).
     assert_eq!(
         (&refused["exception"], &refused["code"]),
-        (&json!("RateLimitError"), &json!("budget_exhausted")),
+        (&json!("PermissionDeniedError"), &json!("price_missing")),
         "{refused}"
     );
     assert!(upstream.executed().is_empty());

@@ -253,24 +253,112 @@ fn concurrent_calls_never_overrun_a_spend_budget_and_the_breaker_trips_with_evid
     );
 }
 
+/// A model the price table does not know, asked for with a spend budget, is its own refusal
+/// (`price_missing`, not `budget_exhausted`: nothing was spent), names the `[prices]` key to add,
+/// and is logged like every refusal; nothing reaches the model.
 #[test]
-fn a_model_without_a_price_is_refused_for_a_spend_budget() {
+fn a_model_without_a_price_is_refused_price_missing_naming_the_key_and_logged() {
     let home = Home::new();
     let upstream = Upstream::start(&home);
     let gateway = Gateway::start(&home, &model_config(&upstream));
     let token = home.token(&["--agent", "w", "--budget", "spend_usd=1"]);
-    let r = gateway.post(
-        "/v1/chat/completions",
-        Some(&token),
-        &Gateway::chat_body("unpriced"),
-    );
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (429, "budget_exhausted"),
-        "{}",
-        r.body
-    );
+    for (model, key) in [
+        ("unpriced", "[prices.unpriced]"),
+        ("gpt-4.1", "[prices.\"gpt-4.1\"]"),
+    ] {
+        let r = gateway.post(
+            "/v1/chat/completions",
+            Some(&token),
+            &Gateway::chat_body(model),
+        );
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (403, "price_missing"),
+            "{}",
+            r.body
+        );
+        let message = r.json()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(message.contains(key), "names the key to add: {message}");
+    }
     assert!(upstream.executed().is_empty());
+    let log = home.dir.path().join("gateway.log");
+    let logged = gw::within(Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.lines()
+            .find(|l| l.contains("price_missing") && l.contains("model:unpriced"))
+            .map(String::from)
+    });
+    assert!(
+        logged.is_some(),
+        "the refusal is logged: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
+/// `serve --access-log` logs one line per admitted call at its end (agent, route, operation,
+/// status, latency), beside the refusals; a refused call gets no access line, and without the
+/// flag no call does.
+#[test]
+fn the_access_log_has_one_line_per_admitted_call_only_when_asked() {
+    let access_lines = |log: &std::path::Path| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["target"] == "stopline::access")
+            .collect()
+    };
+    for asked in [true, false] {
+        let home = Home::new();
+        let upstream = Upstream::start(&home);
+        let mut args = vec!["--log-format", "json"];
+        if asked {
+            args.push("--access-log");
+        }
+        let gateway = Gateway::start_with_args(&home, &model_config(&upstream), &[], &args);
+        let token = home.token(&["--agent", "logged"]);
+        let body = Gateway::chat_body("gpt-test");
+        for _ in 0..2 {
+            let ok = gateway.post("/v1/chat/completions", Some(&token), &body);
+            assert_eq!(ok.status, 200, "{}", ok.body);
+        }
+        let refused = gateway.post("/v1/chat/completions", Some("not-a-token"), &body);
+        assert_eq!(refused.status, 401);
+        let log = home.dir.path().join("gateway.log");
+        if !asked {
+            // The refusal is logged whatever the flag: wait for it, then no access line.
+            gw::within(Duration::from_secs(10), || {
+                std::fs::read_to_string(&log)
+                    .ok()?
+                    .contains("token_invalid")
+                    .then_some(())
+            })
+            .expect("the refusal is logged");
+            assert!(access_lines(&log).is_empty(), "{:?}", access_lines(&log));
+            continue;
+        }
+        let lines = gw::within(Duration::from_secs(10), || {
+            let lines = access_lines(&log);
+            (lines.len() >= 2).then_some(lines)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "two access lines: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
+        assert_eq!(lines.len(), 2, "one line per admitted call: {lines:?}");
+        for line in &lines {
+            assert_eq!(line["agent"], "logged", "{line}");
+            assert_eq!(line["route"], "/v1/chat/completions", "{line}");
+            assert_eq!(line["operation"], "model:gpt-test", "{line}");
+            assert_eq!(line["status"], "committed", "{line}");
+            assert!(line["latency_ms"].as_f64().is_some(), "{line}");
+        }
+    }
 }
 
 /// Unix seconds now.

@@ -37,6 +37,7 @@ impl World {
             config: None,
             listen: Some("127.0.0.1:0".into()),
             mount: Some(Box::new(stopline_mcp::http::router)),
+            access_log: false,
         })
         .await
         .expect("gateway");

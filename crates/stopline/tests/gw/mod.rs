@@ -245,6 +245,16 @@ impl Gateway {
 
     /// [`Gateway::start`] with extra environment (e.g. `STOPLINE_FAILPOINTS`).
     pub fn start_with_env(home: &Home, extra: &str, env: &[(&str, &str)]) -> Gateway {
+        Gateway::start_with_args(home, extra, env, &[])
+    }
+
+    /// [`Gateway::start_with_env`] with extra arguments to `serve` (e.g. `--access-log`).
+    pub fn start_with_args(
+        home: &Home,
+        extra: &str,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Gateway {
         let addr = format!("127.0.0.1:{}", free_port());
         std::fs::create_dir_all(home.path()).unwrap();
         std::fs::write(
@@ -252,8 +262,10 @@ impl Gateway {
             format!("listen = \"{addr}\"\n{extra}\n"),
         )
         .unwrap();
+        let mut serve = vec!["serve"];
+        serve.extend_from_slice(args);
         let child = home
-            .command(&["serve"])
+            .command(&serve)
             .env("UPSTREAM_API_KEY", UPSTREAM_KEY)
             .env("STOPLINE_LOG", "info")
             .envs(env.iter().copied())

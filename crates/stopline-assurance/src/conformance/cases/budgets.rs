@@ -25,7 +25,7 @@ pub const CASES: &[Case] = &[
     ),
     slow(
         "budget_unpriced_model_refused",
-        "a model without a price is refused 429 budget_exhausted for a token carrying a spend budget, and nothing reaches the upstream",
+        "a model without a price is refused 403 price_missing (not budget_exhausted: nothing was spent) naming the [prices] key to add, for a token carrying a spend budget, and nothing reaches the upstream",
         unpriced_model_refused,
     ),
     slow(
@@ -160,14 +160,20 @@ fn unpriced_model_refused(s: &Sandbox) -> Verdict {
     let gateway = Gateway::start(s, &model_config(&upstream.url()))?;
     let token = s.token(&["--agent", "w", "--budget", "spend_usd=1"])?;
     let r = gateway.chat(&token, "unpriced-model");
+    let message = r.json_or_null()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     ensure(
-        r.status == 429 && r.code_or_empty() == "budget_exhausted",
+        r.status == 403
+            && r.code_or_empty() == "price_missing"
+            && message.contains("[prices.unpriced-model]"),
         || r.brief(),
     )?;
     ensure(upstream.executed() == 0, || {
         "the call reached the upstream".into()
     })?;
-    Ok("unpriced model under spend_usd=1: 429 budget_exhausted; upstream untouched".into())
+    Ok("unpriced model under spend_usd=1: 403 price_missing naming [prices.unpriced-model]; upstream untouched".into())
 }
 
 fn breaker_trips_on_unauthorized_calls(s: &Sandbox) -> Verdict {

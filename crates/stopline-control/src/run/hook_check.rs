@@ -56,12 +56,32 @@ pub fn is_claude_code(command: &[OsString]) -> bool {
     }
 }
 
-/// Refuse the run when the agent is Claude Code and a stopline hook its settings name cannot be
+/// Refuse the run of a Codex agent when the hook its `CODEX_HOME` will name, `program hook
+/// codex`, cannot be executed by its uid or is hidden by its private mounts: Codex runs every
+/// tool call whose hook cannot start.
+pub fn codex_hook_executable(check: &HookCheck<'_>, program: &Path) -> Result<(), Refusal> {
+    let refuse = |message: String| Refusal::new(RefusalCode::PolicyCardIncomplete, message);
+    if let Err(why) = executable_by(program, check.identity) {
+        return Err(refuse(format!(
+            "the Codex hook runs {}, which the agent's uid cannot execute ({why}), so Codex would run every tool unchecked; install stopline where the agent can execute it (e.g. /usr/local/bin)",
+            program.display()
+        )));
+    }
+    if let Some(mounts) = check.private_mounts {
+        if let Some(masked) = hidden_by_private_mounts(program, mounts) {
+            return Err(refuse(format!(
+                "the Codex hook runs {}, which the agent cannot see: {masked} is a fresh filesystem in its private mounts (--share {} or install stopline elsewhere)",
+                program.display(),
+                program.parent().unwrap_or(program).display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuse the run of a Claude Code agent when a stopline hook its settings name cannot be
 /// executed by its uid.
 pub fn hook_executable(check: &HookCheck<'_>) -> Result<(), Refusal> {
-    if !is_claude_code(check.command) {
-        return Ok(());
-    }
     let refuse = |message: String| Refusal::new(RefusalCode::PolicyCardIncomplete, message);
     for (source, settings) in settings_sources(check) {
         for hook in stopline_hooks(&settings) {

@@ -210,11 +210,14 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         path_var: path_var.as_deref(),
         private_mounts: (request.net == NetMode::GatewayOnly).then_some(mapped.as_slice()),
     };
+    // What the command needs from under a fresh /tmp (an npm CLI's tree), mapped in too.
+    let needed = hook_check::command_visible(&check)?;
     match kind {
         AgentKind::ClaudeCode => hook_check::hook_executable(&check)?,
         AgentKind::Codex => hook_check::codex_hook_executable(&check, &stopline_program()?)?,
         AgentKind::Other => {}
     }
+    let share: Vec<PathBuf> = request.share.iter().cloned().chain(needed).collect();
     let env_url = std::env::var("STOPLINE_URL").ok();
     let url = gateway::choose_url(ctx, request.gateway.as_deref(), env_url.as_deref());
     let gateway = gateway::probe(ctx, &url)?;
@@ -272,7 +275,7 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         net: request.net,
         gateway: &gateway,
         stdin: request.stdin,
-        share: &request.share,
+        share: &share,
         codex: (kind == AgentKind::Codex)
             .then(stopline_program)
             .transpose()?,

@@ -333,7 +333,8 @@ fn claude_code_under_stopline_run_is_stopped_mid_way() {
         .join(" ");
     let script = format!("set -- {args}\n{script}");
     let work = scratch.work();
-    let claude = claude();
+    // By its canonical path: a `..` through a directory the private /tmp lacks would not resolve.
+    let claude = std::fs::canonicalize(claude()).unwrap();
     let mut env: Vec<(&str, &str)> = vec![
         ("WORK", work.to_str().unwrap()),
         ("CLAUDE", claude.to_str().unwrap()),

@@ -7,8 +7,11 @@
 //! files beside them (`dist/systemd/stopline-serve.service`).
 //!
 //! [`package`] builds the Debian package (`stopline_<version>_<arch>.deb`) from a binary: the
-//! binary, its man pages, completions and the systemd unit, packed by `dpkg-deb`. The release
-//! gate packages the binary it qualified, extracts the package and runs the extracted binary.
+//! binary stripped of its symbols and debug information (the release profile keeps debug info;
+//! the package need not carry it), its man pages, completions, the systemd unit and the
+//! `sysusers.d` entry that creates the `stopline` user the unit runs as, packed by `dpkg-deb`.
+//! The release gate packages the binary it qualified, extracts the package and runs the
+//! extracted binary.
 
 use clap::CommandFactory;
 use clap_complete::Shell;
@@ -77,13 +80,20 @@ const ZSH_COMPLETION: &str = "usr/share/zsh/vendor-completions/_stopline";
 const FISH_COMPLETION: &str = "usr/share/fish/vendor_completions.d/stopline.fish";
 const MAN_DIR: &str = "usr/share/man/man1";
 const UNIT: &str = "lib/systemd/system/stopline-serve.service";
+/// The system user the unit runs as, created by systemd-sysusers (at boot, and by `postinst`).
+const SYSUSERS: &str = "usr/lib/sysusers.d/stopline.conf";
+/// Its line: a system user and group `stopline`, home the unit's state directory, no shell.
+pub const SYSUSERS_LINE: &str =
+    "u stopline - \"stopline gateway\" /var/lib/stopline /usr/sbin/nologin\n";
+/// Creates the user at install time, where systemd-sysusers exists.
+const POSTINST: &str = "#!/bin/sh\nset -e\nif [ \"$1\" = configure ] && command -v systemd-sysusers > /dev/null; then\n    systemd-sysusers stopline.conf\nfi\n";
 /// Where the packaged binary lives (the unit's `ExecStart` is rewritten to it).
 pub const PACKAGED_BINARY: &str = "usr/bin/stopline";
 
 /// Build `stopline_<version>_<arch>.deb` in `out` from `binary` (normally the release binary the
-/// gate qualified): the binary, gzipped man pages, completions for three shells and the systemd
-/// unit, staged in a temporary tree and packed by `dpkg-deb` with root ownership. Returns the
-/// package's path. The binary is copied byte for byte, so the package carries the qualified hash.
+/// gate qualified): the binary as [`stripped`] makes it, gzipped man pages, completions for three
+/// shells, the systemd unit and its user, staged in a temporary tree and packed by `dpkg-deb`
+/// with root ownership. Returns the package's path.
 pub fn package(repo: &Path, binary: &Path, out: &Path) -> std::io::Result<PathBuf> {
     let stage = tempfile::Builder::new()
         .prefix("stopline-deb.")
@@ -91,7 +101,7 @@ pub fn package(repo: &Path, binary: &Path, out: &Path) -> std::io::Result<PathBu
     let root = stage.path().join("root");
     let generated = stage.path().join("generated");
     generate(&generated)?;
-    install(binary, &root.join(PACKAGED_BINARY), 0o755)?;
+    stripped(binary, &root.join(PACKAGED_BINARY))?;
     install(
         &generated.join("completions/stopline.bash"),
         &root.join(BASH_COMPLETION),
@@ -121,6 +131,8 @@ pub fn package(repo: &Path, binary: &Path, out: &Path) -> std::io::Result<PathBu
         &format!("ExecStart=/{PACKAGED_BINARY}"),
     );
     write(&root.join(UNIT), unit.as_bytes(), 0o644)?;
+    write(&root.join(SYSUSERS), SYSUSERS_LINE.as_bytes(), 0o644)?;
+    write(&root.join("DEBIAN/postinst"), POSTINST.as_bytes(), 0o755)?;
     let arch = output(Command::new("dpkg").arg("--print-architecture"))?;
     let version = env!("CARGO_PKG_VERSION");
     write(
@@ -135,6 +147,28 @@ pub fn package(repo: &Path, binary: &Path, out: &Path) -> std::io::Result<PathBu
         .arg(&root)
         .arg(&deb))?;
     Ok(deb)
+}
+
+/// Write `binary` to `to` (mode 0755) as the package ships it: an ELF file without its symbols
+/// and debug information (`strip --strip-all`, deterministic, so the gate can compare), anything
+/// else (a test's stand-in script) byte for byte.
+pub fn stripped(binary: &Path, to: &Path) -> std::io::Result<()> {
+    let mut magic = [0u8; 4];
+    let is_elf = std::io::Read::read_exact(&mut std::fs::File::open(binary)?, &mut magic).is_ok()
+        && magic == *b"\x7fELF";
+    if !is_elf {
+        return install(binary, to, 0o755);
+    }
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    run(Command::new("strip")
+        .arg("--strip-all")
+        .arg("-o")
+        .arg(to)
+        .arg(binary))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755))
 }
 
 /// The `DEBIAN/control` of the package.

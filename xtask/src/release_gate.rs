@@ -79,7 +79,8 @@ pub fn run(root: &Path) -> Result<PathBuf, GateError> {
 }
 
 /// Package `binary` into `out`, extract the package into a throwaway directory and run the
-/// extracted binary: it must be the qualified binary byte for byte, and it must stop a machine
+/// extracted binary: it must be the qualified binary as the package strips it, byte for byte,
+/// and it must stop a machine
 /// on a throwaway home (`init`, `engage --scope machine`, then `check` blocks with exit 4) and
 /// print its man page. Returns the package's manifest entry.
 pub fn package_and_try(
@@ -93,7 +94,10 @@ pub fn package_and_try(
     let scratch = tempfile::tempdir().map_err(|e| refuse(format!("scratch directory: {e}")))?;
     let extracted = crate::dist::extract(&deb, &scratch.path().join("root"))
         .map_err(|e| refuse(format!("cannot extract {}: {e}", deb.display())))?;
-    let (want, got) = (sha256(binary)?, sha256(&extracted)?);
+    let expected = scratch.path().join("qualified-stripped");
+    crate::dist::stripped(binary, &expected)
+        .map_err(|e| refuse(format!("cannot strip {}: {e}", binary.display())))?;
+    let (want, got) = (sha256(&expected)?, sha256(&extracted)?);
     if want != got {
         return Err(refuse(format!(
             "the packaged binary is not the qualified one: {got} != {want}"

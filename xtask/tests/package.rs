@@ -60,6 +60,7 @@ fn the_package_ships_the_binary_man_pages_completions_and_unit_owned_by_root() {
         "usr/share/zsh/vendor-completions/_stopline",
         "usr/share/fish/vendor_completions.d/stopline.fish",
         "lib/systemd/system/stopline-serve.service",
+        "usr/lib/sysusers.d/stopline.conf",
     ] {
         assert!(
             contents.iter().any(|p| p == path),
@@ -87,6 +88,29 @@ fn the_package_ships_the_binary_man_pages_completions_and_unit_owned_by_root() {
     )
     .unwrap();
     assert!(unit.contains("ExecStart=/usr/bin/stopline serve"), "{unit}");
+    // The user the unit runs as is created by the package (issue 40: nothing created it).
+    assert!(unit.contains("User=stopline"), "{unit}");
+    let sysusers =
+        std::fs::read_to_string(dir.path().join("root/usr/lib/sysusers.d/stopline.conf")).unwrap();
+    assert!(sysusers.starts_with("u stopline "), "{sysusers}");
+    let control = dir.path().join("control");
+    let out = Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(&deb)
+        .arg(&control)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let postinst = std::fs::read_to_string(control.join("postinst")).unwrap();
+    assert!(
+        postinst.contains("systemd-sysusers stopline.conf"),
+        "{postinst}"
+    );
+    let mode = std::fs::metadata(control.join("postinst"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755);
     let page = Command::new("zcat")
         .arg(dir.path().join("root/usr/share/man/man1/stopline.1.gz"))
         .output()
@@ -110,4 +134,48 @@ fn the_gate_tries_the_extracted_binary_and_refuses_one_that_does_not_stop() {
         .expect_err("a binary whose check allows after an engage must be refused")
         .to_string();
     assert!(error.contains("check --class critical"), "{error}");
+}
+
+/// Issue 40: the package shipped the release binary with its debug information (124 MB). An ELF
+/// binary is packaged stripped: no debug sections, smaller, and the gate's comparison is with
+/// the qualified binary stripped the same way.
+#[test]
+fn an_elf_binary_is_packaged_without_its_debug_information() {
+    let dir = tempfile::tempdir().unwrap();
+    // This test's own executable: an ELF file with debug information (the test profile).
+    let binary = std::env::current_exe().unwrap();
+    let sections = |path: &Path| {
+        let out = Command::new("readelf")
+            .arg("-S")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        sections(&binary).contains(".debug_info"),
+        "the input has debug info"
+    );
+    let deb = xtask::dist::package(&xtask::root(), &binary, &dir.path().join("out")).unwrap();
+    let extracted = xtask::dist::extract(&deb, &dir.path().join("root")).unwrap();
+    let packaged = sections(&extracted);
+    // (`.debug_gdb_scripts` is loaded with the program, not debug information: it stays.)
+    for gone in [".debug_info", ".debug_line", ".debug_str", ".symtab"] {
+        assert!(!packaged.contains(gone), "{gone} in {packaged}");
+    }
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    assert!(
+        size(&extracted) < size(&binary) / 2,
+        "{} vs {}",
+        size(&extracted),
+        size(&binary)
+    );
+    let again = dir.path().join("again");
+    xtask::dist::stripped(&binary, &again).unwrap();
+    assert_eq!(
+        std::fs::read(&again).unwrap(),
+        std::fs::read(&extracted).unwrap(),
+        "stripping is deterministic: the gate can compare"
+    );
 }

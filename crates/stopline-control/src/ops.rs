@@ -18,6 +18,9 @@ pub fn list(ctx: &Context, unresolved: bool, older_than_s: Option<u64>) -> OpsLi
             .filter(|op| !unresolved || op.is_unresolved())
             .collect(),
     };
+    // Oldest first, as prepared (ties by id), so the last line is the latest operation.
+    let mut selected = selected;
+    selected.sort_by(|a, b| (a.prepared_ms, &a.op).cmp(&(b.prepared_ms, &b.op)));
     let census = ctx.store.census();
     let operations = selected
         .into_iter()

@@ -12,6 +12,7 @@
 //! an agent stopped before its group was observed empty.
 
 mod card;
+pub mod codex;
 mod environment;
 mod gateway;
 mod hook_check;
@@ -65,6 +66,29 @@ impl NetMode {
     }
 }
 
+/// `--agent-kind`: what the agent is, when its program does not say (docs/reference.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentKind {
+    /// The Codex CLI: it gets a `CODEX_HOME` of its own naming the gateway and the hook.
+    Codex,
+    /// Claude Code: the stopline hooks its settings name must be executable by the agent.
+    ClaudeCode,
+    /// Anything else: the environment alone wires it.
+    Other,
+}
+
+impl AgentKind {
+    /// `given`, else what `command`'s program says.
+    pub fn of(given: Option<AgentKind>, command: &[OsString]) -> AgentKind {
+        match given {
+            Some(kind) => kind,
+            None if codex::is_codex(command) => AgentKind::Codex,
+            None if hook_check::is_claude_code(command) => AgentKind::ClaudeCode,
+            None => AgentKind::Other,
+        }
+    }
+}
+
 /// What `stopline run` was asked.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
@@ -85,6 +109,8 @@ pub struct RunRequest {
     pub share: Vec<PathBuf>,
     /// `--gateway`.
     pub gateway: Option<String>,
+    /// `--agent-kind` (`None`: told by the command's program).
+    pub agent_kind: Option<AgentKind>,
     /// The command and its arguments.
     pub command: Vec<OsString>,
 }
@@ -176,13 +202,22 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     let path_var = std::env::var("PATH").ok();
     let mut mapped = request.share.clone();
     mapped.push(project.clone());
-    hook_check::hook_executable(&hook_check::HookCheck {
+    let kind = AgentKind::of(request.agent_kind, &request.command);
+    let check = hook_check::HookCheck {
         command: &request.command,
         project: &project,
         identity: identity.as_ref(),
         path_var: path_var.as_deref(),
         private_mounts: (request.net == NetMode::GatewayOnly).then_some(mapped.as_slice()),
-    })?;
+    };
+    // What the command needs from under a fresh /tmp (an npm CLI's tree), mapped in too.
+    let needed = hook_check::command_visible(&check)?;
+    match kind {
+        AgentKind::ClaudeCode => hook_check::hook_executable(&check)?,
+        AgentKind::Codex => hook_check::codex_hook_executable(&check, &stopline_program()?)?,
+        AgentKind::Other => {}
+    }
+    let share: Vec<PathBuf> = request.share.iter().cloned().chain(needed).collect();
     let env_url = std::env::var("STOPLINE_URL").ok();
     let url = gateway::choose_url(ctx, request.gateway.as_deref(), env_url.as_deref());
     let gateway = gateway::probe(ctx, &url)?;
@@ -240,7 +275,10 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         net: request.net,
         gateway: &gateway,
         stdin: request.stdin,
-        share: &request.share,
+        share: &share,
+        codex: (kind == AgentKind::Codex)
+            .then(stopline_program)
+            .transpose()?,
     };
     let started = match start::start(ctx, &plan) {
         Ok(started) => started,
@@ -277,9 +315,21 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     drop(started.namespace);
     started.relays.drain();
     let outcome = conclude(ctx, &card, record, supervision, progress, live.as_ref());
+    // Only once the agent is gone: Codex wrote its sessions there to the end.
+    drop(started.codex_home);
     // Held until the agent's group was observed empty or its root exited and was reaped.
     drop(chosen.lease);
     outcome
+}
+
+/// This program, as the hook a Codex agent runs (`<it> hook codex`).
+fn stopline_program() -> Result<PathBuf, Refusal> {
+    std::env::current_exe().map_err(|e| {
+        Refusal::new(
+            RefusalCode::ControlIo,
+            format!("this program's own path, for the Codex hook: {e}"),
+        )
+    })
 }
 
 /// The reaction loop: wake on inotify or every [`TICK`], re-read the order on every change and

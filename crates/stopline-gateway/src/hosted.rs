@@ -6,7 +6,8 @@
 //! gateway's key, outside the network boundary, `allowed_tools` and the operation records. So
 //! the model routes refuse every such ask by default (`hosted_tool_refused`, naming the field):
 //!
-//! - Responses API: a tool whose `type` is not `function` or `custom`; `background: true`.
+//! - Responses API: a tool whose `type` is not `function` or `custom` (a `namespace` is a group:
+//!   its tools are judged); `background: true`.
 //! - Chat Completions: `web_search_options`; a tool whose `type` is not `function` or `custom`.
 //! - Messages API: `mcp_servers`; a typed tool that is not one the client runs (`custom`,
 //!   `bash_*`, `text_editor_*`, `computer_*`, `memory_*`): `web_search_*`, `web_fetch_*`,
@@ -74,19 +75,7 @@ fn ask(field: String, kind: &str, acts: bool) -> Ask {
 pub(crate) fn openai_asks(request: &Value, responses: bool) -> Vec<Ask> {
     let mut asks = Vec::new();
     if let Some(tools) = request.get("tools").and_then(Value::as_array) {
-        for (i, tool) in tools.iter().enumerate() {
-            match tool.get("type") {
-                Some(Value::String(kind)) if kind == "function" || kind == "custom" => {}
-                Some(Value::String(kind)) => {
-                    asks.push(ask(format!("tools[{i}].type = {kind:?}"), kind, true))
-                }
-                other => asks.push(ask(
-                    format!("tools[{i}].type = {}", other.unwrap_or(&Value::Null)),
-                    "untyped",
-                    true,
-                )),
-            }
-        }
+        tool_asks(tools, "tools", 0, &mut asks);
     }
     if responses {
         if request
@@ -102,6 +91,41 @@ pub(crate) fn openai_asks(request: &Value, responses: bool) -> Vec<Ask> {
         asks.push(ask("web_search_options".into(), "web_search", true));
     }
     asks
+}
+
+/// How deep `namespace` tools may nest before the deeper ones are asks themselves.
+const MAX_NAMESPACE_DEPTH: usize = 4;
+
+/// The asks among `tools` (at `path`): every tool whose `type` is not `function` or `custom`,
+/// except a `namespace` (a named group of tools, as the Codex CLI sends), whose own tools are
+/// judged the same way.
+fn tool_asks(tools: &[Value], path: &str, depth: usize, asks: &mut Vec<Ask>) {
+    for (i, tool) in tools.iter().enumerate() {
+        match tool.get("type") {
+            Some(Value::String(kind)) if kind == "function" || kind == "custom" => {}
+            Some(Value::String(kind)) if kind == "namespace" && depth < MAX_NAMESPACE_DEPTH => {
+                match tool.get("tools") {
+                    Some(Value::Array(inner)) => {
+                        tool_asks(inner, &format!("{path}[{i}].tools"), depth + 1, asks)
+                    }
+                    None | Some(Value::Null) => {}
+                    Some(_) => asks.push(ask(
+                        format!("{path}[{i}].tools is not a list"),
+                        "namespace",
+                        true,
+                    )),
+                }
+            }
+            Some(Value::String(kind)) => {
+                asks.push(ask(format!("{path}[{i}].type = {kind:?}"), kind, true))
+            }
+            other => asks.push(ask(
+                format!("{path}[{i}].type = {}", other.unwrap_or(&Value::Null)),
+                "untyped",
+                true,
+            )),
+        }
+    }
 }
 
 /// Tool types of the Messages API that the client runs (the agent executes them and sends the
@@ -236,6 +260,28 @@ mod tests {
         assert!(openai_asks(&json!({"background": false, "tools": []}), true).is_empty());
         let chat = json!({"web_search_options": {}, "tools": [{"type": "function"}]});
         assert_eq!(kinds(&openai_asks(&chat, false)), ["web_search"]);
+    }
+
+    /// Codex groups client functions in a `namespace`: the group is no ask, what it holds is
+    /// judged as any tool.
+    #[test]
+    fn a_namespace_of_functions_is_no_ask_but_a_hosted_tool_inside_one_is() {
+        let functions = json!({"tools": [{"type": "namespace", "name": "multi_agent_v1",
+            "tools": [{"type": "function", "name": "spawn_agent"}, {"type": "custom", "name": "c"}]}]});
+        assert!(openai_asks(&functions, true).is_empty());
+        let hidden = json!({"tools": [{"type": "function", "name": "f"}, {"type": "namespace",
+            "name": "n", "tools": [{"type": "function", "name": "g"}, {"type": "web_search"}]}]});
+        let asks = openai_asks(&hidden, true);
+        assert_eq!(kinds(&asks), ["web_search"]);
+        assert_eq!(asks[0].field, "tools[1].tools[1].type = \"web_search\"");
+        let mut deep = json!({"type": "function", "name": "f"});
+        for _ in 0..=MAX_NAMESPACE_DEPTH {
+            deep = json!({"type": "namespace", "tools": [deep]});
+        }
+        assert_eq!(
+            kinds(&openai_asks(&json!({"tools": [deep]}), true)),
+            ["namespace"]
+        );
     }
 
     #[test]

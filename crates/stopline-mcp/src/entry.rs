@@ -5,7 +5,7 @@
 //! the local control directory otherwise. The binary only parses arguments and calls these.
 
 use crate::governor::Governor;
-use crate::hook::HookOptions;
+use crate::hook::{Harness, HookOptions};
 use crate::local::LocalGovernor;
 use crate::remote::RemoteGovernor;
 use crate::serve::Backend;
@@ -67,6 +67,19 @@ pub fn serve(ctx: &Context) -> Result<i32, Refusal> {
 /// with another exit code (configuration loading included): it must own the whole process.
 pub fn hook_claude_code(home: &Path) -> i32 {
     crate::hook::run(HookOptions {
+        harness: Harness::ClaudeCode,
+        home: home.to_path_buf(),
+        gateway: gateway_url(),
+        token: session_token(),
+    })
+}
+
+/// `stopline hook codex`: 0 allows, 2 with the reason on stderr blocks (Codex fails open on
+/// any other exit, and on an exit 2 with nothing on stderr). As [`hook_claude_code`], call it
+/// before anything that could fail with another exit code.
+pub fn hook_codex(home: &Path) -> i32 {
+    crate::hook::run(HookOptions {
+        harness: Harness::Codex,
         home: home.to_path_buf(),
         gateway: gateway_url(),
         token: session_token(),

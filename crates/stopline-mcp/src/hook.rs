@@ -1,9 +1,11 @@
-//! `stopline hook claude-code`: a Claude Code `PreToolUse` hook that fails closed.
+//! `stopline hook claude-code` and `stopline hook codex`: a Claude Code or Codex `PreToolUse`
+//! hook that fails closed.
 //!
-//! Claude Code runs the hook before every tool call, with the event as JSON on stdin
-//! (`tool_name`, `tool_input`, `session_id`, `cwd`, …). Exit 0 lets the call run; exit 2 blocks
-//! it and shows stderr to the model as the reason. Any other exit fails *open* there, so this
-//! hook turns every error, panic and timeout into exit 2: a watchdog thread exits 2 when the
+//! Both run the hook before every tool call, with the event as JSON on stdin (`tool_name`,
+//! `tool_input`, `session_id`, `cwd`, …). Exit 0 lets the call run; exit 2 blocks it and shows
+//! stderr to the model as the reason. Any other exit fails *open* there (and so does Codex's exit
+//! 2 with an empty stderr, or a hook past its `timeout`), so this hook turns every error, panic
+//! and timeout into exit 2 with the reason on stderr: a watchdog thread exits 2 when the
 //! decision takes too long, a panic hook exits 2 before unwinding can reach anything else, and
 //! the decision itself runs under `catch_unwind`. It decides through the gateway (`POST
 //! /v1/check` at `STOPLINE_URL` with `STOPLINE_TOKEN`) or, without one, the local control
@@ -37,9 +39,20 @@ const DEFAULT_TIMEOUT_MS: u64 = 20_000;
 /// Default time a call held under HALT_NONCRITICAL waits for the halt to lift.
 const DEFAULT_QUEUE_WAIT_MS: u64 = 10_000;
 
+/// Which agent runs the hook: the events are the same but for their tools' names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Harness {
+    /// Claude Code (`Write`, `Edit`, `MultiEdit`, `NotebookEdit` write files).
+    ClaudeCode,
+    /// Codex (`apply_patch` writes files; its shell is `Bash`).
+    Codex,
+}
+
 /// Where decisions come from.
 #[derive(Debug, Clone)]
 pub struct HookOptions {
+    /// The agent whose events are judged.
+    pub harness: Harness,
     /// The local control directory (used when `gateway` is `None`).
     pub home: PathBuf,
     /// `STOPLINE_URL`.
@@ -147,6 +160,7 @@ fn pinned(options: &HookOptions) -> Result<HookOptions, String> {
         .map(|u| u.trim().to_string())
         .filter(|u| !u.is_empty());
     Ok(HookOptions {
+        harness: options.harness,
         // Read only without a url, and then `read_pinned` saw a home: never STOPLINE_HOME.
         home: pinned.home.unwrap_or_default(),
         gateway: url,
@@ -189,8 +203,52 @@ pub fn run(options: HookOptions) -> i32 {
     }
 }
 
+/// The files a Codex `apply_patch` call writes: every `*** Add File:`, `*** Update File:`,
+/// `*** Delete File:` and `*** Move to:` line of its patch (`tool_input.command`, or the input
+/// itself when it is a string), in order.
+pub fn patch_paths(tool_input: &Value) -> Vec<String> {
+    let text = tool_input
+        .get("command")
+        .or_else(|| tool_input.get("input"))
+        .or_else(|| tool_input.get("patch"))
+        .unwrap_or(tool_input)
+        .as_str()
+        .unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim_end();
+            [
+                "*** Add File: ",
+                "*** Update File: ",
+                "*** Delete File: ",
+                "*** Move to: ",
+            ]
+            .iter()
+            .find_map(|prefix| line.strip_prefix(prefix))
+        })
+        .map(|path| path.trim().to_string())
+        .filter(|path| !path.is_empty())
+        .collect()
+}
+
 /// The operation target a tool call touches: `mcp:<server>:<tool>` for MCP tools
-/// (`mcp__<server>__<tool>`), `file:<path>` for Claude Code's file-writing tools.
+/// (`mcp__<server>__<tool>`), `file:<path>` for Claude Code's file-writing tools and for the
+/// first file a Codex `apply_patch` writes.
+pub fn target_of(
+    harness: Harness,
+    tool_name: &str,
+    tool_input: &Value,
+    cwd: Option<&Path>,
+) -> Option<String> {
+    if harness == Harness::Codex && tool_name == "apply_patch" {
+        let first = patch_paths(tool_input).into_iter().next()?;
+        return file_target(&first, cwd);
+    }
+    target(tool_name, tool_input, cwd)
+}
+
+/// The operation target a Claude Code tool call touches: `mcp:<server>:<tool>` for MCP tools
+/// (`mcp__<server>__<tool>`), `file:<path>` for its file-writing tools.
 pub fn target(tool_name: &str, tool_input: &Value, cwd: Option<&Path>) -> Option<String> {
     if let Some(rest) = tool_name.strip_prefix("mcp__") {
         let (server, tool) = rest.split_once("__")?;
@@ -204,6 +262,11 @@ pub fn target(tool_name: &str, tool_input: &Value, cwd: Option<&Path>) -> Option
         .get("file_path")
         .or_else(|| tool_input.get("notebook_path"))?
         .as_str()?;
+    file_target(path, cwd)
+}
+
+/// `file:<canonical path>` for `path` (relative to `cwd`).
+fn file_target(path: &str, cwd: Option<&Path>) -> Option<String> {
     let path = match (Path::new(path).is_absolute(), cwd) {
         (true, _) => PathBuf::from(path),
         (false, Some(cwd)) => cwd.join(path),
@@ -242,11 +305,8 @@ fn decide(options: &HookOptions) -> Result<(), String> {
         }
     }
     let cwd = event.get("cwd").and_then(Value::as_str).map(PathBuf::from);
-    let target = target(
-        tool_name,
-        event.get("tool_input").unwrap_or(&Value::Null),
-        cwd.as_deref(),
-    );
+    let tool_input = event.get("tool_input").unwrap_or(&Value::Null);
+    let target = target_of(options.harness, tool_name, tool_input, cwd.as_deref());
     let action = if target.as_deref().is_some_and(|t| t.starts_with("file:")) {
         "write"
     } else {
@@ -257,11 +317,16 @@ fn decide(options: &HookOptions) -> Result<(), String> {
     loop {
         let (decision, mode, reason) = match &options.gateway {
             Some(url) => {
-                let targets = gateway_targets(
-                    target.as_deref(),
-                    cwd.as_deref(),
-                    event.get("tool_input").unwrap_or(&Value::Null),
-                );
+                let mut targets = gateway_targets(target.as_deref(), cwd.as_deref(), tool_input);
+                if options.harness == Harness::Codex && tool_name == "apply_patch" {
+                    for path in patch_paths(tool_input) {
+                        if let Some(more) = file_target(&path, cwd.as_deref()) {
+                            if !targets.contains(&more) {
+                                targets.push(more);
+                            }
+                        }
+                    }
+                }
                 ask_gateway(url, options.token.as_deref(), action, &targets)
             }
             None => ask_local(options, cwd.as_deref(), target.as_deref())?,

@@ -203,6 +203,11 @@ pub enum Command {
         /// The gateway handed to the agent (default $STOPLINE_URL, else the config's listen).
         #[arg(long)]
         gateway: Option<String>,
+        /// What the agent is, when its program does not say (a wrapper script): `codex` gets a
+        /// CODEX_HOME of its own naming the gateway and the stop's hook; `claude-code` has its
+        /// stopline hooks checked. Default: told by the program (`codex`, `claude`).
+        #[arg(long, value_enum)]
+        agent_kind: Option<AgentKindArg>,
         /// The command and its arguments (after --).
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
@@ -346,11 +351,25 @@ pub enum McpCommand {
     Serve,
 }
 
+/// `run --agent-kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentKindArg {
+    /// The Codex CLI.
+    Codex,
+    /// Claude Code.
+    ClaudeCode,
+    /// Anything else (no agent-specific wiring).
+    Other,
+}
+
 /// `hook …`.
 #[derive(Debug, Subcommand)]
 pub enum HookCommand {
     /// Claude Code PreToolUse hook: exit 0 allows, exit 2 blocks (errors included).
     ClaudeCode,
+    /// Codex PreToolUse hook: exit 0 allows, exit 2 with the reason on stderr blocks (errors
+    /// included).
+    Codex,
 }
 
 /// `token …`.

@@ -19,6 +19,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Hook(HookCommand::ClaudeCode) => {
             return stopline_mcp::entry::hook_claude_code(&home)
         }
+        Command::Hook(HookCommand::Codex) => return stopline_mcp::entry::hook_codex(&home),
         // Need no control directory: they check the code, each case in a throwaway home.
         Command::ModelCheck => return crate::assurance::model_check(json),
         // Need no control directory: they print what the CLI definition says.

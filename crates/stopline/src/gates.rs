@@ -1,10 +1,10 @@
-//! The gates and the supervisor: `serve` (the gateway), `mcp proxy|serve`, `hook claude-code`,
+//! The gates and the supervisor: `serve` (the gateway), `mcp proxy|serve`, `hook claude-code|codex`,
 //! `run`. Each is a crate's entry point; this file only wires arguments to it.
 
-use crate::cli::{Command, HookCommand, McpCommand, NetArg};
+use crate::cli::{AgentKindArg, Command, HookCommand, McpCommand, NetArg};
 use crate::output;
 use crate::wiring::Wiring;
-use stopline_control::run::{NetMode, RunRequest};
+use stopline_control::run::{AgentKind, NetMode, RunRequest};
 use stopline_control::Context;
 use stopline_core::{Refusal, RefusalCode};
 
@@ -20,6 +20,9 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
         Command::Hook(HookCommand::ClaudeCode) => Ok(stopline_mcp::entry::hook_claude_code(
             ctx.store.layout().home(),
         )),
+        Command::Hook(HookCommand::Codex) => {
+            Ok(stopline_mcp::entry::hook_codex(ctx.store.layout().home()))
+        }
         Command::Serve {
             listen,
             config,
@@ -52,6 +55,7 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
             share,
             stdin,
             gateway,
+            agent_kind,
             command,
         } => {
             let request = RunRequest {
@@ -66,6 +70,11 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
                 stdin,
                 share,
                 gateway,
+                agent_kind: agent_kind.map(|kind| match kind {
+                    AgentKindArg::Codex => AgentKind::Codex,
+                    AgentKindArg::ClaudeCode => AgentKind::ClaudeCode,
+                    AgentKindArg::Other => AgentKind::Other,
+                }),
                 command,
             };
             run(ctx, &request, wiring.json)

@@ -4,7 +4,7 @@
 //! only for every other command. The Claude Code hook reads `STOPLINE_LOG` alone: its stderr is
 //! what the model is shown, and a `RUST_LOG` meant for another program must not fill it.
 
-use crate::cli::{Cli, Command, HookCommand, LogFormat};
+use crate::cli::{Cli, Command, LogFormat};
 use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
@@ -14,7 +14,7 @@ pub fn init(cli: &Cli) {
         Command::Serve { log_format, .. } => ("info", *log_format),
         _ => ("error", LogFormat::Text),
     };
-    let hook = matches!(cli.command, Command::Hook(HookCommand::ClaudeCode));
+    let hook = matches!(cli.command, Command::Hook(_));
     let set = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     let directives = set("STOPLINE_LOG")
         .or_else(|| if hook { None } else { set("RUST_LOG") })

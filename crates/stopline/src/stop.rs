@@ -75,6 +75,17 @@ pub fn execute(ctx: &Context, command: Command, wiring: &Wiring) -> Result<i32, 
             Ok(0)
         }
         Command::Status => {
+            // No home at all is not a stop to report on: it was never made (docs/reference.md §3).
+            let home = ctx.store.layout().home();
+            if wiring.distributed.is_none() && !home.exists() {
+                return Err(Refusal::new(
+                    RefusalCode::ControlHomeMissing,
+                    format!(
+                        "no control directory here ({}): run `stopline init`",
+                        home.display()
+                    ),
+                ));
+            }
             output::receipt(json, &status::status(ctx));
             Ok(0)
         }

@@ -333,17 +333,30 @@ fn claude_code_under_stopline_run_is_stopped_mid_way() {
         .join(" ");
     let script = format!("set -- {args}\n{script}");
     let work = scratch.work();
-    let claude = claude();
+    // By its canonical path: a `..` through a directory the private /tmp lacks would not resolve.
+    let claude = std::fs::canonicalize(claude()).unwrap();
     let mut env: Vec<(&str, &str)> = vec![
         ("WORK", work.to_str().unwrap()),
         ("CLAUDE", claude.to_str().unwrap()),
     ];
     env.extend(QUIET);
+    // The CLI lives in the clone's node_modules, which a fresh /tmp hides when the clone is
+    // under /tmp (the program here is a shell, so the run cannot tell it needs them).
+    let node_modules =
+        std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../node_modules"))
+            .unwrap();
     let running = start_run_env(
         &home,
         &card,
         // `--user auto` (the default): a uid of its own.
-        &["--net", "gateway-only", "--gateway", &gateway.url()],
+        &[
+            "--net",
+            "gateway-only",
+            "--gateway",
+            &gateway.url(),
+            "--share",
+            node_modules.to_str().unwrap(),
+        ],
         &work,
         &script,
         &env,

@@ -25,7 +25,8 @@
 //!   printed) is replaced by the id the WAL recorded for the last plan.
 //!
 //! Needs what the other integration tests need: `.venv` (python with `openai` and `mcp`),
-//! `node_modules` (the MCP reference server, the `claude` CLI), and `curl` and `jq` on `PATH`.
+//! `node_modules` (the MCP reference server, the `claude` and `codex` CLIs), and `curl` and
+//! `jq` on `PATH`.
 //! Missing ones fail.
 
 use std::io::Read;
@@ -262,6 +263,7 @@ fn require_tools() {
         ".venv/bin/python",
         "node_modules/.bin/mcp-server-everything",
         "node_modules/.bin/claude",
+        "node_modules/.bin/codex",
     ] {
         assert!(
             repo().join(needed).exists(),

@@ -343,3 +343,38 @@ fn with_unresolved_blocks_everyone_an_operation_in_doubt_blocks_every_agent() {
     );
     assert_eq!(op["blocks"], "everyone", "{op}");
 }
+
+/// Issue 40: `ops list` is in the order the operations were prepared, oldest first, so the
+/// quickstart's `tail -n 1` is the latest call (operation ids are random: sorted by id, eight
+/// calls came back in time order once in 40320 runs).
+#[test]
+fn ops_list_is_oldest_first() {
+    let frames = frames("", &["--agent", "lister"]);
+    let (gateway, _upstream, home, token) = frames.parts();
+    for id in 1..=8 {
+        assert_answered(
+            &post(gateway, token, &call(id, "echo", 0.0)),
+            "a plain call",
+        );
+        // Each call prepared in a later millisecond than the one before.
+        let before = ops(home, "mcp:frames:echo").len();
+        assert_eq!(before, id as usize, "one operation per call");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let listed = home.run(&["ops", "list"]);
+    listed.assert_ok();
+    let prepared: Vec<i64> = listed.json()["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["prepared_ms"].as_i64().unwrap())
+        .collect();
+    assert_eq!(prepared.len(), 8, "{prepared:?}");
+    let mut sorted = prepared.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(
+        prepared, sorted,
+        "oldest first, each call its own millisecond"
+    );
+}

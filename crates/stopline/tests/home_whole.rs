@@ -201,6 +201,64 @@ fn the_claude_code_hook_without_stopline_url_refuses_a_home_that_does_not_exist(
     assert!(stderr.contains("control_home_missing"), "{stderr}");
 }
 
+/// Issue 40: `status` before `init` said `FROZEN_SAFE`, a fault and "quiescence confirmed:
+/// yes". There is nothing to report on: it refuses `control_home_missing` (exit 1), says to run
+/// `stopline init`, never "confirmed", and creates nothing.
+#[test]
+fn status_before_init_says_to_run_init_and_never_confirmed() {
+    let home = Home::new();
+    let json = home.run(&["status"]);
+    assert_eq!(json.code, 1, "{} {}", json.stdout, json.stderr);
+    assert_eq!(
+        json.json()["error"]["code"],
+        "control_home_missing",
+        "{}",
+        json.stdout
+    );
+    let text = home.command(&["status"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&text.stderr);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert_eq!(text.status.code(), Some(1), "{stdout} {stderr}");
+    assert!(
+        stderr.contains("no control directory here") && stderr.contains("run `stopline init`"),
+        "{stderr}"
+    );
+    assert!(
+        !stdout.contains("confirmed") && !stderr.contains("confirmed"),
+        "{stdout} {stderr}"
+    );
+    assert!(!home.path().exists(), "status created the home");
+    home.run(&["init"]).assert_ok();
+    home.status();
+}
+
+/// The Codex hook fails closed on a missing home as the Claude Code one does, and says why on
+/// stderr (Codex runs the tool on an exit 2 with nothing there).
+#[test]
+fn the_codex_hook_without_stopline_url_refuses_a_home_that_does_not_exist() {
+    let home = Home::new();
+    let mut child = home
+        .command(&["hook", "codex"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"},"cwd":"/"}"#,
+        )
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("control_home_missing"), "{stderr}");
+    assert!(!home.path().exists(), "the hook created the home");
+}
+
 #[test]
 fn a_gateway_whose_home_vanished_refuses_with_503() {
     let home = Home::new();

@@ -290,3 +290,144 @@ who_may_approve_restart = ["operator"]
     util::validate("policy-card.v1.json", &recorded);
     assert_eq!(recorded["budgets"]["agent-t"]["tool_calls"], 3);
 }
+
+/// `stopline run -- PROGRAM` with `flags`, from `project`, and what it printed.
+fn run_program(
+    home: &Home,
+    card: &serde_json::Value,
+    flags: &[&str],
+    project: &std::path::Path,
+    program: &[&str],
+) -> util::Run {
+    let path = write_card(home, card);
+    let mut args = vec!["--json", "run", "--policy", path.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    args.push("--");
+    args.extend_from_slice(program);
+    let mut command = home.command(&args);
+    command.current_dir(project);
+    util::run_or_hang(command, "stopline run")
+}
+
+/// Issue 40: a program under /tmp is hidden by the agent's fresh /tmp under `--net
+/// gateway-only`; the agent used to fail to start with a bare "Permission denied" / "not
+/// found". The run is refused before anything starts, naming the path and the `--share` that
+/// maps it; with that `--share`, it runs.
+#[test]
+fn a_program_hidden_by_the_private_tmp_is_named_with_the_share_that_maps_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let outside = open_dir("stopline-hidden-");
+    let program = outside.path().join("bin/agent.sh");
+    std::fs::create_dir_all(program.parent().unwrap()).unwrap();
+    std::fs::write(&program, "#!/bin/sh\necho agent-ran\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        program.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let project = tempfile::Builder::new()
+        .prefix("project-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    std::fs::set_permissions(project.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let run = run_id("hidden");
+    let flags = ["--net", "gateway-only", "--gateway", &gateway.url()];
+    let refused = run_program(
+        &home,
+        &card(&run, "agent-h"),
+        &flags,
+        project.path(),
+        &[program.to_str().unwrap()],
+    );
+    assert_eq!(refused.code, 1, "{} {}", refused.stdout, refused.stderr);
+    let error = &refused.json()["error"];
+    assert_eq!(error["code"], "bad_request", "{error}");
+    let message = error["message"].as_str().unwrap();
+    let top = outside.path().canonicalize().unwrap();
+    assert!(
+        message.contains(&program.canonicalize().unwrap().display().to_string())
+            && message.contains(&format!("--share {}", top.display())),
+        "{message}"
+    );
+    assert!(!refused.stdout.contains("agent-ran"), "{}", refused.stdout);
+
+    let top = top.display().to_string();
+    let flags = [
+        "--net",
+        "gateway-only",
+        "--gateway",
+        &gateway.url(),
+        "--share",
+        &top,
+    ];
+    let shared = run_program(
+        &home,
+        &card(&run_id("shared"), "agent-h"),
+        &flags,
+        project.path(),
+        &[program.to_str().unwrap()],
+    );
+    assert_eq!(shared.code, 0, "{} {}", shared.stdout, shared.stderr);
+    assert!(
+        shared.stdout.contains("agent-ran") || shared.stderr.contains("agent-ran"),
+        "{} {}",
+        shared.stdout,
+        shared.stderr
+    );
+}
+
+/// An npm CLI in a `node_modules` under /tmp (a checkout there) runs as is: the run maps the
+/// `node_modules` tree its program lies in (and only that) into the agent's mounts.
+#[test]
+fn a_program_in_a_node_modules_tree_under_tmp_is_mapped_in() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    let outside = open_dir("stopline-checkout-");
+    let package = outside.path().join("node_modules/some-cli");
+    std::fs::create_dir_all(&package).unwrap();
+    std::fs::create_dir_all(outside.path().join("node_modules/.bin")).unwrap();
+    std::fs::write(
+        package.join("cli.sh"),
+        "#!/bin/sh\necho cli-ran; cat \"$(dirname \"$0\")/../../secret\" 2>/dev/null; exit 0\n",
+    )
+    .unwrap();
+    std::fs::write(outside.path().join("secret"), "not for the agent").unwrap();
+    std::fs::set_permissions(
+        package.join("cli.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    for d in ["node_modules", "node_modules/some-cli", "node_modules/.bin"] {
+        std::fs::set_permissions(
+            outside.path().join(d),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+    }
+    let link = outside.path().join("node_modules/.bin/some-cli");
+    std::os::unix::fs::symlink("../some-cli/cli.sh", &link).unwrap();
+    let project = tempfile::Builder::new()
+        .prefix("project-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    std::fs::set_permissions(project.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let flags = ["--net", "gateway-only", "--gateway", &gateway.url()];
+    let ran = run_program(
+        &home,
+        &card(&run_id("npm"), "agent-n"),
+        &flags,
+        project.path(),
+        &[link.to_str().unwrap()],
+    );
+    let out = format!("{} {}", ran.stdout, ran.stderr);
+    assert_eq!(ran.code, 0, "{out}");
+    assert!(out.contains("cli-ran"), "{out}");
+    assert!(
+        !out.contains("not for the agent"),
+        "only the tree is mapped: {out}"
+    );
+}

@@ -56,12 +56,151 @@ pub fn is_claude_code(command: &[OsString]) -> bool {
     }
 }
 
-/// Refuse the run when the agent is Claude Code and a stopline hook its settings name cannot be
+/// Interpreters whose first argument that is not an option is the program they run.
+const INTERPRETERS: [&str; 9] = [
+    "node", "bun", "deno", "python", "python3", "sh", "bash", "dash", "perl",
+];
+
+/// The files the agent's command needs before it runs anything of its own: its program (as
+/// found on the agent's `PATH`, and where its symlinks lead), the interpreter of a `#!` script,
+/// and the script an interpreter (`node`, `python3`, `sh`, …) is given as its first argument.
+fn needed_paths(check: &HookCheck<'_>) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    let add = |path: PathBuf, found: &mut Vec<PathBuf>| {
+        if let Ok(real) = std::fs::canonicalize(&path) {
+            if !found.contains(&real) {
+                found.push(real);
+            }
+        }
+        if !found.contains(&path) {
+            found.push(path);
+        }
+    };
+    let Some((program, args)) = check.command.split_first() else {
+        return found;
+    };
+    let Some(resolved) = resolve(&program.to_string_lossy(), check.path_var) else {
+        return found;
+    };
+    if !resolved.is_file() {
+        return found;
+    }
+    add(resolved.clone(), &mut found);
+    if let Some(interpreter) = shebang(&resolved) {
+        add(interpreter, &mut found);
+    }
+    let is_interpreter = resolved
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| {
+            INTERPRETERS
+                .iter()
+                .any(|i| n == *i || n.starts_with("python3."))
+        });
+    if is_interpreter {
+        let script = args
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .find(|a| !a.starts_with('-'));
+        if let Some(script) = script.filter(|s| s.starts_with('/')) {
+            let script = PathBuf::from(script.as_ref());
+            if script.is_file() {
+                add(script, &mut found);
+            }
+        }
+    }
+    found
+}
+
+/// The absolute interpreter a `#!` line names, if `path` starts with one.
+fn shebang(path: &Path) -> Option<PathBuf> {
+    let mut head = [0u8; 256];
+    let n = std::io::Read::read(&mut std::fs::File::open(path).ok()?, &mut head).ok()?;
+    let text = std::str::from_utf8(head[..n].strip_prefix(b"#!")?).ok()?;
+    let interpreter = text.lines().next()?.split_whitespace().next()?;
+    interpreter
+        .starts_with('/')
+        .then(|| PathBuf::from(interpreter))
+}
+
+/// The paths a gateway-only run maps into the agent's private mounts because its command needs
+/// them, and the refusals when it cannot: a needed file under a fresh `/tmp`, `/var/tmp`, `/run`
+/// or `/dev/shm` that lies in a `node_modules` tree (an npm-installed CLI, such as `claude` or
+/// `codex` from a checkout under /tmp) maps that tree; any other is refused, naming the file and
+/// the `--share` that maps it; and a program its uid cannot execute is refused, naming why.
+/// Else the agent fails to start with a bare "Permission denied" or "not found"
+/// (docs/reference.md §6).
+pub fn command_visible(check: &HookCheck<'_>) -> Result<Vec<PathBuf>, Refusal> {
+    let refuse = |message: String| Refusal::new(RefusalCode::BadRequest, message);
+    let needed = needed_paths(check);
+    let mut mapped: Vec<PathBuf> = Vec::new();
+    if let Some(given) = check.private_mounts {
+        for path in &needed {
+            let mut all = given.to_vec();
+            all.extend(mapped.iter().cloned());
+            let Some(masked) = hidden_by_private_mounts(path, &all) else {
+                continue;
+            };
+            let tree = path
+                .ancestors()
+                .take_while(|a| *a != Path::new(masked))
+                .find(|a| a.file_name().is_some_and(|n| n == "node_modules"));
+            if let Some(tree) = tree {
+                mapped.push(tree.to_path_buf());
+                continue;
+            }
+            let top = path
+                .strip_prefix(masked)
+                .ok()
+                .and_then(|rest| rest.components().next())
+                .map_or_else(
+                    || PathBuf::from(masked),
+                    |first| Path::new(masked).join(first),
+                );
+            return Err(refuse(format!(
+                "the agent's command needs {}, which it cannot see: {masked} is a fresh filesystem in its private mounts; map it with --share {} (or install it outside {masked})",
+                path.display(),
+                top.display()
+            )));
+        }
+    }
+    if let Some(program) = needed.first() {
+        if let Err(why) = executable_by(program, check.identity) {
+            return Err(refuse(format!(
+                "the agent's program {} cannot be executed by its uid ({why})",
+                program.display()
+            )));
+        }
+    }
+    Ok(mapped)
+}
+
+/// Refuse the run of a Codex agent when the hook its `CODEX_HOME` will name, `program hook
+/// codex`, cannot be executed by its uid or is hidden by its private mounts: Codex runs every
+/// tool call whose hook cannot start.
+pub fn codex_hook_executable(check: &HookCheck<'_>, program: &Path) -> Result<(), Refusal> {
+    let refuse = |message: String| Refusal::new(RefusalCode::PolicyCardIncomplete, message);
+    if let Err(why) = executable_by(program, check.identity) {
+        return Err(refuse(format!(
+            "the Codex hook runs {}, which the agent's uid cannot execute ({why}), so Codex would run every tool unchecked; install stopline where the agent can execute it (e.g. /usr/local/bin)",
+            program.display()
+        )));
+    }
+    if let Some(mounts) = check.private_mounts {
+        if let Some(masked) = hidden_by_private_mounts(program, mounts) {
+            return Err(refuse(format!(
+                "the Codex hook runs {}, which the agent cannot see: {masked} is a fresh filesystem in its private mounts (--share {} or install stopline elsewhere)",
+                program.display(),
+                program.parent().unwrap_or(program).display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuse the run of a Claude Code agent when a stopline hook its settings name cannot be
 /// executed by its uid.
 pub fn hook_executable(check: &HookCheck<'_>) -> Result<(), Refusal> {
-    if !is_claude_code(check.command) {
-        return Ok(());
-    }
     let refuse = |message: String| Refusal::new(RefusalCode::PolicyCardIncomplete, message);
     for (source, settings) in settings_sources(check) {
         for hook in stopline_hooks(&settings) {

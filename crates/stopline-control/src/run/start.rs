@@ -7,6 +7,7 @@
 //! spawn failed, and no group exists before the spawn.
 
 use super::card::LoadedCard;
+use super::codex::CodexHome;
 use super::environment::{agent_environment, Session};
 use super::gateway::Gateway;
 use super::relay::Relays;
@@ -32,6 +33,8 @@ pub struct Started {
     pub agent_url: String,
     /// The copies of the agent's standard streams.
     pub relays: Relays,
+    /// A Codex agent's own `CODEX_HOME` (removed when dropped).
+    pub codex_home: Option<CodexHome>,
 }
 
 /// What to start.
@@ -52,6 +55,8 @@ pub struct StartPlan<'a> {
     pub stdin: bool,
     /// `--share PATH`: paths mapped into the private mount namespace (gateway-only).
     pub share: &'a [PathBuf],
+    /// For a Codex agent, the program its hook runs (`<it> hook codex`).
+    pub codex: Option<PathBuf>,
 }
 
 /// The group name the supervisor will use for this run's agent.
@@ -97,7 +102,22 @@ pub fn start(ctx: &Context, plan: &StartPlan<'_>) -> Result<Started, RunError> {
             .identity
             .map(|identity| (identity.name.as_str(), identity.home.as_path())),
     };
-    let env = agent_environment(std::env::vars_os(), &session);
+    let mut env = agent_environment(std::env::vars_os(), &session);
+    // A Codex agent's provider and hook, in a home of its own, mapped into its private mounts.
+    let codex_home = match &plan.codex {
+        Some(stopline) => Some(super::codex::prepare(
+            &std::env::temp_dir(),
+            card.run_id.as_str(),
+            &agent_url,
+            stopline,
+        )?),
+        None => None,
+    };
+    let mut share = plan.share.to_vec();
+    if let Some(home) = &codex_home {
+        env.insert("CODEX_HOME".into(), home.dir().as_os_str().to_owned());
+        share.push(home.dir().to_path_buf());
+    }
     let (program, args) = plan
         .command
         .split_first()
@@ -127,9 +147,7 @@ pub fn start(ctx: &Context, plan: &StartPlan<'_>) -> Result<Started, RunError> {
             new_pid_namespace: plan.net == NetMode::GatewayOnly,
             limits: Default::default(),
             mounts: match plan.net {
-                NetMode::GatewayOnly => Some(PrivateMounts {
-                    share: plan.share.to_vec(),
-                }),
+                NetMode::GatewayOnly => Some(PrivateMounts { share }),
                 NetMode::Host => None,
             },
         },
@@ -152,6 +170,7 @@ pub fn start(ctx: &Context, plan: &StartPlan<'_>) -> Result<Started, RunError> {
         namespace,
         agent_url,
         relays,
+        codex_home,
     })
 }
 

@@ -13,7 +13,8 @@ saw its answer knows the model had not finished, however slow the machine. When 
 model has sent its last byte it logs {"done": true, "model": ..., "t": ...} (a line
 `executed()` leaves out).
 
-/v1/responses: every response gets its own id (`resp_<n>`); the request's tool types,
+/v1/responses: every response gets its own id (`resp_<n>`), streamed as server-sent events when
+the request asks (`stream: true`); the request's tool types,
 `background` and `previous_response_id` are logged. A background response is answered
 `queued` and kept: `GET /v1/responses/<id>` answers it, `POST /v1/responses/<id>/cancel` makes
 it `cancelled` (logged as {"path": ..., "cancel": id}), `DELETE` forgets it (logged as
@@ -97,12 +98,29 @@ class Handler(BaseHTTPRequestHandler):
                                   "model": model, "status": "queued", "background": True,
                                   "output": []}
                 return self.send_json(200, RESPONSES[rid])
-            return self.send_json(200, {"id": rid, "object": "response", "created_at": 0,
+            response = {"id": rid, "object": "response", "created_at": 0,
                 "model": model, "status": "completed", "output": [{"type": "message", "id": "m1",
                 "role": "assistant", "status": "completed", "content": [{"type": "output_text",
                 "text": "hello from upstream", "annotations": []}]}],
                 "usage": {"input_tokens": PROMPT, "output_tokens": COMPLETION,
-                          "total_tokens": PROMPT + COMPLETION}})
+                          "total_tokens": PROMPT + COMPLETION}}
+            if not stream:
+                return self.send_json(200, response)
+            # Streamed as the Responses API streams (the Codex CLI asks for it).
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in [{"type": "response.created",
+                           "response": dict(response, status="in_progress", output=[])},
+                          {"type": "response.output_item.done", "output_index": 0,
+                           "item": response["output"][0]},
+                          {"type": "response.completed", "response": response}]:
+                data = ("event: %s\ndata: %s\n\n" % (event["type"], json.dumps(event))).encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            return
         if not stream:
             if model == "held":
                 since = time.time()

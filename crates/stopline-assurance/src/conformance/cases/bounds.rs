@@ -50,7 +50,7 @@ pub const CASES: &[Case] = &[
     ),
     case(
         "control_home_missing_refuses_gates",
-        "check and the Claude Code hook against a home that does not exist refuse control_home_missing (exit 4, exit 2) and create nothing",
+        "check, the Claude Code and Codex hooks and status against a home that does not exist refuse control_home_missing (exit 4, exit 2, exit 1) and create nothing",
         home_missing,
     ),
     case(
@@ -267,13 +267,20 @@ fn home_missing(s: &Sandbox) -> Verdict {
     )?;
     let event =
         br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"}}"#;
-    let hook = s.run_with(&["hook", "claude-code"], &[], Some(event))?;
+    for harness in ["claude-code", "codex"] {
+        let hook = s.run_with(&["hook", harness], &[], Some(event))?;
+        ensure(
+            hook.code == 2 && hook.stderr.contains("control_home_missing"),
+            || format!("hook {harness}: {}", hook.brief()),
+        )?;
+    }
+    let status = s.run(&["status"])?;
     ensure(
-        hook.code == 2 && hook.stderr.contains("control_home_missing"),
-        || format!("hook: {}", hook.brief()),
+        status.code == 1 && status.json()["error"]["code"] == "control_home_missing",
+        || format!("status: {}", status.brief()),
     )?;
     ensure(!s.home().exists(), || "a gate created the home".into())?;
-    Ok("no home: check exit 4 control_home_missing; hook exit 2; nothing created".into())
+    Ok("no home: check exit 4 control_home_missing; both hooks exit 2; status refused; nothing created".into())
 }
 
 fn reason_invalid(s: &Sandbox) -> Verdict {

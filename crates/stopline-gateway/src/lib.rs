@@ -22,12 +22,12 @@ pub mod config;
 mod delegates;
 pub mod error;
 pub mod exchange;
-pub mod feed;
 mod governor;
 pub mod history;
 mod hosted;
 pub mod inflight;
 mod listener;
+pub mod local_source;
 pub mod logs;
 pub mod metrics;
 pub mod model;
@@ -40,7 +40,6 @@ mod response_book;
 mod responses;
 mod routes;
 pub mod server;
-pub mod source;
 pub mod state;
 pub mod stop_threads;
 pub mod timeline;
@@ -55,10 +54,11 @@ pub use admit::{Admission, CutWatch, Outcome};
 pub use caller::{bearer_token, Caller};
 pub use config::{GatewayConfig, McpServerConfig};
 pub use error::{refusal_status, retry_after_s, GatewayError};
-pub use feed::ViewFeed;
 pub use governor::Governor;
+pub use local_source::LocalSource;
 pub use server::{
-    mcp_post_server, serve, serve_with, start, start_with, Distributed, McpPost, Mount, MountFn,
-    RunningGateway, ServeError, ServeOptions,
+    mcp_post_server, serve, serve_with, start, start_with, McpPost, Mount, MountFn, RunningGateway,
+    ServeError, ServeOptions,
 };
-pub use source::{LocalSource, ViewSource};
+pub use stopline_control::view_feed::ViewFeed;
+pub use stopline_control::view_source::{Distributed, ViewSource};

@@ -48,6 +48,8 @@ pub mod watch;
 pub use engage::{EngageOutcome, EngageRequest};
 pub use error::StoreError;
 pub use layout::Layout;
+#[cfg(feature = "owner")]
+pub use plane::OwnerPlane;
 pub use plane::{ControlPlane, PlaneAcks, PlaneGateway};
 pub use watch::{ControlChanges, ControlWatch, WatchError, WatchNote};
 

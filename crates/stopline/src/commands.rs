@@ -5,9 +5,11 @@
 use crate::cli::{Cli, Command, EtcdCommand, HookCommand, OpsCommand, TokenCommand};
 use crate::output;
 use crate::wiring::Wiring;
+use std::sync::Arc;
 use stopline_control::home::default_home;
 use stopline_control::open::{open, OnBrokenConfig, Opened};
 use stopline_core::Refusal;
+use stopline_owner::OwnerPlane;
 use stopline_store::Store;
 
 /// Run the command; returns the exit code.
@@ -46,12 +48,10 @@ pub fn run(cli: Cli) -> i32 {
         }
         Opened::Refused(refusal) => return output::refusal(json, &refusal),
     };
-    let (ctx, distributed) = match cli.control.as_deref() {
-        None => (ctx, None),
-        Some(url) => match stopline_etcd::wiring::attach(ctx, url) {
-            Ok((ctx, distributed)) => (ctx, Some(distributed)),
-            Err(refusal) => return output::refusal(json, &refusal),
-        },
+    // The owner side of the plane goes to the owner's verbs only (`owner.rs`), never to `serve`.
+    let (ctx, distributed, owner_plane) = match crate::wiring::attach(ctx, cli.control.as_deref()) {
+        Ok(attached) => attached,
+        Err(refusal) => return output::refusal(json, &refusal),
     };
     if creates_home(&cli.command) {
         // Every command that writes to the home creates it whole first (SPEC §12.1).
@@ -64,7 +64,13 @@ pub fn run(cli: Cli) -> i32 {
         distributed,
         config_warning,
     };
-    match execute(&ctx, cli.command, wiring, cli.control.as_deref()) {
+    match execute(
+        &ctx,
+        owner_plane,
+        cli.command,
+        wiring,
+        cli.control.as_deref(),
+    ) {
         Ok(code) => code,
         Err(refusal) => output::refusal(json, &refusal),
     }
@@ -72,6 +78,7 @@ pub fn run(cli: Cli) -> i32 {
 
 fn execute(
     ctx: &stopline_control::Context,
+    owner_plane: Arc<dyn OwnerPlane>,
     command: Command,
     wiring: Wiring,
     control: Option<&str>,
@@ -85,7 +92,7 @@ fn execute(
         | Command::Init) => crate::stop::execute(ctx, command, &wiring),
         Command::Token(command) => crate::tokens::execute(ctx, command, json),
         command @ (Command::Drain { .. } | Command::Recover(_) | Command::Ops(_)) => {
-            crate::owner::execute(ctx, command, json)
+            crate::owner::execute(ctx, owner_plane, command, json)
         }
         command @ (Command::Mcp(_)
         | Command::Hook(_)
@@ -135,7 +142,9 @@ fn on_broken_config(command: &Command) -> OnBrokenConfig {
         // The verbs only the owner console may run (SPEC §3).
         Command::Recover(_)
         | Command::Drain { .. }
-        | Command::Ops(OpsCommand::Reconcile { .. }) => OnBrokenConfig::ConsoleFirst,
+        | Command::Ops(OpsCommand::Reconcile { .. }) => {
+            OnBrokenConfig::ConsoleFirst(stopline_owner::console::refuse_before_config)
+        }
         _ => OnBrokenConfig::Refuse,
     }
 }

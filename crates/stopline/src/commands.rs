@@ -48,7 +48,6 @@ pub fn run(cli: Cli) -> i32 {
         }
         Opened::Refused(refusal) => return output::refusal(json, &refusal),
     };
-    // The owner side of the plane goes to the owner's verbs only (`owner.rs`), never to `serve`.
     let (ctx, distributed, owner_plane) = match crate::wiring::attach(ctx, cli.control.as_deref()) {
         Ok(attached) => attached,
         Err(refusal) => return output::refusal(json, &refusal),
@@ -64,13 +63,8 @@ pub fn run(cli: Cli) -> i32 {
         distributed,
         config_warning,
     };
-    match execute(
-        &ctx,
-        owner_plane,
-        cli.command,
-        wiring,
-        cli.control.as_deref(),
-    ) {
+    let control = cli.control.as_deref();
+    match execute(&ctx, owner_plane, cli.command, wiring, control) {
         Ok(code) => code,
         Err(refusal) => output::refusal(json, &refusal),
     }

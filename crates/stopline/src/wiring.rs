@@ -13,7 +13,7 @@ pub struct Wiring {
 
 /// `ctx` on the plane `--control` names (this host's directory without it): the context, the
 /// gateway's distributed backend with `--control`, and the plane's owner side, which only the
-/// owner console's verbs receive.
+/// owner console's verbs receive (`owner.rs`), never `serve`.
 #[allow(clippy::type_complexity)]
 pub fn attach(
     ctx: stopline_control::Context,

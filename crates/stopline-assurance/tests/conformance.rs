@@ -15,6 +15,7 @@
 //! build was once uplifted there: a suite run with `--features stopline/failpoints` then had
 //! its binary swapped mid-run for one without failpoints, and a test starting the binary in the
 //! remove-then-link window found none.)
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

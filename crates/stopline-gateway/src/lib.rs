@@ -7,6 +7,7 @@
 //! breakers, the prepared operation, the re-check at dispatch. The gateway
 //! registers itself in `servers/` and acknowledges every new latch on its own thread ([`acks`]).
 //! It never reaches the recovery path: recover and drain are refused here unconditionally.
+#![cfg_attr(test, allow(clippy::disallowed_methods))] // unit tests write their own fixtures
 #![deny(missing_docs)]
 
 pub mod acks;

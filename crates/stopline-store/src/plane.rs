@@ -18,11 +18,15 @@
 
 use crate::halts::DisengageReceipt;
 use crate::ops::Census;
+#[cfg(feature = "owner")]
 use crate::recovery::{ApplyReceipt, PlanReceipt};
+#[cfg(feature = "owner")]
 use crate::repair::RepairReceipt;
 use crate::{EngageOutcome, EngageRequest, Store, StoreError};
 use std::time::Duration;
-use stopline_core::{ControlView, Scope, StateRecord};
+#[cfg(feature = "owner")]
+use stopline_core::StateRecord;
+use stopline_core::{ControlView, Scope};
 
 /// A gateway registered with a distributed plane, and the latch files it acknowledged there.
 #[derive(Debug, Clone)]

@@ -27,6 +27,7 @@
 //! Needs what the other integration tests need: `.venv` (python with `openai` and `mcp`),
 //! `node_modules` (the MCP reference server, the `claude` CLI), and `curl` and `jq` on `PATH`.
 //! Missing ones fail.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -2,11 +2,12 @@
 //!
 //! An HTTP API on tokio/axum decides every call from an in-memory view of latches and epochs
 //! ([`view`]), refreshed by inotify and a periodic full reload (or, with a distributed backend,
-//! by that backend's watch: [`source`]), closed when it cannot be refreshed. The [`Governor`]
+//! by that backend's watch: [`ViewSource`]), closed when it cannot be refreshed. The [`Governor`]
 //! is the one admission path: authentication, class, view decision, queueing, budgets,
 //! breakers, the prepared operation, the re-check at dispatch. The gateway
 //! registers itself in `servers/` and acknowledges every new latch on its own thread ([`acks`]).
-//! It never reaches the recovery path: recover and drain are refused here unconditionally.
+//! It never reaches the recovery path: recover and drain are refused here unconditionally, and
+//! the crate is built without the owner console (`stopline-owner`) or the store's owner verbs.
 #![cfg_attr(test, allow(clippy::disallowed_methods))] // unit tests write their own fixtures
 #![deny(missing_docs)]
 

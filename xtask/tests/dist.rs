@@ -1,6 +1,7 @@
 //! `cargo xtask dist` generates completions and man pages from the CLI definition, and the
 //! example systemd unit keeps its hardening. The completions are exercised in a real bash: the
 //! generated script must complete the real subcommands and flags.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use std::path::Path;
 use std::process::Command;

@@ -2,6 +2,7 @@
 //! binaries (shell scripts): the package lays out the binary byte for byte, gzipped man pages,
 //! completions for three shells and the systemd unit pointing at the packaged binary, owned by
 //! root; the gate runs the extracted binary and refuses one that does not stop.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,7 @@
 //! ran writes a manifest; every other outcome — a failed case, a non-zero exit, too few cases,
 //! another binary's hash, garbage, a hang — refuses and leaves no manifest, not even a stale one.
 //! A hang is killed with its descendants.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

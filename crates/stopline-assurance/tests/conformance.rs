@@ -21,6 +21,7 @@
 //! recompiles only the `stopline` crate. Failpoints are inert unless `STOPLINE_FAILPOINTS` names
 //! one, which the battery never does; the release binary, built without them, is qualified by
 //! the same battery in `cargo xtask release-gate`.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

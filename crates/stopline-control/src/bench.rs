@@ -22,6 +22,8 @@ fn percentiles_us(samples: &mut [Duration]) -> (f64, f64, f64) {
     (at(0.5), at(0.99), at(1.0))
 }
 
+// Benchmark scratch files beside the home: the bare-filesystem baseline engage is compared to.
+#[allow(clippy::disallowed_methods)]
 fn bare_create(dir: &Path, i: usize, bytes: &[u8]) -> std::io::Result<Duration> {
     let started = Instant::now();
     let mut file = OpenOptions::new()

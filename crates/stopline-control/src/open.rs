@@ -14,14 +14,16 @@ use stopline_core::{CheckReceipt, Mode, Refusal};
 use stopline_store::Store;
 
 /// What a command does with a `config.toml` that does not load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum OnBrokenConfig {
     /// `engage`: the defaults, and the warning `config_invalid`.
     Defaults,
     /// `check`: a block receipt (exit 4).
     Block,
-    /// An owner-console verb: the console's own refusal first, if it has one.
-    ConsoleFirst,
+    /// An owner-console verb: the console's own refusal first, if it has one (the function is
+    /// `stopline_owner::console::refuse_before_config`, given by the caller: this crate does
+    /// not link the owner console).
+    ConsoleFirst(fn(&Context) -> Option<Refusal>),
     /// Everything else: refuse.
     Refuse,
 }
@@ -53,9 +55,9 @@ pub fn open(home: PathBuf, on_broken: OnBrokenConfig) -> Opened {
                     CheckReceipt::block(Mode::Emergency, refusal.code, refusal.message, Vec::new());
                 return Opened::Blocked(block);
             }
-            OnBrokenConfig::ConsoleFirst => {
+            OnBrokenConfig::ConsoleFirst(refuse_before_config) => {
                 let bare = Context::new(Store::open(home), Config::default());
-                let refusal = crate::console::refuse_before_config(&bare);
+                let refusal = refuse_before_config(&bare);
                 return Opened::Refused(refusal.unwrap_or_else(|| error.to_refusal()));
             }
             OnBrokenConfig::Refuse => return Opened::Refused(error.to_refusal()),

@@ -1,5 +1,5 @@
 //! `ops list` and `ops compact` (SPEC §4, §12.2): the operation registry as the owner reads it.
-//! Reconciliation is an owner-console verb and lives in [`crate::owner`].
+//! Reconciliation is an owner-console verb: `stopline_owner::reconcile`, behind the console.
 
 use crate::context::Context;
 use crate::receipts::{OperationLine, OpsCompactReceipt, OpsListReceipt};

@@ -40,6 +40,7 @@ pub(crate) async fn start(options: &DrillOptions) -> Result<Env, DrillError> {
         destination.model_base_url()
     );
     std::fs::create_dir_all(&home)?;
+    #[allow(clippy::disallowed_methods)] // the config of the drill's own throwaway home
     std::fs::write(home.join("config.toml"), config)?;
     let gateway = stopline_gateway::start(stopline_gateway::ServeOptions {
         home: home.clone(),

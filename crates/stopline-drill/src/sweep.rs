@@ -158,6 +158,7 @@ pub fn sweep(
             "Time from the pull to each caller's first rejected call ({} sub-agents per agent; median of {} drills)",
             options.subagents, repeat_each
         );
+        #[allow(clippy::disallowed_methods)] // the plot file the user named
         std::fs::write(path, plot::svg(&title, &points, Some(10.0)))?;
     }
     let report = json!({

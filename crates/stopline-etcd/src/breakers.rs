@@ -12,8 +12,8 @@ use crate::client::EtcdError;
 use crate::plane::{EtcdPlane, CAS_ATTEMPTS};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
+use stopline_control::fleet::FleetBreakers;
 use stopline_core::{BreakerKind, Refusal, RefusalCode};
-use stopline_gateway::fleet::FleetBreakers;
 
 /// One agent's counts since its breaker last tripped (`breakers/<agent>.json`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

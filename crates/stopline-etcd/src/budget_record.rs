@@ -9,8 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use stopline_control::fleet::FleetUse;
 use stopline_core::budget::Budgets;
-use stopline_gateway::fleet::FleetUse;
 
 /// One token's account in the fleet's ledger (`budgets/accounts/<jti>.json`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

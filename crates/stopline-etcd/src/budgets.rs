@@ -26,9 +26,9 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
+use stopline_control::fleet::{FleetAccounts, FleetLedger};
 use stopline_core::budget::Budgets;
 use stopline_core::{Refusal, RefusalCode};
-use stopline_gateway::fleet::{FleetAccounts, FleetLedger};
 
 /// The holder lease's time to live: how long a dead gateway's reservations count as reserved
 /// before they are settled at their bound.

@@ -21,7 +21,7 @@ use stopline_core::wal_record::{
 use stopline_core::{ControlState, RefusalCode, Scope, StateRecord};
 use stopline_store::ops::Census;
 use stopline_store::recovery::{ApplyReceipt, PlanReceipt};
-use stopline_store::StoreError;
+use stopline_store::{OwnerPlane, StoreError};
 
 impl EtcdPlane {
     /// Fix the plan of a recovery of `scope` and record it as a `recovery_intent`.
@@ -40,7 +40,13 @@ impl EtcdPlane {
             .iter()
             .any(|l| &l.scope == scope);
         let local = match has_local {
-            true => Some(self.local.recover_plan(scope, &reason, by, census)?),
+            true => Some(OwnerPlane::recover_plan(
+                &self.local,
+                scope,
+                &reason,
+                by,
+                census,
+            )?),
             false => None,
         };
         let carried = census.carried_forward();
@@ -213,7 +219,7 @@ impl EtcdPlane {
 
     /// Apply the local part of a plan and fold its receipt into `receipt`.
     fn apply_local(&self, local_plan: &str, by: &str, receipt: &mut ApplyReceipt) {
-        match self.local.recover_apply(local_plan, by) {
+        match OwnerPlane::recover_apply(&self.local, local_plan, by) {
             Ok(local) => {
                 receipt.cleared.extend(local.cleared);
                 receipt.surviving.extend(local.surviving);

@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use stopline_control::acks::ServerRecord;
+use stopline_control::view_feed::ViewFeed;
+use stopline_control::view_source::{read_local, ViewSource};
 use stopline_core::{ControlView, Refusal, RefusalCode};
-use stopline_gateway::feed::ViewFeed;
-use stopline_gateway::source::{read_local, LocalSource, ViewSource};
 
 /// The default permit: how long a gateway trusts its view without word from etcd.
 pub const DEFAULT_PERMIT_TTL: Duration = stopline_control::config::DEFAULT_PERMIT_TTL;
@@ -38,11 +38,15 @@ pub struct EtcdSource {
     cache: Mutex<Option<ControlView>>,
     heard: Mutex<Option<Instant>>,
     registration: Arc<Registration>,
+    /// This host's own directory as a view source (the gateway's `LocalSource`): its watchers
+    /// keep fallback latches in the view, exactly as in local mode.
+    local: Arc<dyn ViewSource>,
 }
 
 impl EtcdSource {
-    /// A source over `plane` with the given permit.
-    pub fn new(plane: EtcdPlane, permit_ttl: Duration) -> EtcdSource {
+    /// A source over `plane` with the given permit, starting `local`'s watchers beside its own
+    /// (`local` reads the directory of `plane`'s host).
+    pub fn new(plane: EtcdPlane, permit_ttl: Duration, local: Arc<dyn ViewSource>) -> EtcdSource {
         let registration = Arc::new(Registration::new(plane.clone()));
         EtcdSource {
             plane,
@@ -50,6 +54,7 @@ impl EtcdSource {
             cache: Mutex::new(None),
             heard: Mutex::new(None),
             registration,
+            local,
         }
     }
 
@@ -204,11 +209,9 @@ impl ViewSource for EtcdSource {
         stop: Arc<AtomicBool>,
     ) {
         // This host's own directory (fallback latches), exactly as in local mode.
-        Arc::new(LocalSource::new(self.plane.local.clone())).spawn_watchers(
-            view.clone(),
-            reload_interval,
-            stop.clone(),
-        );
+        self.local
+            .clone()
+            .spawn_watchers(view.clone(), reload_interval, stop.clone());
         self.registration.clone().spawn(stop.clone());
         let spawned = std::thread::Builder::new()
             .name("stopline-etcd-watch".into())

@@ -3,6 +3,7 @@
 //! drive every kind once, and each line they write has exactly the fields, in the same JSON
 //! types, of the golden line of its kind. The goldens were written by these writers before the
 //! records had Rust types; `STOPLINE_WRITE_GOLDEN=1` writes them again from what runs here.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod cluster;
 
@@ -14,6 +15,7 @@ use stopline_core::ops::{Blocks, OpKind, Operation};
 use stopline_core::{Level, Scope};
 use stopline_etcd::{EtcdPlane, EtcdTarget};
 use stopline_store::ops::{Census, CensusEntry};
+use stopline_store::OwnerPlane;
 use stopline_store::{EngageRequest, Store};
 
 fn golden_dir() -> PathBuf {
@@ -139,16 +141,16 @@ fn the_local_directory_writes_every_kind_in_its_golden_shape() {
     let planted = other.engage(&request("machine", Level::HaltAll)).unwrap();
     let file = planted.latch.file_name();
     std::fs::copy(other.layout().latch(&file), store.layout().latch(&file)).unwrap();
-    store.drain(60, "finish queued work", "operator").unwrap();
-    let plan = store
-        .recover_plan(
-            &Scope::parse_stored("agent:a").unwrap(),
-            "all clear",
-            "operator",
-            &census(),
-        )
-        .unwrap();
-    store.recover_apply(&plan.plan, "operator").unwrap();
+    OwnerPlane::drain(&store, 60, "finish queued work", "operator").unwrap();
+    let plan = OwnerPlane::recover_plan(
+        &store,
+        &Scope::parse_stored("agent:a").unwrap(),
+        "all clear",
+        "operator",
+        &census(),
+    )
+    .unwrap();
+    OwnerPlane::recover_apply(&store, &plan.plan, "operator").unwrap();
     // A journal of a gone writer with a torn line: the repair cuts it out and says so.
     let ops = store.layout().ops();
     std::fs::create_dir_all(&ops).unwrap();
@@ -157,7 +159,7 @@ fn the_local_directory_writes_every_kind_in_its_golden_shape() {
     let mut bytes = std::fs::read(&wal).unwrap();
     bytes.extend_from_slice(b"{\"torn");
     std::fs::write(&wal, &bytes).unwrap();
-    let repaired = store.repair("torn tail", "operator", 0).unwrap();
+    let repaired = OwnerPlane::repair(&store, "torn tail", "operator", 0).unwrap();
     assert!(repaired.wal_truncated_bytes > 0, "{repaired:?}");
 
     let lines = std::fs::read(&wal).unwrap();

@@ -1,6 +1,7 @@
 //! The etcd password comes from a private file and is never echoed (`access::read_password`).
 //! Here, not in the module's unit tests, because it writes its own scratch file and only the
 //! store may write files in product code (xtask's invariant scans `src/`).
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use std::os::unix::fs::PermissionsExt;
 use stopline_core::RefusalCode;

@@ -435,6 +435,7 @@ impl Bench {
         });
         let upstream_url = format!("http://{upstream_addr}/mcp");
         std::fs::create_dir_all(&home).map_err(err)?;
+        #[allow(clippy::disallowed_methods)] // the config of the benchmark's own throwaway home
         std::fs::write(
             home.join("config.toml"),
             format!("listen = \"127.0.0.1:0\"\n[mcp.bench]\nurl = \"{upstream_url}\"\ntrust_read_only_hints = true\n"),

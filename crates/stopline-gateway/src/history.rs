@@ -19,6 +19,7 @@
 //! what `evidence verify --all` and `evidence list` still read). Before
 //! those, an idle `stopline serve` on each home is sampled from `/proc` for CPU and RSS (first,
 //! as a deployment's gateway starts in front of its home). Figures, never assertions.
+#![allow(clippy::disallowed_methods)] // `bench history`: throwaway homes it built itself and the binary it times, never a real home
 
 use crate::view::ViewHolder;
 use serde_json::{json, Value};

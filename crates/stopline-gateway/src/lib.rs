@@ -2,11 +2,13 @@
 //!
 //! An HTTP API on tokio/axum decides every call from an in-memory view of latches and epochs
 //! ([`view`]), refreshed by inotify and a periodic full reload (or, with a distributed backend,
-//! by that backend's watch: [`source`]), closed when it cannot be refreshed. The [`Governor`]
+//! by that backend's watch: [`ViewSource`]), closed when it cannot be refreshed. The [`Governor`]
 //! is the one admission path: authentication, class, view decision, queueing, budgets,
 //! breakers, the prepared operation, the re-check at dispatch. The gateway
 //! registers itself in `servers/` and acknowledges every new latch on its own thread ([`acks`]).
-//! It never reaches the recovery path: recover and drain are refused here unconditionally.
+//! It never reaches the recovery path: recover and drain are refused here unconditionally, and
+//! the crate is built without the owner console (`stopline-owner`) or the store's owner verbs.
+#![cfg_attr(test, allow(clippy::disallowed_methods))] // unit tests write their own fixtures
 #![deny(missing_docs)]
 
 pub mod acks;
@@ -23,13 +25,13 @@ pub mod config;
 mod delegates;
 pub mod error;
 pub mod exchange;
-pub mod feed;
-pub mod fleet;
+pub use stopline_control::fleet;
 mod governor;
 pub mod history;
 mod hosted;
 pub mod inflight;
 mod listener;
+pub mod local_source;
 pub mod logs;
 pub mod metrics;
 pub mod model;
@@ -43,7 +45,6 @@ mod response_book;
 mod responses;
 mod routes;
 pub mod server;
-pub mod source;
 pub mod state;
 pub mod stop_threads;
 pub mod telemetry;
@@ -59,10 +60,11 @@ pub use admit::{Admission, CutWatch, Outcome};
 pub use caller::{bearer_token, Caller};
 pub use config::{GatewayConfig, McpServerConfig};
 pub use error::{refusal_status, retry_after_s, GatewayError};
-pub use feed::ViewFeed;
 pub use governor::Governor;
+pub use local_source::LocalSource;
 pub use server::{
-    mcp_post_server, serve, serve_with, start, start_with, Distributed, McpPost, Mount, MountFn,
-    RunningGateway, ServeError, ServeOptions,
+    mcp_post_server, serve, serve_with, start, start_with, McpPost, Mount, MountFn, RunningGateway,
+    ServeError, ServeOptions,
 };
-pub use source::{LocalSource, ViewSource};
+pub use stopline_control::view_feed::ViewFeed;
+pub use stopline_control::view_source::{Distributed, ViewSource};

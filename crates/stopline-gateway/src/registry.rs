@@ -79,9 +79,7 @@ impl Registry {
 
     /// The registration id for a process: `gateway-<pid>-<start time>`.
     pub fn id_for_this_process() -> String {
-        let pid = std::process::id();
-        let start = stopline_store::ops::process_start_time(pid).unwrap_or(0);
-        format!("gateway-{pid}-{start}")
+        stopline_control::view_source::gateway_id_for_this_process()
     }
 
     /// The hash of the configuration now in force (after a reload that took the whole file),

@@ -12,7 +12,6 @@ use crate::governor::Governor;
 use crate::inflight::DispatchTracker;
 pub use crate::listener::{mcp_post_server, McpPost};
 use crate::registry::Registry;
-use crate::source::ViewSource;
 use crate::state::AppState;
 use crate::view::ViewHolder;
 use std::net::SocketAddr;
@@ -20,9 +19,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use stopline_control::view_source::Distributed;
 use stopline_control::Context;
 use stopline_core::Refusal;
-use stopline_store::{ControlPlane, Store};
+use stopline_store::Store;
 use tokio::sync::oneshot;
 
 /// Builds extra routes (the MCP proxy) from the governor; merged into the gateway's router.
@@ -114,18 +114,6 @@ pub struct RunningGateway {
 }
 
 static INSTANCES: AtomicU32 = AtomicU32::new(0);
-
-/// A distributed backend for a gateway: the control plane its verbs use, and its view source
-/// (which also carries its registration and acknowledgements to that backend).
-#[derive(Clone, Debug)]
-pub struct Distributed {
-    /// Where latches, epochs, the WAL and state are kept.
-    pub plane: Arc<dyn ControlPlane>,
-    /// Where the view comes from.
-    pub source: Arc<dyn ViewSource>,
-    /// What is shared with the fleet: budgets and breaker counters (nothing: as in local mode).
-    pub fleet: crate::fleet::Fleet,
-}
 
 /// Start a gateway on the current tokio runtime.
 pub async fn start(options: ServeOptions) -> Result<RunningGateway, ServeError> {

@@ -11,8 +11,7 @@
 //! latches first), before the locked read that waits while an engage advances the epoch; only
 //! additions take that path, since they can only make decisions stricter.
 
-use crate::feed::ViewFeed;
-use crate::source::{LocalSource, ViewSource};
+use crate::local_source::LocalSource;
 use crate::timeline::{Mark, Timeline};
 use crate::waiters::Waiters;
 use arc_swap::ArcSwap;
@@ -20,6 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use stopline_control::view_feed::ViewFeed;
+use stopline_control::view_source::ViewSource;
 use stopline_core::view::Blocker;
 use stopline_core::{ActiveLatch, ControlView, Refusal, RefusalCode};
 use stopline_store::follow::JournalFollower;

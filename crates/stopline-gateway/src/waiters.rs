@@ -205,7 +205,7 @@ mod tests {
     use stopline_core::call::must_cut;
     use stopline_core::latch::LatchSession;
     use stopline_core::{Level, Name, Scope};
-    use stopline_store::{EngageRequest, Store};
+    use stopline_store::{EngageRequest, OwnerPlane, Store};
     use stopline_token::SigningKey;
 
     struct World {
@@ -407,7 +407,7 @@ mod tests {
         let mut every_change = w.view.subscribe();
         every_change.borrow_and_update();
 
-        w.store.drain(60, "drain", "test").unwrap();
+        OwnerPlane::drain(&w.store, 60, "drain", "test").unwrap();
         w.view.refresh_fast();
         assert!(
             every_change.has_changed().unwrap(),

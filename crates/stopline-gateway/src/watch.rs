@@ -11,10 +11,10 @@
 //! each operation journal only what was appended since the last read, never the history) and, at start and every minute, rewrites the snapshots of
 //! journals that grew and archives the journals of writers that are gone (`ops_archive.rs`). Both are OS threads so request load cannot starve them.
 
-use crate::feed::ViewFeed;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use stopline_control::view_feed::ViewFeed;
 use stopline_store::follow::WalFollower;
 use stopline_store::{Store, WatchError};
 

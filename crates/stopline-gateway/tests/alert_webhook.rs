@@ -3,6 +3,7 @@
 //! Basic`, and a redirect it answers is never followed: the record (and those credentials) go to
 //! the one URL the owner configured, nowhere else. The gateway runs in process, its log captured;
 //! the webhook and the place it redirects to are recording upstreams on loopback.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

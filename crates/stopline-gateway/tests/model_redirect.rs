@@ -2,6 +2,7 @@
 //! the request (and the upstream key) to a URL the owner never configured. The gateway (in
 //! process) sends through its pooled hyper client; the upstream answers `307` towards a second
 //! server on loopback, which must never see a request.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use bytes::Bytes;
 use http_body_util::Full;

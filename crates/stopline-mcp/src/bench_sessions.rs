@@ -55,6 +55,7 @@ pub fn sessions(server_command: Option<&str>, iterations: usize) -> Result<Value
 async fn run(command: Vec<String>, iterations: usize, home: PathBuf) -> Result<Value, String> {
     // A JSON array of strings is a TOML array of basic strings.
     let listed = serde_json::to_string(&command).map_err(|e| e.to_string())?;
+    #[allow(clippy::disallowed_methods)] // the config of the benchmark's own throwaway home
     std::fs::write(
         home.join("config.toml"),
         format!(

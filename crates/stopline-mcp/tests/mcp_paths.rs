@@ -9,6 +9,7 @@
 //! absolute-form target, `/mcp//x`, a trailing slash, a second segment, `HEAD`, no token, a
 //! header past hyper's limit, a body past the router's limit; then the same after a stop of the
 //! agent: nothing more reaches the upstream, whichever way the request came.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use axum::body::Bytes;
 use axum::extract::State;

@@ -128,7 +128,8 @@ impl Store {
 
     /// Start a drain: DRAINING until `deadline_s` from now, admitting only operations prepared
     /// before the earliest machine latch.
-    pub fn drain(
+    #[cfg_attr(not(feature = "owner"), allow(dead_code))]
+    pub(crate) fn drain(
         &self,
         deadline_s: u64,
         reason: &str,

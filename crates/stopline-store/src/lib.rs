@@ -8,6 +8,8 @@
 //! All I/O goes through [`fs::Fs`] (one seam, named failpoints); the clock, ids and pid through
 //! [`env::Env`]. The protocol steps (engage, advance, recover, disengage, drain) are ordinary
 //! functions over those seams, so the model checker steps exactly what the binary runs.
+#![allow(clippy::disallowed_methods)]
+// the store owns the control directory: its files are written here (through `fs.rs` where a durable step needs a failpoint)
 #![deny(missing_docs)]
 
 pub mod chain;
@@ -49,6 +51,8 @@ pub mod watch;
 pub use engage::{EngageOutcome, EngageRequest};
 pub use error::StoreError;
 pub use layout::Layout;
+#[cfg(feature = "owner")]
+pub use plane::OwnerPlane;
 pub use plane::{ControlPlane, PlaneAcks, PlaneGateway};
 pub use watch::{ControlChanges, ControlWatch, WatchError, WatchNote};
 

@@ -384,7 +384,8 @@ impl Store {
     }
 
     /// Record the owner's outcome for an unresolved operation.
-    pub fn reconcile(
+    #[cfg_attr(not(feature = "owner"), allow(dead_code))]
+    pub(crate) fn reconcile(
         &self,
         op_id: &str,
         outcome: &str,

@@ -8,14 +8,25 @@
 //! gateway registrations and acknowledgements, and publishes the token verification key; the
 //! local directory does neither (its gateways register in `servers/` and answer over loopback),
 //! so those methods default to "not kept here".
+//!
+//! The owner's verbs (drain, recovery, repair, key rotation, reconciliation) are not on
+//! [`ControlPlane`]: they are [`OwnerPlane`]'s, which exists only when the store is built with
+//! its `owner` feature. Only `stopline-owner` (the owner console) and the model checker enable
+//! it, so the gateway and the MCP proxy, which hold an `Arc<dyn ControlPlane>`, cannot name a
+//! recovery verb, and built on their own do not even compile one (docs/reference.md, "The owner
+//! console").
 
 use crate::halts::DisengageReceipt;
 use crate::ops::Census;
+#[cfg(feature = "owner")]
 use crate::recovery::{ApplyReceipt, PlanReceipt};
+#[cfg(feature = "owner")]
 use crate::repair::RepairReceipt;
 use crate::{EngageOutcome, EngageRequest, Store, StoreError};
 use std::time::Duration;
-use stopline_core::{ControlView, Scope, StateRecord};
+#[cfg(feature = "owner")]
+use stopline_core::StateRecord;
+use stopline_core::{ControlView, Scope};
 
 /// A gateway registered with a distributed plane, and the latch files it acknowledged there.
 #[derive(Debug, Clone)]
@@ -55,25 +66,6 @@ pub trait ControlPlane: Send + Sync + std::fmt::Debug {
         reason: &str,
         by: &str,
     ) -> Result<DisengageReceipt, StoreError>;
-    /// Start a drain.
-    fn drain(&self, deadline_s: u64, reason: &str, by: &str) -> Result<StateRecord, StoreError>;
-    /// Fix a recovery plan.
-    fn recover_plan(
-        &self,
-        scope: &Scope,
-        reason: &str,
-        by: &str,
-        census: &Census,
-    ) -> Result<PlanReceipt, StoreError>;
-    /// Apply a recovery plan.
-    fn recover_apply(&self, plan_id: &str, by: &str) -> Result<ApplyReceipt, StoreError>;
-    /// The owner's repair.
-    fn repair(
-        &self,
-        reason: &str,
-        by: &str,
-        highest_issued_epoch: u64,
-    ) -> Result<RepairReceipt, StoreError>;
     /// The gateways registered with the plane itself. `None`: this plane keeps no
     /// registrations, and the local `servers/` directory is the registry.
     fn gateways(&self) -> Option<Result<Vec<PlaneGateway>, StoreError>> {
@@ -101,15 +93,6 @@ pub trait ControlPlane: Send + Sync + std::fmt::Debug {
     fn pin_key(&self) -> Result<Option<String>, StoreError> {
         Ok(None)
     }
-    /// Replace the published verification key with `key` and pin it here, or with `None` pin
-    /// the key the plane publishes now (owner console only; the caller proves it).
-    fn rotate_key(&self, key: Option<[u8; 32]>) -> Result<[u8; 32], StoreError> {
-        let _ = key;
-        Err(StoreError::refused(
-            stopline_core::RefusalCode::BadRequest,
-            "rotate-key replaces the key a distributed plane publishes: it needs --control etcd://… (a local home verifies with its own key)",
-        ))
-    }
 }
 
 impl ControlPlane for Store {
@@ -133,6 +116,57 @@ impl ControlPlane for Store {
     ) -> Result<DisengageReceipt, StoreError> {
         Store::disengage(self, scope, reason, by)
     }
+}
+
+/// The owner's verbs of a control plane: only the owner console calls them, after proving
+/// itself (`stopline_owner::console::prove`). Not reachable through [`ControlPlane`]; built only
+/// with the store's `owner` feature.
+#[cfg(feature = "owner")]
+pub trait OwnerPlane: ControlPlane {
+    /// Start a drain.
+    fn drain(&self, deadline_s: u64, reason: &str, by: &str) -> Result<StateRecord, StoreError>;
+    /// Fix a recovery plan.
+    fn recover_plan(
+        &self,
+        scope: &Scope,
+        reason: &str,
+        by: &str,
+        census: &Census,
+    ) -> Result<PlanReceipt, StoreError>;
+    /// Apply a recovery plan.
+    fn recover_apply(&self, plan_id: &str, by: &str) -> Result<ApplyReceipt, StoreError>;
+    /// The owner's repair.
+    fn repair(
+        &self,
+        reason: &str,
+        by: &str,
+        highest_issued_epoch: u64,
+    ) -> Result<RepairReceipt, StoreError>;
+    /// Settle an operation in doubt on this host (`ops reconcile`): its outcome as the owner
+    /// checked it by hand.
+    fn reconcile(
+        &self,
+        op: &str,
+        outcome: &str,
+        reason: &str,
+        by: &str,
+    ) -> Result<stopline_core::ops::Operation, StoreError>;
+    /// Replace the published verification key with `key` and pin it here, or with `None` pin
+    /// the key the plane publishes now (owner console only; the caller proves it).
+    fn rotate_key(&self, key: Option<[u8; 32]>) -> Result<[u8; 32], StoreError>;
+}
+
+/// [`OwnerPlane::rotate_key`] of a plane that publishes no key: refused.
+#[cfg(feature = "owner")]
+fn rotate_refused() -> StoreError {
+    StoreError::refused(
+        stopline_core::RefusalCode::BadRequest,
+        "rotate-key replaces the key a distributed plane publishes: it needs --control etcd://… (a local home verifies with its own key)",
+    )
+}
+
+#[cfg(feature = "owner")]
+impl OwnerPlane for Store {
     fn drain(&self, deadline_s: u64, reason: &str, by: &str) -> Result<StateRecord, StoreError> {
         Store::drain(self, deadline_s, reason, by)
     }
@@ -155,5 +189,18 @@ impl ControlPlane for Store {
         highest_issued_epoch: u64,
     ) -> Result<RepairReceipt, StoreError> {
         Store::repair(self, reason, by, highest_issued_epoch)
+    }
+    fn reconcile(
+        &self,
+        op: &str,
+        outcome: &str,
+        reason: &str,
+        by: &str,
+    ) -> Result<stopline_core::ops::Operation, StoreError> {
+        Store::reconcile(self, op, outcome, reason, by)
+    }
+    fn rotate_key(&self, key: Option<[u8; 32]>) -> Result<[u8; 32], StoreError> {
+        let _ = key;
+        Err(rotate_refused())
     }
 }

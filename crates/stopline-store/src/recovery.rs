@@ -50,7 +50,8 @@ pub struct ApplyReceipt {
 
 impl Store {
     /// Fix the plan of a recovery of `scope` and record it as a `recovery_intent`.
-    pub fn recover_plan(
+    #[cfg_attr(not(feature = "owner"), allow(dead_code))]
+    pub(crate) fn recover_plan(
         &self,
         scope: &Scope,
         reason: &str,
@@ -93,7 +94,12 @@ impl Store {
     }
 
     /// Apply a plan: new epoch, move exactly the planned latches, rescan.
-    pub fn recover_apply(&self, plan_id: &str, by: &str) -> Result<ApplyReceipt, StoreError> {
+    #[cfg_attr(not(feature = "owner"), allow(dead_code))]
+    pub(crate) fn recover_apply(
+        &self,
+        plan_id: &str,
+        by: &str,
+    ) -> Result<ApplyReceipt, StoreError> {
         let wal = self.layout.wal();
         let guard = self.lock_log_exclusive(&wal)?;
         let log = self.read_log(&wal, RefusalCode::ControlWalCorrupt)?;

@@ -94,7 +94,8 @@ impl Store {
 
     /// Repair the WAL tail and the epoch snapshot. `highest_issued_epoch` is the newest epoch any
     /// issued authority claims (from the key's issuance record).
-    pub fn repair(
+    #[cfg_attr(not(feature = "owner"), allow(dead_code))]
+    pub(crate) fn repair(
         &self,
         reason: &str,
         by: &str,

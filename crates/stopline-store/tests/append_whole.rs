@@ -5,6 +5,7 @@
 //! remnant, or a cut-back that failed) is cut before the next line is written, never glued to
 //! it. The failpoint cases run in a child process of this test binary, which arms
 //! `STOPLINE_FAILPOINTS` for itself.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

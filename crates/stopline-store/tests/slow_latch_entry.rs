@@ -7,6 +7,7 @@
 //! The read is made slow for real, inside `RealFs::read`'s bound, by the failpoint
 //! `fs.read=delay_if:MS:PATH`. The failpoints are read once per process, so this file is its own
 //! test binary with one test that arms them before the first read.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use std::time::Duration;
 use stopline_core::{Level, Name, RefusalCode, Scope};

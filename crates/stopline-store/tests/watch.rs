@@ -2,6 +2,7 @@
 //! it (a new latch as `appeared`), the store's own reads never do, a lost `latches/` is noted and
 //! watched again once it is back, a journal of another process wakes it (`journals`) and one of
 //! its own does not, and a home that goes away ends the watch.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use std::time::{Duration, Instant};
 use stopline_core::{Level, Name, Scope};

@@ -14,6 +14,7 @@
 //! This crate never reads or writes the control directory and never decides a stop level: the
 //! caller hands [`Worker::enforce`] the level it read from the store. It never kills a process
 //! it cannot attribute to a group or a reaper it created.
+#![allow(clippy::disallowed_methods)] // the supervisor owns the agents' processes and their cgroup control files
 #![deny(missing_docs)]
 // `pre_exec` hooks, `setns`, ioctls and the passwd lookups need `unsafe`; every block carries a
 // `// SAFETY:` comment saying why it holds.

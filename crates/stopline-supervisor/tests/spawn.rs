@@ -1,5 +1,6 @@
 //! Starting an agent: inside its group from the first instruction, with only the environment
 //! given, as another user when asked.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod common;
 

@@ -5,6 +5,7 @@
 //!
 //! The named seeds are generated here; `STOPLINE_BLESS=1` rewrites them after a deliberate
 //! format change. Nothing else in this test writes to the source tree.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;

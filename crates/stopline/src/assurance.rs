@@ -83,7 +83,7 @@ fn bench(
             let exe = std::env::current_exe().map_err(io)?;
             stopline_gateway::history::history(&exe, sizes, samples, idle).map_err(io)
         }
-        Some(BenchArg::Kill) => stopline_control::run::bench::kill(&home, iterations),
+        Some(BenchArg::Kill) => stopline_run::bench::kill(&home, iterations),
         Some(BenchArg::Gateway) => {
             stopline_gateway::bench::gateway(iterations, router()).map_err(io)
         }
@@ -113,7 +113,7 @@ fn bench(
                 "gateway".into(),
                 gateway.unwrap_or_else(|e| failed(e.to_string())),
             );
-            let kill = stopline_control::run::bench::kill(&home, iterations.min(5));
+            let kill = stopline_run::bench::kill(&home, iterations.min(5));
             runs.insert(
                 "kill".into(),
                 kill.unwrap_or_else(|r| failed(r.to_string())),

@@ -1,13 +1,14 @@
-//! Dispatch: open the control plane the command needs, then hand it to its verb family
-//! (`stop.rs`, `owner.rs`, `tokens.rs`, `gates.rs`, `assurance.rs`). What a broken
-//! configuration means to each command is `stopline_control::open`'s, not this file's.
+//! Dispatch: open the control plane the command needs, then hand it to its verb family (`stop`,
+//! `owner`, `tokens`, `gates`, `assurance`); a broken configuration is `stopline_control::open`'s.
 
 use crate::cli::{Cli, Command, EtcdCommand, HookCommand, OpsCommand, TokenCommand};
 use crate::output;
 use crate::wiring::Wiring;
+use std::sync::Arc;
 use stopline_control::home::default_home;
 use stopline_control::open::{open, OnBrokenConfig, Opened};
 use stopline_core::Refusal;
+use stopline_owner::OwnerPlane;
 use stopline_store::Store;
 
 /// Run the command; returns the exit code.
@@ -49,12 +50,9 @@ pub fn run(cli: Cli) -> i32 {
         }
         Opened::Refused(refusal) => return output::refusal(json, &refusal),
     };
-    let (ctx, distributed) = match cli.control.as_deref() {
-        None => (ctx, None),
-        Some(url) => match stopline_etcd::wiring::attach(ctx, url) {
-            Ok((ctx, distributed)) => (ctx, Some(distributed)),
-            Err(refusal) => return output::refusal(json, &refusal),
-        },
+    let (ctx, distributed, owner_plane) = match crate::wiring::attach(ctx, cli.control.as_deref()) {
+        Ok(attached) => attached,
+        Err(refusal) => return output::refusal(json, &refusal),
     };
     if creates_home(&cli.command) {
         // Every command that writes to the home creates it whole first (SPEC §12.1).
@@ -67,7 +65,8 @@ pub fn run(cli: Cli) -> i32 {
         distributed,
         config_warning,
     };
-    match execute(&ctx, cli.command, wiring, cli.control.as_deref()) {
+    let control = cli.control.as_deref();
+    match execute(&ctx, owner_plane, cli.command, wiring, control) {
         Ok(code) => code,
         Err(refusal) => output::refusal(json, &refusal),
     }
@@ -75,6 +74,7 @@ pub fn run(cli: Cli) -> i32 {
 
 fn execute(
     ctx: &stopline_control::Context,
+    owner_plane: Arc<dyn OwnerPlane>,
     command: Command,
     wiring: Wiring,
     control: Option<&str>,
@@ -88,7 +88,7 @@ fn execute(
         | Command::Init) => crate::stop::execute(ctx, command, &wiring),
         Command::Token(command) => crate::tokens::execute(ctx, command, json),
         command @ (Command::Drain { .. } | Command::Recover(_) | Command::Ops(_)) => {
-            crate::owner::execute(ctx, command, json)
+            crate::owner::execute(ctx, owner_plane, command, json)
         }
         command @ (Command::Mcp(_)
         | Command::Hook(_)
@@ -140,15 +140,15 @@ fn on_broken_config(command: &Command) -> OnBrokenConfig {
         // The verbs only the owner console may run (SPEC §3).
         Command::Recover(_)
         | Command::Drain { .. }
-        | Command::Ops(OpsCommand::Reconcile { .. }) => OnBrokenConfig::ConsoleFirst,
+        | Command::Ops(OpsCommand::Reconcile { .. }) => {
+            OnBrokenConfig::ConsoleFirst(stopline_owner::console::refuse_before_config)
+        }
         _ => OnBrokenConfig::Refuse,
     }
 }
 
-/// The commands that write to the home as their purpose, and so create it whole before they
-/// read it. Engage makes it itself, after validating its input (a refused engage creates
-/// nothing); gates (`check`, the hook, `mcp proxy`) never create it: a missing home is
-/// `control_home_missing` to them.
+/// The commands that write to the home as their purpose, and so create it whole first (engage
+/// makes it after validating; gates never do: a missing home is `control_home_missing` to them).
 fn creates_home(command: &Command) -> bool {
     matches!(
         command,

@@ -4,9 +4,9 @@
 use crate::cli::{AgentKindArg, Command, HookCommand, McpCommand, NetArg};
 use crate::output;
 use crate::wiring::Wiring;
-use stopline_control::run::{AgentKind, NetMode, RunRequest};
 use stopline_control::Context;
 use stopline_core::{Refusal, RefusalCode};
+use stopline_run::{AgentKind, NetMode, RunRequest};
 
 /// Run one gate.
 pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, Refusal> {
@@ -86,7 +86,7 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
 /// `run`: the agent's exit code when it ended by itself; exit 1 with the stop's code when a stop
 /// ended it (the agent's own output went to the inherited streams).
 fn run(ctx: &Context, request: &RunRequest, json: bool) -> Result<i32, Refusal> {
-    let outcome = stopline_control::run::run(ctx, request).map_err(|e| e.to_refusal())?;
+    let outcome = stopline_run::run(ctx, request).map_err(|e| e.to_refusal())?;
     if let Some(stopped) = outcome.stopped {
         return Err(stopped);
     }

@@ -1,57 +1,75 @@
 //! The owner's verbs: `drain`, `recover plan|apply|repair`, `ops list|compact|reconcile`. Each
-//! console verb proves the owner console first (`stopline_control::console::prove`).
+//! console verb proves the owner console first (`stopline_owner::console::prove`), which hands
+//! it the plane's owner verbs.
 
 use crate::cli::{Command, OpsCommand, OutcomeArg, RecoverCommand};
 use crate::output;
-use stopline_control::{console, engage, ops, owner, Context};
+use std::sync::Arc;
+use stopline_control::{engage, ops, Context};
 use stopline_core::Refusal;
+use stopline_owner::{self as owner, console, OwnerPlane};
 
 /// Run one owner verb.
-pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refusal> {
+pub fn execute(
+    ctx: &Context,
+    plane: Arc<dyn OwnerPlane>,
+    command: Command,
+    json: bool,
+) -> Result<i32, Refusal> {
     match command {
         Command::Drain {
             deadline,
             reason,
             by,
         } => {
-            let console = console::prove(ctx, by.as_deref(), None)?;
+            let console = console::prove(ctx, plane, by.as_deref(), None)?;
             let deadline = u64::try_from(deadline).unwrap_or(0);
-            output::receipt(json, &owner::drain(ctx, &console, deadline, &reason)?);
+            output::receipt(json, &owner::drain(&console, deadline, &reason)?);
             Ok(0)
         }
-        Command::Recover(command) => recover(ctx, command, json),
-        Command::Ops(command) => operations(ctx, command, json),
+        Command::Recover(command) => recover(ctx, plane, command, json),
+        Command::Ops(command) => operations(ctx, plane, command, json),
         _ => unreachable!("not an owner verb"),
     }
 }
 
-fn recover(ctx: &Context, command: RecoverCommand, json: bool) -> Result<i32, Refusal> {
+fn recover(
+    ctx: &Context,
+    plane: Arc<dyn OwnerPlane>,
+    command: RecoverCommand,
+    json: bool,
+) -> Result<i32, Refusal> {
     match command {
         RecoverCommand::Plan { scope, reason, by } => {
             let scope = engage::parse_scope(&scope)?;
             let approvers = owner::run_approvers(ctx, &scope);
-            let console = console::prove(ctx, by.as_deref(), approvers.as_deref())?;
+            let console = console::prove(ctx, plane, by.as_deref(), approvers.as_deref())?;
             output::receipt(json, &owner::recover_plan(ctx, &console, &scope, &reason)?);
         }
         RecoverCommand::Apply { plan, by } => {
-            let console = console::prove(ctx, by.as_deref(), None)?;
+            let console = console::prove(ctx, plane, by.as_deref(), None)?;
             let before = crate::alerts::latches(ctx);
-            output::receipt(json, &owner::recover_apply(ctx, &console, &plan)?);
+            output::receipt(json, &owner::recover_apply(&console, &plan)?);
             crate::alerts::after_change(ctx, before);
         }
         RecoverCommand::Repair { reason, by } => {
-            let console = console::prove(ctx, by.as_deref(), None)?;
+            let console = console::prove(ctx, plane, by.as_deref(), None)?;
             output::receipt(json, &owner::repair(ctx, &console, &reason)?);
         }
         RecoverCommand::RotateKey { reason, by, adopt } => {
-            let console = console::prove(ctx, by.as_deref(), None)?;
+            let console = console::prove(ctx, plane, by.as_deref(), None)?;
             output::receipt(json, &owner::rotate_key(ctx, &console, &reason, adopt)?);
         }
     }
     Ok(0)
 }
 
-fn operations(ctx: &Context, command: OpsCommand, json: bool) -> Result<i32, Refusal> {
+fn operations(
+    ctx: &Context,
+    plane: Arc<dyn OwnerPlane>,
+    command: OpsCommand,
+    json: bool,
+) -> Result<i32, Refusal> {
     match command {
         OpsCommand::Compact => {
             let receipt = ops::compact(ctx);
@@ -71,16 +89,13 @@ fn operations(ctx: &Context, command: OpsCommand, json: bool) -> Result<i32, Ref
             reason,
             by,
         } => {
-            let console = console::prove(ctx, by.as_deref(), None)?;
+            let console = console::prove(ctx, plane, by.as_deref(), None)?;
             let outcome = match outcome {
                 OutcomeArg::Committed => "committed",
                 OutcomeArg::Failed => "failed",
                 OutcomeArg::Abandoned => "abandoned",
             };
-            output::receipt(
-                json,
-                &owner::reconcile(ctx, &console, &id, outcome, &reason)?,
-            );
+            output::receipt(json, &owner::reconcile(&console, &id, outcome, &reason)?);
             Ok(0)
         }
     }

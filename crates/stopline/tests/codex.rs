@@ -10,6 +10,7 @@
 //! `stopline hook codex`. In the hook-only set-up (no `stopline run`), the same `config.toml`
 //! in a directory the agent cannot change, and the hook alone stands between the held call's
 //! tool call and a fourth step.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
 mod run_support;
@@ -284,8 +285,8 @@ fn codex_with_the_hook_alone_is_stopped_mid_way() {
     // CODEX_HOME: sticky, so the agent writes its sessions there but not the root-owned config.
     let codex_home = scratch.dir.path().join("codex-home");
     std::fs::create_dir(&codex_home).unwrap();
-    let hook = stopline_control::run::codex::hook_command(Path::new(util::bin()));
-    let config = stopline_control::run::codex::config_toml(&codex_home, &gateway.url(), &hook);
+    let hook = stopline_run::codex::hook_command(Path::new(util::bin()));
+    let config = stopline_run::codex::config_toml(&codex_home, &gateway.url(), &hook);
     std::fs::write(codex_home.join("config.toml"), config).unwrap();
     std::fs::set_permissions(
         codex_home.join("config.toml"),

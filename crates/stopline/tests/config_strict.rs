@@ -3,6 +3,7 @@
 //! Reproduces issue 12: a TOML syntax error made `engage` fail (`control_state_corrupt`), and
 //! `status`, `check` and `token issue` too; a misspelled key (`operater = [...]`) was silently
 //! ignored, dropping the operator list.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod util;
 

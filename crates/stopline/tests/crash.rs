@@ -6,6 +6,7 @@
 //!
 //! Needs the binary built with `--features stopline/failpoints` (the README's test command does
 //! this); without it the failpoint trace is empty and these tests fail rather than pass vacuously.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod util;
 use serde_json::Value;

@@ -28,6 +28,7 @@
 //! `node_modules` (the MCP reference server, the `claude` and `codex` CLIs), and `curl` and
 //! `jq` on `PATH`.
 //! Missing ones fail.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

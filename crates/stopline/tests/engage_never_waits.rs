@@ -10,6 +10,7 @@
 //! the receipt says, never on how fast it came.
 //!
 //! Needs the binary built with `--features stopline/failpoints` (it fails, never skips, without).
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
 mod util;

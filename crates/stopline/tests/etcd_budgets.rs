@@ -8,6 +8,7 @@
 //!   while the dead gateway's lease lives, and as spent at their bound once it ended.
 //! - etcd unreachable: a budgeted call is refused `control_io`, never spent locally.
 //! - An agent breaker trips on the fleet's count: unauthorized calls spread over two gateways.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 #[path = "../../stopline-etcd/tests/cluster/mod.rs"]
 mod cluster;

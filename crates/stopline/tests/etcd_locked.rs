@@ -10,6 +10,7 @@
 //! - Credentials never from the URL, and a password file others can read is refused.
 //!
 //! Certificates are made with the `openssl` CLI (Debian's); etcd is `/usr/bin/etcd`.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 #[path = "../../stopline-etcd/tests/cluster/mod.rs"]
 mod cluster;

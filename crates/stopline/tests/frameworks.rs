@@ -6,6 +6,7 @@
 //! the test engages a stop of the agent, releases the request, and then no further model request
 //! reaches the model, no further tool call reaches the tool server (the gateway's operations
 //! journal), and the run ends with the exception the guide names (by class, from Python).
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
 mod mcp_support;

@@ -6,6 +6,7 @@
 //! scoped stop needed two inodes (a staged file and its link) where the reserve freed one.
 //! The filesystems here are real: a tmpfs with few inodes, and an ext4 image on a loop device,
 //! filled by a file the test writes and removes.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
 mod util;

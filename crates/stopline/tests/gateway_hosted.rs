@@ -5,6 +5,7 @@
 //! nothing; an allowed hosted tool is an operation of its own; a background response is served
 //! only to its agent's chain and cancelled upstream at an EMERGENCY; a `previous_response_id`
 //! of another chain is refused; and a 4 KiB model or tool name writes nothing.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
 mod util;

@@ -3,6 +3,7 @@
 //! `agent`, `route`, `code` and `latency_ms`; `--log-format json` writes one JSON object a
 //! line; `RUST_LOG` chooses what is logged; a tool server's stderr lines are prefixed with its
 //! name. The real binary, the real reference MCP server and the Python `mcp` client.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod mcp_support;
 mod util;

@@ -7,6 +7,7 @@
 //! with a wrong `STOPLINE_HOME`, or the Claude Code hook without `STOPLINE_URL`, allowed
 //! everything. The filesystem here is a real tmpfs with a handful of inodes, filled by a real
 //! process.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
 mod util;

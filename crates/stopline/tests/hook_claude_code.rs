@@ -1,6 +1,7 @@
 //! `stopline hook claude-code`: exit 0 lets the tool call run, exit 2 blocks it with the reason
 //! on stderr — and every failure of the hook itself (garbage input, an unreachable or silent
 //! gateway, a corrupt configuration) is an exit 2 too, because any other exit fails open.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod mcp_support;
 mod util;

@@ -4,6 +4,7 @@
 //! `/etc/stopline/hook.toml` (here the path a `failpoints` build takes from
 //! `STOPLINE_TEST_HOOK_CONFIG`) naming the real gateway or home, the environment no longer
 //! chooses; a pin that is not root's alone, or does not parse, blocks.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
 mod util;

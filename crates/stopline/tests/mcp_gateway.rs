@@ -2,6 +2,7 @@
 //! `stopline serve`, and the Node reference server `server-everything` (or a counting server).
 //! A stop reaches the very next call with its code in the JSON-RPC error data; a token minted
 //! before an emergency stays dead after the owner recovers; a budget holds under concurrency.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod mcp_support;
 mod util;

@@ -2,6 +2,7 @@
 //! reference server in stdio mode, against the local control directory (no gateway). A halt
 //! refuses calls and lifts; an emergency kills the server by pid and the token stays dead after
 //! the owner recovers.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod mcp_support;
 mod util;

@@ -7,6 +7,7 @@
 //! at an EMERGENCY covering its agent — instead of living on after the agent was killed. With
 //! `warm_spare` (the default) a session takes a server started ahead, and every such spare
 //! serves one agent only.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
 mod mcp_support;

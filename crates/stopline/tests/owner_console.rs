@@ -1,5 +1,6 @@
 //! Recovery, drain and reconciliation need the owner console: no agent session, a configured
 //! operator, a foreground terminal. Each failed predicate is named. Uncertainty survives recovery.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod util;
 use util::{Home, Run, CLOCK_OFFSET};

@@ -3,6 +3,7 @@
 //! uid; a SIGKILLed supervisor left a worker `status` did not flag; a reused uid handed its last
 //! holder's 0600 file and SysV shared memory to the next agent; and a Claude Code whose hook its
 //! uid cannot execute ran every tool unchecked.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod run_support;
 mod util;

@@ -3,6 +3,7 @@
 //! group itself and the group is empty when the engage returns; a halt freezes it. Once the
 //! supervisor runs again it observes and records what happened, and after a lifted pause it
 //! thaws a group it did not freeze itself.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod run_support;
 mod util;

@@ -1,5 +1,6 @@
 //! `halt-noncritical` freezes a supervised agent's group (its processes exist and make no
 //! progress) and disengaging thaws it (progress resumes); the agent then ends by itself.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod run_support;
 mod util;

@@ -4,6 +4,7 @@
 //! is refused `uid_in_use`; `PR_SET_NO_NEW_PRIVS` is set; a fork loop stops at the card's
 //! `limits.pids`; and under `--net gateway-only` (the default) a host unix socket on `/tmp` is
 //! out of reach unless `--share` maps it in.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod run_support;
 mod util;

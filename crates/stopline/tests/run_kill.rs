@@ -1,6 +1,7 @@
 //! `stopline run` kills every process of a stopped agent — forked children, a `setsid`
 //! double-forked daemon, processes that ignore SIGTERM — and status says FROZEN_SAFE only after
 //! the group was observed empty (KILLING before), with both phases of stop evidence in order.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod run_support;
 mod util;

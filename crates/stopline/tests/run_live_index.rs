@@ -2,6 +2,7 @@
 //! console read the runs that may be live, never every run that ever ran — and a stop still
 //! reaches every live worker: when its supervisor died at any step of its start or end, when
 //! the agent removed its own entry, on a home full of finished runs.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod run_support;
 mod util;

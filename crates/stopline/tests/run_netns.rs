@@ -1,6 +1,7 @@
 //! `--net gateway-only`: the agent reaches the gateway (through the forwarded address inside its
 //! own network namespace) and nothing else on the host's loopback. The gateway here is a tiny
 //! loopback HTTP server standing in for `stopline serve`.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod run_support;
 mod util;

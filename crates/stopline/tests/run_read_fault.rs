@@ -9,6 +9,7 @@
 //! `--features stopline/failpoints`: without it nothing hangs and the test fails waiting for
 //! the freeze. A `latches/` entry that is slow to read (`fs.read=delay_if:`) is the same fault,
 //! not a machine emergency.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod run_support;
 mod util;

@@ -3,6 +3,7 @@
 //! passed), a latch covering the run, an unreachable gateway, the caller's own uid without
 //! `--unconfined`, an ambiguous agent. A refusal starts no process and, before the card is
 //! accepted, writes nothing under `runs/`.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod run_support;
 mod util;

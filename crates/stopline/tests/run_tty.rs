@@ -7,7 +7,7 @@
 //!
 //! These machines run with `dev.tty.legacy_tiocsti = 1`, so on the old code (the agent holding
 //! the operator's terminal) both attacks worked.
-
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 #![allow(unsafe_code)]
 
 mod run_support;

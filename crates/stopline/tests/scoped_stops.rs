@@ -1,4 +1,5 @@
 //! Scoped stops stop what they cover and spare everything else; epochs revoke old authority.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod util;
 use util::{Home, CLOCK_OFFSET};

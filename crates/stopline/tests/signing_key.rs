@@ -2,6 +2,7 @@
 //! commands may start at once (two `stopline run`s on a new home did, in a full suite run:
 //! the second read the first one's key while it was still empty and refused
 //! `control_state_corrupt`). The key must appear under its name only whole.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod util;
 

@@ -8,6 +8,7 @@
 //! Needs `/usr/bin/chromium` (Debian `chromium`), `node`, and `playwright-core` in the
 //! repository's `node_modules` (`npm ci`); `scripts/setup-test-deps.sh` installs all three. A
 //! missing one fails this test, it never skips it.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
 mod util;

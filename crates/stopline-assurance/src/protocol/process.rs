@@ -10,7 +10,7 @@ use stopline_core::latch::LatchSession;
 use stopline_core::ops::BlockScope;
 use stopline_core::{Decision, Level, Mode, RefusalCode, Scope, TaskClass};
 use stopline_store::ops::OpOwner;
-use stopline_store::{EngageRequest, Store};
+use stopline_store::{EngageRequest, OwnerPlane, Store};
 use stopline_token::{Claims, VerifyingKey};
 
 /// What one process does.

@@ -25,7 +25,7 @@ use crate::protocol::solo::{ModelEnv, Solo};
 use std::sync::Arc;
 use stopline_core::view::Authority;
 use stopline_core::{ControlView, Name, RefusalCode, Subject, TaskClass};
-use stopline_store::Store;
+use stopline_store::{OwnerPlane, Store};
 
 /// How the machine went down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use stopline_core::{Level, Name, Scope, Subject};
 use stopline_store::ops::Census;
-use stopline_store::Store;
+use stopline_store::{OwnerPlane, Store};
 use stopline_token::IssueRequest;
 
 /// The model's control directory.

@@ -7,17 +7,12 @@
 
 mod engage;
 mod evidence;
-mod owner;
 mod status;
 mod status_text;
 mod tokens;
 
 pub use engage::{DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch, GroupReached};
 pub use evidence::{EvidenceListReceipt, EvidenceVerifyReceipt};
-pub use owner::{
-    DrainReceipt, ReconcileReceipt, RecoverApplyReceipt, RecoverPlanReceipt, RepairReceipt,
-    RotateKeyReceipt,
-};
 pub use status::{
     AgentStatusView, InitReceipt, OperationLine, OpsCompactReceipt, OpsListReceipt, StatusReceipt,
 };
@@ -36,8 +31,9 @@ pub trait Receipt: Serialize + std::fmt::Display {
 
 impl<T: Serialize + std::fmt::Display> Receipt for T {}
 
-/// Compact one-line JSON of `value`, as the text receipts show lists and nested records.
-pub(crate) fn compact<T: Serialize + ?Sized>(value: &T) -> String {
+/// Compact one-line JSON of `value`, as the text receipts show lists and nested records (the
+/// owner's receipts in `stopline-owner` too).
+pub fn compact<T: Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_value(value)
         .map(|v| v.to_string())
         .unwrap_or_default()

@@ -5,6 +5,7 @@
 //! cluster is dropped. A member can be killed and restarted on the same ports and data, so a
 //! test can take etcd away and bring it back. `/usr/bin/etcd` (Debian's `etcd-server`) must
 //! exist: without it these tests fail, they never skip.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 #![allow(dead_code)]
 
 use std::net::TcpStream;

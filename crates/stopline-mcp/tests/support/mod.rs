@@ -2,6 +2,7 @@
 //! test writes, the real gateway started in process with the Streamable HTTP proxy mounted, the
 //! home's control context, an agent token minted there, and an emergency engaged the way an
 //! operator at the console engages one. Their upstreams are `stopline_testkit::upstream`'s.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 // Each test binary uses part of this.
 #![allow(dead_code)]
 

@@ -1,6 +1,7 @@
 //! Harness for the etcd tests: hosts (a throwaway home each) that run the real binary with
 //! `--control etcd://…`, and `stopline --control … serve` gateways on free loopback ports.
 //! The etcd members come from `stopline-etcd`'s test cluster (`tests/cluster/mod.rs`).
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 #![allow(dead_code)]
 
 pub mod secure;

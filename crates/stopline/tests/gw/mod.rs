@@ -2,6 +2,7 @@
 //! loopback OpenAI-compatible or Anthropic Messages upstream (Python, real sockets), the real
 //! `openai` and `anthropic` clients, and the test kit's blocking HTTP/1.1 client (the one the
 //! conformance battery uses). Children are killed by pid when dropped.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 #![allow(dead_code)]
 
 use crate::util::{bin, Home};

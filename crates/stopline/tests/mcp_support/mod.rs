@@ -3,6 +3,7 @@
 //! the gateway (`stopline serve`). Everything listens on 127.0.0.1 only, and every process a
 //! test starts is stopped by its pid when its handle drops. A missing venv or node_modules is a
 //! failure, never a skip: the README's test command installs both.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 #![allow(dead_code)]
 
 use crate::util::Home;

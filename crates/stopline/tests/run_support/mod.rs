@@ -1,6 +1,7 @@
 //! Shared harness of the `run_*` tests: a policy card, a tiny loopback gateway that answers
 //! `/healthz` 200 (so these tests do not depend on `stopline serve`), `stopline run` started as a
 //! real child process, and readers of what it registered and recorded.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 #![allow(dead_code)]
 
 use crate::util::{rand_suffix, Home};

@@ -1,5 +1,6 @@
 //! Shared harness for the integration tests: a throwaway control directory, the real binary run
 //! with a cleaned environment, and a pseudo-terminal for the owner console's accepted path.
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 #![allow(dead_code, unsafe_code)]
 
 use serde_json::Value;

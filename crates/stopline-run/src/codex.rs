@@ -167,6 +167,9 @@ pub fn prepare(
     let home = CodexHome { dir };
     let path = home.dir.join("config.toml");
     let text = config_toml(&home.dir, gateway_url, &hook_command(stopline));
+    // The supervisor's own config for the agent, in the directory it just created (create_new:
+    // never an existing file); not a control-directory file, so not the store's.
+    #[allow(clippy::disallowed_methods)]
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

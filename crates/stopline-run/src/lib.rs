@@ -30,12 +30,12 @@ pub use preflight::DRILL_SCHEMA;
 pub use record::StopCause;
 pub use supervise::{order_from_view, Order, Progress};
 
-use crate::context::Context;
 use record::{Recorder, RunFacts};
 use serde_json::{json, Value};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use stopline_control::context::Context;
 use stopline_core::{Level, Refusal, RefusalCode, Subject};
 use stopline_supervisor::{Group, Hierarchy};
 use supervise::{Supervision, WallClock};
@@ -240,7 +240,7 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     });
     // The worker's entry in runs.live/ first, then the card and run record: nothing starts
     // before all three are durable, so a stop's reach never misses a worker that may run.
-    for warning in crate::live::retire(ctx) {
+    for warning in stopline_control::live::retire(ctx) {
         tracing::warn!("{warning}");
     }
     let supervisor_pid = std::process::id();
@@ -500,7 +500,7 @@ fn stop_refusal(
 
 /// Write how the run ended, then take its entry out of `runs.live/` (its worker's last
 /// registration is written and its group released by now). An entry that cannot be removed
-/// stays for the census (`crate::live`), which removes it once this process is gone.
+/// stays for the census (`stopline_control::live`), which removes it once this process is gone.
 fn finish_record(
     ctx: &Context,
     card: &LoadedCard,

@@ -1,9 +1,9 @@
 //! The receipts of the owner console's verbs: `recover plan|apply|repair`, `drain`,
 //! `ops reconcile` (SPEC §4).
 
-use super::compact;
 use serde::Serialize;
 use std::fmt;
+use stopline_control::receipts::compact;
 use stopline_core::ops::Operation;
 use stopline_core::StateRecord;
 

@@ -21,12 +21,12 @@
 //! locally.
 
 use super::record::{Recorder, StopCause};
-use crate::context::Context;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use stopline_control::context::Context;
 use stopline_core::{ActiveLatch, ControlView, Level, Refusal, RefusalCode, Subject};
 use stopline_store::ControlPlane;
 use stopline_supervisor::{EnforcementAction, Worker, WorkerState};
@@ -170,7 +170,7 @@ impl Order {
 
 /// How long a distributed plane may stay silent before the workers are frozen when
 /// `permit_ttl_ms` is absent: the gateways' default.
-pub const PLANE_PERMIT: Duration = crate::config::DEFAULT_PERMIT_TTL;
+pub const PLANE_PERMIT: Duration = stopline_control::config::DEFAULT_PERMIT_TTL;
 
 /// How often the distributed plane is read.
 const PLANE_POLL: Duration = Duration::from_millis(100);
@@ -472,12 +472,12 @@ impl Supervision {
         let spawned = std::thread::Builder::new()
             .name("stopline-fault-latch".into())
             .spawn(move || {
-                let caller = crate::engage::Caller {
+                let caller = stopline_control::engage::Caller {
                     token: None,
                     by: Some(READ_FAULT_BY.into()),
                     local: true,
                 };
-                let result = crate::engage::engage(
+                let result = stopline_control::engage::engage(
                     &ctx,
                     &caller,
                     &scope,
@@ -678,17 +678,17 @@ impl Supervision {
         }
         let (budget_s, level) = (wall_clock.budget_s, wall_clock.level);
         let status = self.worker.status();
-        let trip = crate::trip::Trip {
+        let trip = stopline_control::trip::Trip {
             agent: status.agent,
             breaker: stopline_core::BreakerKind::BudgetExhausted,
             trigger: "wall_clock_s".into(),
             threshold: budget_s,
             observed: elapsed.as_secs_f64(),
             level,
-            surface: crate::trip::Surface::RunWallClock(status.run_id),
+            surface: stopline_control::trip::Surface::RunWallClock(status.run_id),
         };
         // A failed engage is logged by the trip; the run is killed anyway.
-        let tripped = crate::trip::trip(&self.ctx, &trip);
+        let tripped = stopline_control::trip::trip(&self.ctx, &trip);
         if let Some(error) = tripped.evidence_error {
             self.recorder
                 .warn(format!("wall-clock evidence not appended: {error}"));

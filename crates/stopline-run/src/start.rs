@@ -12,11 +12,11 @@ use super::environment::{agent_environment, Session};
 use super::gateway::Gateway;
 use super::relay::Relays;
 use super::{NetMode, RunError};
-use crate::context::Context;
-use crate::tokens::{self, IssueArgs};
 use std::ffi::OsString;
 use std::path::Path;
 use std::path::PathBuf;
+use stopline_control::context::Context;
+use stopline_control::tokens::{self, IssueArgs};
 use stopline_core::{Refusal, RefusalCode, Role};
 use stopline_supervisor::{
     CommandSpec, Confinement, Containment, GatewayNamespace, Limits, PrivateMounts, StdioMode,

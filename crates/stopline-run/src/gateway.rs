@@ -7,11 +7,11 @@
 //! reports one, else the `config_hash` of the live registration in `servers/` that `/healthz`
 //! names (`server`), else `null` with the reason recorded. This module never sends a token.
 
-use crate::context::Context;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
+use stopline_control::context::Context;
 use stopline_core::{Refusal, RefusalCode};
 
 /// How long connecting to, and reading from, the gateway may take.
@@ -108,7 +108,7 @@ fn config_hash(ctx: &Context, health: &Value) -> (Option<String>, String) {
             "unknown: /healthz reports neither config_sha256 nor a server id".into(),
         );
     };
-    let (live, _) = crate::acks::live_servers(ctx);
+    let (live, _) = stopline_control::acks::live_servers(ctx);
     match live.into_iter().find(|record| record.id == server) {
         Some(record) if !record.config_hash.is_empty() => {
             (Some(record.config_hash), "registration".into())
@@ -181,7 +181,7 @@ mod tests {
     fn urls_get_a_scheme_and_lose_a_trailing_slash() {
         let ctx = Context::new(
             stopline_store::Store::open("/nonexistent-stopline-home"),
-            crate::config::Config::default(),
+            stopline_control::config::Config::default(),
         );
         assert_eq!(choose_url(&ctx, None, None), "http://127.0.0.1:7077");
         assert_eq!(choose_url(&ctx, None, Some("http://h:1/")), "http://h:1");

@@ -1,7 +1,8 @@
 //! What a view source's threads may do to the view they keep fresh: [`ViewFeed`], the narrow
-//! side of `ViewHolder` that `source.rs`, `watch.rs` and a distributed source see.
+//! side of the gateway's `ViewHolder` that its `local_source.rs`, `watch.rs` and a distributed
+//! source (etcd's) see.
 //!
-//! This is a leaf on purpose: the holder owns its source (`view.rs` → `source.rs`), and the
+//! This is a leaf on purpose: the holder owns its source (`view.rs` → a `ViewSource`), and the
 //! source's threads feed the holder back through this trait, so neither module needs the other
 //! to be written and the stop path's view code has no import cycle. A feed only ever asks for a
 //! read or records a note; it never decides anything.

@@ -1,6 +1,8 @@
 //! Where the gateway's view comes from: a small trait, [`ViewSource`], with the local control
-//! directory ([`LocalSource`]: inotify + periodic reload) as the default and a distributed
-//! backend (etcd: a watch on the prefix, in `stopline-etcd`) as the other implementation.
+//! directory (`stopline_gateway::LocalSource`: inotify + periodic reload) as the default and a
+//! distributed backend (etcd: a watch on the prefix, in `stopline-etcd`) as the other
+//! implementation. Here, below both the gateway and the etcd backend, so the storage backend
+//! does not depend on the application it serves.
 //!
 //! A source reads a fresh, fail-closed view without blocking on the network (a distributed
 //! source answers from what its own threads last fetched, merged with this host's directory),
@@ -9,14 +11,14 @@
 //! carry this gateway's registration and acknowledgements to the backend, so that engage on any
 //! host collects them; `publish` must queue, never block.
 
-use crate::feed::ViewFeed;
+use crate::acks::ServerRecord;
+use crate::view_feed::ViewFeed;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
-use stopline_control::acks::ServerRecord;
 use stopline_core::{ControlView, Refusal};
 use stopline_store::follow::WalFollower;
-use stopline_store::Store;
+use stopline_store::{ControlPlane, Store};
 
 /// How many times a latch entry read as empty is re-read before it is believed: an engage
 /// creates the file, then writes it, and inotify reports the creation first.
@@ -62,23 +64,24 @@ pub trait ViewSource: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// The local control directory, read through the store.
-#[derive(Debug, Clone)]
-pub struct LocalSource {
-    store: Store,
-    /// What the last read verified of the WAL (`stopline_store::follow`): each read verifies
-    /// only what was appended since.
-    follower: Arc<WalFollower>,
+/// A distributed backend for a gateway: the control plane its verbs use, and its view source
+/// (which also carries its registration and acknowledgements to that backend).
+#[derive(Clone, Debug)]
+pub struct Distributed {
+    /// Where latches, epochs, the WAL and state are kept.
+    pub plane: Arc<dyn ControlPlane>,
+    /// Where the view comes from.
+    pub source: Arc<dyn ViewSource>,
+    /// What is shared with the fleet: budgets and breaker counters (nothing: as in local mode).
+    pub fleet: crate::fleet::Fleet,
 }
 
-impl LocalSource {
-    /// A source reading `store`.
-    pub fn new(store: Store) -> LocalSource {
-        LocalSource {
-            store,
-            follower: Arc::default(),
-        }
-    }
+/// The registration id of a gateway in this process: `gateway-<pid>-<start time>` (the id it
+/// registers under, and holds its fleet reservations under).
+pub fn gateway_id_for_this_process() -> String {
+    let pid = std::process::id();
+    let start = stopline_store::ops::process_start_time(pid).unwrap_or(0);
+    format!("gateway-{pid}-{start}")
 }
 
 /// Read latches, WAL, epoch and state of a local control directory, failing closed; an entry
@@ -88,7 +91,7 @@ pub fn read_local(store: &Store) -> ControlView {
 }
 
 /// [`read_local`] for a reader that follows the WAL across reads.
-fn read_local_with(store: &Store, follower: Option<&Arc<WalFollower>>) -> ControlView {
+pub fn read_local_with(store: &Store, follower: Option<&Arc<WalFollower>>) -> ControlView {
     let mut attempt = 0;
     loop {
         let view = match follower {
@@ -105,31 +108,5 @@ fn read_local_with(store: &Store, follower: Option<&Arc<WalFollower>>) -> Contro
             continue;
         }
         return view;
-    }
-}
-
-impl ViewSource for LocalSource {
-    fn name(&self) -> &'static str {
-        "local"
-    }
-
-    fn read(&self) -> ControlView {
-        read_local_with(&self.store, Some(&self.follower))
-    }
-
-    fn spawn_watchers(
-        self: Arc<Self>,
-        view: Arc<dyn ViewFeed>,
-        reload_interval: Duration,
-        stop: Arc<AtomicBool>,
-    ) {
-        crate::watch::spawn_watcher(self.store.clone(), view.clone(), stop.clone());
-        crate::watch::spawn_periodic(
-            self.store.clone(),
-            view,
-            reload_interval,
-            stop,
-            self.follower.clone(),
-        );
     }
 }

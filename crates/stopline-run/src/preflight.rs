@@ -7,7 +7,7 @@
 //! "no failed drill" cannot be proven from it. Nothing here writes, but for the drill index an
 //! older home gets once (`Store::evidence_drills`).
 
-use crate::context::Context;
+use stopline_control::context::Context;
 use stopline_core::{ActiveLatch, Refusal, RefusalCode, Subject};
 use stopline_supervisor::{UidError, UidLease, UidRange, UserIdentity};
 
@@ -349,7 +349,7 @@ mod tests {
             counting.clone(),
             std::sync::Arc::new(stopline_store::env::SystemEnv),
         );
-        let mut config = crate::config::Config::default();
+        let mut config = stopline_control::config::Config::default();
         config.retention.evidence_segment_records = std::num::NonZeroU64::new(3).unwrap();
         let ctx = Context::new(store, config);
         for n in 1..=36u64 {

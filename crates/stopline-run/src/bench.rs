@@ -9,12 +9,12 @@
 
 use super::record::{Recorder, RunFacts};
 use super::supervise::{Progress, Supervision};
-use crate::config::Config;
-use crate::context::Context;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use stopline_control::config::Config;
+use stopline_control::context::Context;
 use stopline_core::{Name, Refusal, RefusalCode, Subject};
 use stopline_store::Store;
 use stopline_supervisor::{CommandSpec, Containment, StdioMode, Worker, WorkerSpec};
@@ -162,13 +162,13 @@ fn measure(ctx: &Context, n: usize, iteration: usize) -> Result<Sample, Refusal>
     let scope = format!("run:{run}");
     let puller = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(30));
-        let caller = crate::engage::Caller {
+        let caller = stopline_control::engage::Caller {
             token: None,
             by: Some("bench".into()),
             local: true,
         };
         let called = Utc::now();
-        crate::engage::engage(
+        stopline_control::engage::engage(
             &puller_ctx,
             &caller,
             &scope,

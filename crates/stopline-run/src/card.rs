@@ -179,7 +179,7 @@ who_may_approve_restart = ["operator"]
     #[test]
     fn the_schema_requires_what_the_validator_requires() {
         let schema: Value =
-            serde_json::from_str(include_str!("../../../../schemas/policy-card.v1.json")).unwrap();
+            serde_json::from_str(include_str!("../../../schemas/policy-card.v1.json")).unwrap();
         let refusal = policy::validate(&serde_json::json!({"stop_handle": {}})).unwrap_err();
         let required = |pointer: &str| -> Vec<String> {
             schema

@@ -12,24 +12,33 @@
 //! This is a console gate, not proof of a human. [`OwnerConsole`] can only be built by passing
 //! all three, and every recovery verb takes one.
 
-use crate::context::Context;
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
+use std::sync::Arc;
+use stopline_control::Context;
 use stopline_core::{Refusal, RefusalCode};
+use stopline_store::OwnerPlane;
 
 /// The cgroup (below the cgroup2 root) under which the supervisor creates every agent's group.
 pub const SUPERVISED_CGROUP: &str = "/stopline";
 
-/// Proof, for this process, that the owner console predicates held.
+/// Proof, for this process, that the owner console predicates held, and with it the plane's
+/// owner verbs (nothing else hands them out).
 #[derive(Debug, Clone)]
 pub struct OwnerConsole {
     by: String,
+    plane: Arc<dyn OwnerPlane>,
 }
 
 impl OwnerConsole {
     /// The operator named by `--by`.
     pub fn by(&self) -> &str {
         &self.by
+    }
+
+    /// The control plane's owner verbs: drain, recovery, repair, reconciliation, key rotation.
+    pub fn plane(&self) -> &dyn OwnerPlane {
+        &*self.plane
     }
 }
 
@@ -186,10 +195,12 @@ pub fn refuse_before_config(ctx: &Context) -> Option<Refusal> {
     })
 }
 
-/// Prove the owner console. `approvers` is the run's `who_may_approve_restart` when recovering a
-/// run scope. On refusal every failed predicate is named.
+/// Prove the owner console. `plane` is the control plane's owner side (the one `ctx.plane` is
+/// the shared side of); `approvers` is the run's `who_may_approve_restart` when recovering a run
+/// scope. On refusal every failed predicate is named.
 pub fn prove(
     ctx: &Context,
+    plane: Arc<dyn OwnerPlane>,
     by: Option<&str>,
     approvers: Option<&[String]>,
 ) -> Result<OwnerConsole, Refusal> {
@@ -207,7 +218,7 @@ pub fn prove(
         failed.push(format!("interactive_terminal: {why}"));
     }
     match operator {
-        Ok(by) if failed.is_empty() => Ok(OwnerConsole { by }),
+        Ok(by) if failed.is_empty() => Ok(OwnerConsole { by, plane }),
         _ => Err(Refusal::new(
             RefusalCode::OwnerControlRequired,
             format!(

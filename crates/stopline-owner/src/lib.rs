@@ -1,16 +1,26 @@
-//! The owner console's verbs: drain, recover plan/apply, repair, reconcile.
+//! The owner console's verbs: drain, recover plan/apply, repair, rotate-key, reconcile.
 //!
 //! Each takes an [`OwnerConsole`], which only `console::prove` can build, and re-proves nothing
 //! itself: the caller proves the console immediately before calling (plan and apply each prove
-//! it again). None of these is reachable from the gateway.
+//! it again). The console holds the plane's owner verbs ([`OwnerPlane`], the store's with its
+//! `owner` feature), the only way to them: `Context::plane`, an `Arc<dyn ControlPlane>`, has
+//! none. The gateway and the MCP proxy do not link this crate, and their own graph does not
+//! enable the store's `owner` feature (xtask's crate-graph invariant; docs/reference.md, "The
+//! owner console").
+#![deny(missing_docs)]
 
-use crate::console::OwnerConsole;
-use crate::context::Context;
-use crate::receipts::{
+pub mod console;
+pub mod receipts;
+
+pub use stopline_store::OwnerPlane;
+
+use console::OwnerConsole;
+use receipts::{
     DrainReceipt, ReconcileReceipt, RecoverApplyReceipt, RecoverPlanReceipt, RepairReceipt,
     RotateKeyReceipt,
 };
 use serde_json::Value;
+use stopline_control::Context;
 use stopline_core::{Refusal, Scope};
 
 /// The run's `who_may_approve_restart`, from its recorded policy card (`runs/<id>/policy-card.json`).
@@ -37,8 +47,8 @@ pub fn recover_plan(
     reason: &str,
 ) -> Result<RecoverPlanReceipt, Refusal> {
     let census = ctx.store.census();
-    let plan = ctx
-        .plane
+    let plan = console
+        .plane()
         .recover_plan(scope, reason, console.by(), &census)
         .map_err(|e| e.to_refusal())?;
     Ok(RecoverPlanReceipt {
@@ -48,13 +58,9 @@ pub fn recover_plan(
 }
 
 /// `recover apply`.
-pub fn recover_apply(
-    ctx: &Context,
-    console: &OwnerConsole,
-    plan: &str,
-) -> Result<RecoverApplyReceipt, Refusal> {
-    let receipt = ctx
-        .plane
+pub fn recover_apply(console: &OwnerConsole, plan: &str) -> Result<RecoverApplyReceipt, Refusal> {
+    let receipt = console
+        .plane()
         .recover_apply(plan, console.by())
         .map_err(|e| e.to_refusal())?;
     Ok(RecoverApplyReceipt(receipt))
@@ -70,8 +76,8 @@ pub fn repair(
         .store
         .highest_issued_epoch()
         .map_err(|e| e.to_refusal())?;
-    let receipt = ctx
-        .plane
+    let receipt = console
+        .plane()
         .repair(reason, console.by(), issued)
         .map_err(|e| e.to_refusal())?;
     Ok(RepairReceipt(receipt))
@@ -92,7 +98,10 @@ pub fn rotate_key(
     } else {
         Some(ctx.signing_key()?.verifying_key().to_bytes())
     };
-    let standing = ctx.plane.rotate_key(key).map_err(|e| e.to_refusal())?;
+    let standing = console
+        .plane()
+        .rotate_key(key)
+        .map_err(|e| e.to_refusal())?;
     tracing::warn!(by = console.by(), %reason, adopt, "the plane's verification key was rotated");
     Ok(RotateKeyReceipt {
         verify_key_sha256: stopline_core::wal::sha256_hex(&standing),
@@ -102,13 +111,12 @@ pub fn rotate_key(
 
 /// `drain`.
 pub fn drain(
-    ctx: &Context,
     console: &OwnerConsole,
     deadline_s: u64,
     reason: &str,
 ) -> Result<DrainReceipt, Refusal> {
-    let record = ctx
-        .plane
+    let record = console
+        .plane()
         .drain(deadline_s, reason, console.by())
         .map_err(|e| e.to_refusal())?;
     Ok(DrainReceipt {
@@ -119,14 +127,13 @@ pub fn drain(
 
 /// `ops reconcile`.
 pub fn reconcile(
-    ctx: &Context,
     console: &OwnerConsole,
     op: &str,
     outcome: &str,
     reason: &str,
 ) -> Result<ReconcileReceipt, Refusal> {
-    let operation = ctx
-        .store
+    let operation = console
+        .plane()
         .reconcile(op, outcome, reason, console.by())
         .map_err(|e| e.to_refusal())?;
     Ok(ReconcileReceipt {

@@ -23,16 +23,16 @@ fn the_real_protocol_passes_every_property() {
     let protocol = &json["protocol"];
     assert!(protocol["states"].as_u64().unwrap() > 10_000);
     let properties = protocol["properties"].as_array().unwrap();
-    // Every property of the verdict is reported, by name and in order (issue 15 added
-    // SpendKept, LiveWorkersReached and DrillGateAsTheLog: 14; issue 36
-    // RecordReadableIffDurable: 15).
+    // Every property of the verdict is reported, by name and in order (SpendKept,
+    // LiveWorkersReached and DrillGateAsTheLog made 14; RecordReadableIffDurable 15; the etcd
+    // plane's high-water mark, PlaneBelowMarksRefused, 16).
     let names: Vec<&str> = properties
         .iter()
         .filter_map(|p| p["name"].as_str())
         .collect();
     let expected: Vec<&str> = Property::ALL.iter().map(|p| p.name()).collect();
     assert_eq!(names, expected);
-    assert_eq!(properties.len(), 15);
+    assert_eq!(properties.len(), 16);
     assert!(properties
         .iter()
         .all(|p| p["pass"] == true && p["checks"].as_u64() > Some(0)));

@@ -27,15 +27,17 @@ pub fn reload(ctx: &Context, config: Option<PathBuf>, json: bool) -> Result<i32,
     Ok(0)
 }
 
-/// The well-formed latches and the epoch sequence, as a CLI command sees them now.
-pub fn latches(ctx: &Context) -> (Vec<LatchRecord>, u64) {
+/// The well-formed latches and the epoch sequence, as a CLI command sees them now; `None` when
+/// no alert hook is configured (nothing would be sent, so nothing is read).
+pub fn latches(ctx: &Context) -> Option<(Vec<LatchRecord>, u64)> {
+    Hooks::of(&ctx.config.breakers)?;
     let view = ctx.plane.load_view();
     let latches = view
         .latches
         .iter()
         .filter_map(|l| l.record.clone())
         .collect();
-    (latches, view.epoch.seq)
+    Some((latches, view.epoch.seq))
 }
 
 /// After an engage: alert its latch when no gateway took it (none acknowledged or was waited
@@ -51,11 +53,14 @@ pub fn after_engage(ctx: &Context, receipt: &stopline_control::receipts::EngageR
 }
 
 /// After a disengage or a recovery: alert what changed since `before`, when no gateway runs.
-pub fn after_change(ctx: &Context, before: (Vec<LatchRecord>, u64)) {
+pub fn after_change(ctx: &Context, before: Option<(Vec<LatchRecord>, u64)>) {
+    let Some(before) = before else { return };
     if !stopline_control::acks::live_servers(ctx).0.is_empty() {
         return;
     }
-    let (after, epoch) = latches(ctx);
+    let Some((after, epoch)) = latches(ctx) else {
+        return;
+    };
     let found: Vec<(LatchChange, LatchRecord)> = changes(&before.0, &after, epoch > before.1)
         .into_iter()
         .map(|(change, latch)| (change, latch.clone()))

@@ -13,10 +13,12 @@
 //! --net gateway-only` nothing else could.
 #![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
+mod agent_session;
 mod gw;
 mod run_support;
 mod util;
 
+use agent_session::StubFields;
 use gw::{Gateway, Proc, Upstream};
 use run_support::{card, registration, run_id, start_run_env, write_card};
 use serde_json::Value;
@@ -149,51 +151,22 @@ fn config(upstream: &Upstream) -> String {
     gw::anthropic_config(upstream)
 }
 
-/// The tool-result counts of every Bash-offering model call the stub executed, in order.
-fn model_calls(upstream: &Upstream) -> Vec<u64> {
-    upstream
-        .executed()
-        .iter()
-        .filter(|c| c["bash"] == true)
-        .filter_map(|c| c["tool_results"].as_u64())
-        .collect()
-}
+/// The Messages stub's field names (see the shared checks in `agent_session`).
+const FIELDS: StubFields = StubFields {
+    offers_tool: "bash",
+    results: "tool_results",
+};
 
-/// Wait until the stub holds the session's call number `HOLD_AT + 1`.
 fn wait_until_held(upstream: &Upstream, scratch: &Scratch) {
-    let held = gw::within(Duration::from_secs(120), || {
-        upstream
-            .executed()
-            .iter()
-            .any(|c| c["held"] == true)
-            .then_some(())
-    });
-    assert!(
-        held.is_some(),
-        "the session never reached its fourth model call: {:?}\n{}",
-        upstream.executed(),
-        scratch.output()
-    );
+    agent_session::wait_until_held(upstream, || scratch.output());
 }
 
 fn assert_stopped_after_three_steps(upstream: &Upstream, scratch: &Scratch) {
-    assert_eq!(
+    agent_session::assert_stopped_after_three_steps(
+        upstream,
+        &FIELDS,
         scratch.steps(),
-        vec!["step-1", "step-2", "step-3"],
-        "no tool ran after the stop\n{}",
-        scratch.output()
-    );
-    assert_eq!(
-        model_calls(upstream),
-        vec![0, 1, 2, 3],
-        "no model call reached the upstream after the stop\n{}",
-        scratch.output()
-    );
-    let executed = upstream.executed();
-    assert_eq!(
-        executed.last().map(|c| c["held"].clone()),
-        Some(Value::Bool(true)),
-        "the held call is the last request of any kind the upstream saw: {executed:?}"
+        &scratch.output(),
     );
 }
 

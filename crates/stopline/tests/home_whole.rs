@@ -181,25 +181,17 @@ fn check_refuses_a_home_that_does_not_exist() {
 #[test]
 fn the_claude_code_hook_without_stopline_url_refuses_a_home_that_does_not_exist() {
     let home = Home::new();
-    let mut child = home
-        .command(&["hook", "claude-code"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"}}"#,
-        )
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("control_home_missing"), "{stderr}");
+    let out = home.run_piped(
+        &["hook", "claude-code"],
+        br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"}}"#,
+        &[],
+    );
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("control_home_missing"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// Issue 40: `status` before `init` said `FROZEN_SAFE`, a fault and "quiescence confirmed:
@@ -238,25 +230,17 @@ fn status_before_init_says_to_run_init_and_never_confirmed() {
 #[test]
 fn the_codex_hook_without_stopline_url_refuses_a_home_that_does_not_exist() {
     let home = Home::new();
-    let mut child = home
-        .command(&["hook", "codex"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"},"cwd":"/"}"#,
-        )
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("control_home_missing"), "{stderr}");
+    let out = home.run_piped(
+        &["hook", "codex"],
+        br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"},"cwd":"/"}"#,
+        &[],
+    );
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("control_home_missing"),
+        "{}",
+        out.stderr
+    );
     assert!(!home.path().exists(), "the hook created the home");
 }
 

@@ -8,23 +8,11 @@ mod util;
 
 use mcp_support::gateway;
 use serde_json::json;
-use std::io::Write;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 use util::{Home, Run};
 
 fn hook(home: &Home, stdin: &[u8], env: &[(&str, &str)]) -> Run {
-    let mut command = home.command(&["hook", "claude-code"]);
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let mut child = command.spawn().expect("hook");
-    let _ = child.stdin.take().unwrap().write_all(stdin);
-    child.wait_with_output().expect("hook output").into()
+    home.run_piped(&["hook", "claude-code"], stdin, env)
 }
 
 fn event(home: &Home, tool: &str, input: serde_json::Value) -> Vec<u8> {

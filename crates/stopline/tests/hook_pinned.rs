@@ -11,29 +11,16 @@ mod util;
 
 use gw::{fake_allow_gateway, Gateway};
 use serde_json::json;
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use util::{Home, Run};
 
 fn hook(home: &Home, env: &[(&str, &str)]) -> Run {
     let cwd = home.dir.path().canonicalize().unwrap();
     let event = json!({"session_id": "s1", "transcript_path": "/dev/null", "cwd": cwd,
         "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}});
-    let mut command = home.command(&["hook", "claude-code"]);
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .envs(env.iter().copied());
-    let mut child = command.spawn().expect("hook");
-    let _ = child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(&event).unwrap());
-    child.wait_with_output().expect("hook output").into()
+    let event = serde_json::to_vec(&event).unwrap();
+    home.run_piped(&["hook", "claude-code"], &event, env)
 }
 
 /// A root-owned directory (0755) holding `hook.toml` (0644) with `text`.

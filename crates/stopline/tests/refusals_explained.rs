@@ -8,8 +8,6 @@ mod util;
 
 use gw::{rpc_messages, Gateway, McpUpstream};
 use serde_json::{json, Value};
-use std::io::Write;
-use std::process::Stdio;
 use util::{Home, Run, CLOCK_OFFSET};
 
 /// Run without `--json`: the text a person reads.
@@ -217,27 +215,12 @@ fn the_gateway_http_and_mcp_errors_and_the_hook_name_the_latch() {
     let cwd = home.dir.path().canonicalize().unwrap();
     let event = json!({"session_id": "s1", "transcript_path": "/dev/null", "cwd": cwd,
         "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}});
-    for gateway_url in [None, Some(gateway.url())] {
-        let mut command = home.command(&["hook", "claude-code"]);
-        if let Some(url) = &gateway_url {
-            command.env("STOPLINE_URL", url);
-        }
-        let mut child = command
-            .env("STOPLINE_TOKEN", &token)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("hook");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(&serde_json::to_vec(&event).unwrap())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert_explains(&stderr, &latch);
+    let event = serde_json::to_vec(&event).unwrap();
+    let url = gateway.url();
+    for env in [vec![], vec![("STOPLINE_URL", url.as_str())]] {
+        let env = [env, vec![("STOPLINE_TOKEN", token.as_str())]].concat();
+        let out = home.run_piped(&["hook", "claude-code"], &event, &env);
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        assert_explains(&out.stderr, &latch);
     }
 }

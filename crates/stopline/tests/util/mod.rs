@@ -105,6 +105,21 @@ impl Home {
         self.command(&full).output().expect("run stopline").into()
     }
 
+    /// Run `args` as given (no `--json`: a hook speaks its own protocol) with `stdin` on its
+    /// standard input and extra environment, and capture.
+    pub fn run_piped(&self, args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Run {
+        use std::io::Write as _;
+        let mut cmd = self.command(args);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .envs(env.iter().copied());
+        let mut child = cmd.spawn().expect("run stopline");
+        // A program may answer before it reads its input: a broken pipe is then no error.
+        let _ = child.stdin.take().unwrap().write_all(stdin);
+        child.wait_with_output().expect("run stopline").into()
+    }
+
     /// Run with extra environment.
     pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let mut full = vec!["--json"];

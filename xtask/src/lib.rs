@@ -176,7 +176,7 @@ pub fn check() -> Vec<String> {
         }
     }
 
-    // Issue 15: the drill gate and `GET /v1/drills` read the drill index
+    // The drill gate and `GET /v1/drills` read the drill index
     // (`Store::evidence_drills`), never the whole evidence log.
     for file in [
         "crates/stopline-run/src/preflight.rs",
@@ -284,7 +284,7 @@ pub const ACYCLIC_CRATES: &[&str] = &[
 /// of it only turns arguments into calls and typed receipts into output. So none of them builds
 /// or reads JSON by hand (`json!`, `value["key"]`: receipts are typed in `stopline-control`),
 /// touches a file (`std::fs`: the store and the verbs do), or grows past a size where logic
-/// hides; `main.rs` stays at most 60 lines, `cli.rs` (the declarative clap contract of SPEC §4)
+/// hides; `main.rs` stays at most 60 lines, `cli.rs` (the declarative clap contract of docs/reference.md §3)
 /// is exempt from the size cap only.
 pub fn thin_binary(root: &Path) -> Vec<String> {
     let mut problems = Vec::new();

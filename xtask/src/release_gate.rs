@@ -1,7 +1,7 @@
 //! `cargo xtask release-gate`: qualify the release binary by its own conformance battery, and
 //! write `target/release-manifest.json` only when it passed.
 //!
-//! Steps (SPEC §9; the seed's candidate-binary publication gate): remove any stale manifest;
+//! Steps (docs/reference.md §11; the seed's candidate-binary publication gate): remove any stale manifest;
 //! build `stopline` in release mode; hash it; run its own `conformance --json` as a bounded
 //! child (stdin closed, stdout and stderr drained on threads, polled every 100 ms, the child and
 //! all its descendants killed by pid on timeout); require exit 0, a valid report with `ok: true`,

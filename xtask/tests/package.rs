@@ -89,7 +89,7 @@ fn the_package_ships_the_binary_man_pages_completions_and_unit_owned_by_root() {
     )
     .unwrap();
     assert!(unit.contains("ExecStart=/usr/bin/stopline serve"), "{unit}");
-    // The user the unit runs as is created by the package (issue 40: nothing created it).
+    // The user the unit runs as is created by the package (nothing created it).
     assert!(unit.contains("User=stopline"), "{unit}");
     let sysusers =
         std::fs::read_to_string(dir.path().join("root/usr/lib/sysusers.d/stopline.conf")).unwrap();
@@ -137,7 +137,7 @@ fn the_gate_tries_the_extracted_binary_and_refuses_one_that_does_not_stop() {
     assert!(error.contains("check --class critical"), "{error}");
 }
 
-/// Issue 40: the package shipped the release binary with its debug information (124 MB). An ELF
+/// The package shipped the release binary with its debug information (124 MB). An ELF
 /// binary is packaged stripped: no debug sections, smaller, and the gate's comparison is with
 /// the qualified binary stripped the same way.
 #[test]

@@ -1,9 +1,9 @@
-//! The paper's four-mode machine, checked exhaustively (SPEC §9, part 1).
+//! The paper's four-mode machine, checked exhaustively (docs/reference.md §11, part 1).
 //!
 //! Everything here calls `stopline_core::fourmode::transition` and `stopline_core::admit`, the
 //! same functions the binary uses; nothing restates the table. Checks, in the paper's order:
 //! completeness of the 20 pairs (13 accepted, 7 rejected, rejections leave the mode unchanged,
-//! and exactly the rejections SPEC §9 lists), P1 safe degradation, P2 emergency override, P3
+//! and exactly the rejections docs/reference.md §11 lists), P1 safe degradation, P2 emergency override, P3
 //! emergency irreversibility, the 8 admission decisions with 4 distinct vectors, breadth-first
 //! reachability from DISENGAGED, and the recovery edges L1 and L2.
 
@@ -102,7 +102,7 @@ pub fn check_machine() -> FourModeReport {
         "Transition completeness",
         pairs.len() == 20 && accepted == 13 && unchanged && rejected == expected_rejections,
         format!(
-            "all {} (state, input) pairs defined: {accepted} accepted, {} rejected exactly as SPEC §9 lists; rejected pairs leave the mode unchanged",
+            "all {} (state, input) pairs defined: {accepted} accepted, {} rejected exactly as docs/reference.md §11 lists; rejected pairs leave the mode unchanged",
             pairs.len(),
             rejected.len()
         ),

@@ -1,4 +1,4 @@
-//! `stopline model-check` (SPEC §9): the four-mode machine, and the real protocol explored
+//! `stopline model-check` (docs/reference.md §11): the four-mode machine, and the real protocol explored
 //! exhaustively with a crash at every step.
 //!
 //! The crate also holds `stopline conformance` ([`conformance`]): the boundary battery run

@@ -1,4 +1,4 @@
-//! `stopline model-check`: both checks, one report (SPEC §9), as text or JSON (SPEC §4).
+//! `stopline model-check`: both checks, one report (docs/reference.md §11), as text or JSON (docs/reference.md §3).
 //!
 //! The binary calls [`run`] and prints [`Report::text`] or [`Report::json`]; it exits non-zero
 //! when [`Report::ok`] is false. The text follows the paper's report: one `[PASS]`/`[FAIL]`
@@ -51,7 +51,7 @@ impl Report {
         (example.is_none(), checks, example)
     }
 
-    /// SPEC §4's JSON (with more fields).
+    /// docs/reference.md §3's JSON (with more fields).
     pub fn json(&self) -> Value {
         let fm = &self.four_mode;
         let four: Vec<Value> = fm
@@ -184,7 +184,7 @@ impl Report {
             let tag = if holds { "[PASS]" } else { "[NOTE]" };
             let _ = writeln!(
                 out,
-                "  {tag} {} (finding, stronger than SPEC §9): {checks} obligations",
+                "  {tag} {} (finding, stronger than docs/reference.md §11): {checks} obligations",
                 p.name()
             );
             if let Some(c) = example {

@@ -1,5 +1,5 @@
 //! The real check passes: the four-mode machine and every protocol scenario, no violation,
-//! and the report has the shape SPEC §4 fixes.
+//! and the report has the shape docs/reference.md §3 fixes.
 
 use stopline_assurance::model_check::run;
 use stopline_assurance::protocol::properties::Property;

@@ -1,6 +1,6 @@
 //! Benchmarks measured side by side in one run: time to contained against a bare fsync'd file
-//! create (SPEC §11 b), the engage receipt with and without a stopped reader holding the WAL
-//! lock (SPEC §12.1), and one admission decision (c). Figures, never assertions.
+//! create (docs/reference.md §7 b), the engage receipt with and without a stopped reader holding the WAL
+//! lock (docs/reference.md §5), and one admission decision (c). Figures, never assertions.
 
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};

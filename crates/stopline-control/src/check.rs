@@ -41,7 +41,7 @@ pub fn check(ctx: &Context, request: &CheckRequest) -> CheckReceipt {
 fn decide(ctx: &Context, request: &CheckRequest) -> Result<CheckReceipt, Refusal> {
     let mut projects: Vec<PathBuf> = Vec::new();
     if let Some(project) = &request.project {
-        // Both forms (SPEC §12.1): a latch on a project that vanished names it lexically, one on
+        // Both forms (docs/reference.md §5): a latch on a project that vanished names it lexically, one on
         // a live project canonically; the subject is covered by either.
         let lexical = stopline_core::scope::lexical_absolute(Path::new(project));
         match std::fs::canonicalize(project) {

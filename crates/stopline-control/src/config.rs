@@ -1,7 +1,7 @@
-//! `config.toml`: operators, monitors, gateway defaults, upstreams, prices, breakers (SPEC §5).
+//! `config.toml`: operators, monitors, gateway defaults, upstreams, prices, breakers (docs/reference.md §8).
 //!
 //! One typed [`Config`] for every reader (the CLI, the gateway, the etcd wiring, the hook), and
-//! it rejects what it does not know (SPEC §12.1): every struct is `deny_unknown_fields`, so a
+//! it rejects what it does not know (docs/reference.md §5): every struct is `deny_unknown_fields`, so a
 //! misspelled key (`operater = [...]`) is `config_invalid` naming the key, the nearest known
 //! one, and the file, line and column — never silently ignored (that once dropped an operator
 //! list). A file that exists but cannot be read or parsed is the same error.
@@ -76,7 +76,7 @@ pub struct McpServerConfig {
     #[serde(default)]
     pub critical_tools: Vec<String>,
     /// The user a stdio server runs as (`command`): a name, a uid, or `auto` (as root the
-    /// default: a fresh uid of its own, SPEC §12.3).
+    /// default: a fresh uid of its own, docs/reference.md §6).
     #[serde(default)]
     pub user: Option<String>,
     /// The variables a stdio server gets besides `PATH`, `HOME` and `LANG` (nothing else of
@@ -92,7 +92,7 @@ pub struct McpServerConfig {
     #[serde(default)]
     pub warm_spare: Option<bool>,
     /// Whom a tool call left in doubt blocks on its tool: `"agent"` (default: the chain of the
-    /// agent that made it) or `"everyone"` (SPEC §12.2).
+    /// agent that made it) or `"everyone"` (docs/reference.md §8).
     #[serde(default)]
     pub unresolved_blocks: stopline_core::ops::BlockScope,
     /// Trust the server's `readOnlyHint` annotations (default false): only then is a tool it
@@ -113,14 +113,14 @@ pub struct ModelConfig {
     /// Upstream request timeout in seconds (default 600).
     #[serde(default = "default_model_timeout")]
     pub timeout_s: u64,
-    /// Provider-side tools the agents may ask this provider to run (SPEC §13.2): names such
+    /// Provider-side tools the agents may ask this provider to run (docs/reference.md §6): names such
     /// as `web_search`, `file_search`, `code_interpreter`, `mcp`, and `background` for
     /// background responses. Empty (the default): every one is refused `hosted_tool_refused`.
     #[serde(default)]
     pub allow_hosted_tools: Vec<String>,
 }
 
-/// The `[anthropic]` upstream of `/v1/messages` (SPEC §12.5).
+/// The `[anthropic]` upstream of `/v1/messages` (docs/reference.md §3).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AnthropicConfig {
@@ -134,7 +134,7 @@ pub struct AnthropicConfig {
     /// Upstream request timeout in seconds (default 600).
     #[serde(default = "default_model_timeout")]
     pub timeout_s: u64,
-    /// Server tools the agents may ask Anthropic to run (SPEC §13.2): names such as
+    /// Server tools the agents may ask Anthropic to run (docs/reference.md §6): names such as
     /// `web_search`, `web_fetch`, `code_execution`, `mcp` (`mcp_servers`). Empty (the default):
     /// every one is refused `hosted_tool_refused`.
     #[serde(default)]
@@ -189,7 +189,7 @@ impl Default for BreakerConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct RunConfig {
     /// `uid_range = "FIRST-LAST"`: where `--user auto` takes a fresh uid from (default
-    /// `61184-65519`, SPEC §12.3).
+    /// `61184-65519`, docs/reference.md §6).
     pub uid_range: Option<String>,
 }
 
@@ -257,14 +257,14 @@ pub struct Config {
     /// Periodic full reload of a gateway's view.
     #[serde(default = "default_reload")]
     pub reload_interval_ms: u64,
-    /// The bound of one whole read of the control state (SPEC §12.1).
+    /// The bound of one whole read of the control state (docs/reference.md §5).
     #[serde(default = "default_read_timeout")]
     pub read_timeout_ms: u64,
     /// Seconds an upstream exchange the gateway cut (its agent answered at EMERGENCY) may
-    /// still take to give its outcome before the operation is left in doubt (SPEC §12.2).
+    /// still take to give its outcome before the operation is left in doubt (docs/reference.md §8).
     #[serde(default = "default_cut_outcome_wait")]
     pub cut_outcome_wait_s: u64,
-    /// The distributed permit (etcd mode, SPEC §10); 2000 when absent.
+    /// The distributed permit (etcd mode, docs/reference.md §10); 2000 when absent.
     #[serde(default)]
     pub permit_ttl_ms: Option<u64>,
     /// Model prices.
@@ -288,7 +288,7 @@ pub struct Config {
     /// `[retention]`.
     #[serde(default)]
     pub retention: RetentionConfig,
-    /// `[etcd]`: how to reach a locked etcd (SPEC §13.1).
+    /// `[etcd]`: how to reach a locked etcd (docs/reference.md §10).
     #[serde(default)]
     pub etcd: EtcdConfig,
     /// `[telemetry]`: OpenTelemetry export of the gateway's spans.
@@ -308,7 +308,7 @@ pub struct TelemetryConfig {
     pub service_name: Option<String>,
 }
 
-/// `[etcd]`: TLS and authentication for `--control etcd://…` / `etcds://…` (SPEC §13.1). Read
+/// `[etcd]`: TLS and authentication for `--control etcd://…` / `etcds://…` (docs/reference.md §10). Read
 /// by every process that attaches the plane (the CLI and `serve` alike). Relative paths are
 /// relative to the home. The password is only ever read from `password_file` (0600 or
 /// stricter, owned by the caller), never from this file or the URL.
@@ -388,7 +388,7 @@ impl ConfigError {
 }
 
 /// The distributed permit when `permit_ttl_ms` is absent: how long a gateway trusts its view,
-/// and a supervisor its plane, without word from etcd (SPEC §10).
+/// and a supervisor its plane, without word from etcd (docs/reference.md §10).
 pub const DEFAULT_PERMIT_TTL: std::time::Duration = std::time::Duration::from_millis(2000);
 
 impl Config {

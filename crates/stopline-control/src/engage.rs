@@ -30,12 +30,12 @@ pub fn parse_scope(text: &str) -> Result<Scope, Refusal> {
     Scope::parse_input(text, |p: &Path| std::fs::canonicalize(p))
 }
 
-/// The most active latches one token's caller may hold that it engaged itself (SPEC §12.1).
+/// The most active latches one token's caller may hold that it engaged itself (docs/reference.md §5).
 pub const ENGAGE_LIMIT: usize = 32;
 
 /// Refuse a token caller's 33rd distinct scope (`engage_limit`), naming a wider scope that
 /// would cover all of them. The latches counted are those engaged by `root`'s whole delegation
-/// chain (the root itself and every sub-agent under it, SPEC §13.2). `machine` always lands;
+/// chain (the root itself and every sub-agent under it, docs/reference.md §6). `machine` always lands;
 /// console callers are not limited; a scope the chain already holds a latch of is not a new
 /// one. Counts the latches in this host's `latches/` (read without the WAL lock: it must never
 /// wait).
@@ -105,7 +105,7 @@ pub fn verify_token(ctx: &Context, token: &str) -> Result<Claims, Refusal> {
         .map_err(|e| Refusal::new(e.code(), e.to_string()))
 }
 
-/// Engage a stop and return the receipt (SPEC §4).
+/// Engage a stop and return the receipt (docs/reference.md §3).
 pub fn engage(
     ctx: &Context,
     caller: &Caller,
@@ -141,7 +141,7 @@ pub fn engage(
         .as_ref()
         .and_then(|c| c.agent())
         .map(|a| a.to_string());
-    // A sub-agent's latches count against its chain's root (SPEC §13.2), so delegating does
+    // A sub-agent's latches count against its chain's root (docs/reference.md §6), so delegating does
     // not multiply the limit.
     let root = caller
         .token
@@ -179,7 +179,7 @@ pub fn engage(
         },
     };
     let outcome = ctx.plane.engage(&request).map_err(|e| e.to_refusal())?;
-    // Only after the latch is durable: reach covered supervised groups directly (SPEC §12.3).
+    // Only after the latch is durable: reach covered supervised groups directly (docs/reference.md §6).
     let reached = crate::reach::covered_groups(ctx, &outcome.latch);
     let latch = EngagedLatch {
         file: outcome.latch.file_name(),
@@ -223,7 +223,7 @@ pub fn engage(
     Ok(receipt)
 }
 
-/// Disengage the halt-level latches of exactly `scope` (SPEC §4, Disengage).
+/// Disengage the halt-level latches of exactly `scope` (docs/reference.md §3, Disengage).
 ///
 /// `presented` is any token the caller presented or has in `STOPLINE_TOKEN`: an agent or
 /// critical token whose subject the latch covers is refused, so a stopped agent never lifts its

@@ -1,4 +1,4 @@
-//! `stopline evidence list` and `stopline evidence verify` (SPEC §7): the hash-chained evidence
+//! `stopline evidence list` and `stopline evidence verify` (docs/reference.md §9): the hash-chained evidence
 //! log, read and checked.
 //!
 //! `verify` does two things. It checks the chain (and the head anchor of its newest line) and

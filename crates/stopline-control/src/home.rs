@@ -1,5 +1,5 @@
 //! Where the control directory is, and `stopline init`, which makes it whole and does nothing
-//! else (SPEC §12.1).
+//! else (docs/reference.md §5).
 
 use crate::receipts::InitReceipt;
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
 //! Opening the control plane for one command: `config.toml`, the store with its read bound, and
-//! what a broken configuration means to that command (SPEC §12.1).
+//! what a broken configuration means to that command (docs/reference.md §5).
 //!
 //! Engage does not depend on `config.toml`: with a broken one it lands on the defaults and says
 //! `config_invalid` in its receipt (refusing to stop is never the answer). `check` always

@@ -1,4 +1,4 @@
-//! `ops list` and `ops compact` (SPEC §4, §12.2): the operation registry as the owner reads it.
+//! `ops list` and `ops compact` (docs/reference.md §3, §8): the operation registry as the owner reads it.
 //! Reconciliation is an owner-console verb: `stopline_owner::reconcile`, behind the console.
 
 use crate::context::Context;

@@ -1,4 +1,4 @@
-//! An engage's own reach into supervised groups (SPEC §12.3): after its latch is durable, the
+//! An engage's own reach into supervised groups (docs/reference.md §6): after its latch is durable, the
 //! engage writes `cgroup.kill` (emergency) or `cgroup.freeze` (the halts) itself for every
 //! registered worker group the latch covers.
 //!

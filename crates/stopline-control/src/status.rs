@@ -1,5 +1,5 @@
 //! `status`: the phase derived from fresh reads, with the latches, epoch, workers, gateway
-//! coverage and the census of unresolved operations (SPEC §4).
+//! coverage and the census of unresolved operations (docs/reference.md §3).
 //!
 //! Workers and gateways are observed by their own subsystems and registered under `runs/` and
 //! `servers/`; this file only reads what they registered and derives the phase.
@@ -121,7 +121,7 @@ pub fn status(ctx: &Context) -> StatusReceipt {
         registry_errors: !census.errors.is_empty(),
     });
     let confirmed = covered_quiescent && worker_census_ok && uncovered_servers.is_empty();
-    // A torn line in the middle of a journal (SPEC §13.7) is a fault until the owner repairs
+    // A torn line in the middle of a journal (docs/reference.md §5) is a fault until the owner repairs
     // it: the gates are closed to what it concerns (an ops journal: a registry error, which
     // blocks every target; a spend journal: every spend fold fails).
     let mut faults = view.faults;

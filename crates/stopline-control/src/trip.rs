@@ -45,9 +45,9 @@ pub struct Trip {
 }
 
 impl Trip {
-    /// The latch's `by:`: `breaker:<kind>` (SPEC §5), with one exception. The run loop's
+    /// The latch's `by:`: `breaker:<kind>` (docs/reference.md §8), with one exception. The run loop's
     /// wall-clock latch has always been `breaker:wall_clock`, after the policy card's stop
-    /// condition `wall_clock` (SPEC §6) rather than the breaker kind, and the run tests pin it
+    /// condition `wall_clock` (docs/reference.md §6) rather than the breaker kind, and the run tests pin it
     /// (`run_kill`); it stays so, and its evidence record still says `breaker:
     /// budget_exhausted`, trigger `wall_clock_s`.
     pub fn by(&self) -> String {

@@ -1,6 +1,6 @@
 //! Stop levels, subject modes, task classes and the admission function A(mode, class).
 //!
-//! The admission function is the paper's table (SPEC §1): DISENGAGED allows everything;
+//! The admission function is the paper's table (docs/reference.md §1): DISENGAGED allows everything;
 //! HALT_NONCRITICAL allows critical work and queues the rest; HALT_ALL allows critical work and
 //! blocks the rest; EMERGENCY blocks both. Nothing else may decide admission.
 
@@ -152,7 +152,7 @@ impl Decision {
     }
 }
 
-/// The admission function A(mode, class) of SPEC §1.
+/// The admission function A(mode, class) of docs/reference.md §1.
 pub fn admit(mode: Mode, class: TaskClass) -> Decision {
     match (mode, class) {
         (Mode::Disengaged, _) => Decision::Allow,

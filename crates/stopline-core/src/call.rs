@@ -10,7 +10,7 @@ use crate::epoch::AuthorityStatus;
 use crate::view::{Authority, ControlView};
 use crate::{ControlState, Mode, Refusal, RefusalCode, Subject};
 
-/// Whether `tool` of MCP server `server` may be called under its `allowed_tools` list (SPEC §5;
+/// Whether `tool` of MCP server `server` may be called under its `allowed_tools` list (docs/reference.md §8;
 /// no list allows every tool). The refusal is `tool_not_allowed`, which the caller also counts
 /// toward the agent's `unauthorized_calls` breaker.
 pub fn allowed_tool(allowed: Option<&[String]>, server: &str, tool: &str) -> Result<(), Refusal> {
@@ -59,7 +59,7 @@ pub fn must_cut(
             Refusal::new(RefusalCode::BreakGlassContained, "the machine is contained")
         }
         CutCause::Emergency => {
-            // Named like every refusal a latch causes (SPEC §12.4): who, why, scope, level, age.
+            // Named like every refusal a latch causes (docs/reference.md §4): who, why, scope, level, age.
             let cause = view.cause_for(subject);
             let message = match &cause {
                 Some(cause) => format!(

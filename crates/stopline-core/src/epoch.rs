@@ -83,7 +83,7 @@ impl EpochMap {
         self.scopes.get(&scope.to_string()).copied().unwrap_or(0)
     }
 
-    /// Judge an authority minted under `issue_epoch` for `subject` (SPEC §2, Epochs).
+    /// Judge an authority minted under `issue_epoch` for `subject` (docs/reference.md §5, Epochs).
     ///
     /// Scopes whose stored key cannot be parsed are treated as covering (fail closed).
     pub fn authority_status(&self, issue_epoch: u64, subject: &Subject) -> AuthorityStatus {
@@ -106,7 +106,7 @@ impl EpochMap {
         }
     }
 
-    /// The map as `subject` may see it (SPEC §13.2 "Agents see only themselves"): the scopes
+    /// The map as `subject` may see it (docs/reference.md §6 "Agents see only themselves"): the scopes
     /// that cover it (those whose advance revokes its authority; an unreadable key counts, as
     /// it does there), none of another agent's.
     pub fn concerning(&self, subject: &Subject) -> EpochMap {

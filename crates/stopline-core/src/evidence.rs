@@ -1,9 +1,9 @@
-//! `evidence-record.v1` (SPEC §5, §7; `schemas/evidence-record.v1.json`): what a breaker trip or
+//! `evidence-record.v1` (docs/reference.md §8, §9; `schemas/evidence-record.v1.json`): what a breaker trip or
 //! a budget exhaustion files in the evidence log.
 //!
 //! One type for every surface that trips (the gateway, the stdio governor, the run loop's wall
 //! clock), so their records cannot drift apart again; a test validates it against the schema.
-//! The latch a trip engages is named by [`BreakerKind::by`] (`breaker:<kind>`, SPEC §5).
+//! The latch a trip engages is named by [`BreakerKind::by`] (`breaker:<kind>`, docs/reference.md §8).
 //! Pure values only: the time comes from the caller and nothing here writes.
 
 use serde::{Deserialize, Serialize};
@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 /// The schema name every record carries.
 pub const SCHEMA: &str = "evidence-record.v1";
 
-/// The kinds of agent breaker (SPEC §5). A budget that runs out trips the agent's breaker too,
+/// The kinds of agent breaker (docs/reference.md §8). A budget that runs out trips the agent's breaker too,
 /// as `budget_exhausted`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -38,7 +38,7 @@ impl BreakerKind {
         }
     }
 
-    /// The `by:` of the agent latch a trip of this breaker engages: `breaker:<kind>` (SPEC §5).
+    /// The `by:` of the agent latch a trip of this breaker engages: `breaker:<kind>` (docs/reference.md §8).
     pub fn by(self) -> String {
         format!("breaker:{}", self.as_str())
     }

@@ -18,14 +18,14 @@ pub struct LatchSession {
     pub bound: Option<String>,
     /// The root of that agent's delegation chain when it was a delegated sub-agent (absent for
     /// a root's own token, and in latches written before it existed): the engage limit counts
-    /// per root (SPEC §13.2).
+    /// per root (docs/reference.md §6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
     /// `governed` (an agent token), `console` (a local user) or `monitor`.
     pub tier: String,
 }
 
-/// The body of a latch file (SPEC §2).
+/// The body of a latch file (docs/reference.md §5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LatchRecord {
     /// Always `breakglass_latch`.

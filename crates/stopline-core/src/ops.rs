@@ -4,7 +4,7 @@
 //! An operation with no outcome is unresolved. One still in flight in a live writer is pending,
 //! and blocks nothing. One whose writer is gone, or that its writer marked in doubt (the upstream
 //! connection broke after dispatch, or a cut exchange got no answer in time), is in doubt until
-//! the owner reconciles it, and then blocks according to [`Blocks`] (SPEC §12.2): a `model:`
+//! the owner reconciles it, and then blocks according to [`Blocks`] (docs/reference.md §8): a `model:`
 //! operation blocks nobody (a model request has no effect outside; its cost stays reserved), a
 //! tool or file operation blocks new operations on its target by the same agent — the root of
 //! the delegation chain it was made under, its sub-agents included — unless the server it went
@@ -81,7 +81,7 @@ pub enum Blocks {
 
 impl Blocks {
     /// True when it blocks a call by `subject`. A subject whose identity cannot be proven is
-    /// blocked by every agent's operations, as every agent latch covers it (SPEC §1).
+    /// blocked by every agent's operations, as every agent latch covers it (docs/reference.md §1).
     pub fn covers(&self, subject: &crate::subject::Subject) -> bool {
         match self {
             Blocks::Nobody => false,

@@ -1,4 +1,4 @@
-//! The status phase, derived from fresh observations (SPEC §4 status).
+//! The status phase, derived from fresh observations (docs/reference.md §3 status).
 //!
 //! "Latched" is not "reconciled": the phase says how far containment has got. It is computed
 //! from what was just observed, never from the last state written.

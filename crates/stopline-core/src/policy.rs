@@ -1,4 +1,4 @@
-//! Policy cards (`policy-card.v1`): what a run must record before it starts (SPEC §6).
+//! Policy cards (`policy-card.v1`): what a run must record before it starts (docs/reference.md §6).
 //!
 //! Validation is over a parsed JSON value (the caller converts TOML first) and names *every*
 //! missing or invalid field at once, so an operator fixes a card in one pass. Free text is not a

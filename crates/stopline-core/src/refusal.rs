@@ -1,6 +1,6 @@
 //! Refusal codes: the stable strings every surface (CLI, HTTP, MCP, hook) reports.
 //!
-//! A refusal is data, not a panic or a log line: the code is part of the contract in SPEC §4 and
+//! A refusal is data, not a panic or a log line: the code is part of the contract in docs/reference.md §3 and
 //! outside tests match on it exactly, so a variant's string must never change once shipped.
 
 use serde::{Deserialize, Serialize};
@@ -93,7 +93,7 @@ pub enum RefusalCode {
     /// A token's caller already holds the most active latches it may engage.
     EngageLimit,
     /// A delegation past the chain's limits: deeper than [`MAX_DELEGATION_DEPTH`], or a
-    /// [`MAX_LIVE_DELEGATES`]th-plus live delegated token of one chain (SPEC §13.2).
+    /// [`MAX_LIVE_DELEGATES`]th-plus live delegated token of one chain (docs/reference.md §6).
     DelegateLimit,
     /// A model request asks the provider to act on the agent's behalf (a hosted tool, a
     /// background response, an MCP server) and the gateway's config does not allow it.
@@ -176,18 +176,18 @@ impl fmt::Display for RefusalCode {
     }
 }
 
-/// How deep a delegation chain may go (SPEC §13.2): the root's token is depth 0, a child of a
+/// How deep a delegation chain may go (docs/reference.md §6): the root's token is depth 0, a child of a
 /// depth-8 token is refused `delegate_limit`.
 pub const MAX_DELEGATION_DEPTH: usize = 8;
 
 /// How many delegated tokens minted through one gateway's `/v1/delegate` may be live (not yet
-/// expired) at once for one delegation chain, counted by its root (SPEC §13.2).
+/// expired) at once for one delegation chain, counted by its root (docs/reference.md §6).
 pub const MAX_LIVE_DELEGATES: usize = 256;
 
-/// The longest reason a refusal quotes, in characters (SPEC §12.4).
+/// The longest reason a refusal quotes, in characters (docs/reference.md §4).
 pub const REFUSAL_REASON_CHARS: usize = 200;
 
-/// The latch a refusal names (SPEC §12.4): the error object's `latch`. Fields in sorted order,
+/// The latch a refusal names (docs/reference.md §4): the error object's `latch`. Fields in sorted order,
 /// as [`Refusal`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LatchRef {
@@ -227,7 +227,7 @@ impl LatchRef {
     }
 
     /// Who stopped the caller and why, for a refusal's message: scope, level, `by`, age, the
-    /// latch id and the reason (SPEC §12.4).
+    /// latch id and the reason (docs/reference.md §4).
     pub fn describe(&self, now_unix_ms: i64) -> String {
         let when = match self.age(now_unix_ms) {
             Some(age) => format!("engaged {age} ago"),
@@ -253,7 +253,7 @@ impl LatchRef {
 }
 
 /// A typed refusal: a stable code, a human message and, when a latch caused it, that latch
-/// (SPEC §12.4: `{"code","message","latch":{id,scope,level,by,reason}}`).
+/// (docs/reference.md §4: `{"code","message","latch":{id,scope,level,by,reason}}`).
 ///
 /// Its fields, and [`LatchRef`]'s, are declared in sorted order, so that serialized directly
 /// it prints what a `serde_json` tree of it prints (a map sorts its keys): an MCP refusal is
@@ -288,12 +288,12 @@ impl Refusal {
     }
 }
 
-/// `unix_s` (seconds) as RFC 3339 UTC, the form every refusal prints times in (SPEC §12.4).
+/// `unix_s` (seconds) as RFC 3339 UTC, the form every refusal prints times in (docs/reference.md §4).
 pub fn rfc3339_seconds(unix_s: i64) -> String {
     crate::time::rfc3339_seconds(unix_s)
 }
 
-/// The longest reason accepted, in bytes of UTF-8 (SPEC §12.1): a reason is evidence, not a
+/// The longest reason accepted, in bytes of UTF-8 (docs/reference.md §5): a reason is evidence, not a
 /// payload, and every status read carries it.
 pub const MAX_REASON_BYTES: usize = 1024;
 
@@ -320,7 +320,7 @@ pub fn require_reason(reason: &str) -> Result<String, Refusal> {
 }
 
 /// The longest agent-supplied string that is recorded (a model name, a tool name, a target, a
-/// request id), in bytes of UTF-8 (SPEC §13.2 "Bounded records"): no call writes more than a
+/// request id), in bytes of UTF-8 (docs/reference.md §6 "Bounded records"): no call writes more than a
 /// few KiB to a journal.
 pub const MAX_RECORDED_BYTES: usize = 256;
 

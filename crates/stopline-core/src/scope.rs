@@ -83,7 +83,7 @@ pub enum Scope {
 impl Scope {
     /// Parse user input. `canonicalize` resolves a project root (symlinks, existence); the
     /// result must be absolute. A root that does not exist (`NotFound`) is normalized lexically
-    /// instead ([`lexical_absolute`], SPEC §12.1): a project whose directory vanished can still
+    /// instead ([`lexical_absolute`], docs/reference.md §5): a project whose directory vanished can still
     /// be stopped and recovered. Nothing is written by this function.
     pub fn parse_input(
         input: &str,

@@ -2,7 +2,7 @@
 //!
 //! A subject is an agent with its delegation chain (root first, itself last), its project roots
 //! and its runs. Identity comes only from a verified token; a subject built from a bare claim is
-//! *unprovable*, and every agent latch covers it (SPEC §1).
+//! *unprovable*, and every agent latch covers it (docs/reference.md §1).
 
 use crate::scope::{Name, Scope};
 use serde::{Deserialize, Serialize};
@@ -74,7 +74,7 @@ impl Subject {
         self.chain.last()
     }
 
-    /// True when a latch of `scope` covers this subject (SPEC §1, Latch).
+    /// True when a latch of `scope` covers this subject (docs/reference.md §1, Latch).
     pub fn is_covered_by(&self, scope: &Scope) -> bool {
         match scope {
             Scope::Machine => true,

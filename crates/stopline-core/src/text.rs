@@ -1,4 +1,4 @@
-//! Agent text made inert for a terminal (SPEC §13.2 "Agent text is inert on a terminal").
+//! Agent text made inert for a terminal (docs/reference.md §6 "Agent text is inert on a terminal").
 //!
 //! A model name, a tool name, a target or a reason comes from an agent; printed raw, an `ESC`
 //! sequence in it clears the operator's screen, retitles the window or hides the line above it,

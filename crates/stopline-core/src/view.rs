@@ -30,7 +30,7 @@ pub struct ControlView {
     pub blocked_targets: BTreeMap<String, Vec<Blocker>>,
 }
 
-/// One operation in doubt that blocks new operations on its target (SPEC §12.2).
+/// One operation in doubt that blocks new operations on its target (docs/reference.md §8).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Blocker {
     /// The operation id (for `*`: why the registry cannot be read).
@@ -61,8 +61,8 @@ pub struct Authority {
     pub issue_epoch: u64,
 }
 
-/// The receipt of one admission decision (SPEC §4, check). Its JSON also carries, when the call
-/// was not allowed, `error: {code, message, latch?}` (SPEC §12.4).
+/// The receipt of one admission decision (docs/reference.md §3, check). Its JSON also carries, when the call
+/// was not allowed, `error: {code, message, latch?}` (docs/reference.md §4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckReceipt {
     /// allow, queue or block.
@@ -75,7 +75,7 @@ pub struct CheckReceipt {
     pub latches: Vec<String>,
     /// A human explanation.
     pub message: String,
-    /// The latch that caused the refusal, when one did (SPEC §12.4).
+    /// The latch that caused the refusal, when one did (docs/reference.md §4).
     pub latch: Option<LatchRef>,
 }
 
@@ -149,7 +149,7 @@ impl CheckReceipt {
     }
 
     /// True when the text names the mode: not for a refusal about the token itself, nor for a
-    /// refused authority while no latch covers the caller (SPEC §12.4).
+    /// refused authority while no latch covers the caller (docs/reference.md §4).
     pub fn shows_mode(&self) -> bool {
         shows_mode(self.code, self.mode)
     }
@@ -158,7 +158,7 @@ impl CheckReceipt {
 /// True when a refusal with `code` for a caller in `mode` is printed with the mode label: a
 /// refusal about the token (`token_invalid`, `token_expired`) never is, a refused authority
 /// (`stale_control_epoch`, `future_control_epoch`) only while a latch covers the caller — a mode
-/// label must never name a latch that does not exist (SPEC §12.4).
+/// label must never name a latch that does not exist (docs/reference.md §4).
 pub fn shows_mode(code: Option<RefusalCode>, mode: Mode) -> bool {
     match code {
         Some(RefusalCode::TokenInvalid | RefusalCode::TokenExpired) => false,
@@ -230,7 +230,7 @@ impl ControlView {
     }
 
     /// The latch a refusal of `subject` names: the highest level covering it, the latest of
-    /// those (SPEC §12.4).
+    /// those (docs/reference.md §4).
     pub fn cause_for(&self, subject: &Subject) -> Option<LatchRef> {
         self.covering(subject)
             .max_by(|a, b| {
@@ -339,8 +339,8 @@ impl ControlView {
             ),
         };
         if decision == Decision::Allow && target.is_some() {
-            // An operation registry that cannot be read (a journal torn in its middle, SPEC
-            // §13.7) closes every target, for every gate alike.
+            // An operation registry that cannot be read (a journal torn in its middle,
+            // docs/reference.md §5) closes every target, for every gate alike.
             if let Some(why) = self.blocked_targets.get("*").and_then(|b| b.first()) {
                 return CheckReceipt::block(
                     mode,

@@ -1,4 +1,4 @@
-//! Where each caller's time to first rejection went (issue 16): the caller's first refused call
+//! Where each caller's time to first rejection went: the caller's first refused call
 //! joined, by request id, with the in-process gateway's timeline (`stopline_gateway::timeline`).
 //!
 //! Each caller's time from the pull to its first refusal is cut into four consecutive parts,

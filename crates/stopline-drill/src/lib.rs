@@ -1,4 +1,4 @@
-//! Drills of the stop (SPEC §8): make the stop measurable and file what was measured.
+//! Drills of the stop (docs/reference.md §11): make the stop measurable and file what was measured.
 //!
 //! One drill starts a gateway on a loopback port over a throwaway control directory (or, with
 //! `--against URL`, drives a live gateway and stops only its own synthetic run

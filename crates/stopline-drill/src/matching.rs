@@ -1,4 +1,4 @@
-//! Matching what the destination executed against the operation registry (SPEC §8).
+//! Matching what the destination executed against the operation registry (docs/reference.md §11).
 //!
 //! Each effect is looked up by request id among the operations of the drill's own agents. An
 //! effect with no operation at all went around the gateway (a bypass) and counts as after the

@@ -1,4 +1,4 @@
-//! The drill's record, `control-observation.v1` (SPEC §7), its verdict, and its filing in the
+//! The drill's record, `control-observation.v1` (docs/reference.md §9), its verdict, and its filing in the
 //! evidence log of the home, where `stopline run` reads drills by `harness_version` and `pass`.
 //!
 //! The drill fails when any effect executed after the trip, when any operation of its agents
@@ -63,7 +63,7 @@ pub struct Observation {
     /// rest of the time to first rejection is the wait for the call in flight at the pull.
     pub first_refused_call_ms: Summary,
     /// Over the same callers: pull → sending the call that was refused (0 when it was sent
-    /// before the pull); calls in flight finish on their own (SPEC §5), so this is their tail.
+    /// before the pull); calls in flight finish on their own (docs/reference.md §8), so this is their tail.
     pub in_flight_wait_ms: Summary,
     /// Tool calls executed after the trip.
     pub tool_calls_after_trip: u64,

@@ -58,7 +58,7 @@ pub struct DrillOptions {
 
 impl DrillOptions {
     /// Defaults: 10 agents × 2 sub-agents, pull after 500 ms, `emergency`, harness `drill`,
-    /// target 1000 ms (the policy card's `time_to_stop_target_ms` of SPEC §6), local.
+    /// target 1000 ms (the policy card's `time_to_stop_target_ms` of docs/reference.md §6), local.
     pub fn new(home: PathBuf) -> DrillOptions {
         DrillOptions {
             home,

@@ -1,6 +1,6 @@
 //! How this host reaches a locked etcd: TLS (`etcds://` with `[etcd] ca_file`, and
 //! `cert_file`/`key_file` for a client certificate) and etcd authentication (`[etcd] user` with
-//! `password_file`), from `config.toml` (SPEC §13.1).
+//! `password_file`), from `config.toml` (docs/reference.md §10).
 //!
 //! Everything doubtful is `config_invalid` before anything connects, and no message ever holds
 //! the password: a TLS setting with a plaintext `etcd://` URL (the operator meant TLS), `etcds://`

@@ -1,5 +1,5 @@
 //! The distributed control plane: stopline's latches, epochs, WAL, state and gateway
-//! registrations kept in etcd (SPEC §10), selected by `--control etcd://HOST:PORT[,…][?prefix=/p]`.
+//! registrations kept in etcd (docs/reference.md §10), selected by `--control etcd://HOST:PORT[,…][?prefix=/p]`.
 //!
 //! [`EtcdPlane`] implements `stopline_store::ControlPlane` with the local control directory's
 //! names under the prefix and the same fail-closed reads; a latch, its WAL record and its epoch

@@ -1,4 +1,4 @@
-//! What this host trusts about the plane, kept in its own home (SPEC §13.1): the high-water
+//! What this host trusts about the plane, kept in its own home (docs/reference.md §10): the high-water
 //! marks (the highest WAL seq and epoch it has read from the plane) and the pinned verification
 //! key's fingerprint.
 //!

@@ -1,4 +1,4 @@
-//! `stopline etcd roles`: the etcd role and user set-up for a prefix (SPEC §13.1), printed as
+//! `stopline etcd roles`: the etcd role and user set-up for a prefix (docs/reference.md §10), printed as
 //! etcdctl commands or applied through the client's auth API.
 //!
 //! - `stopline-operator`: readwrite on the whole prefix (latches, the WAL, the epoch, state,

@@ -20,7 +20,7 @@ fn host(url: &str) -> Host {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("home"));
     // Each host's own control directory exists, as `stopline init` (or any writing command)
-    // leaves it: a gate whose home is missing refuses control_home_missing (SPEC §12.1).
+    // leaves it: a gate whose home is missing refuses control_home_missing (docs/reference.md §5).
     store.ensure_home().unwrap();
     let plane = EtcdPlane::new(EtcdTarget::parse(url).unwrap(), store).unwrap();
     Host { _dir: dir, plane }

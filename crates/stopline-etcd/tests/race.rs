@@ -15,7 +15,7 @@ use stopline_store::{ControlPlane, EngageRequest, Store};
 
 fn plane(url: &str, dir: &tempfile::TempDir, name: &str) -> EtcdPlane {
     let store = Store::open(dir.path().join(name));
-    // The host's own control directory exists, as `stopline init` leaves it (SPEC §12.1).
+    // The host's own control directory exists, as `stopline init` leaves it (docs/reference.md §5).
     store.ensure_home().unwrap();
     EtcdPlane::new(EtcdTarget::parse(url).unwrap(), store).unwrap()
 }

@@ -137,7 +137,7 @@ impl Governor {
     }
 
     /// Admit a JSON-RPC message that is not a tool call: `ping` and `notifications/*` are
-    /// critical (heartbeats and protocol bookkeeping, SPEC §12.2), anything else noncritical
+    /// critical (heartbeats and protocol bookkeeping, docs/reference.md §8), anything else noncritical
     /// for an agent token.
     pub async fn admit_request(
         &self,
@@ -525,7 +525,7 @@ impl Admission {
             // Queued, not written here: the journal's writer thread writes it after this
             // call's `prepared` record and before its outcome, and logs a failure. This worker
             // never blocks on the journal's file under the dispatch ticket, which a latch's
-            // acknowledgement waits for (issue 16).
+            // acknowledgement waits for.
             drop(self.gov.journal().submit_dispatched(op));
         }
         self.dispatched = true;

@@ -1,5 +1,5 @@
 //! The Anthropic Messages API proxy: `POST /v1/messages` (streamed and not) and
-//! `POST /v1/messages/count_tokens` (SPEC §12.5), so Claude Code and the Anthropic SDKs reach
+//! `POST /v1/messages/count_tokens` (docs/reference.md §3), so Claude Code and the Anthropic SDKs reach
 //! their model only through the stop.
 //!
 //! What is Anthropic's here, and only here: the agent's token is read from `x-api-key` (what the
@@ -13,7 +13,7 @@
 //! the gateway gives it everywhere (401, 403, 429, 503, …), so the SDKs raise the matching
 //! `AuthenticationError`, `PermissionDeniedError`, `RateLimitError`. A stream an EMERGENCY
 //! answers at once ends with an `event: error` frame in the same shape (the exchange goes on
-//! detached and its outcome is recorded, SPEC §12.2).
+//! detached and its outcome is recorded, docs/reference.md §8).
 //!
 //! Admission, dispatch, the cut and the settlement are not here: they are the shared
 //! `crate::model::exchange` (and `exchange.rs` behind it), the same path as the

@@ -1,4 +1,4 @@
-//! The JSON routes of the gateway (SPEC §5 table); `routes.rs` mounts them with the model
+//! The JSON routes of the gateway (docs/reference.md §8 table); `routes.rs` mounts them with the model
 //! routes and the status page (whose two data routes, `/v1/budgets` and `/v1/drills`, live in
 //! `page.rs`).
 //!
@@ -70,8 +70,8 @@ pub(crate) async fn status_route(
             "why": lapsed.message,
         }));
     }
-    // An agent token reads a view built from the receipt with only what concerns it (SPEC
-    // §13.2): never the receipt with fields taken out, so nothing new reaches it by default.
+    // An agent token reads a view built from the receipt with only what concerns it (docs/reference.md
+    // §8): never the receipt with fields taken out, so nothing new reaches it by default.
     let mut body = if sees_everything(caller.role()) {
         receipt.to_json()
     } else {
@@ -244,7 +244,7 @@ pub(crate) async fn delegate_route(
     if let Some(fault) = snapshot.view.faults.first() {
         return Err(fault.clone().into());
     }
-    // A stopped parent mints nothing, whatever its token's standing (SPEC §12.3).
+    // A stopped parent mints nothing, whatever its token's standing (docs/reference.md §6).
     if let Some(latch) = snapshot.view.covering(caller.subject()).next() {
         return Err(Refusal::new(
             RefusalCode::BreakGlassContained,

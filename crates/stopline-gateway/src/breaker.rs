@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use stopline_core::{Refusal, RefusalCode};
 
-/// The kinds of agent breaker (SPEC §5), shared with every surface that trips.
+/// The kinds of agent breaker (docs/reference.md §8), shared with every surface that trips.
 pub use stopline_core::BreakerKind;
 
 /// A trip to carry out: what crossed which threshold.

@@ -65,7 +65,7 @@ pub struct Authenticator {
     key: VerifyingKey,
     /// Verified token texts, with their claims and the subject they prove (made once). Hashed
     /// with foldhash (keyed per process and per map, a fraction of SipHash's cost over a whole
-    /// token: issue 16); only a token whose signature verified enters it, so an agent cannot
+    /// token); only a token whose signature verified enters it, so an agent cannot
     /// fill it with texts chosen to collide.
     cache: Mutex<HashMap<Arc<str>, Verified>>,
 }

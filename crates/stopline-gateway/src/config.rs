@@ -1,4 +1,4 @@
-//! The gateway's part of `config.toml` (SPEC §5): `[mcp.<server>]` upstreams, the `[model]`
+//! The gateway's part of `config.toml` (docs/reference.md §8): `[mcp.<server>]` upstreams, the `[model]`
 //! and `[anthropic]` upstreams, `[breakers]`, and the alert hooks, on top of the shared
 //! [`stopline_control::config::Config`] (operators, monitors, timeouts, prices).
 //!

@@ -1,5 +1,5 @@
 //! The delegated tokens this gateway minted through `/v1/delegate` and that have not expired,
-//! counted per root of their delegation chain (SPEC §13.2: a chain holds at most
+//! counted per root of their delegation chain (docs/reference.md §6: a chain holds at most
 //! [`MAX_LIVE_DELEGATES`] live delegated tokens), so an agent cannot mint sub-agents without end
 //! and multiply every per-agent limit.
 //!

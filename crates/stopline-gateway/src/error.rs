@@ -1,7 +1,7 @@
 //! How a refusal leaves the gateway: one HTTP status per refusal code, a JSON body
 //! `{"error":{"code","message"}}`, and `Retry-After` where waiting can help.
 //!
-//! The mapping is part of the contract (SPEC §5): 401 for a token that is absent, malformed,
+//! The mapping is part of the contract (docs/reference.md §8): 401 for a token that is absent, malformed,
 //! forged or expired; 403 for a call a latch blocks or a token a stop made stale; 503 with
 //! `Retry-After` for a queue timeout (and an open upstream breaker, a view that cannot be
 //! refreshed, or a lapsed distributed permit); 429 for a budget. This module must never turn a
@@ -78,7 +78,7 @@ impl GatewayError {
     }
 
     /// The JSON body `{"error":{"code","message"}}`, with `latch` when a latch caused the
-    /// refusal (SPEC §12.4).
+    /// refusal (docs/reference.md §4).
     pub fn body(&self) -> serde_json::Value {
         serde_json::to_value(self.shape()).unwrap_or_default()
     }

@@ -1,4 +1,4 @@
-//! One model request's upstream exchange, finished by the gateway on its own (SPEC §12.2).
+//! One model request's upstream exchange, finished by the gateway on its own (docs/reference.md §8).
 //!
 //! Every model route (the OpenAI-compatible ones and the Anthropic Messages one, through
 //! `model::exchange`) hands an admitted call to [`Governor::model_exchange`]. It dispatches the call and runs the exchange

@@ -55,7 +55,7 @@ struct Inner {
     view: Arc<ViewHolder>,
     tracker: Arc<DispatchTracker>,
     ledger: Arc<Ledger>,
-    /// The delegated tokens minted here and still live, per chain root (SPEC §13.2).
+    /// The delegated tokens minted here and still live, per chain root (docs/reference.md §6).
     delegates: crate::delegates::LiveDelegates,
     agents: Arc<AgentBreakers>,
     /// The fleet's breaker counters, on a distributed plane.
@@ -301,7 +301,7 @@ impl Governor {
 
     /// [`Governor::judge`] for a call that also works in `paths` (a hook's working directory
     /// and file paths): a project stop covering any of them covers the call, as it does in
-    /// local mode (SPEC §12.3).
+    /// local mode (docs/reference.md §6).
     pub(crate) fn judge_at(
         &self,
         snapshot: &Snapshot,
@@ -411,7 +411,7 @@ impl Governor {
             Ok(caller) => caller,
             Err(refusal) => {
                 // The mode an unprovable caller is in (every agent latch covers it), never a
-                // made-up EMERGENCY for a token that could not be read (SPEC §12.4).
+                // made-up EMERGENCY for a token that could not be read (docs/reference.md §4).
                 let unprovable =
                     stopline_core::Subject::unprovable(None, paths.to_vec(), Vec::new());
                 let mode = self.snapshot().view.mode_for(&unprovable);
@@ -419,7 +419,7 @@ impl Governor {
             }
         };
         // The target is the agent's string, written back in the receipt and the logs: bounded
-        // like every recorded string (SPEC §13.2), and judged no further. (The further
+        // like every recorded string (docs/reference.md §6), and judged no further. (The further
         // `file:` targets are places only, read as paths and never written.)
         let too_long =
             target.and_then(|t| stopline_core::refusal::bounded_record("target", t).err());

@@ -282,7 +282,7 @@ fn drill_gate(store: &Store) -> io::Result<Duration> {
     Ok(elapsed)
 }
 
-/// The whole verified read of the evidence log the drill gate made before issue 15 (and
+/// The whole verified read of the evidence log the drill gate used to make (and
 /// `evidence verify --all` and `evidence list` still make), folded as the gate folds it.
 fn evidence_whole_read(store: &Store) -> io::Result<Duration> {
     let started = Instant::now();

@@ -1,4 +1,4 @@
-//! Provider-side tools (SPEC §13.2 "Provider-side tools are effects"): what in a model request
+//! Provider-side tools (docs/reference.md §6 "Provider-side tools are effects"): what in a model request
 //! asks the provider to act on the agent's behalf, and whether the owner allows it.
 //!
 //! A provider that runs a tool (searches the web, fetches a page, calls an MCP server the agent

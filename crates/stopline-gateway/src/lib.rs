@@ -1,4 +1,4 @@
-//! The enforcement point agents must pass (`stopline serve`, SPEC §5).
+//! The enforcement point agents must pass (`stopline serve`, docs/reference.md §8).
 //!
 //! An HTTP API on tokio/axum decides every call from an in-memory view of latches and epochs
 //! ([`view`]), refreshed by inotify and a periodic full reload (or, with a distributed backend,

@@ -1,5 +1,5 @@
 //! The gateway's HTTP/1 accept loop, with a bound on how long a client may take to send its
-//! request headers (SPEC §12.3: 10 s), and the one dispatch it does before the router: a
+//! request headers (docs/reference.md §6: 10 s), and the one dispatch it does before the router: a
 //! `POST /mcp/<server>` goes straight to the MCP proxy's handler when one is mounted
 //! ([`McpPost`]), without the router's matching, extractors and middleware (the read-only
 //! MCP path's profile, BENCHMARKS.md).

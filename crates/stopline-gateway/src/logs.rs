@@ -1,4 +1,4 @@
-//! What the gateway logs, through `tracing` (SPEC §5's operator view; docs/runbook.md "Logs").
+//! What the gateway logs, through `tracing` (docs/reference.md §8's operator view; docs/runbook.md "Logs").
 //!
 //! Every refusing admission decision, every stream cut, every breaker trip, acknowledgement and
 //! view fault is one event with the fields `agent`, `route` (the HTTP path the call came in

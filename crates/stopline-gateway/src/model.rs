@@ -12,7 +12,7 @@
 //! Admission and the hand-over are `exchange`, shared with the Anthropic Messages route
 //! (`anthropic.rs`): a route builds a `ModelCall` (its plan, its upstream request, its usage
 //! vocabulary, its cut frame) and hands it over, so every model API obeys the same stop. The
-//! exchange itself runs detached in `exchange.rs` (SPEC §12.2): finished by the gateway whether
+//! exchange itself runs detached in `exchange.rs` (docs/reference.md §8): finished by the gateway whether
 //! the agent stays or not, the agent answered at once at EMERGENCY while the exchange goes on.
 
 use crate::admit::Plan;

@@ -85,7 +85,7 @@ pub async fn budgets_route(
 ) -> Result<Json<Value>, GatewayError> {
     let gov = &state.gov;
     let caller = gov.authenticate(bearer(&headers))?;
-    // An agent token reads only its own chain's accounts (SPEC §12.3).
+    // An agent token reads only its own chain's accounts (docs/reference.md §6).
     let own_chain: Option<Vec<String>> = (!sees_everything(caller.role())).then(|| {
         caller
             .claims()

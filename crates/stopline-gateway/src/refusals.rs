@@ -2,7 +2,7 @@
 //! second, so a stopped agent that keeps calling is refused without its refusal being worded
 //! again on every call.
 //!
-//! A refusal names its latch in words (who, why, scope, level, age: SPEC §12.4), and the
+//! A refusal names its latch in words (who, why, scope, level, age: docs/reference.md §4), and the
 //! profile of a gateway refusing 300 callers at once (the drill's floor) showed that wording —
 //! the latch summary, the age, the list of other covering latches, the advice — as the largest
 //! part of admission. `decide` is a pure function of the view, the caller's token (subject and

@@ -38,7 +38,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 }
 
 /// Operators and monitors see every agent's latches, workers and budgets; an agent (or
-/// critical) token sees only what concerns its own chain (SPEC §12.3).
+/// critical) token sees only what concerns its own chain (docs/reference.md §6).
 pub(crate) fn sees_everything(role: Role) -> bool {
     matches!(role, Role::Operator | Role::Monitor)
 }

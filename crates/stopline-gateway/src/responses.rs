@@ -1,4 +1,4 @@
-//! Responses API ownership and background work (SPEC §13.2 "Background work is cancelled").
+//! Responses API ownership and background work (docs/reference.md §6 "Background work is cancelled").
 //!
 //! Every response the `[model]` provider creates through `POST /v1/responses` is written in the
 //! gateway's [`ResponseBook`] against the root of the caller's delegation chain. Only that chain

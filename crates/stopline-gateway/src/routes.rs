@@ -1,4 +1,4 @@
-//! The gateway's router: every route of SPEC §5 and the handler that answers it — the JSON
+//! The gateway's router: every route of docs/reference.md §8 and the handler that answers it — the JSON
 //! routes (`api.rs`), the model proxy (`model.rs`, `anthropic.rs`), metrics and the status page
 //! (`page.rs`). It only mounts; the handlers never reach back here.
 

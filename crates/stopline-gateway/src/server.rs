@@ -305,7 +305,7 @@ impl RunningGateway {
 /// for its `prepared` fsync —, and the journal's group-commit thread wakes the callers of each
 /// batch. Such wakeups go to the runtime's shared queue, which tokio's self-tuning reads about
 /// once per 200 µs per worker while the workers' own queues hold work, one task at a time: under
-/// load the cuts a stop of 300 callers wakes waited there for tens of milliseconds (issue 16's
+/// load the cuts a stop of 300 callers wakes waited there for tens of milliseconds (the
 /// time to first rejection; BENCHMARKS.md). At 2 they are served within a few polls.
 pub const GLOBAL_QUEUE_INTERVAL: u32 = 2;
 

@@ -5,7 +5,7 @@
 //! They are OS threads so that request load cannot starve them, but on two cores the kernel
 //! shared the CPU evenly between them and every busy runtime worker: under a drill's load the
 //! acknowledgement's whole read of the control state took 8–14 ms of wall clock for well under
-//! one of CPU (issue 16). A thread that calls [`raise`] runs at nice [`STOP_NICE`] (Linux applies
+//! one of CPU. A thread that calls [`raise`] runs at nice [`STOP_NICE`] (Linux applies
 //! it to the calling thread only, and threads it starts inherit it — the bounded reads'). A
 //! process without the privilege (`CAP_SYS_NICE`) keeps its own priority and says so once.
 

@@ -1,4 +1,4 @@
-//! A drill's view of the gateway's own timing (issue 16: where a stop's time to first rejection
+//! A drill's view of the gateway's own timing (where a stop's time to first rejection
 //! goes): when each request reached its handler and when its answer was ready, keyed by the
 //! caller's numeric `x-request-id`, and when each changed view was swapped in and its waiters
 //! woken.

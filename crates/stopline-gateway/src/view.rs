@@ -225,7 +225,7 @@ impl ViewHolder {
 
     /// Latches first: a well-formed latch that appeared in the local `latches/` joins the view
     /// at once, without waiting for the locked read, which waits while an engage holds the WAL
-    /// lock to advance the epoch (the latch's existence is the signal, SPEC §2). Adding a latch
+    /// lock to advance the epoch (the latch's existence is the signal, docs/reference.md §5). Adding a latch
     /// can only make decisions stricter, so this never opens a gate. An entry still being
     /// written, or one that does not parse, waits for the full read (which re-reads it and
     /// fails closed); removals always wait for it. A pinned latch stays in every view until a

@@ -118,7 +118,7 @@ pub fn spawn_periodic(
                     break;
                 }
                 // A reader that can take the WAL lock without waiting finishes the records an
-                // engage had to defer (SPEC §12.1); never waits, and a failure is only logged:
+                // engage had to defer (docs/reference.md §5); never waits, and a failure is only logged:
                 // the latch itself is in force whatever the WAL says.
                 if let Err(error) = store.finish_deferred_following(&follower) {
                     tracing::warn!(%error, "cannot finish a deferred WAL record");
@@ -176,7 +176,7 @@ mod tests {
         }
     }
 
-    /// Issue 15: the census of operations in doubt was re-taken only by the periodic reload
+    /// The census of operations in doubt was re-taken only by the periodic reload
     /// (every `reload_interval_ms`, re-reading every journal's open set); now another
     /// writer's journal is followed as it grows, through the watch, and a line that does not
     /// parse closes every target (the governor refuses all on `*`; no periodic reload runs here).
@@ -224,7 +224,7 @@ mod tests {
         stop.store(true, Ordering::SeqCst);
     }
 
-    /// Issue 15: every read took the WAL's lock on a descriptor opened for writing, whose
+    /// Every read took the WAL's lock on a descriptor opened for writing, whose
     /// close is an IN_CLOSE_WRITE on the home: the watch read it as a change and read again,
     /// for good — an idle gateway spent its CPU re-reading the control state.
     #[test]

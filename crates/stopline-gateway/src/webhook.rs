@@ -1,7 +1,7 @@
 //! A breaker trip's alert webhook (`[breakers] alert_webhook`): one JSON POST of the trip's
 //! `evidence-record.v1` through the gateway's pooled client (`client.rs`), bounded as a whole.
 //!
-//! The alert follows the stop and never stands in its way (SPEC §5): it is sent off the request
+//! The alert follows the stop and never stands in its way (docs/reference.md §8): it is sent off the request
 //! path after the latch is durable, and every failure — no connection, a broken exchange, an
 //! answer other than `2xx`, the bound passing — is an error in the log; whether to try again is
 //! `alerts.rs`'s decision. A redirect is never followed: the owner configured one URL, and following a

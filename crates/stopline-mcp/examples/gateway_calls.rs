@@ -1,4 +1,4 @@
-//! A driver for counting the CPU the read-only MCP path costs per call (issue 16), where the
+//! A driver for counting the CPU the read-only MCP path costs per call, where the
 //! machine's hardware counters are not available: run it under callgrind twice with different
 //! call counts and divide the difference of the totals by the difference of the counts.
 //!

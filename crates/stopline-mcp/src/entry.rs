@@ -1,6 +1,6 @@
 //! The commands this crate gives the binary: `mcp proxy`, `mcp serve` and `hook claude-code`.
 //!
-//! Each picks its backend the same way (SPEC §11): the gateway at `STOPLINE_URL` with the
+//! Each picks its backend the same way (docs/reference.md §7): the gateway at `STOPLINE_URL` with the
 //! session's token when it is set — a confined agent cannot write the control directory — and
 //! the local control directory otherwise. The binary only parses arguments and calls these.
 

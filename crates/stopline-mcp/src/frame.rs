@@ -1,4 +1,4 @@
-//! The frame rules every MCP surface applies before governing anything (SPEC §12.2).
+//! The frame rules every MCP surface applies before governing anything (docs/reference.md §8).
 //!
 //! - Only `notifications/*` methods may be sent without an id. Any other method sent as a
 //!   notification — a `tools/call` above all — would have no answer to carry a refusal, no id to

@@ -7,7 +7,7 @@
 //! JSON-RPC error carrying the stopline code in `error.data`; refused notifications and
 //! responses are dropped. [`Governed::dispatch`] re-checks each admitted member right before it
 //! is handed over; the survivors are forwarded one by one, each re-serialized on its own — never
-//! as a batch (SPEC §12.2: an upstream need not answer batches, and one that does not would
+//! as a batch (docs/reference.md §8: an upstream need not answer batches, and one that does not would
 //! leave every member in flight forever). Frames that break [`crate::frame`]'s rules never get
 //! here.
 //! What comes back is followed by [`crate::track::Tracker`].
@@ -115,7 +115,7 @@ pub fn call_for(server: &str, catalog: &ToolCatalog, message: &Message) -> Resul
                     ))
                 }
             };
-            // Both are recorded with the call's operation: bounded (SPEC §13.2).
+            // Both are recorded with the call's operation: bounded (docs/reference.md §6).
             stopline_core::refusal::bounded_record("tools/call params.name", &tool)?;
             let request_id = id_key(id);
             stopline_core::refusal::bounded_record("the JSON-RPC id", &request_id)?;

@@ -13,7 +13,7 @@
 //!
 //! The agent controls the hook's environment (Claude Code passes a settings file's `env` to
 //! it, and a `.claude/settings.local.json` is the agent's to write), so where decisions come
-//! from is pinned by root (SPEC §13.2 "The hook's target is pinned"): when
+//! from is pinned by root (docs/reference.md §6 "The hook's target is pinned"): when
 //! `/etc/stopline/hook.toml` exists, its `url`, `home` and `token_file` are used and
 //! `STOPLINE_URL` and `STOPLINE_HOME` are ignored. The file must be owned by root and writable
 //! by no one else, in a directory likewise; one that is not, or that does not parse, blocks
@@ -381,7 +381,7 @@ fn ask_local(
 /// The targets the hook sends the gateway: the tool's operation target first, then the event's
 /// `cwd` and every file path of the tool's input (`file_path`, `path`, `notebook_path`) as
 /// `file:<canonical path>`, so a `project:` stop covering any of them blocks the call in
-/// gateway mode as it does in local mode (SPEC §12.3).
+/// gateway mode as it does in local mode (docs/reference.md §6).
 pub fn gateway_targets(
     target: Option<&str>,
     cwd: Option<&Path>,

@@ -339,7 +339,7 @@ fn not_found(server: &str) -> Response {
 
 /// A call to a server that is not configured is egress the gateway refuses. A caller it can
 /// authenticate is governed like any other call, so every request in the frame is refused
-/// `egress_refused` and counts toward the agent's `refused_egress` breaker (SPEC §5); anyone
+/// `egress_refused` and counts toward the agent's `refused_egress` breaker (docs/reference.md §8); anyone
 /// else, and anything the governor would not refuse, gets the plain 404. Nothing is forwarded.
 async fn unknown_server(
     state: &Arc<McpState>,

@@ -2,7 +2,7 @@
 //!
 //! One task per stream reads upstream chunks, splits them into events, lets the [`Tracker`]
 //! see every JSON-RPC message inside, and hands each event to the agent as soon as it is
-//! complete. The task owns the exchange, not the agent (SPEC §12.2):
+//! complete. The task owns the exchange, not the agent (docs/reference.md §8):
 //! - an agent that goes away ends the relay, not the exchange: the task reads on until every
 //!   forwarded request has its answer (recorded as its outcome) or the upstream ends the stream;
 //! - when an emergency covers the agent, each request still open on the stream is answered at
@@ -129,7 +129,7 @@ impl Relay {
     }
 
     /// At the upstream's end: if the stop that ended it (a gateway-owned tool server is killed
-    /// at an emergency, SPEC §13.2) is due but this stream has not seen it yet, the agent is
+    /// at an emergency, docs/reference.md §6) is due but this stream has not seen it yet, the agent is
     /// answered with the cut, as at any cut, rather than with a broken stream. What is still
     /// open is then left in doubt. True when it cut.
     async fn cut_if_due(&mut self) -> bool {

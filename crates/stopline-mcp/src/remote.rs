@@ -116,7 +116,7 @@ impl RemoteGovernor {
         let message = value["message"].as_str().unwrap_or_default().to_string();
         let refusal = match (decision, code) {
             (Decision::Allow, _) => None,
-            // The receipt's `error` object is the typed refusal, latch included (SPEC §12.4).
+            // The receipt's `error` object is the typed refusal, latch included (docs/reference.md §4).
             (_, Some(code)) => Some(
                 serde_json::from_value::<Refusal>(value["error"].clone())
                     .ok()

@@ -26,7 +26,7 @@ pub(crate) struct Session {
     pub(crate) routes: Mutex<HashMap<String, Route>>,
     pub(crate) server_stream: Mutex<Option<Route>>,
     pub(crate) pgid: u32,
-    /// Its cgroup and uid (SPEC §12.3); ending it kills the whole group.
+    /// Its cgroup and uid (docs/reference.md §6); ending it kills the whole group.
     held: Mutex<crate::stdio_spawn::Held>,
     /// The last time the session carried traffic.
     last_used: Mutex<std::time::Instant>,
@@ -243,7 +243,7 @@ pub(crate) fn start(
 /// End the session's server when its agent is cut (an EMERGENCY covering it, a contained
 /// machine, an untrusted control state) or when it has carried no traffic for `idle`; either
 /// way the session is forgotten, so its next request is `unknown session`. At a cut the server
-/// is ended at once, open calls or not (SPEC §13.2 "An emergency ends the tool server at
+/// is ended at once, open calls or not (docs/reference.md §6 "An emergency ends the tool server at
 /// once"): the gateway owns it, so nothing is gained by letting a stopped agent's work run on
 /// for `cut_outcome_wait_s` (that wait is for upstreams the gateway does not own). Killing it
 /// is a write to its `cgroup.kill` and a signal to its process group, bounded and off the

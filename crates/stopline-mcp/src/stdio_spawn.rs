@@ -1,5 +1,5 @@
 //! Starting and ending the stdio tool servers the gateway runs (`[mcp.<server>] command`,
-//! SPEC §12.3): a scrubbed environment, a uid of their own, a cgroup of their own under the
+//! docs/reference.md §6): a scrubbed environment, a uid of their own, a cgroup of their own under the
 //! gateway's, and an end that reaches every process they started.
 //!
 //! A tool server is code the agent talks to, so it is held like the agent: it gets only `PATH`,
@@ -141,7 +141,7 @@ pub fn prepare(
     spec.confinement = Confinement {
         new_session: true,
         no_new_privs: true,
-        // Its own SysV objects, none of a uid's last holder's (SPEC §13.2); needs root.
+        // Its own SysV objects, none of a uid's last holder's (docs/reference.md §6); needs root.
         new_ipc_namespace: rustix::process::geteuid().is_root(),
         ..Confinement::default()
     };

@@ -2,7 +2,7 @@
 //!
 //! Each member of a frame is forwarded on its own, re-serialized, right after it passed its
 //! dispatch re-check. The agent's token never goes upstream. The exchange runs in a detached
-//! task that owns its operations (SPEC §12.2): an agent that goes away does not end it, and the
+//! task that owns its operations (docs/reference.md §8): an agent that goes away does not end it, and the
 //! outcome is recorded when the upstream gives it. At EMERGENCY the agent is answered at once
 //! and the exchange has `cut_outcome_wait_s` to give its outcome. When the upstream cannot be
 //! reached at all the calls end `UpstreamUnreachable` (nothing happened; it feeds the adapter
@@ -274,7 +274,7 @@ fn is_sse(headers: &HeaderMap) -> bool {
 /// no hand-off there and back); it is never the agent's to end: an answer given before the
 /// exchange ended (a cut's) leaves the rest of it to a task of its own, and so does an agent
 /// that goes away first (its connection drops this future: [`Detachable`]'s drop spawns what
-/// is left). Either way the outcome is recorded when the upstream gives it (SPEC §12.2).
+/// is left). Either way the outcome is recorded when the upstream gives it (docs/reference.md §8).
 pub(crate) async fn post_http(
     exchange: Exchange,
     target: Option<Arc<Target>>,

@@ -1,5 +1,5 @@
 //! A JSON (not streamed) MCP exchange runs in a task of its own and is never owned by the agent
-//! (SPEC §12.2): an agent whose connection goes
+//! (docs/reference.md §8): an agent whose connection goes
 //! away mid-call leaves the exchange running, and its outcome is recorded when the upstream
 //! answers; an emergency answers a waiting call at once and the exchange goes on detached until
 //! the upstream's answer, which is recorded, not shown. Runs the real gateway (in process) and an

@@ -1,6 +1,6 @@
 //! The proxy passes an upstream's SSE answer through event by event (not buffered), and an
 //! emergency covering the agent answers the open call at once with a `break_glass_contained`
-//! error and ends the agent's stream, while the exchange goes on detached (SPEC §12.2): a call
+//! error and ends the agent's stream, while the exchange goes on detached (docs/reference.md §8): a call
 //! whose upstream answers within `cut_outcome_wait_s` gets its real outcome recorded; one whose
 //! upstream never answers is left in doubt when the wait ends, blocking its target for its own
 //! agent only. Runs the real gateway (in process) and a real upstream on loopback sockets.

@@ -1,4 +1,4 @@
-//! The owner console: three predicates, each checked and reported separately (SPEC §3).
+//! The owner console: three predicates, each checked and reported separately (docs/reference.md §2).
 //!
 //! 1. `no_agent_session`: `STOPLINE_TOKEN` and `STOPLINE_SESSION` unset; this process is not in a
 //!    cgroup stopline supervises; no process in its chain of parents is a supervised agent (each

@@ -1,5 +1,5 @@
 //! The receipts of the owner console's verbs: `recover plan|apply|repair`, `drain`,
-//! `ops reconcile` (SPEC §4).
+//! `ops reconcile` (docs/reference.md §3).
 
 use serde::Serialize;
 use std::fmt;

@@ -1,4 +1,4 @@
-//! The preflight of a contained Claude Code (SPEC §13.2, docs/wiring-agents.md "Claude Code,
+//! The preflight of a contained Claude Code (docs/reference.md §6, docs/wiring-agents.md "Claude Code,
 //! contained"): the `stopline hook claude-code` its settings name must be executable by the uid
 //! the agent will run as. Claude Code runs a tool without a word when its hook cannot be started
 //! (installed under `/root/.local/bin`, say), so a hook the agent cannot execute is no guard at

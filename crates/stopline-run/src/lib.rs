@@ -1,5 +1,5 @@
 //! `stopline run`: start an agent under a policy card, contained, and enforce every stop on it
-//! until it ends (SPEC §6).
+//! until it ends (docs/reference.md §6).
 //!
 //! In order, and nothing is started unless every step before it passed: the card is read and
 //! validated (`policy_card_incomplete` names every missing field); no latch may cover the run
@@ -154,7 +154,7 @@ impl RunError {
 /// Start the run and supervise it to its end.
 pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> {
     // A job-control character on the supervisor's terminal must never stop the process that
-    // enforces a stop (SPEC §12.3).
+    // enforces a stop (docs/reference.md §6).
     stopline_supervisor::ignore_job_control_signals();
     // Ctrl-C, SIGTERM or a hang-up must never end the supervisor and leave its agent running
     // unsupervised: from here on they are the operator's stop of the run (`react`).

@@ -69,7 +69,7 @@ pub fn drills_allow(
 pub struct Identity {
     /// The resolved user; `None` for `--unconfined`.
     pub user: Option<UserIdentity>,
-    /// The uid held for this run (SPEC §12.3: one uid per live agent).
+    /// The uid held for this run (docs/reference.md §6: one uid per live agent).
     pub lease: Option<UidLease>,
 }
 
@@ -95,7 +95,7 @@ pub fn uid_range(ctx: &Context) -> Result<UidRange, Refusal> {
 /// leases a fresh uid from `[run] uid_range` (root only); `--user NAME` resolves the user and
 /// leases its uid, refused `uid_in_use` while another agent or any other process runs under it.
 /// `auto_home` is the home an anonymous uid gets; `share` the paths the run maps in (a fresh uid
-/// owning files there is not leased, SPEC §13.2).
+/// owning files there is not leased, docs/reference.md §6).
 pub fn choose_identity(
     ctx: &Context,
     user: Option<&str>,
@@ -337,7 +337,7 @@ mod tests {
         }
     }
 
-    /// Issue 15: the drill gate reads the evidence log's head, its newest segment and the drill
+    /// The drill gate reads the evidence log's head, its newest segment and the drill
     /// index, never an older segment (before, it read every one: on 12 segments of drills it
     /// read all 12).
     #[test]

@@ -20,7 +20,7 @@ pub enum StopCause {
         /// The highest covering level.
         level: String,
         /// The latch the stop names (the highest level covering the run, the latest of
-        /// those; SPEC §12.4), for the run's stop message.
+        /// those; docs/reference.md §4), for the run's stop message.
         named: Option<stopline_core::latch::LatchRef>,
     },
     /// The control state could not be trusted (faults in the view): a stop order.
@@ -30,7 +30,7 @@ pub enum StopCause {
         /// Its message.
         message: String,
     },
-    /// A whole read of the control state did not finish within `read_timeout_ms` (SPEC §12.1):
+    /// A whole read of the control state did not finish within `read_timeout_ms` (docs/reference.md §5):
     /// a stop order that freezes (the order read before it, or a later one, kills at
     /// emergency).
     ReadFault {

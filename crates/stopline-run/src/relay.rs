@@ -1,4 +1,4 @@
-//! The agent's standard streams (SPEC §12.3): the agent never holds the operator's terminal.
+//! The agent's standard streams (docs/reference.md §6): the agent never holds the operator's terminal.
 //! Its stdout and stderr are pipes whose bytes the supervisor copies to its own stdout and
 //! stderr; its stdin is `/dev/null`, or with `--stdin` a pipe the supervisor feeds from its own
 //! stdin.

@@ -128,7 +128,7 @@ pub fn start(ctx: &Context, plan: &StartPlan<'_>) -> Result<Started, RunError> {
         env,
         cwd: plan.project.to_path_buf(),
         user: plan.identity.cloned(),
-        // Never the operator's terminal (SPEC §12.3): pipes the supervisor relays.
+        // Never the operator's terminal (docs/reference.md §6): pipes the supervisor relays.
         stdin: if plan.stdin {
             StdioMode::Piped
         } else {
@@ -140,10 +140,10 @@ pub fn start(ctx: &Context, plan: &StartPlan<'_>) -> Result<Started, RunError> {
             new_session: true,
             no_new_privs: true,
             // SysV objects and POSIX queues die with the agent and none of a uid's last holder's
-            // reach it (SPEC §13.2). Needs root, as every uid drop does; an unconfined run by
+            // reach it (docs/reference.md §6). Needs root, as every uid drop does; an unconfined run by
             // another user hands no uid over.
             new_ipc_namespace: rustix::process::geteuid().is_root(),
-            // Under gateway-only it sees only its own processes (SPEC §13.2).
+            // Under gateway-only it sees only its own processes (docs/reference.md §6).
             new_pid_namespace: plan.net == NetMode::GatewayOnly,
             limits: Default::default(),
             mounts: match plan.net {

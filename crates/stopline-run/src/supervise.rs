@@ -5,7 +5,7 @@
 //! The order is read fresh (`Store::load_view_timed`) on every full wake. A view with faults, or
 //! a check that panics, is a stop order at `emergency`: a supervisor that cannot tell whether a
 //! stop is in force must act as if one were. A read that does not finish within
-//! `read_timeout_ms` is a stop order too, at `halt-noncritical` (SPEC §12.1: freeze; kill at
+//! `read_timeout_ms` is a stop order too, at `halt-noncritical` (docs/reference.md §5: freeze; kill at
 //! emergency), held until a latch holds it ([`FaultHold`]). The wall-clock budget is enforced here too, and an
 //! agent whose root process exits while others live on in its group has them killed: nothing of
 //! a run outlives it unsupervised. This module must never report quiescence it did not observe;
@@ -66,7 +66,7 @@ pub fn order_from_view(view: &ControlView, subject: &Subject) -> Order {
 
 /// Read the order from the store, within a bound: a check that has not completed within the
 /// store's `read_timeout_ms` (and a second more, for the judging) is a stop order that freezes
-/// the worker (SPEC §12.1) — it cannot tell whether a stop is in force, and the next wake reads
+/// the worker (docs/reference.md §5) — it cannot tell whether a stop is in force, and the next wake reads
 /// again, killing at emergency. The read runs on its own thread, so whatever blocks it (an
 /// entry that never finishes reading, a lock held by a stopped process) never wedges the
 /// reaction loop: a later emergency still kills. The store's own bound on the whole read
@@ -96,7 +96,7 @@ pub fn read_order(ctx: &Context, subject: &Subject) -> Order {
     }
 }
 
-/// The order a read that did not finish gives: freeze (SPEC §12.1), for `why`.
+/// The order a read that did not finish gives: freeze (docs/reference.md §5), for `why`.
 fn read_fault(why: String) -> Order {
     tracing::error!(%why, "the supervisor's check did not complete: treating it as a stop order");
     Order {
@@ -116,7 +116,7 @@ fn read_fault(why: String) -> Order {
 /// and that gap is no emergency (it killed a paused agent whose pause was being lifted). The
 /// full view lists and reads `latches/` under the lock, where nothing is removed, and a doubtful
 /// entry there is a machine emergency as always; an unlistable `latches/` is a fault at once.
-/// An entry too slow to read (SPEC §12.1) is no latch here either: the full view counts it as a
+/// An entry too slow to read (docs/reference.md §5) is no latch here either: the full view counts it as a
 /// read that did not finish (`Store::load_view_timed`), which freezes, and a well-formed
 /// killing latch beside it still kills from here.
 fn read_order_now(ctx: &Context, subject: &Subject) -> Order {
@@ -359,7 +359,7 @@ pub struct Supervision {
     fault_hold: Option<FaultHold>,
 }
 
-/// A freeze a read fault ordered (SPEC §12.1), kept in force after the reads succeed again: a
+/// A freeze a read fault ordered (docs/reference.md §5), kept in force after the reads succeed again: a
 /// stop is never undone by itself (§1, §4), and a fault that clears says nothing about whether
 /// a stop was engaged meanwhile. The supervisor makes it a latch (`run:<id>` at
 /// `halt-noncritical`, by `supervisor:read_fault`), so the freeze is lifted the normal way
@@ -527,7 +527,7 @@ impl Supervision {
             self.order = self.order.clone().stricter(plane.order(&self.subject));
         }
         if self.order.level.is_none() && self.frozen_by_another()? {
-            // An engage freezes a covered group itself (SPEC §12.3), so a group this worker did
+            // An engage freezes a covered group itself (docs/reference.md §6), so a group this worker did
             // not freeze may be frozen by a stop this wake's order was read too early to hold:
             // read it again before thawing (a pause lifted meanwhile still thaws).
             self.order = self.read();
@@ -574,7 +574,7 @@ impl Supervision {
 
     /// Once, when the agent's root is first seen gone with no stop cause: read the order fresh
     /// (the distributed plane's too) before the exit is put down to the agent. An engage kills
-    /// a covered group itself (SPEC §12.3), so the root can die of a stop this wake has not read
+    /// a covered group itself (docs/reference.md §6), so the root can die of a stop this wake has not read
     /// yet, its children still dying; stop wins that race. An unreachable plane is not a stop of
     /// an agent that has already ended.
     fn attribute_exit(&mut self) {

@@ -1,5 +1,4 @@
-//! How long a latch-sized durable write waits while other threads flush the same disk (issue 16:
-//! where `gate_closed_ms`'s tail comes from). A diagnostic, not a benchmark of stopline itself.
+//! How long a latch-sized durable write waits while other threads flush the same disk (//! where `gate_closed_ms`'s tail comes from). A diagnostic, not a benchmark of stopline itself.
 //!
 //! ```sh
 //! cargo run --release -p stopline-store --example flush_probe -- DIR FLUSHERS SAMPLES
@@ -11,7 +10,7 @@
 //! latch-sized (400 bytes) writes, 10 ms apart, and times each:
 //!
 //! - **new file**: `create_new`, write, `fsync`, the way a scoped latch's staging body is
-//!   written (SPEC §2); its fsync commits the file system's journal.
+//!   written (docs/reference.md §5); its fsync commits the file system's journal.
 //! - **overwrite**: the same bytes written over the start of a file whose 4 KiB were written and
 //!   fsynced beforehand (not timed), then `fdatasync`: no metadata changes, so no journal commit,
 //!   only the data and the device's cache flush.

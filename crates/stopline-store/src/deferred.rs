@@ -1,4 +1,4 @@
-//! Finishing what an engage could not record in time (SPEC §12.1, "engage never waits").
+//! Finishing what an engage could not record in time (docs/reference.md §5, "engage never waits").
 //!
 //! Engage publishes its latch first and then records it in the WAL (and, for `emergency`,
 //! advances the scope's epoch) under the WAL's exclusive lock. That lock is taken with a bound:

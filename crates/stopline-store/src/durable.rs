@@ -15,7 +15,7 @@ use std::path::Path;
 pub const RESERVE_BYTES: usize = 128 * 1024;
 
 impl Store {
-    /// Create the control directory whole (SPEC §12.1): the home (0700), `latches/`,
+    /// Create the control directory whole (docs/reference.md §5): the home (0700), `latches/`,
     /// `latches.staging/` and the full-disk reserve. Every verb that writes to the home starts
     /// here, and `stopline init` does only this, so the room a stop needs on a full disk (or a
     /// filesystem out of inodes) is taken before anyone fills it. Returns whether the reserve

@@ -1,4 +1,4 @@
-//! Engage, latch-first (SPEC §2).
+//! Engage, latch-first (docs/reference.md §5).
 //!
 //! Machine scope: `create_new` the final file, write the complete JSON, fsync the file, fsync the
 //! directory — contained. Other scopes: the same into `latches.staging/`, `hard_link` into
@@ -7,9 +7,9 @@
 //! A failure after containment is a warning in the receipt; it never removes the latch and never
 //! reports "not engaged". A failed publication step is never retried on the same file: a fresh
 //! latch with a fresh id is written instead, and on a full disk a file of the reserve is released
-//! first (one per failure, SPEC §13.7).
+//! first (one per failure, docs/reference.md §5).
 //!
-//! Engage never waits on anyone (SPEC §12.1): every lock it takes after the latch is durable
+//! Engage never waits on anyone (docs/reference.md §5): every lock it takes after the latch is durable
 //! shares one bound, [`ENGAGE_LOCK_BUDGET`]. When the WAL's lock is still held at the bound (a
 //! process frozen while it reads, say), the WAL record and epoch advance are left to the next
 //! process that holds the lock (`deferred.rs`) and the receipt says `wal_deferred`; before its
@@ -27,7 +27,7 @@ pub const COALESCE_WINDOW_MS: i64 = 1000;
 
 /// The longest an engage waits, in all, for the WAL's lock once its latch is durable. With the
 /// gateways' acknowledgement wait (250 ms by default) and the fsyncs, the receipt comes well
-/// within the 2 s of SPEC §12.1.
+/// within the 2 s of docs/reference.md §5.
 pub const ENGAGE_LOCK_BUDGET: Duration = Duration::from_millis(1000);
 
 /// What to engage.
@@ -116,7 +116,7 @@ impl Store {
         }
 
         let mut warnings = Vec::new();
-        // Reserve files released, one per full-disk failure (SPEC §13.7: a scoped stop on tmpfs
+        // Reserve files released, one per full-disk failure (docs/reference.md §5: a scoped stop on tmpfs
         // out of inodes needs two, and the next stop finds the rest).
         let mut reserve_released = 0usize;
         let mut attempts = 0;

@@ -57,7 +57,7 @@ impl StoreError {
 
     /// True when a read did not finish in its bound: a lock still held at its bound (by a
     /// stopped process, say), or an entry that took longer than `fs::ENTRY_READ_BOUND` to read
-    /// (SPEC §12.1: both are faults of a read that has not finished, not of a corrupt state).
+    /// (docs/reference.md §5: both are faults of a read that has not finished, not of a corrupt state).
     pub fn is_unfinished_read(&self) -> bool {
         self.is_lock_busy()
             || matches!(self, StoreError::Io { source, .. } if source.kind() == io::ErrorKind::TimedOut)

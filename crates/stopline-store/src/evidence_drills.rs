@@ -1,6 +1,6 @@
 //! The drill index, `evidence/drills.json`: what the evidence log says about drills, kept beside
 //! it, so the drill gate of `stopline run` and the gateway's `GET /v1/drills` read what is
-//! live, never the history (issue 15).
+//! live, never the history.
 //!
 //! **What it holds.** Per harness version the `pass` of its last drill, whether any drill of it
 //! passed, and the `seq`/hash of that last drill's line; how many drills the log recorded; the
@@ -42,7 +42,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use stopline_core::wal::WalEntry;
 
-/// The schema (and evidence kind) of a drill record (SPEC §7).
+/// The schema (and evidence kind) of a drill record (docs/reference.md §9).
 pub const DRILL_SCHEMA: &str = "control-observation.v1";
 
 /// The schema of `evidence/drills.json`.

@@ -15,7 +15,7 @@
 //!
 //! One failpoint is not a step and is never traced: `fs.read=delay_if:MS:PATH` makes every
 //! [`crate::fs::RealFs`] read of exactly `PATH` take `MS` milliseconds longer, inside the read's
-//! bound ([`read_delay`]) — a test's slow disk for one entry (SPEC §12.1). Reads happen on
+//! bound ([`read_delay`]) — a test's slow disk for one entry (docs/reference.md §5). Reads happen on
 //! every gate's view, so tracing them would bury the durable steps a crash test compares.
 //!
 //! The same builds honour `STOPLINE_TEST_CLOCK_OFFSET_MS=N`: the store's clock

@@ -9,7 +9,7 @@
 //! A failed fsync is never retried on the same descriptor: the kernel may have dropped the dirty
 //! pages and a retry would report a false success. Callers write a fresh file instead.
 //!
-//! Nothing here may block a reader for good (SPEC §12.1): every file is opened
+//! Nothing here may block a reader for good (docs/reference.md §5): every file is opened
 //! `O_NOFOLLOW | O_NONBLOCK` and must be a regular file (`fstat`), so a FIFO, socket, device,
 //! directory or symlink planted in the control directory is an error, never a wait; and every
 //! lock is taken with a bound, so a process frozen while it holds one (SIGSTOP) costs the others
@@ -133,7 +133,7 @@ pub fn lock_busy(error: &io::Error) -> bool {
 }
 
 /// The longest a single entry of the control directory may take to open and read before the
-/// read counts as a fault (SPEC §12.1).
+/// read counts as a fault (docs/reference.md §5).
 pub const ENTRY_READ_BOUND: Duration = Duration::from_secs(1);
 
 /// Open `path` for reading without following a final symlink and without blocking on a FIFO or
@@ -234,7 +234,7 @@ impl LockGuard for FlockGuard {}
 static APPENDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// [`Fs::append`] on the real filesystem; with `end`, also where the file ended just after
-/// `bytes` ([`Fs::append_end`]). The one append of every journal of the home (SPEC §13.7): it
+/// `bytes` ([`Fs::append_end`]). The one append of every journal of the home (docs/reference.md §5): it
 /// lands whole or leaves the file as it was.
 ///
 /// - Before writing, a torn tail (the file does not end in a newline: a crash's remnant, or a

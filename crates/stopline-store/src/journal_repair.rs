@@ -1,4 +1,4 @@
-//! Torn lines in the middle of a journal (SPEC §13.7): found for `status`, cut out by the
+//! Torn lines in the middle of a journal (docs/reference.md §5): found for `status`, cut out by the
 //! owner's repair.
 //!
 //! Every append lands whole or not at all (`fs.rs`), so a torn line can only be a crash's

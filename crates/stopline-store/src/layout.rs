@@ -1,4 +1,4 @@
-//! The fixed names of the control directory (SPEC §2). Tests corrupt these on purpose, so a
+//! The fixed names of the control directory (docs/reference.md §5). Tests corrupt these on purpose, so a
 //! name here is part of the contract and must not change.
 
 use std::path::{Path, PathBuf};
@@ -137,7 +137,7 @@ impl Layout {
     /// Every file of the full-disk reserve: `reserve.bin`, `reserve.1.bin` and `reserve.2.bin`,
     /// 128 KiB and an inode each, released one at a time. On tmpfs a hard link counts as an
     /// inode of its own, so a scoped stop (a staged file and its link) needs two free inodes,
-    /// and a machine stop after it one more (SPEC §13.7).
+    /// and a machine stop after it one more (docs/reference.md §5).
     pub fn reserve_files(&self) -> [PathBuf; 3] {
         [
             self.reserve(),

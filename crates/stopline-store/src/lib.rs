@@ -1,4 +1,4 @@
-//! The control plane's durable state, in the local control directory (SPEC §2).
+//! The control plane's durable state, in the local control directory (docs/reference.md §5).
 //!
 //! This crate is the only code that touches the control directory. It publishes latches
 //! latch-first, keeps the hash-chained WAL and the epoch snapshot (WAL before snapshot, read
@@ -67,11 +67,11 @@ pub struct Store {
     fs: Arc<dyn fs::Fs>,
     env: Arc<dyn env::Env>,
     /// How long a lock on the WAL (or another chained log) is waited for before the verb gives
-    /// up: a process frozen while it holds the lock must not hang the others (SPEC §12.1).
+    /// up: a process frozen while it holds the lock must not hang the others (docs/reference.md §5).
     /// `None` waits for as long as the holder keeps it (the model checker's stores, whose
     /// search never schedules a blocked process).
     lock_wait: Option<Duration>,
-    /// The bound of one whole read of the control state (`read_timeout_ms`, SPEC §12.1); a
+    /// The bound of one whole read of the control state (`read_timeout_ms`, docs/reference.md §5); a
     /// read that has not finished in time is a fault that closes every gate. `None` reads on
     /// the caller's thread without a bound (the model checker's stores).
     read_timeout: Option<Duration>,
@@ -100,7 +100,7 @@ pub struct Store {
     planted: planted::PlantedBug,
 }
 
-/// The default of `read_timeout_ms` (SPEC §12.1).
+/// The default of `read_timeout_ms` (docs/reference.md §5).
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_millis(5000);
 
 /// How long a verb other than engage waits for the WAL lock before it is refused.

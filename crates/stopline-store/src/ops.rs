@@ -71,7 +71,7 @@ impl std::future::Future for Durable {
     }
 }
 
-/// The census of unresolved operations (SPEC §4 status `unresolved`).
+/// The census of unresolved operations (docs/reference.md §3 status `unresolved`).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Census {
     /// Unresolved file operations.
@@ -96,7 +96,7 @@ pub struct CensusEntry {
     pub blocking: bool,
 }
 
-/// Who an operation is prepared for (SPEC §12.2): the acting agent, the root of its delegation
+/// Who an operation is prepared for (docs/reference.md §8): the acting agent, the root of its delegation
 /// chain, and whom the operation blocks if its outcome is ever in doubt.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OpOwner {
@@ -549,7 +549,7 @@ impl OpsJournal {
     /// now and written by the journal's writer thread, after this operation's `prepared`
     /// record and before its outcome (one queue, in arrival order), so a gateway's worker never
     /// touches the file: an append there could block the runtime's worker on the file, and
-    /// every 64 KiB wrote the journal's snapshot on it (issue 16). Nothing relies on the
+    /// every 64 KiB wrote the journal's snapshot on it. Nothing relies on the
     /// record surviving a crash: an operation without an outcome is unresolved whether or not
     /// its `dispatched` record was written (`docs/durability.md`); the gateway does not wait
     /// for it, and a failure to write it is logged by the writer.

@@ -2,7 +2,7 @@
 //! model checker can show that it finds them. Compiled only with the `planted-bugs` feature, and even then off unless a
 //! store is built with [`crate::Store::with_planted_bug`]. Nothing in the binary enables it.
 //!
-//! Each bug breaks exactly one rule of SPEC §4 (Recovery) and must be caught by one property of
+//! Each bug breaks exactly one rule of docs/reference.md §3 (Recovery) and must be caught by one property of
 //! `stopline model-check`; `stopline-assurance/tests/` asserts that it is.
 
 /// A bug to plant in [`crate::Store::recover_apply`].

@@ -16,7 +16,7 @@ use stopline_core::wal_record::{
 };
 use stopline_core::{ControlState, RefusalCode, Scope};
 
-/// The receipt of `recover plan` (SPEC §4).
+/// The receipt of `recover plan` (docs/reference.md §3).
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanReceipt {
     /// The plan id.
@@ -31,7 +31,7 @@ pub struct PlanReceipt {
     pub registry_errors: Vec<String>,
 }
 
-/// The receipt of `recover apply` (SPEC §4).
+/// The receipt of `recover apply` (docs/reference.md §3).
 #[derive(Debug, Clone, Serialize)]
 pub struct ApplyReceipt {
     /// True only when no latch covers the scope after the rescan.

@@ -29,7 +29,7 @@ pub struct RepairReceipt {
     pub epoch_seq: u64,
     /// Evidence files written before changing anything.
     pub evidence: Vec<String>,
-    /// Journals (ops, spend) whose torn lines were cut out (SPEC §13.7).
+    /// Journals (ops, spend) whose torn lines were cut out (docs/reference.md §5).
     pub journals_repaired: Vec<crate::journal_repair::JournalRepair>,
     /// Journals with torn lines left alone because their writer still runs (stop it first).
     pub journals_live: Vec<String>,

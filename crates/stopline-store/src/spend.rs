@@ -9,7 +9,7 @@
 //! since the last look ([`Elsewhere`]): settled reservations at what they used; open ones of a
 //! writer that is gone (crashed, killed, restarted) at their bound — spending in doubt is spent,
 //! never forgotten; open ones of a live writer as calls in flight elsewhere. Each look reads of
-//! every other journal only the bytes after the complete lines it already folded (issue 15),
+//! every other journal only the bytes after the complete lines it already folded,
 //! and keeps of them only the open reservations and each account's settled total (`Meaning`,
 //! the one fold of a journal's lines); a journal that is another file than the one folded
 //! (another inode, or the same inode number born later) is folded again from its start, the
@@ -460,7 +460,7 @@ impl SpendJournal {
         Ok(())
     }
 
-    /// Rewrite this journal to what it means once it has grown past its bound (issue 15): a
+    /// Rewrite this journal to what it means once it has grown past its bound: a
     /// new file holding per account the settled total and every open reservation's `reserved`
     /// line, fsynced, renamed over the journal's name, `spend/` fsynced. The caller holds the
     /// spend lock, so no other process is folding it; appends of this process wait. A reader
@@ -503,7 +503,7 @@ impl SpendJournal {
         let bound = self.store.spend_rewrite_bytes;
         let Some(born) = id.and_then(|id| id.born_ns) else {
             // A reader could not tell the new file from the old one under a reused inode
-            // number: the journal keeps growing, as before issue 15.
+            // number: the journal keeps growing, as it did before journals were rewritten live.
             self.own.rewrite_at.store(u64::MAX, Ordering::SeqCst);
             return Ok(());
         };

@@ -1,4 +1,4 @@
-//! Compaction of the spending journals: what gone writers spent leaves the hot set (issue 15).
+//! Compaction of the spending journals: what gone writers spent leaves the hot set.
 //!
 //! A journal `spend/<label>-<pid>-<start>.jsonl` whose writer has ended is never appended to
 //! again. Left in `spend/`, every reservation on a limit would still list and open it, and a

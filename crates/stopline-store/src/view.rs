@@ -6,7 +6,7 @@
 //! `latches/` is a latch; anything doubtful becomes a machine emergency or a fault. Gates never
 //! repair anything.
 //!
-//! Which is which (SPEC §12.1): an entry that is not a regular file (FIFO, socket, device,
+//! Which is which (docs/reference.md §5): an entry that is not a regular file (FIFO, socket, device,
 //! directory, symlink), that vanished between the listing and its read, or that does not parse
 //! is a machine emergency — someone put it there. An entry whose open and read did not finish
 //! within `fs::ENTRY_READ_BOUND` is a read fault (`control_io`, counted as a read that did not
@@ -28,7 +28,7 @@ use stopline_core::{
 /// The WAL's exclusive lock (held while this lives), the verified WAL and the active latches.
 pub(crate) type LockedScan = (Box<dyn crate::fs::LockGuard>, WalLog, Vec<ActiveLatch>);
 
-/// A whole read of the control state that did not finish within `read_timeout_ms` (SPEC §12.1):
+/// A whole read of the control state that did not finish within `read_timeout_ms` (docs/reference.md §5):
 /// a fault, told apart from the others because a supervisor freezes on it where it kills on a
 /// corrupt state. `refusal` is the fault a gate's view carries for it (`control_io`).
 #[derive(Debug, Clone, PartialEq)]
@@ -282,7 +282,7 @@ impl Store {
     /// shared WAL lock; every fault closes every gate.
     ///
     /// With a read bound (every store the binary opens), the read runs on its own thread and a
-    /// read that has not finished within `read_timeout_ms` is a fault (SPEC §12.1): the caller
+    /// read that has not finished within `read_timeout_ms` is a fault (docs/reference.md §5): the caller
     /// gets a view that closes every gate, never a wait. A control directory that does not
     /// exist is the fault `control_home_missing`, never "no stop".
     pub fn load_control_view(&self) -> ControlView {
@@ -303,7 +303,7 @@ impl Store {
     }
 
     /// [`Store::load_view`], telling a read that did not finish within `read_timeout_ms` apart
-    /// from every other fault: SPEC §12.1 makes it a fault like any other for a gate (which
+    /// from every other fault: docs/reference.md §5 makes it a fault like any other for a gate (which
     /// closes either way), but a supervisor freezes on it rather than kill (its caller decides
     /// what it means; the view it would have closed with is in the error).
     pub fn load_view_timed(&self) -> Result<ControlView, ReadTimedOut> {

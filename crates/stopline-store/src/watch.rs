@@ -7,7 +7,7 @@
 //! gate can put it in force at once, latches first), and whether events may have been missed (a
 //! queue overflow, a lost watch on `latches/`, which is re-made): then the caller must re-read
 //! everything. Names outside that set are not reported, so a reader's own lock files and the
-//! registrations and evidence beside them never wake anybody (issue 15: a gateway re-read its
+//! registrations and evidence beside them never wake anybody (a gateway re-read its
 //! state for good on the close of its own WAL lock). `ops/` is watched too, apart: a journal
 //! another process appended to, created or moved away (archived), and the archive itself, are
 //! reported as [`ControlChanges::journals`], so a reader that follows the journals

@@ -1,4 +1,4 @@
-//! Every journal append lands whole or leaves the file as it was (SPEC §13.7, issue 36).
+//! Every journal append lands whole or leaves the file as it was (docs/reference.md §5).
 //!
 //! On a real tmpfs filled by the test, an append that lands partly (the kernel writes what fits
 //! and then reports ENOSPC) is cut back before the error is returned; a torn tail (a crash's

@@ -1,4 +1,4 @@
-//! A `latches/` entry that is slow to read is a read fault, not a machine emergency (SPEC §12.1):
+//! A `latches/` entry that is slow to read is a read fault, not a machine emergency (docs/reference.md §5):
 //! the view carries a `control_io` fault counted as a read that did not finish (so a supervisor
 //! freezes rather than kills), no latch stands for the slow entry, and a verb that changes
 //! latches refuses with that fault instead of planning around an emergency. An entry that is

@@ -38,7 +38,7 @@ fn poll_interval(waited: Duration) -> Duration {
 const FAST_POLL_WINDOW: Duration = Duration::from_millis(25);
 
 /// How a worker's processes are contained and killed. `cgroup2` is the strong method;
-/// `subreaper` is the fallback (SPEC §6) and is reported as weaker in status.
+/// `subreaper` is the fallback (docs/reference.md §6) and is reported as weaker in status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {

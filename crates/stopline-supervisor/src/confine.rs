@@ -1,7 +1,7 @@
 //! The walls an agent's process is started inside, beyond its group and network namespace: no
 //! controlling terminal, no new privileges, process and memory ceilings, and a private mount
-//! namespace with fresh `/tmp`, `/var/tmp`, `/run` and `/dev/shm` (SPEC §12.3), and an IPC
-//! namespace of its own (SPEC §13.2).
+//! namespace with fresh `/tmp`, `/var/tmp`, `/run` and `/dev/shm` (docs/reference.md §6), and an IPC
+//! namespace of its own (docs/reference.md §6).
 //!
 //! Everything here is prepared in the parent ([`Confinement::prepare`]: every path turned into a
 //! C string, every directory to create listed) and applied in the child's pre-exec hook

@@ -1,4 +1,4 @@
-//! Process and memory ceilings of a worker (the policy card's `limits`, SPEC §12.3): through
+//! Process and memory ceilings of a worker (the policy card's `limits`, docs/reference.md §6): through
 //! the group's `pids.max` and `memory.max` where those controllers are enabled in the cgroup v2
 //! hierarchy, else `RLIMIT_NPROC` (per the run's own uid) and `RLIMIT_AS` set before exec.
 //!

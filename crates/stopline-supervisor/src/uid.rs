@@ -1,4 +1,4 @@
-//! One uid per live agent (SPEC §12.3): a fresh uid from a range, used by no live process, or
+//! One uid per live agent (docs/reference.md §6): a fresh uid from a range, used by no live process, or
 //! a named user's uid checked to be free, held by a lease for as long as the agent lives.
 //!
 //! Two agents under one uid are not isolated from each other: each may read the other's
@@ -9,7 +9,7 @@
 //! Taking the lock comes first and the census of `/proc` second, so two supervisors starting at
 //! once can never both pick the same uid. This module never changes any process's identity.
 //!
-//! A uid carries nothing from its last holder (SPEC §13.2): a fresh uid is not leased while SysV
+//! A uid carries nothing from its last holder (docs/reference.md §6): a fresh uid is not leased while SysV
 //! objects it owns remain in the host's IPC namespace (`/proc/sysvipc/{shm,msg,sem}`, owner or
 //! creator) or files it owns remain under `/tmp`, `/var/tmp`, `/dev/shm` or a path the run
 //! shares. That scan is bounded: at most [`SCAN_BOUND`] directory entries in all, symlinks never

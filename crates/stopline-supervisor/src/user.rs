@@ -76,7 +76,7 @@ impl UserIdentity {
     }
 
     /// True when this identity is the calling process's own real uid: running an agent as it
-    /// gives the agent the caller's access (SPEC §3 requires `--unconfined` for that).
+    /// gives the agent the caller's access (docs/reference.md §2 requires `--unconfined` for that).
     pub fn is_caller(&self) -> bool {
         self.uid == rustix::process::getuid().as_raw()
     }

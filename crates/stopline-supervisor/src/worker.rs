@@ -377,7 +377,7 @@ impl Worker {
     }
 
     fn thaw_step(&mut self) -> Result<EnforcementAction, WorkerError> {
-        // An engage freezes covered groups itself (SPEC §12.3), so a group may be frozen
+        // An engage freezes covered groups itself (docs/reference.md §6), so a group may be frozen
         // without this worker having frozen it: the kernel's `frozen` is asked too.
         let frozen_by_other = match &self.contained {
             Contained::Group(group) => group.events()?.frozen,

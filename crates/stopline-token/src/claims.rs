@@ -84,7 +84,7 @@ impl Claims {
         }
     }
 
-    /// Judge the issue epoch against `epochs` for this token's subject (SPEC §2, Epochs): stale
+    /// Judge the issue epoch against `epochs` for this token's subject (docs/reference.md §5, Epochs): stale
     /// when any scope covering any link of the chain, the project or the run advanced past it.
     ///
     /// `epochs` must be freshly read. On [`AuthorityStatus::Future`], re-read the epoch once

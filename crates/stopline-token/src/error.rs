@@ -29,7 +29,7 @@ pub enum TokenError {
 }
 
 impl TokenError {
-    /// The refusal code this error reports as on every surface (SPEC §4).
+    /// The refusal code this error reports as on every surface (docs/reference.md §3).
     pub fn code(&self) -> RefusalCode {
         match self {
             TokenError::Malformed(_) | TokenError::BadSignature => RefusalCode::TokenInvalid,
@@ -37,7 +37,7 @@ impl TokenError {
         }
     }
 
-    /// The `code` field of a `token verify` receipt (SPEC §4): `malformed`, `bad_signature` or
+    /// The `code` field of a `token verify` receipt (docs/reference.md §3): `malformed`, `bad_signature` or
     /// `expired`.
     pub fn verify_code(&self) -> &'static str {
         match self {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use stopline_core::budget::Budgets;
 use stopline_core::{Name, Refusal, RefusalCode, Role};
 
-/// Token lifetime when none is asked for (SPEC §4: `--ttl`, default 3600 s).
+/// Token lifetime when none is asked for (docs/reference.md §3: `--ttl`, default 3600 s).
 pub const DEFAULT_TTL_S: u64 = 3600;
 
 /// A freshly minted token with the claims it carries.

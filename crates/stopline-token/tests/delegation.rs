@@ -113,7 +113,7 @@ fn refusals() {
         RefusalCode::BadRequest
     );
     assert!(delegate(&key(), &root, name("coder"), Some(u64::MAX), &none, NOW).is_ok());
-    // SPEC §13.2: a chain is at most MAX_DELEGATION_DEPTH (8) delegations deep.
+    // docs/reference.md §6: a chain is at most MAX_DELEGATION_DEPTH (8) delegations deep.
     let mut deepest = root.clone();
     for link in 1..=MAX_DELEGATION_DEPTH {
         deepest = child_of(&deepest, &format!("a{link}"), None, &none);

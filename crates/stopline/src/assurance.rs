@@ -50,7 +50,7 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
     }
 }
 
-/// `model-check` (SPEC §9): exit 0 when every property holds, 1 on a counterexample.
+/// `model-check` (docs/reference.md §11): exit 0 when every property holds, 1 on a counterexample.
 pub fn model_check(json: bool) -> i32 {
     let options = stopline_assurance::protocol::Options {
         progress: true,
@@ -64,7 +64,7 @@ fn io(error: impl std::fmt::Display) -> Refusal {
     Refusal::new(RefusalCode::ControlIo, error.to_string())
 }
 
-/// `bench` (SPEC §11): one measure, or (without `which`) the four of SPEC §11 side by side. A measure this
+/// `bench` (docs/reference.md §3): one measure, or (without `which`) the four of docs/reference.md §3 side by side. A measure this
 /// machine cannot take (the kill needs cgroup v2 and root) is reported as such, never left out.
 fn bench(
     ctx: &Context,
@@ -123,7 +123,7 @@ fn bench(
     }
 }
 
-/// `drill` (SPEC §8): one drill, `--repeat` drills in a row, or a `--sweep`; exit 1 if any failed.
+/// `drill` (docs/reference.md §11): one drill, `--repeat` drills in a row, or a `--sweep`; exit 1 if any failed.
 fn drill(ctx: &Context, args: DrillArgs, json: bool) -> Result<i32, Refusal> {
     let mut options = stopline_drill::DrillOptions::new(ctx.store.layout().home().to_path_buf());
     options.agents = args.agents;

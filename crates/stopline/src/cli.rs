@@ -1,4 +1,4 @@
-//! The command-line definition (SPEC §4). Flags and names here are a contract.
+//! The command-line definition (docs/reference.md §3). Flags and names here are a contract.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -154,7 +154,7 @@ pub enum Command {
     /// Agent hooks that fail closed.
     #[command(subcommand)]
     Hook(HookCommand),
-    /// Run the gateway: the enforcement point agents must pass (SPEC §5).
+    /// Run the gateway: the enforcement point agents must pass (docs/reference.md §8).
     Serve {
         /// The listen address (default: the config's `listen`, else 127.0.0.1:7077).
         #[arg(long)]
@@ -171,7 +171,7 @@ pub enum Command {
         #[arg(long)]
         access_log: bool,
     },
-    /// Run an agent under a policy card, contained, and enforce every stop on it (SPEC §6).
+    /// Run an agent under a policy card, contained, and enforce every stop on it (docs/reference.md §6).
     Run {
         /// The policy card (policy-card.v1, JSON or TOML).
         #[arg(long)]
@@ -243,28 +243,28 @@ pub enum Command {
         #[arg(long)]
         server_command: Option<String>,
     },
-    /// Check the four-mode machine and the real protocol exhaustively (SPEC §9).
+    /// Check the four-mode machine and the real protocol exhaustively (docs/reference.md §11).
     ModelCheck,
-    /// The distributed plane's etcd set-up (SPEC §13.1).
+    /// The distributed plane's etcd set-up (docs/reference.md §10).
     #[command(subcommand)]
     Etcd(EtcdCommand),
-    /// Print the shell completion script for `bash`, `zsh` or `fish` on stdout (SPEC §12.5).
+    /// Print the shell completion script for `bash`, `zsh` or `fish` on stdout (docs/reference.md §3).
     Completions {
         /// The shell.
         #[arg(value_enum)]
         shell: ShellArg,
     },
-    /// Print the manual page (roff) on stdout (SPEC §12.5): `stopline man | man -l -`.
+    /// Print the manual page (roff) on stdout (docs/reference.md §3): `stopline man | man -l -`.
     Man,
-    /// Run the boundary battery against this binary (SPEC §9); exit 1 unless every case passed.
+    /// Run the boundary battery against this binary (docs/reference.md §11); exit 1 unless every case passed.
     Conformance {
         /// Run only the cases whose id contains this text.
         #[arg(long)]
         filter: Option<String>,
     },
-    /// Drill the stop under load and file a control-observation.v1 (SPEC §8); exit 1 if it failed.
+    /// Drill the stop under load and file a control-observation.v1 (docs/reference.md §11); exit 1 if it failed.
     Drill(DrillArgs),
-    /// The hash-chained evidence log (SPEC §7).
+    /// The hash-chained evidence log (docs/reference.md §9).
     #[command(subcommand)]
     Evidence(EvidenceCommand),
     /// Validate the configuration, then make every gateway of this host serving this home
@@ -533,7 +533,7 @@ pub enum OpsCommand {
     },
 }
 
-/// `drill` flags (SPEC §8).
+/// `drill` flags (docs/reference.md §11).
 #[derive(Debug, Args)]
 pub struct DrillArgs {
     /// Top-level agents.

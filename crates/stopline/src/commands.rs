@@ -55,7 +55,7 @@ pub fn run(cli: Cli) -> i32 {
         Err(refusal) => return output::refusal(json, &refusal),
     };
     if creates_home(&cli.command) {
-        // Every command that writes to the home creates it whole first (SPEC §12.1).
+        // Every command that writes to the home creates it whole first (docs/reference.md §5).
         if let Err(error) = ctx.store.ensure_home() {
             return output::refusal(json, &error.to_refusal());
         }
@@ -137,7 +137,7 @@ fn on_broken_config(command: &Command) -> OnBrokenConfig {
     match command {
         Command::Engage { .. } => OnBrokenConfig::Defaults,
         Command::Check { .. } => OnBrokenConfig::Block,
-        // The verbs only the owner console may run (SPEC §3).
+        // The verbs only the owner console may run (docs/reference.md §2).
         Command::Recover(_)
         | Command::Drain { .. }
         | Command::Ops(OpsCommand::Reconcile { .. }) => {

@@ -1,4 +1,4 @@
-//! `stopline conformance` (SPEC §9): run the boundary battery of `stopline-assurance` against
+//! `stopline conformance` (docs/reference.md §11): run the boundary battery of `stopline-assurance` against
 //! this very executable and print its report; exit 0 only when every case passed.
 //!
 //! Also the deliberately broken refusals of the `conformance-broken` feature, which exist only

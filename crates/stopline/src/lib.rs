@@ -1,4 +1,4 @@
-//! The `stopline` command-line definition (SPEC §4) as a library target, so repository tooling
+//! The `stopline` command-line definition (docs/reference.md §3) as a library target, so repository tooling
 //! (`cargo xtask dist`) generates the shell completions and the man page from the very
 //! definition the binary parses, and they can never drift apart.
 //!

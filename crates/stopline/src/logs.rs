@@ -34,7 +34,7 @@ pub fn init(cli: &Cli) {
 }
 
 /// Stderr for the text log: each event's line with every control character of what it carries
-/// escaped ([`stopline_core::text::inert_except`], SPEC §13.2), so a tool server's stderr line
+/// escaped ([`stopline_core::text::inert_except`], docs/reference.md §6), so a tool server's stderr line
 /// or an agent's model name cannot move the cursor, clear the screen or forge a log line. The
 /// formatter writes one event per `write` and already escapes `ESC` in fields; the `ESC` that
 /// remains is its own colouring and the last `\n` ends the line, so both are kept.

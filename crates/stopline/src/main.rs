@@ -35,7 +35,7 @@ fn main() {
     std::process::exit(code);
 }
 
-/// A closed standard output ends any command quietly (SPEC §12.1). `output.rs` never panics on
+/// A closed standard output ends any command quietly (docs/reference.md §5). `output.rs` never panics on
 /// one; this is the backstop for a print anywhere else (a library's progress line, clap's own
 /// help): the panic a broken pipe raises ends the process with exit 1 and no message or
 /// backtrace. Every other panic is reported as before.

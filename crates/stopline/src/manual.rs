@@ -1,4 +1,4 @@
-//! `stopline completions <shell>` and `stopline man` (SPEC §12.5): the shell completion scripts
+//! `stopline completions <shell>` and `stopline man` (docs/reference.md §3): the shell completion scripts
 //! and the manual page, generated from the very CLI definition this binary parses, so a user
 //! with only the binary has them and they cannot drift from the flags. `cargo xtask dist`
 //! generates the same files (and one page per subcommand) for the package.
@@ -8,7 +8,7 @@ use clap::CommandFactory;
 use std::io::Write;
 
 /// Print the completion script for `shell`; exit 0, or 1 if stdout failed (a closed stdout
-/// ends the command quietly, SPEC §12.1).
+/// ends the command quietly, docs/reference.md §5).
 pub fn completions(shell: ShellArg) -> i32 {
     let shell = match shell {
         ShellArg::Bash => clap_complete::Shell::Bash,

@@ -1,6 +1,6 @@
 //! Printing receipts and refusals, in one place, so every command reports the same way.
 //!
-//! Nothing here panics on a closed output (SPEC §12.1): `stopline status | head -1` ends
+//! Nothing here panics on a closed output (docs/reference.md §5): `stopline status | head -1` ends
 //! quietly. A write that fails because the reader went away is dropped, and the command still
 //! ends with its own exit code.
 

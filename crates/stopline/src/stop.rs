@@ -13,7 +13,7 @@ pub fn presented(args: &TokenArgs) -> Result<Option<String>, Refusal> {
     tokens::presented(args.token.as_deref(), args.token_file.as_deref())
 }
 
-/// `init`: create the home whole (SPEC §12.1) and nothing else.
+/// `init`: create the home whole (docs/reference.md §5) and nothing else.
 pub fn init(store: &Store, json: bool) -> i32 {
     match stopline_control::home::init(store) {
         Ok(receipt) => {

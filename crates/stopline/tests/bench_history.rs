@@ -1,4 +1,4 @@
-//! `stopline bench history --json` (issue 15): the real binary builds an aged home beside a
+//! `stopline bench history --json`: the real binary builds an aged home beside a
 //! fresh one and reports every measure side by side, and an idle gateway's CPU and RSS. The
 //! figures are not judged here (speed is measured, never asserted); the shape is.
 

@@ -1,6 +1,6 @@
-//! Bounded input, projects that are gone, and a closed standard output (SPEC §12.1).
+//! Bounded input, projects that are gone, and a closed standard output (docs/reference.md §5).
 //!
-//! Reproduces issue 12: a revoked token engaged ~970 distinct latches and then 25 latches with
+//! Reproduces a reported defect: a revoked token engaged ~970 distinct latches and then 25 latches with
 //! 1.9 MB reasons (the home grew to 121 MB, `status` took 1.4 s); `engage --scope
 //! project:<a directory that was deleted>` was refused; and `stopline status | head -1` and
 //! `ops list | head` panicked with "failed printing to stdout: Broken pipe".

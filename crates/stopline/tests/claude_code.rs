@@ -179,9 +179,9 @@ fn a_claude_code_session_stopped_mid_way_makes_no_further_model_call_and_runs_no
     stopped_mid_way(&home, &scratch, &upstream, &gateway, &[]);
 }
 
-/// Issue 35: the agent writes `.claude/settings.local.json` with `env.STOPLINE_URL` aimed at its
+/// The agent writes `.claude/settings.local.json` with `env.STOPLINE_URL` aimed at its
 /// own server answering "allow" to every check. Claude Code hands that environment to the hook;
-/// with the gateway pinned in root's `hook.toml` (SPEC §13.2) the hook still asks the real
+/// with the gateway pinned in root's `hook.toml` (docs/reference.md §6) the hook still asks the real
 /// gateway, and step 4 is blocked.
 #[test]
 fn an_agent_written_stopline_url_does_not_move_the_pinned_hook() {

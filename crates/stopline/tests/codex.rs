@@ -245,7 +245,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Gateway only, no `stopline run` (issue 40: two tool calls already delivered ran after an
+/// Gateway only, no `stopline run` (two tool calls already delivered ran after an
 /// emergency). A halt lets the held call finish, so Codex gets its fourth shell call: the hook
 /// (`stopline hook codex`, from a `config.toml` the agent's uid cannot change) refuses it with
 /// the latch's code, and the refused model call after it never reaches the upstream.

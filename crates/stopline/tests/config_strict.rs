@@ -1,6 +1,6 @@
-//! `config.toml` is strict, and engage does not depend on it (SPEC §12.1).
+//! `config.toml` is strict, and engage does not depend on it (docs/reference.md §5).
 //!
-//! Reproduces issue 12: a TOML syntax error made `engage` fail (`control_state_corrupt`), and
+//! Reproduces a reported defect: a TOML syntax error made `engage` fail (`control_state_corrupt`), and
 //! `status`, `check` and `token issue` too; a misspelled key (`operater = [...]`) was silently
 //! ignored, dropping the operator list.
 #![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes

@@ -1,9 +1,9 @@
-//! Nothing in the control directory can block a reader (SPEC §12.1): a FIFO, socket, directory
+//! Nothing in the control directory can block a reader (docs/reference.md §5): a FIFO, socket, directory
 //! or symlink where a latch (or another control record) should be is opened
 //! `O_NOFOLLOW | O_NONBLOCK`, found not to be a regular file, and read as a machine emergency or
 //! a fault — `check` and `status` answer at once, and a supervised agent is killed.
 //!
-//! Reproduces issue 12: a FIFO in `latches/` made `check` and `status` hang forever and wedged
+//! Reproduces a reported defect: a FIFO in `latches/` made `check` and `status` hang forever and wedged
 //! the supervisor for good. The only time bound here is a hang detector (60 s), never a speed
 //! assertion.
 

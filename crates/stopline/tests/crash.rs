@@ -849,7 +849,7 @@ fn child_trace(home: &Home, env: &[(&str, &str)]) -> Vec<String> {
         .collect()
 }
 
-/// Issue 15, the drill index: a failing drill appended after passing ones (in the middle of a
+/// The drill index: a failing drill appended after passing ones (in the middle of a
 /// segment, starting one, and after a drill line a crash left unanchored and unindexed), and the
 /// drill gate building an older home's index, crashed at every step: the gate then answers
 /// what a full read of the log answers (never the pass of the drills before), `evidence verify

@@ -167,7 +167,7 @@ fn a_real_breaker_trip_files_a_valid_evidence_record() {
     assert_eq!(r.json()["trips"], 1);
 }
 
-/// Issue 15: the WAL is read from its checkpoint on the hot path, but the evidence verdict
+/// The WAL is read from its checkpoint on the hot path, but the evidence verdict
 /// judges a trip's window by when its latch was cleared, which may lie before the checkpoint:
 /// `evidence verify` reads the whole WAL.
 #[test]
@@ -221,7 +221,7 @@ fn a_trips_window_closed_before_the_wal_checkpoint_still_ends_at_its_clearing() 
     );
 }
 
-/// Issue 15: the evidence log is segmented. `evidence verify` checks the newest two segments
+/// The evidence log is segmented. `evidence verify` checks the newest two segments
 /// (the current one and its link into the one before), `evidence verify --all` every segment
 /// from the first record; an append reads only the log's end, so a damaged or missing old
 /// segment does not stop a breaker trip's record from landing, and `--all` names the break.
@@ -321,7 +321,7 @@ fn verify_all_reads_every_segment_and_an_append_needs_only_the_tail() {
     );
 }
 
-/// Issue 15: `GET /v1/drills` reads the drill index, never the history. An older home (no
+/// `GET /v1/drills` reads the drill index, never the history. An older home (no
 /// `evidence/drills.json`, a head without its drill anchor) is indexed by the first read from a
 /// whole verified log; after that every segment but the newest can be gone and the page still
 /// shows the same drills (before, it read every segment: a missing one was an `error` and no

@@ -1,10 +1,10 @@
-//! Engage never waits on anyone (SPEC §12.1): a real `stopline serve` is parked by SIGSTOP
+//! Engage never waits on anyone (docs/reference.md §5): a real `stopline serve` is parked by SIGSTOP
 //! while it holds the WAL's shared lock (a failpoint stops it exactly there, so the test is
 //! deterministic), and `engage` still answers — its latch in force, `wal_deferred` in its
 //! receipt — again and again; once the gateway is resumed, the next process that takes the lock
 //! writes every deferred record and epoch advance.
 //!
-//! Reproduces issue 12: engage sat in `locks_lock_inode_wait` on `breakglass.wal.jsonl` for
+//! Reproduces a reported defect: engage sat in `locks_lock_inode_wait` on `breakglass.wal.jsonl` for
 //! over 150 s, 3 times out of 3, while one gateway was frozen with `kill -STOP`. The only time
 //! bound here is a hang detector (60 s, far beyond the 2 s contract): the assertions are on what
 //! the receipt says, never on how fast it came.

@@ -1,4 +1,4 @@
-//! The fleet plane locked (SPEC §13.1), against a real etcd on loopback through the real binary.
+//! The fleet plane locked (docs/reference.md §10), against a real etcd on loopback through the real binary.
 //!
 //! - TLS and auth on (`etcds://`, client certificates, `etcd roles --apply`): an attacker without
 //!   credentials cannot delete the latch, WAL and epoch keys nor write `keys/verify.pub`, and a

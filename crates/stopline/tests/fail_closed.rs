@@ -1,4 +1,4 @@
-//! Every fail-closed read of SPEC §2: what cannot be trusted closes every gate, critical work
+//! Every fail-closed read of docs/reference.md §5: what cannot be trusted closes every gate, critical work
 //! included, and status shows why.
 #![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
@@ -186,7 +186,7 @@ fn deleted_latch_recorded_in_the_wal_is_a_machine_emergency() {
 
 #[test]
 fn an_empty_home_means_no_emergency() {
-    // A missing home is `control_home_missing` (SPEC §12.1, tests/home_whole.rs); one that
+    // A missing home is `control_home_missing` (docs/reference.md §5, tests/home_whole.rs); one that
     // exists with nothing in it is "no stop".
     let home = Home::new();
     home.run(&["init"]).assert_ok();

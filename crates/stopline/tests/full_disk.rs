@@ -1,6 +1,6 @@
-//! A full disk tears no journal, loses no record and stops no stop (SPEC §13.7, issue 36).
+//! A full disk tears no journal, loses no record and stops no stop (docs/reference.md §5).
 //!
-//! Reproduces issue 36: on a small filesystem filled under load, a failed append left half a
+//! Reproduces a reported defect: on a small filesystem filled under load, a failed append left half a
 //! line in `ops/` and `spend/` journals and the next record was glued onto it (a prepared
 //! record lost to readers, and a gateway that would not restart); and on tmpfs out of inodes a
 //! scoped stop needed two inodes (a staged file and its link) where the reserve freed one.
@@ -211,7 +211,7 @@ fn prepared(op: &str, target: &str) -> String {
 fn a_journal_torn_in_its_middle_is_a_fault_until_repaired_at_the_owner_console() {
     let home = Home::new();
     home.run(&["init"]).assert_ok();
-    // What a failed append on a full disk left in a gateway's journals before issue 36: half
+    // What a failed append on a full disk left in a gateway's journals before appends were made whole: half
     // a prepared line, then the next record glued onto it. pid 4194304 is above pid_max, so
     // the writer is certainly gone.
     let ops = home.file("ops");

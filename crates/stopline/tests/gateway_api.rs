@@ -428,7 +428,7 @@ fn breakers_trip_on_unauthorized_calls_and_anomaly_scores() {
     home.valid_evidence();
 }
 
-/// Issue 16: the threads a stop runs on — the view watcher, which swaps the latched view in and
+/// The threads a stop runs on — the view watcher, which swaps the latched view in and
 /// wakes the calls it concerns, and the acknowledgement thread, whose read of the control state
 /// an engage waits on — run above the request load: nice −10 when the gateway may raise them
 /// (these tests run as root, as the gateway does here), its runtime's workers at the process's

@@ -1,4 +1,4 @@
-//! The gateway's edges (SPEC §13.2), tried with the attacks of issue 35: a delegation chain
+//! The gateway's edges (docs/reference.md §6), tried with the reported attacks: a delegation chain
 //! grown without end (100 `/v1/delegate` calls in 2.6 s, no depth limit) and three children
 //! each engaging 32 latches; a model name carrying `ESC[2J` and an OSC title sequence printed
 //! raw by `ops list` on the operator's terminal; and an agent token reading every scope that

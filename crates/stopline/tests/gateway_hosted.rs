@@ -1,4 +1,4 @@
-//! Nothing leaves around the gateway through the model routes (SPEC §13.2): a request that asks
+//! Nothing leaves around the gateway through the model routes (docs/reference.md §6): a request that asks
 //! the provider to act on the agent's behalf — an MCP server the agent names, web search, code
 //! interpreter, web fetch, a background response — sent by the official `openai` and
 //! `anthropic` SDKs is refused `hosted_tool_refused` naming the field, and the upstream sees

@@ -1,4 +1,4 @@
-//! Least privilege on the gateway's API (SPEC §12.3): an agent token reads only its own chain
+//! Least privilege on the gateway's API (docs/reference.md §6): an agent token reads only its own chain
 //! in `/v1/budgets` and only the latches covering it in `/v1/status`, while operators and
 //! monitors see all; `/v1/delegate` is refused while a latch covers the parent, even a pause;
 //! and a client that never finishes its request headers is disconnected.

@@ -1,4 +1,4 @@
-//! The gateway's log (issue 17): `serve` logs every refusing admission decision, stream cut,
+//! The gateway's log: `serve` logs every refusing admission decision, stream cut,
 //! breaker trip, acknowledgement and control-state fault through `tracing` with the fields
 //! `agent`, `route`, `code` and `latency_ms`; `--log-format json` writes one JSON object a
 //! line; `RUST_LOG` chooses what is logged; a tool server's stderr lines are prefixed with its

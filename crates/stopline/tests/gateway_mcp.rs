@@ -91,7 +91,7 @@ fn write_call(gateway: &Gateway, token: &str, session: Option<&str>, n: u64) -> 
         .unwrap_or_default()
 }
 
-/// Issue 15: a home whose earlier gateways are gone, each leaving a spending journal with what
+/// A home whose earlier gateways are gone, each leaving a spending journal with what
 /// it spent on the token — 12 calls settled at 1 and one reservation never settled (in doubt,
 /// counted at its bound) — is compacted (into `spend/settled.json`, the journals moved to
 /// `spend/archive/`) and 32 concurrent calls still execute at most the 7 the budget has left.
@@ -168,7 +168,7 @@ fn concurrent_calls_over_compacted_gone_gateways_spending_never_overrun() {
     );
 }
 
-/// Issue 15: two live gateways over one home, each rewriting its own spending journal every
+/// Two live gateways over one home, each rewriting its own spending journal every
 /// few reservations (`[retention] spend_journal_bytes = 256`). First each gateway serves calls
 /// one by one on a second token until its journal has been replaced by its rewrite (one by one,
 /// so the rewrite is certain: each is a reservation made after the journal passed its bound);

@@ -1,4 +1,4 @@
-//! The Anthropic Messages API proxy (`/v1/messages`, SPEC §12.5) with the official `anthropic`
+//! The Anthropic Messages API proxy (`/v1/messages`, docs/reference.md §3) with the official `anthropic`
 //! Python SDK against a loopback Messages API upstream that reports usage, cache tokens
 //! included: calls, streams and token counts succeed; the upstream sees only the gateway's key;
 //! budgets settle from usage with cache tokens priced; after a stop the next call raises
@@ -178,7 +178,7 @@ fn an_emergency_answers_a_running_messages_stream_at_once_with_an_error_event() 
         "part of the stream arrived, not all of it: {reply}"
     );
     // The exchange went on detached after the agent was answered: when the upstream finished
-    // its stream, the outcome was recorded — nothing is left in doubt (SPEC §12.2).
+    // its stream, the outcome was recorded — nothing is left in doubt (docs/reference.md §8).
     let recorded = gw::within(Duration::from_secs(30), || {
         model_ops(&home, "model:slow-stream")
             .into_iter()

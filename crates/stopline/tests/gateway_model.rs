@@ -484,7 +484,7 @@ fn an_emergency_cut_names_the_emergency_even_when_its_epoch_advance_was_read_wit
     assert_eq!(reply["code"], "break_glass_contained", "{reply}");
 }
 
-/// Issue 16: a call's `dispatched` record is queued on the operation journal's writer thread,
+/// A call's `dispatched` record is queued on the operation journal's writer thread,
 /// never appended by the runtime's worker under the dispatch ticket that a stop's
 /// acknowledgement waits for. With that append stalled — a failpoint parks the journal's writer
 /// in it, as a disk that stops answering would — the call is still answered and a stop is still

@@ -1,5 +1,5 @@
 //! Operations through the gateway's MCP route are in doubt only when their outcome truly cannot
-//! be known, and then block only their own agent (SPEC §12.2). Real parts: `stopline serve`, a
+//! be known, and then block only their own agent (docs/reference.md §8). Real parts: `stopline serve`, a
 //! loopback MCP upstream that records every frame it receives before acting on it, real
 //! sockets, SIGKILL. A client that goes away leaves an outcome, not a doubt; a gateway killed
 //! between dispatch and outcome leaves a doubt that blocks only its agent's chain (unless the
@@ -344,7 +344,7 @@ fn with_unresolved_blocks_everyone_an_operation_in_doubt_blocks_every_agent() {
     assert_eq!(op["blocks"], "everyone", "{op}");
 }
 
-/// Issue 40: `ops list` is in the order the operations were prepared, oldest first, so the
+/// `ops list` is in the order the operations were prepared, oldest first, so the
 /// quickstart's `tail -n 1` is the latest call (operation ids are random: sorted by id, eight
 /// calls came back in time order once in 40320 runs).
 #[test]

@@ -1,7 +1,7 @@
 //! The home exists before it is needed, and a missing one never reads as "no stop"
-//! (SPEC §12.1).
+//! (docs/reference.md §5).
 //!
-//! Reproduces issue 12: on a fresh home, the first engage failed with `No space left on device`
+//! Reproduces a reported defect: on a fresh home, the first engage failed with `No space left on device`
 //! once an agent had filled the filesystem's inodes (`latches/`, `latches.staging/` and the
 //! reserve were made only by the first engage), and `check` kept answering `allow`; and `check`
 //! with a wrong `STOPLINE_HOME`, or the Claude Code hook without `STOPLINE_URL`, allowed
@@ -194,7 +194,7 @@ fn the_claude_code_hook_without_stopline_url_refuses_a_home_that_does_not_exist(
     );
 }
 
-/// Issue 40: `status` before `init` said `FROZEN_SAFE`, a fault and "quiescence confirmed:
+/// `status` before `init` said `FROZEN_SAFE`, a fault and "quiescence confirmed:
 /// yes". There is nothing to report on: it refuses `control_home_missing` (exit 1), says to run
 /// `stopline init`, never "confirmed", and creates nothing.
 #[test]

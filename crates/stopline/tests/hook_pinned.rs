@@ -1,4 +1,4 @@
-//! The Claude Code hook's target is pinned by root (SPEC §13.2): the attack of issue 35 was an
+//! The Claude Code hook's target is pinned by root (docs/reference.md §6): the reported attack was an
 //! agent pointing the hook's `STOPLINE_URL` at its own server answering "allow" (or
 //! `STOPLINE_HOME` at a home it made), so its tools ran while it was stopped. With
 //! `/etc/stopline/hook.toml` (here the path a `failpoints` build takes from

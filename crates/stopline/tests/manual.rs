@@ -1,4 +1,4 @@
-//! `stopline completions <shell>` and `stopline man` (SPEC §12.5), from the binary alone: with
+//! `stopline completions <shell>` and `stopline man` (docs/reference.md §3), from the binary alone: with
 //! no control directory and no repository, a user gets completion scripts that real shells
 //! accept and that complete the real subcommands and flags, and a man page `man` renders.
 #![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes

@@ -88,7 +88,7 @@ fn mcp_serve_engages_through_the_gateway_when_stopline_url_is_set() {
             .is_empty(),
         "the gateway acknowledged: {engaged}"
     );
-    // The agent's own status shows only latches covering it (SPEC §12.3); the owner sees the
+    // The agent's own status shows only latches covering it (docs/reference.md §6); the owner sees the
     // stop it engaged.
     let status = session.call("status", json!({}));
     let latches = status["structured"]["latches"].clone();

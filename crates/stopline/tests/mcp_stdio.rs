@@ -209,7 +209,7 @@ fn the_proxy_forwards_only_what_it_parsed_and_admitted_re_serialized() {
         answered["id"], 2,
         "a member is answered on its own: {answered}"
     );
-    // Frames that cannot be governed are answered here and never forwarded (SPEC §12.2).
+    // Frames that cannot be governed are answered here and never forwarded (docs/reference.md §8).
     for refused in [
         r#"[{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"allowed"}},{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"allowed"}}]"#,
         r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"allowed"}}"#,
@@ -370,7 +370,7 @@ fn an_exhausted_tool_call_budget_trips_the_agents_breaker_by_its_kind_with_a_val
         refusal_code(&client.call("echo", json!({"message": "two"}))),
         "budget_exhausted"
     );
-    // The latch is named after the breaker kind, as every surface names it (SPEC §5:
+    // The latch is named after the breaker kind, as every surface names it (docs/reference.md §8:
     // `breaker:<kind>`), not after the budget that ran out.
     let status = home.status();
     let latch = status["latches"]

@@ -1,4 +1,4 @@
-//! The stdio tool servers the gateway starts (`[mcp.<server>] command`, SPEC §12.3), tried with
+//! The stdio tool servers the gateway starts (`[mcp.<server>] command`, docs/reference.md §6), tried with
 //! the attacks that broke them: the reference server's `get-env` tool, called by an agent
 //! through the gateway, shows no provider key (only `PATH`, `HOME`, `LANG` and the configured
 //! `env` reach it); the server runs under a uid of its own in a cgroup (and an IPC namespace) of
@@ -112,7 +112,7 @@ fn a_tool_server_gets_no_provider_key_and_runs_as_its_own_uid_in_its_own_group()
     );
     let cgroup = std::fs::read_to_string(format!("/proc/{server}/cgroup")).unwrap();
     assert!(cgroup.contains("/stopline-mcp-local-"), "{cgroup}");
-    // An IPC namespace of its own: no SysV object of a uid's last holder reaches it (SPEC §13.2).
+    // An IPC namespace of its own: no SysV object of a uid's last holder reaches it (docs/reference.md §6).
     let ipc = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/ipc")).unwrap();
     assert_ne!(
         ipc(server),
@@ -185,7 +185,7 @@ fn a_tool_server_ends_at_an_emergency_covering_its_agent() {
     assert_eq!(children_of(gateway.pid()).len(), 1);
 }
 
-/// SPEC §13.2: at an emergency the stopped agent's waiting call is answered at once and the
+/// docs/reference.md §6: at an emergency the stopped agent's waiting call is answered at once and the
 /// gateway-started server is ended at once, its call or not (`cut_outcome_wait_s` is for
 /// upstreams the gateway does not own): the call's operation is left in doubt, never committed.
 #[test]

@@ -1,4 +1,4 @@
-//! Output forms (issue 17): `--json` is one line when stdout is a pipe and pretty on a terminal,
+//! Output forms: `--json` is one line when stdout is a pipe and pretty on a terminal,
 //! the same JSON either way; without `--json` every command prints text, never a JSON dump.
 #![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 

@@ -1,4 +1,4 @@
-//! SPEC §12.4: a refusal caused by a latch names its scope, level, `by`, reason and age and says
+//! docs/reference.md §4: a refusal caused by a latch names its scope, level, `by`, reason and age and says
 //! not to retry, in text and in the JSON error's `latch` object — on `check` (text and --json),
 //! the gateway's HTTP errors, an MCP `tools/call` error and the Claude Code hook. A refusal about
 //! the token itself carries no mode label and prints its expiry in RFC 3339.
@@ -75,7 +75,7 @@ fn check_text_and_json_name_the_latch_and_say_do_not_retry() {
 
     let (code, receipt) = home.check(&["--class", "noncritical", "--token", &token]);
     assert_eq!(code, 4);
-    // Every SPEC field stays as it was; `error` is added.
+    // Every documented field stays as it was; `error` is added.
     assert_eq!(receipt["decision"], "block");
     assert_eq!(receipt["mode"], "EMERGENCY");
     assert_eq!(receipt["code"], "stale_control_epoch");

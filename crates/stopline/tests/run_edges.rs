@@ -1,4 +1,4 @@
-//! The supervisor's edges (SPEC §13.2), each tried with the attack that broke it: Ctrl-C (or
+//! The supervisor's edges (docs/reference.md §6), each tried with the attack that broke it: Ctrl-C (or
 //! SIGTERM) on `stopline run` used to end the supervisor and leave its agent running under its
 //! uid; a SIGKILLed supervisor left a worker `status` did not flag; a reused uid handed its last
 //! holder's 0600 file and SysV shared memory to the next agent; and a Claude Code whose hook its
@@ -29,7 +29,7 @@ fn send(signal: &str, pid: u32) {
     assert!(status.success(), "kill -{signal} {pid}");
 }
 
-/// Wait (at most 5 s, the bound SPEC's issue states) until none of `pids` is alive.
+/// Wait (at most 5 s, the bound the contract states) until none of `pids` is alive.
 fn all_gone(what: &str, pids: &[u32]) {
     wait_for(what, Duration::from_secs(5), || {
         pids.iter().all(|pid| !is_alive(*pid)).then_some(())

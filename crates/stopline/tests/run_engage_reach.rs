@@ -1,4 +1,4 @@
-//! A stop reaches the group even when the supervisor cannot (SPEC §12.3): with the supervising
+//! A stop reaches the group even when the supervisor cannot (docs/reference.md §6): with the supervising
 //! `stopline run` stopped by SIGSTOP, an emergency engage writes `cgroup.kill` into the covered
 //! group itself and the group is empty when the engage returns; a halt freezes it. Once the
 //! supervisor runs again it observes and records what happened, and after a lifted pause it

@@ -1,4 +1,4 @@
-//! The walls between agents and around them (SPEC §12.3), each tried with the attack that broke
+//! The walls between agents and around them (docs/reference.md §6), each tried with the attack that broke
 //! the old containment: two concurrent runs get different uids, so one agent can neither attach
 //! to the other with ptrace nor read its token from `/proc/<pid>/environ`; a uid already in use
 //! is refused `uid_in_use`; `PR_SET_NO_NEW_PRIVS` is set; a fork loop stops at the card's

@@ -82,7 +82,7 @@ fn an_engaged_run_is_killed_to_the_last_process_and_status_waits_for_the_observa
     );
     assert_eq!(status["workers"][0]["covered"], true);
     assert_eq!(status["workers"][0]["state"], "running");
-    // The engage reached the group itself (SPEC §12.3): nothing of the agent is left, though
+    // The engage reached the group itself (docs/reference.md §6): nothing of the agent is left, though
     // the stopped supervisor has not yet observed and recorded it.
     assert_eq!(receipt["groups_reached"][0]["confirmed"], true, "{receipt}");
     assert!(children.iter().all(|pid| !is_alive(*pid)) && !is_alive(daemon));
@@ -98,7 +98,7 @@ fn an_engaged_run_is_killed_to_the_last_process_and_status_waits_for_the_observa
         stderr.contains("break_glass_contained") && stderr.contains(&latch_id),
         "{stderr}"
     );
-    // Named like every refusal a latch causes (SPEC §12.4): who, why, scope, level, age.
+    // Named like every refusal a latch causes (docs/reference.md §4): who, why, scope, level, age.
     let by = receipt["latch"]["by"].as_str().unwrap();
     for named in [
         by,

@@ -1,4 +1,4 @@
-//! The live-run index (`runs.live/`, issue 15): `status`, an engage's reach and the owner
+//! The live-run index (`runs.live/`): `status`, an engage's reach and the owner
 //! console read the runs that may be live, never every run that ever ran — and a stop still
 //! reaches every live worker: when its supervisor died at any step of its start or end, when
 //! the agent removed its own entry, on a home full of finished runs.

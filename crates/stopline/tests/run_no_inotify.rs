@@ -1,6 +1,6 @@
 //! A supervisor that cannot make an inotify instance (EMFILE: the user's `max_user_instances`
 //! used up elsewhere on a faulty machine) still confirms a freeze and a kill: it polls
-//! `cgroup.events` instead of waiting for a notification that cannot come (SPEC §12.1: a stop
+//! `cgroup.events` instead of waiting for a notification that cannot come (docs/reference.md §5: a stop
 //! never fails quietly).
 //!
 //! The failure is injected where the supervisor makes its `cgroup.events` watch

@@ -1,5 +1,5 @@
 //! A supervisor whose read of the control state does not finish within `read_timeout_ms` freezes
-//! its agent (SPEC §12.1: "a supervisor treats it as a stop order (freeze; kill at emergency)"),
+//! its agent (docs/reference.md §5: "a supervisor treats it as a stop order (freeze; kill at emergency)"),
 //! and the freeze is not undone when the reads succeed again: it is held by a `run:` latch the
 //! supervisor engages, lifted by `stopline disengage` like any pause.
 //!
@@ -167,7 +167,7 @@ fn an_emergency_kills_an_agent_frozen_for_a_read_fault() {
 }
 
 /// A latch entry that is slow to read (a slow disk, or an agent that makes one file of a FUSE or
-/// NFS home slow) is a read fault, not a machine emergency (SPEC §12.1): the agent is frozen,
+/// NFS home slow) is a read fault, not a machine emergency (docs/reference.md §5): the agent is frozen,
 /// not killed, and the supervisor holds the freeze with its own latch. The entry is a
 /// well-formed latch of another agent whose every read by the run takes 1.2 s
 /// (`fs.read=delay_if:`), over the 1 s bound of one entry and well within `read_timeout_ms`:
@@ -254,7 +254,7 @@ impl Drop for Parked {
 }
 
 /// A read that cannot finish because a writer stopped (SIGSTOP) while it holds the WAL's lock is
-/// the same fault (SPEC §12.1): the lock is bounded and its holder seen stopped, and the agent is
+/// the same fault (docs/reference.md §5): the lock is bounded and its holder seen stopped, and the agent is
 /// frozen, not killed. Here a `stopline disengage` of another scope parks itself in its WAL
 /// append (`disengage.wal.write=stop_if:`), under the exclusive lock.
 #[test]

@@ -310,7 +310,7 @@ fn run_program(
     util::run_or_hang(command, "stopline run")
 }
 
-/// Issue 40: a program under /tmp is hidden by the agent's fresh /tmp under `--net
+/// A program under /tmp is hidden by the agent's fresh /tmp under `--net
 /// gateway-only`; the agent used to fail to start with a bare "Permission denied" / "not
 /// found". The run is refused before anything starts, naming the path and the `--share` that
 /// maps it; with that `--share`, it runs.

@@ -1,4 +1,4 @@
-//! No terminal for the agent (SPEC §12.3): `stopline run` is started from an operator's
+//! No terminal for the agent (docs/reference.md §6): `stopline run` is started from an operator's
 //! interactive shell on a real pseudo-terminal, and the supervised agent tries what broke the
 //! old containment — pushing a command line into the terminal's input with `TIOCSTI` (on fds
 //! 0, 1, 2 and `/dev/tty`), and pushing `^Z` to stop its supervisor. Every attempt fails (the

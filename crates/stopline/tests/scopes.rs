@@ -76,7 +76,7 @@ fn malformed_scopes_are_refused_before_anything_is_written() {
         ("run:x/y", "scope_invalid"),
         ("project:relative/path", "scope_invalid"),
         ("project:", "scope_invalid"),
-        // A root that is gone is stopped in lexical form (SPEC §12.1, tests/bounded_input.rs);
+        // A root that is gone is stopped in lexical form (docs/reference.md §5, tests/bounded_input.rs);
         // one that cannot be a directory at all is unresolvable.
         ("project:/etc/passwd/not-a-dir", "project_root_unresolvable"),
     ];

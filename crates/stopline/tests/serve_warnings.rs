@@ -1,7 +1,7 @@
-//! Start-up warnings and the misconfigurations that used to pass in silence (issue 17): `serve`
+//! Start-up warnings and the misconfigurations that used to pass in silence: `serve`
 //! warns on a missing `[model]`, a tool server command that does not exist on PATH and
 //! `operators` left at its default; `serve` on a taken port refuses naming the address;
-//! `disengage` of a scope with no latch says so on stderr (exit code unchanged: SPEC §4 names
+//! `disengage` of a scope with no latch says so on stderr (exit code unchanged: docs/reference.md §3 names
 //! no refusal for it). The real binary throughout.
 #![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 

@@ -1,4 +1,4 @@
-//! `stopline conformance` (SPEC §9): the boundary battery, run against the binary itself.
+//! `stopline conformance` (docs/reference.md §11): the boundary battery, run against the binary itself.
 //!
 //! Every case drives the executable that is running the battery (`std::env::current_exe()`) as
 //! a black box: each step is a child process in the case's own throwaway home, with a cleared

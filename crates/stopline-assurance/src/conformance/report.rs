@@ -1,4 +1,4 @@
-//! The battery's report (SPEC §9): `{"ok","total","failed","binary_sha256","cases":[{"id",
+//! The battery's report (docs/reference.md §11): `{"ok","total","failed","binary_sha256","cases":[{"id",
 //! "expectation","observation","pass"}]}`, plus timing fields. `ok` is true only when at least
 //! one case ran and every case passed: an empty selection qualifies nothing.
 
@@ -45,7 +45,7 @@ impl Report {
         !self.cases.is_empty() && self.failed() == 0
     }
 
-    /// The report as SPEC §9 fixes it (with more fields).
+    /// The report as docs/reference.md §11 fixes it (with more fields).
     pub fn json(&self) -> Value {
         let cases: Vec<Value> = self
             .cases

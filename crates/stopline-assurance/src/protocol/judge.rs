@@ -150,7 +150,7 @@ pub fn on_return(
     }
 }
 
-/// Every latch a recovery cleared is on the record (SPEC §12.1): before its `recovery_applied`,
+/// Every latch a recovery cleared is on the record (docs/reference.md §5): before its `recovery_applied`,
 /// the WAL holds the latch's `latch_engaged` and, for an emergency, an `epoch_advance` of its
 /// scope caused by the engage. A latch whose record an engage deferred must be recorded
 /// (recovery records it) before it may be cleared. Judged for the setup's latches, which are

@@ -1,4 +1,4 @@
-//! The real protocol, explored exhaustively over the real store code (SPEC §9, part 2).
+//! The real protocol, explored exhaustively over the real store code (docs/reference.md §11, part 2).
 //!
 //! `fs_state` is the crash-simulating filesystem, `model_fs` the store's seams over it,
 //! `oracle` the processes (real store calls replayed on threads), `visibility` the reduction,
@@ -49,7 +49,7 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     // Once a known issue of the store (an engage coalesced into a planned latch was cleared with
     // it); fixed in the store, and kept as a standard scenario so it stays fixed.
     all.push(scenario::coalesce_into_plan());
-    // A checkpoint must carry the intents not yet applied (issue 15).
+    // A checkpoint must carry the intents not yet applied.
     #[cfg(feature = "planted-bugs")]
     all.push(scenario::checkpoint_vs_plan(options.planted));
     #[cfg(not(feature = "planted-bugs"))]

@@ -24,7 +24,7 @@ pub struct ModelFs<S: Step> {
     stepper: Arc<S>,
     handles: AtomicU32,
     /// Whether an append that lands partly is cut back before its error (the real seam's
-    /// rule, SPEC §13.7); `false` only for the planted bug `AppendNotCutBack`.
+    /// rule, docs/reference.md §5); `false` only for the planted bug `AppendNotCutBack`.
     cut_back: bool,
 }
 

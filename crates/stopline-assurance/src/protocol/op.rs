@@ -248,7 +248,7 @@ pub enum Failure {
     /// A bounded lock another process held (`EWOULDBLOCK` after the bound).
     WouldBlock,
     /// A full disk (`ENOSPC`) after part of an append landed: its first `landed` bytes, which
-    /// end at byte `end` of the file (the search's append fault, SPEC §13.7).
+    /// end at byte `end` of the file (the search's append fault, docs/reference.md §5).
     NoSpace {
         /// Bytes of the append that are in the file.
         landed: u64,

@@ -38,7 +38,7 @@ pub enum ProcSpec {
         /// Seconds.
         deadline_s: u64,
     },
-    /// A gateway's governed call, journaled as the gateway does (SPEC §12.2): `prepared`
+    /// A gateway's governed call, journaled as the gateway does (docs/reference.md §8): `prepared`
     /// (fsynced), `dispatched`, and once the exchange ends — cut at a stop or not, its agent
     /// answered or gone — its outcome, or `in_doubt` when a cut exchange gave none in time.
     Operation {
@@ -64,7 +64,7 @@ pub enum ProcSpec {
     },
     /// A gateway preparing operations one after the other (one batch each), going on to the
     /// next when one fails (its call is refused, never dispatched): what it does on a disk
-    /// that fills and empties (SPEC §13.7).
+    /// that fills and empties (docs/reference.md §5).
     PrepareEach {
         /// `mcp:<server>:<tool>` targets, one operation each, in order.
         targets: Vec<String>,
@@ -691,7 +691,7 @@ pub fn evidence_record(n: u64) -> serde_json::Map<String, serde_json::Value> {
     ])
 }
 
-/// The gateway's admission of one noncritical call with `token` (SPEC §4 check, §5).
+/// The gateway's admission of one noncritical call with `token` (docs/reference.md §3 check, §5).
 fn admit(
     store: &Store,
     token: &str,

@@ -13,7 +13,7 @@ use crate::protocol::scenario::Scenario;
 use std::collections::BTreeSet;
 use stopline_core::{Decision, Level, RefusalCode, Scope};
 
-/// The properties of SPEC §9 (and the absence of deadlock the search needs).
+/// The properties of docs/reference.md §11 (and the absence of deadlock the search needs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Property {
     /// An engage that returned Ok keeps its latch in `latches/`, crash or not.
@@ -29,44 +29,44 @@ pub enum Property {
     /// Every schedule runs to completion.
     NoDeadlock,
     /// Every latch a recovery cleared has its `latch_engaged` (and, for an emergency, its
-    /// epoch advance) in the WAL before the recovery's record (SPEC §12.1: recovery records a
+    /// epoch advance) in the WAL before the recovery's record (docs/reference.md §5: recovery records a
     /// deferred engage before it clears).
     EveryStopOnRecord,
-    /// Stronger than SPEC §9 (a finding, not a gate): an epoch a gate has already judged by,
+    /// Stronger than docs/reference.md §11 (a finding, not a gate): an epoch a gate has already judged by,
     /// or a receipt reported without advancing it, is still there after a crash and restart.
     GateEpochsSurvive,
-    /// Stronger than SPEC §9 (a finding): a latch a recovery reported cleared is still kept,
+    /// Stronger than docs/reference.md §11 (a finding): a latch a recovery reported cleared is still kept,
     /// as evidence, under `breakglass.cleared/epoch-<N>/` after a crash.
     ClearedEvidenceSurvives,
-    /// Stronger than SPEC §9 (a finding): an emergency engage that returned Ok (and was not
+    /// Stronger than docs/reference.md §11 (a finding): an emergency engage that returned Ok (and was not
     /// coalesced) also advanced its scope's epoch, rather than reporting a warning.
     EmergencyAdvances,
-    /// SPEC §12.2: an operation whose outcome was recorded is never in doubt, crash or not.
+    /// docs/reference.md §8: an operation whose outcome was recorded is never in doubt, crash or not.
     OpsInDoubtOnlyWhenUnknown,
-    /// SPEC §12.2: an operation in doubt blocks its own agent's chain on its target and nobody
+    /// docs/reference.md §8: an operation in doubt blocks its own agent's chain on its target and nobody
     /// else (a model request: nobody at all), crash or not.
     DoubtBlocksOnlyItsAgent,
-    /// SPEC §5 with group commit: a `prepared` record the journal reported durable (so its call
+    /// docs/reference.md §8 with group commit: a `prepared` record the journal reported durable (so its call
     /// may be dispatched) is in the registry after any crash; nothing is dispatched on a record
     /// a crash can lose.
     PreparedSurvives,
-    /// Issue 15: an evidence record whose append returned is in the log after any crash, the
+    /// An evidence record whose append returned is in the log after any crash, the
     /// chain verifies across every segment, and the next append after the crash lands on it.
     EvidenceKept,
-    /// Issue 15: after any crash the spending journals and `spend/settled.json` count every
+    /// After any crash the spending journals and `spend/settled.json` count every
     /// reservation that returned (and no journal twice: never more than was ever reserved),
     /// and the next reservation lands and is counted once.
     SpendKept,
-    /// Issue 15: every supervised worker that may be running is in an engage's reach (the
+    /// Every supervised worker that may be running is in an engage's reach (the
     /// registrations read through `runs.live/`), during a run's start and end and after any
     /// crash: no live worker is left out.
     LiveWorkersReached,
-    /// Issue 15: after any crash the drill gate (the drill index, `Store::evidence_drills`)
+    /// After any crash the drill gate (the drill index, `Store::evidence_drills`)
     /// answers what a full read of the durable log answers — the same drills, the same last
     /// `pass` per harness version; never a pass the log does not give, never a refusal of a log
     /// that verifies.
     DrillGateAsTheLog,
-    /// Issue 36 (SPEC §13.7): on a disk that fills, a journal record is readable once and only
+    /// (docs/reference.md §5): on a disk that fills, a journal record is readable once and only
     /// once it is durable — a `prepared` record the journal reported durable is in the
     /// registry, one whose append failed is not, crash or not, and no line of the journal is
     /// torn in its middle.
@@ -101,7 +101,7 @@ impl Property {
         Property::PlaneBelowMarksRefused,
     ];
 
-    /// Findings: checked and reported, but not part of SPEC §9's verdict.
+    /// Findings: checked and reported, but not part of docs/reference.md §11's verdict.
     pub const FINDINGS: [Property; 3] = [
         Property::GateEpochsSurvive,
         Property::ClearedEvidenceSurvives,
@@ -536,7 +536,7 @@ pub fn obligations(
                         },
                     );
                 }
-                // SPEC §2: a failed advance after containment is a warning, not a failed
+                // docs/reference.md §5: a failed advance after containment is a warning, not a failed
                 // engage; such an engage (and a coalesced one) revokes nothing itself.
                 if covers && *advanced {
                     out.judge(Property::NoPreStopAuthority, refused, || {

@@ -86,7 +86,7 @@ impl ScenarioReport {
         }
     }
 
-    /// True when no SPEC §9 property broke (findings do not count) and the search completed.
+    /// True when no docs/reference.md §11 property broke (findings do not count) and the search completed.
     pub fn ok(&self) -> bool {
         self.violations
             .keys()

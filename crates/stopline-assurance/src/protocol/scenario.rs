@@ -69,7 +69,7 @@ pub struct Scenario {
     /// stopline's) run throughout: every reach must find them.
     pub live_workers: Vec<String>,
     /// The racing process (by index) that is a live gateway to the others during the race: its
-    /// spending journal, written by the setup under its name, is its own (issue 15's live
+    /// spending journal, written by the setup under its name, is its own (the live
     /// rewrite). Gone after a crash, like every writer.
     pub live_spend_writer: Option<usize>,
     /// The racing stores' `[retention] spend_journal_bytes` (`None`: the default).
@@ -78,7 +78,7 @@ pub struct Scenario {
     /// own writer (`Store::with_ops_snapshot_every`; `None`: the default, never reached).
     pub ops_snapshot_every: Option<u64>,
     /// How many appends on one path the search may fail as a full disk does (half the bytes
-    /// land, then `ENOSPC`), at any append of any process (SPEC §13.7; 0: none).
+    /// land, then `ENOSPC`), at any append of any process (docs/reference.md §5; 0: none).
     pub append_faults: u8,
 }
 
@@ -321,7 +321,7 @@ pub fn standard() -> Vec<Scenario> {
         plan,
     ));
 
-    // SPEC §12.1: a reader frozen while it holds the WAL's shared lock. Engage must still
+    // docs/reference.md §5: a reader frozen while it holds the WAL's shared lock. Engage must still
     // return Ok with its latch in force (its record deferred), and the gate must block.
     let s = Setup::new();
     let racers = vec![
@@ -341,7 +341,7 @@ pub fn standard() -> Vec<Scenario> {
     out
 }
 
-/// The operation scenarios (SPEC §12.2): a gateway's call by `worker` (a sub-agent of `lead`)
+/// The operation scenarios (docs/reference.md §8): a gateway's call by `worker` (a sub-agent of `lead`)
 /// races an emergency engage of `worker`, and every step of both is crashed. In the first the
 /// engage cuts the exchange and the upstream answers later (the outcome is recorded); in the
 /// second the cut exchange gets no answer in time (recorded in doubt), on a model this time.
@@ -398,7 +398,7 @@ pub fn operations() -> Vec<Scenario> {
     out
 }
 
-/// Issue 36: a gateway prepares two tool calls by `worker` (a sub-agent of `lead`) one after the
+/// A gateway prepares two tool calls by `worker` (a sub-agent of `lead`) one after the
 /// other on a disk that fills — any one append of the run may land half its bytes and fail with
 /// `ENOSPC` — crashed at every step: a prepared record the journal reported durable is read back,
 /// one whose append failed never is, and no line is torn in the journal's middle.
@@ -483,7 +483,7 @@ pub fn op_archive() -> Scenario {
     )
 }
 
-/// Issue 15: the evidence log's segment switch. The setup fills the first segment (two records,
+/// The evidence log's segment switch. The setup fills the first segment (two records,
 /// `MODEL_EVIDENCE_SEGMENT_RECORDS`); two breaker trips then file a record each, the first of
 /// them starting the next segment (`evidence.segment`, its directory fsync, the head rewrite)
 /// and pruning the first (`MODEL_EVIDENCE_KEEP_SEGMENTS`: the marker, the removal), the other
@@ -510,7 +510,7 @@ pub fn evidence_segments() -> Scenario {
     )
 }
 
-/// Issue 15: the drill index. The setup files a passing drill of harness version `h` and a
+/// The drill index. The setup files a passing drill of harness version `h` and a
 /// breaker trip (the first segment, full); a failing drill of `h` and another trip then race,
 /// the first of them starting the next segment and pruning the first (with its passing drill),
 /// crashed at every step — the drill's line, the index's rewrite (`evidence.drills.*`), the head
@@ -541,7 +541,7 @@ pub fn drill_index() -> Scenario {
     )
 }
 
-/// Issue 15: an older home's drill index. The setup's log (two trips, then a passing drill of
+/// An older home's drill index. The setup's log (two trips, then a passing drill of
 /// `h` starting the second segment) is left as an older stopline leaves it — no
 /// `evidence/drills.json`, a head without the drill anchor; the drill gate (which builds the
 /// index from a full verified read, then re-anchors the head) races a failing drill of `h`,
@@ -592,7 +592,7 @@ pub fn drills_older_home() -> Scenario {
     )
 }
 
-/// Issue 15: spend compaction. The setup's earlier gateway spent 4 on account `t` (settled),
+/// Spend compaction. The setup's earlier gateway spent 4 on account `t` (settled),
 /// and was compacted into `spend/settled.json`; its last gateway spent 1 (settled) and left a
 /// reservation of 2 that never settled (in doubt), 7 in all. A gateway's reservation of 8
 /// (whose look compacts the gone journal itself) races the spend upkeep, crashed at every step
@@ -632,7 +632,7 @@ pub fn spend_compaction() -> Scenario {
     )
 }
 
-/// Issue 15: a live gateway rewrites its own spending journal. The setup is that gateway's
+/// A live gateway rewrites its own spending journal. The setup is that gateway's
 /// history (its journal under its own name): 1 and 4 settled on account `t`, and a reservation
 /// of 2 still open (a call in flight), 7 in all. The gateway (racer 0, alive to the others, its
 /// journal rewritten past one byte) reserves 8 — its reservation first rewrites the journal:
@@ -678,7 +678,7 @@ pub fn spend_live_rewrite() -> Scenario {
 /// What the setup of `spend-compaction` left spent on account `t`.
 pub const SPEND_SETUP_TOTAL: u64 = 7;
 
-/// Issue 15: the live-run index (`runs.live/`). The setup ran run `r1` of agent `worker` to its
+/// The live-run index (`runs.live/`). The setup ran run `r1` of agent `worker` to its
 /// end (its registration says `exited`, its entry is gone); the run id is then started again
 /// (`Store::begin_run`: the entry, the card, the record; the registrations `running` and
 /// `exited`; `Store::end_run`), raced by an engage's reach and by the census of finished entries,
@@ -724,7 +724,7 @@ pub fn live_runs() -> Scenario {
     )
 }
 
-/// Issue 15: an older home gets its live-run index. The setup is a home an older stopline
+/// An older home gets its live-run index. The setup is a home an older stopline
 /// wrote: no `runs.live/`, run `r0` of `worker` registered running (no `live_entry`; its
 /// supervisor runs throughout) and run `old` of `worker` finished. A new run `r1` starts
 /// (`Store::begin_run` builds the index: `runs.live/`, a legacy entry for `r0`, the marker, then

@@ -244,7 +244,7 @@ impl<'a> Search<'a> {
                 }
             }
         }
-        // Branches also fail an append as a full disk does (SPEC §13.7), while the scenario
+        // Branches also fail an append as a full disk does (docs/reference.md §5), while the scenario
         // allows one more on this path: at every append any process is about to make.
         if !stuck && state.ghost.append_faults < self.scenario.append_faults {
             let n = state.procs.len();

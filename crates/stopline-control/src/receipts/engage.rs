@@ -1,4 +1,4 @@
-//! The receipts of `engage` and `disengage` (SPEC §4).
+//! The receipts of `engage` and `disengage` (docs/reference.md §3).
 
 use super::compact;
 use crate::acks::AckOutcome;
@@ -113,7 +113,7 @@ pub struct DisengageReceipt(pub stopline_store::halts::DisengageReceipt);
 
 impl DisengageReceipt {
     /// What to tell the caller on stderr when nothing was lifted: no halt latch of the scope was
-    /// active (a typo'd scope, or a stop already lifted). The exit code stays 0 (SPEC §4 names
+    /// active (a typo'd scope, or a stop already lifted). The exit code stays 0 (docs/reference.md §3 names
     /// no refusal for it).
     pub fn warning(&self) -> Option<String> {
         self.0.cleared.is_empty().then(|| {

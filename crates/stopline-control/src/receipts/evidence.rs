@@ -1,4 +1,4 @@
-//! The receipts of `evidence list` and `evidence verify` (SPEC §7).
+//! The receipts of `evidence list` and `evidence verify` (docs/reference.md §9).
 
 use super::compact;
 use serde::Serialize;

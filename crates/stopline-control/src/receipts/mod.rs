@@ -2,8 +2,8 @@
 //! `Display` for people. One type per verb, so no surface reads a receipt back by string keys.
 //!
 //! JSON goes through [`Receipt::to_json`]: a `serde_json` map, whose keys come out sorted,
-//! exactly as the receipts built with `json!` always printed (SPEC's JSON shapes are
-//! byte-compatible). The `Display` of each is the text `stopline` prints without `--json`.
+//! exactly as the receipts built with `json!` always printed (the JSON shapes of docs/reference.md
+//! stay byte-compatible). The `Display` of each is the text `stopline` prints without `--json`.
 
 mod engage;
 mod evidence;

@@ -1,4 +1,4 @@
-//! The receipts of `status`, `ops list` and `init` (SPEC §4).
+//! The receipts of `status`, `ops list` and `init` (docs/reference.md §3).
 
 use crate::acks::ServerRecord;
 use serde::{Serialize, Serializer};
@@ -49,7 +49,7 @@ pub struct StatusReceipt {
     pub gateway_notes: Vec<String>,
 }
 
-/// `status` as an agent token reads it through the gateway (SPEC §12.3, §13.2 "Agents see only
+/// `status` as an agent token reads it through the gateway (docs/reference.md §6 "Agents see only
 /// themselves"): built field by field from the receipt, so what an agent sees is what this type
 /// names — a field added to [`StatusReceipt`] (or renamed) reaches no agent until it is named
 /// here. The machine's phase and state, the latches covering the agent, the epoch scopes

@@ -1,4 +1,4 @@
-//! The receipts of `token issue|delegate|verify` (SPEC §4).
+//! The receipts of `token issue|delegate|verify` (docs/reference.md §3).
 
 use serde::Serialize;
 use std::fmt;

@@ -545,7 +545,7 @@ impl FrameUpstream {
 }
 
 /// What an agent stands up to fool the Claude Code hook: an HTTP server on loopback that
-/// answers every `POST /v1/check` "allow" (issue 35). Its URL.
+/// answers every `POST /v1/check` "allow". Its URL.
 pub fn fake_allow_gateway() -> (Proc, String) {
     let port = free_port();
     let script = r#"

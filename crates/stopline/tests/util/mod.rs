@@ -329,7 +329,7 @@ pub fn validate(name: &str, instance: &Value) {
 
 impl Home {
     /// Every line of this home's evidence log as written (not as `evidence list` renders it),
-    /// each validated against the schema its own `schema` field names (SPEC §7: every record
+    /// each validated against the schema its own `schema` field names (docs/reference.md §9: every record
     /// carries one); a line without one fails.
     pub fn valid_evidence(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(self.file("evidence/log.jsonl")).unwrap_or_default();
@@ -347,7 +347,7 @@ impl Home {
     }
 }
 
-/// Far beyond SPEC §12.1's 2 s: only a hang detector, never a speed assertion.
+/// Far beyond docs/reference.md §5's 2 s: only a hang detector, never a speed assertion.
 pub const HANG: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Run `cmd` to completion, or kill it and fail when it has not answered within [`HANG`].

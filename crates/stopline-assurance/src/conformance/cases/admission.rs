@@ -1,4 +1,4 @@
-//! Admission (SPEC §1, §4 `check`): each level's decision for each class, scoped stops covering
+//! Admission (docs/reference.md §1, §3 `check`): each level's decision for each class, scoped stops covering
 //! exactly what they name, and identity that cannot be proven treated as covered.
 
 use super::{case, Case};

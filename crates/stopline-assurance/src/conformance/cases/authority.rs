@@ -1,4 +1,4 @@
-//! Authority and epochs (SPEC §1, §2 Epochs, §3): an emergency revokes what was minted before
+//! Authority and epochs (docs/reference.md §1, §5 Epochs, §3): an emergency revokes what was minted before
 //! it, through every delegation link, and nothing else; future, forged and expired tokens are
 //! refused; a stale token can still pull a stop.
 

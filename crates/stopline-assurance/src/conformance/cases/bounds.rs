@@ -1,4 +1,4 @@
-//! A stop that cannot hang, fail or be flooded (SPEC §12.1): engage answers while another
+//! A stop that cannot hang, fail or be flooded (docs/reference.md §5): engage answers while another
 //! process holds the WAL's lock, does not depend on `config.toml`, stops a project that is gone;
 //! nothing in the control directory blocks a reader; the home is made whole and a missing one
 //! refuses; input is bounded; a closed stdout ends a command quietly.

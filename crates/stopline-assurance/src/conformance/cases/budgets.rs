@@ -1,4 +1,4 @@
-//! Budgets and breakers at the gateway (SPEC §5): concurrent calls never overrun a budget
+//! Budgets and breakers at the gateway (docs/reference.md §8): concurrent calls never overrun a budget
 //! signed into the token, an exhausted budget trips the agent's breaker into a latch with an
 //! evidence record, unpriced models are refused under a spend budget, delegation cannot widen
 //! a budget, repeated unauthorized calls trip the agent's breaker, and a failing upstream opens

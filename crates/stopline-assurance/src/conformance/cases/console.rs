@@ -1,4 +1,4 @@
-//! The owner console (SPEC §3), one predicate at a time: every other predicate is made to pass,
+//! The owner console (docs/reference.md §2), one predicate at a time: every other predicate is made to pass,
 //! so the refusal must name exactly the one that failed — and with all three failing, all three.
 //! Every owner verb is guarded, not only `recover plan`.
 

@@ -1,4 +1,4 @@
-//! Containment that holds against the agent (SPEC §12.3): a supervised agent has no terminal,
+//! Containment that holds against the agent (docs/reference.md §6): a supervised agent has no terminal,
 //! no new privileges and a uid of its own; under the default `--net gateway-only` the host's
 //! `/tmp` is out of its sight; on the API an agent token sees only the latches and epoch scopes
 //! covering it, and a covered parent mints no sub-agent.
@@ -23,7 +23,7 @@ pub const CASES: &[Case] = &[
     ),
     case(
         "run_gateway_only_sees_only_its_own_processes",
-        "under the default --net gateway-only the agent is pid 1 of its own PID namespace and /proc lists none of the host's processes; under --net host it lists them (SPEC §13.2)",
+        "under the default --net gateway-only the agent is pid 1 of its own PID namespace and /proc lists none of the host's processes; under --net host it lists them (docs/reference.md §6)",
         run_gateway_only_sees_only_its_own_processes,
     ),
     slow(

@@ -1,4 +1,4 @@
-//! Disengage (SPEC §4 Disengage): only a current operator or monitor lifts a halt, never the
+//! Disengage (docs/reference.md §3 Disengage): only a current operator or monitor lifts a halt, never the
 //! stopped agent itself, never an emergency; it lifts exactly one scope, and a halt keeps the
 //! authority it paused.
 

@@ -1,4 +1,4 @@
-//! Drain (SPEC §4 Drain): only on the owner console, only after a machine latch, only for a
+//! Drain (docs/reference.md §3 Drain): only on the owner console, only after a machine latch, only for a
 //! deadline in 1..=3600 s, and it ends FROZEN_SAFE.
 
 use super::{case, slow, Case};

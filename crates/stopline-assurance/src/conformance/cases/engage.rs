@@ -1,4 +1,4 @@
-//! Engage (SPEC §1, §2, §4): what is refused before anything is written, and what a stop
+//! Engage (docs/reference.md §1, §5, §3): what is refused before anything is written, and what a stop
 //! leaves on disk when it is accepted — latch first, private, ledgered, coalesced under a flood.
 
 use super::{case, Case};

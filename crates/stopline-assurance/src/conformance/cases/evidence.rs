@@ -1,4 +1,4 @@
-//! The evidence log (SPEC §7): hash-chained and anchored, so an edit anywhere — the newest
+//! The evidence log (docs/reference.md §9): hash-chained and anchored, so an edit anywhere — the newest
 //! line included — is named by `evidence verify`, refuses `stopline run` (its drills can no
 //! longer be proven), and cannot be laundered by a later append chaining over it.
 

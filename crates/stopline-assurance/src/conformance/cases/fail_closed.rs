@@ -1,4 +1,4 @@
-//! Every fail-closed read of SPEC §2: whatever cannot be trusted closes every gate, critical
+//! Every fail-closed read of docs/reference.md §5: whatever cannot be trusted closes every gate, critical
 //! work included. Each case starts from a healthy home whose critical token is allowed, damages
 //! one thing, and expects the critical token and an unprovable caller both blocked.
 

@@ -1,4 +1,4 @@
-//! The gateway (SPEC §5), a real `stopline serve` on loopback: no recovery over the network,
+//! The gateway (docs/reference.md §8), a real `stopline serve` on loopback: no recovery over the network,
 //! fixed refusal statuses, a stop refusing the very next call with nothing reaching the
 //! upstream, engage open to stale tokens, a corrupt latch closing the gate, and the agent's own
 //! attempts to lift its stop refused.

@@ -1,4 +1,4 @@
-//! What the gateway holds and what it refuses to reach (SPEC §5): a call held under
+//! What the gateway holds and what it refuses to reach (docs/reference.md §8): a call held under
 //! halt-noncritical times out `queued_timeout` (or fails at once on escalation) without reaching
 //! the upstream, and a call to an MCP server the gateway does not know is refused
 //! `egress_refused` and counts toward the agent's `refused_egress` breaker.

@@ -1,4 +1,4 @@
-//! Integrations (SPEC §5 MCP proxy, §11): the stdio MCP proxy refuses tools outside
+//! Integrations (docs/reference.md §8 MCP proxy, §11): the stdio MCP proxy refuses tools outside
 //! `allowed_tools` (the wrapped server being this binary's own `mcp serve`); `mcp serve` offers
 //! no recovery; the Claude Code hook blocks under a stop and fails closed on garbage.
 

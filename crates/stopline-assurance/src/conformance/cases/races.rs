@@ -1,4 +1,4 @@
-//! Stop wins every race (SPEC §4 Recovery, §9): `engage` and `recover apply` started together
+//! Stop wins every race (docs/reference.md §3 Recovery, §9): `engage` and `recover apply` started together
 //! as real processes, a few rounds with varied offsets. Whatever the interleaving, the racing
 //! stop is never lost, never cleared, and the gates stay closed; a recovery that saw it reports
 //! `recovered: false` and FROZEN_SAFE.

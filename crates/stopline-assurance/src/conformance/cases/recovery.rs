@@ -1,7 +1,7 @@
-//! Recovery on the owner console (SPEC §4 Recovery): it clears exactly the planned latches and
+//! Recovery on the owner console (docs/reference.md §3 Recovery): it clears exactly the planned latches and
 //! mints an epoch that keeps pre-stop authority dead; a stop that races it survives as
 //! FROZEN_SAFE; uncertainty is carried forward and blocks its target until reconciled — for its
-//! own agent's chain only, and for nobody when it is a model request (SPEC §12.2); a scoped
+//! own agent's chain only, and for nobody when it is a model request (docs/reference.md §8); a scoped
 //! recovery touches nothing else. Repair is in `repair.rs`.
 
 use super::{case, Case};

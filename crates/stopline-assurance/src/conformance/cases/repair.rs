@@ -1,4 +1,4 @@
-//! Repair on the owner console (SPEC §2): a torn WAL tail closes every gate until the owner
+//! Repair on the owner console (docs/reference.md §5): a torn WAL tail closes every gate until the owner
 //! repairs it, keeping the old bytes as evidence; a WAL broken anywhere else is refused and left
 //! exactly as it was. Gates never repair.
 

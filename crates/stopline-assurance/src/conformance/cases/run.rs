@@ -1,4 +1,4 @@
-//! The supervisor's gates (SPEC §6, §8): `stopline run` starts nothing for an incomplete policy
+//! The supervisor's gates (docs/reference.md §6, §11): `stopline run` starts nothing for an incomplete policy
 //! card, after a failed drill of its harness version, or under a covering latch; a run's
 //! recovery needs one of its own approvers. The evidence log's cases are in `evidence.rs`.
 

@@ -9,6 +9,7 @@ use std::process::Command;
 pub mod bounded;
 pub mod crate_graph;
 pub mod cycles;
+pub mod deny;
 pub mod dist;
 pub mod history_plot;
 pub mod release_gate;
@@ -231,6 +232,9 @@ pub fn check() -> Vec<String> {
 
     // Nothing on the recovery path is reachable from the gateway: the crate graph says so.
     problems.extend(crate_graph::recovery_out_of_reach(&root));
+
+    // The supply chain: licences, sources and banned crates (deny.toml).
+    problems.extend(deny::check(&root));
 
     // Every source file opens with a `//!` paragraph.
     for crate_dir in ["crates", "xtask"] {

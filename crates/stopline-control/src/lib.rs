@@ -13,7 +13,6 @@
 #![deny(missing_docs)]
 
 pub mod acks;
-pub mod bench;
 pub mod check;
 pub mod config;
 pub mod context;

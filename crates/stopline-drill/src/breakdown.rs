@@ -18,10 +18,10 @@
 //! Against a live gateway there is no timeline: no breakdown.
 
 use crate::agents::CallerReport;
-use crate::stats::{round_ms, summarize, Summary};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Instant;
+use stopline_bench::stats::{round_ms, summarize, Summary};
 use stopline_gateway::timeline::Mark;
 
 /// One caller's first refused call, in parts (milliseconds).

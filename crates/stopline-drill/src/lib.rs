@@ -31,7 +31,7 @@ pub mod pull;
 mod remote;
 pub mod report;
 mod run;
-pub mod stats;
+
 pub mod sweep;
 
 pub use observation::Observation;

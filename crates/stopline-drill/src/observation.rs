@@ -9,10 +9,10 @@ use crate::agents::CallerReport;
 use crate::breakdown::Breakdown;
 use crate::matching::Matched;
 use crate::pull::Pull;
-use crate::stats::{round_ms, summarize, Summary};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use stopline_bench::stats::{round_ms, summarize, Summary};
 use stopline_store::Store;
 
 /// Calls made during the drill, by what came back.

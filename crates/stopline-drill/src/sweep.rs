@@ -9,10 +9,10 @@ use crate::breakdown::{Breakdown, Parts};
 use crate::observation::Observation;
 use crate::plot::{self, Point};
 use crate::progress::Progress;
-use crate::stats::median;
 use crate::{DrillError, DrillOptions};
 use serde_json::{json, Value};
 use std::path::Path;
+use stopline_bench::stats::median;
 
 /// The summary of drills at one size.
 #[derive(Debug, Clone)]

@@ -248,7 +248,7 @@ impl Governor {
     }
 
     /// The pooled upstream client model exchanges are sent with.
-    pub(crate) fn upstream_client(&self) -> &crate::client::UpstreamClient {
+    pub fn upstream_client(&self) -> &crate::client::UpstreamClient {
         &self.inner.upstream
     }
 

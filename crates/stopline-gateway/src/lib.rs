@@ -16,7 +16,6 @@ mod admit;
 pub mod alerts;
 pub mod anthropic;
 pub mod api;
-pub mod bench;
 pub mod breaker;
 pub mod budget;
 mod caller;
@@ -27,7 +26,6 @@ pub mod error;
 pub mod exchange;
 pub use stopline_control::fleet;
 mod governor;
-pub mod history;
 mod hosted;
 pub mod inflight;
 mod listener;
@@ -61,6 +59,7 @@ pub use caller::{bearer_token, Caller};
 pub use config::{GatewayConfig, McpServerConfig};
 pub use error::{refusal_status, retry_after_s, GatewayError};
 pub use governor::Governor;
+pub use listener::HEADER_READ_TIMEOUT;
 pub use local_source::LocalSource;
 pub use server::{
     mcp_post_server, serve, serve_with, start, start_with, McpPost, Mount, MountFn, RunningGateway,
@@ -68,3 +67,4 @@ pub use server::{
 };
 pub use stopline_control::view_feed::ViewFeed;
 pub use stopline_control::view_source::{Distributed, ViewSource};
+pub use watch::spawn_watcher;

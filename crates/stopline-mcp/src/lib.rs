@@ -10,7 +10,6 @@
 //! decides admission on its own, and none offers any path to recovery.
 #![deny(missing_docs)]
 
-pub mod bench_sessions;
 pub mod breaker;
 pub mod entry;
 pub mod frame;

@@ -23,7 +23,7 @@ mod start;
 mod supervise;
 mod wake;
 
-pub mod bench;
+pub mod kill_probe;
 
 pub use card::LoadedCard;
 pub use preflight::DRILL_SCHEMA;

@@ -20,7 +20,6 @@
 // `// SAFETY:` comment saying why it holds.
 #![allow(unsafe_code)]
 
-pub mod bench;
 pub mod cgroup;
 mod cgroup_error;
 pub mod confine;
@@ -29,6 +28,7 @@ mod failpoint;
 mod forward;
 pub mod frozen;
 pub mod hierarchy;
+pub mod kill_probe;
 pub mod limits;
 pub mod netns;
 pub mod operator;
@@ -40,12 +40,12 @@ pub mod uid;
 pub mod user;
 pub mod worker;
 
-pub use bench::{bench_kill, BenchError, KillBench};
 pub use cgroup::{CgroupError, Group, GroupObservation, KillIssued, KillReport, Method};
 pub use confine::{
     ignore_job_control_signals, ConfineError, Confinement, PrivateMounts, ProcessLimits,
 };
 pub use hierarchy::{supervised_cgroup_of, Hierarchy};
+pub use kill_probe::{kill_samples, BenchError, KillSamples};
 pub use limits::{AppliedLimits, LimitMethod, Limits};
 pub use netns::{GatewayNamespace, NetnsError};
 pub use reaper::{Reaper, ReaperError};

@@ -34,7 +34,7 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
             idle_window_s,
             server_command,
         } => {
-            let sizes = stopline_gateway::history::HistorySizes {
+            let sizes = stopline_bench::history::HistorySizes {
                 operations,
                 cycles,
                 evidence,
@@ -60,6 +60,11 @@ pub fn model_check(json: bool) -> i32 {
     output::verdict(json, &report.json(), &report.text(), report.ok())
 }
 
+/// A typed bench report as the JSON the bench command prints.
+fn to_value(report: impl serde::Serialize) -> Result<Value, Refusal> {
+    serde_json::to_value(report).map_err(io)
+}
+
 fn io(error: impl std::fmt::Display) -> Refusal {
     Refusal::new(RefusalCode::ControlIo, error.to_string())
 }
@@ -70,7 +75,7 @@ fn bench(
     ctx: &Context,
     which: Option<BenchArg>,
     iterations: usize,
-    sizes: stopline_gateway::history::HistorySizes,
+    sizes: stopline_bench::history::HistorySizes,
     samples: usize,
     idle: std::time::Duration,
     server_command: Option<String>,
@@ -81,22 +86,22 @@ fn bench(
     match which {
         Some(BenchArg::History) => {
             let exe = std::env::current_exe().map_err(io)?;
-            stopline_gateway::history::history(&exe, sizes, samples, idle).map_err(io)
+            stopline_bench::history::history(&exe, sizes, samples, idle).map_err(io)
         }
-        Some(BenchArg::Kill) => stopline_run::bench::kill(&home, iterations),
+        Some(BenchArg::Kill) => stopline_bench::kill::kill(&home, iterations).and_then(to_value),
         Some(BenchArg::Gateway) => {
-            stopline_gateway::bench::gateway(iterations, router()).map_err(io)
+            stopline_bench::gateway::gateway(iterations, router()).map_err(io)
         }
         Some(BenchArg::Engage) => {
-            let engage = stopline_control::bench::engage(&home, iterations).map_err(io)?;
+            let engage = stopline_bench::engage::engage(&home, iterations).map_err(io)?;
             Ok(Value::Object(Map::from_iter([("engage".into(), engage)])))
         }
         Some(BenchArg::Sessions) => {
-            stopline_mcp::bench_sessions::sessions(server_command.as_deref(), iterations)
+            stopline_bench::sessions::sessions(server_command.as_deref(), iterations)
                 .map_err(|e| Refusal::new(RefusalCode::ControlIo, e))
         }
         Some(BenchArg::Admission) => {
-            let admission = stopline_control::bench::admission(iterations.max(1) * 1000);
+            let admission = stopline_bench::engage::admission(iterations.max(1) * 1000);
             Ok(Value::Object(Map::from_iter([(
                 "admission".into(),
                 admission,
@@ -104,16 +109,16 @@ fn bench(
         }
         None => {
             let mut runs = Map::new();
-            let engage = stopline_control::bench::engage(&home, iterations).map_err(io)?;
+            let engage = stopline_bench::engage::engage(&home, iterations).map_err(io)?;
             runs.insert("engage".into(), engage);
-            let admission = stopline_control::bench::admission(iterations.max(1) * 1000);
+            let admission = stopline_bench::engage::admission(iterations.max(1) * 1000);
             runs.insert("admission".into(), admission);
-            let gateway = stopline_gateway::bench::gateway(iterations, router());
+            let gateway = stopline_bench::gateway::gateway(iterations, router());
             runs.insert(
                 "gateway".into(),
                 gateway.unwrap_or_else(|e| failed(e.to_string())),
             );
-            let kill = stopline_run::bench::kill(&home, iterations.min(5));
+            let kill = stopline_bench::kill::kill(&home, iterations.min(5)).and_then(to_value);
             runs.insert(
                 "kill".into(),
                 kill.unwrap_or_else(|r| failed(r.to_string())),

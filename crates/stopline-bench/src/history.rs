@@ -21,7 +21,6 @@
 //! as a deployment's gateway starts in front of its home). Figures, never assertions.
 #![allow(clippy::disallowed_methods)] // `bench history`: throwaway homes it built itself and the binary it times, never a real home
 
-use crate::view::ViewHolder;
 use serde_json::{json, Value};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -30,6 +29,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stopline_core::{Decision, Level, Name, Scope, Subject, TaskClass};
+use stopline_gateway::view::ViewHolder;
 use stopline_store::env::{Env, GoneProcess, SystemEnv};
 use stopline_store::evidence_drills::DRILL_SCHEMA;
 use stopline_store::fs::{Fs, LockGuard, RealFs};
@@ -658,7 +658,7 @@ fn history_in(
     )?);
     let stop = Arc::new(AtomicBool::new(false));
     for view in &holders {
-        crate::watch::spawn_watcher(view.store().clone(), view.clone(), stop.clone());
+        stopline_gateway::spawn_watcher(view.store().clone(), view.clone(), stop.clone());
     }
     std::thread::sleep(Duration::from_millis(200));
     let stores: Vec<Store> = homes.iter().map(|h| Store::open(*h)).collect();

@@ -93,7 +93,7 @@ pub(super) async fn start(
                 // The gateway listener's settings (`listener.rs`), so only admission differs.
                 let _ = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
-                    .header_read_timeout(crate::listener::HEADER_READ_TIMEOUT)
+                    .header_read_timeout(stopline_gateway::HEADER_READ_TIMEOUT)
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             });

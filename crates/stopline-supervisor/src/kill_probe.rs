@@ -1,10 +1,12 @@
-//! `stopline bench kill`: how long from `cgroup.kill` to a fresh observation of `populated 0`
-//! for a group of N sleeping processes.
+//! The kill probe `stopline bench kill` summarizes (the bench crate, `stopline-bench`): how long
+//! from `cgroup.kill` to a fresh observation of `populated 0` for a group of N sleeping processes.
+//! The probe lives here because it needs the supervisor's own cgroup and spawn code; it returns
+//! raw samples, and every statistic is the bench crate's.
 //!
 //! Each iteration makes its own group, starts one `sh` that forks N `sleep` processes into it,
 //! waits until all N+1 are listed in `cgroup.procs`, then times [`Group::kill_until_quiescent`]
 //! (the clock starts just before the `cgroup.kill` write and stops at the read that shows
-//! `populated 0`). The group is removed afterwards. A kill that is not confirmed fails the bench:
+//! `populated 0`). The group is removed afterwards. A kill that is not confirmed fails the probe:
 //! a figure that leaves out the slow cases would be a lie. This module must never signal a
 //! process outside the groups it created.
 
@@ -20,7 +22,7 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one kill may take before the bench fails.
 const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Errors of the kill bench.
+/// Errors of the kill probe.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BenchError {
@@ -49,53 +51,37 @@ pub enum BenchError {
     Arguments,
 }
 
-/// The figures of one kill bench (field names follow the `*_p50_*`, `*_p99_*` convention).
+/// The raw samples of one kill probe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct KillBench {
+pub struct KillSamples {
     /// Always `cgroup2`.
     pub method: Method,
     /// Sleeping processes per group (plus one shell).
     pub n: usize,
-    /// Kills timed.
-    pub iterations: usize,
-    /// Median microseconds from the `cgroup.kill` write to the read of `populated 0`.
-    pub kill_p50_us: u64,
-    /// 99th percentile (nearest rank) of the same.
-    pub kill_p99_us: u64,
-    /// Fastest.
-    pub kill_min_us: u64,
-    /// Slowest.
-    pub kill_max_us: u64,
-    /// Mean.
-    pub kill_mean_us: u64,
+    /// Microseconds from the `cgroup.kill` write to the read of `populated 0`, one per kill, in
+    /// the order they were taken.
+    pub samples_us: Vec<u64>,
     /// `cgroup.kill` re-issues across all iterations (normally 0).
     pub retries: u32,
 }
 
 /// Time `iterations` kills of a group of `n` sleeping processes.
-pub fn bench_kill(n: usize, iterations: usize) -> Result<KillBench, BenchError> {
+pub fn kill_samples(n: usize, iterations: usize) -> Result<KillSamples, BenchError> {
     if n == 0 || iterations == 0 {
         return Err(BenchError::Arguments);
     }
     let hierarchy = Hierarchy::discover()?;
-    let mut samples = Vec::with_capacity(iterations);
+    let mut samples_us = Vec::with_capacity(iterations);
     let mut retries = 0u32;
     for iteration in 0..iterations {
         let (elapsed_us, iteration_retries) = one_kill(&hierarchy, n, iteration)?;
-        samples.push(elapsed_us);
+        samples_us.push(elapsed_us);
         retries += iteration_retries;
     }
-    samples.sort_unstable();
-    let sum: u64 = samples.iter().sum();
-    Ok(KillBench {
+    Ok(KillSamples {
         method: Method::Cgroup2,
         n,
-        iterations,
-        kill_p50_us: percentile(&samples, 50),
-        kill_p99_us: percentile(&samples, 99),
-        kill_min_us: samples[0],
-        kill_max_us: samples[samples.len() - 1],
-        kill_mean_us: sum / samples.len() as u64,
+        samples_us,
         retries,
     })
 }
@@ -148,25 +134,5 @@ fn start_and_kill(group: &Group, n: usize, iteration: usize) -> Result<(u64, u32
     match report.elapsed_us {
         Some(elapsed) => Ok((elapsed, report.retries)),
         None => Err(BenchError::Unconfirmed { iteration }),
-    }
-}
-
-/// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[u64], pct: usize) -> u64 {
-    let rank = (pct * sorted.len()).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::percentile;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let samples: Vec<u64> = (1..=100).collect();
-        assert_eq!(percentile(&samples, 50), 50);
-        assert_eq!(percentile(&samples, 99), 99);
-        assert_eq!(percentile(&[7], 99), 7);
-        assert_eq!(percentile(&[1, 2, 3], 50), 2);
     }
 }

@@ -2,6 +2,7 @@
 //! create (docs/reference.md §7 b), the engage receipt with and without a stopped reader holding the WAL
 //! lock (docs/reference.md §5), and one admission decision (c). Figures, never assertions.
 
+use crate::stats::quantile;
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -12,14 +13,15 @@ use stopline_core::view::Authority;
 use stopline_core::{ActiveLatch, ControlView, Level, Name, Scope, Subject, TaskClass};
 use stopline_store::{EngageRequest, Store};
 
-/// p50/p99/max of durations, in microseconds.
+/// p50/p99/max of durations, in microseconds ([`quantile`]: nearest rank).
 fn percentiles_us(samples: &mut [Duration]) -> (f64, f64, f64) {
     samples.sort();
-    let at = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
-        samples[i].as_secs_f64() * 1e6
-    };
-    (at(0.5), at(0.99), at(1.0))
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    (
+        us(quantile(samples, 0.5)),
+        us(quantile(samples, 0.99)),
+        us(quantile(samples, 1.0)),
+    )
 }
 
 // Benchmark scratch files beside the home: the bare-filesystem baseline engage is compared to.

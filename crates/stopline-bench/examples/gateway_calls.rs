@@ -3,7 +3,7 @@
 //! call counts and divide the difference of the totals by the difference of the counts.
 //!
 //! ```sh
-//! cargo build --release -p stopline-mcp --example gateway_calls
+//! cargo build --release -p stopline-bench --example gateway_calls
 //! for path in direct bare gateway; do for n in 200 1200; do
 //!   valgrind --tool=callgrind --callgrind-out-file=cg.$path.$n \
 //!     target/release/examples/gateway_calls $path $n; done; done
@@ -14,7 +14,7 @@
 //! read-only `tools/call`s at concurrency 1 through one path. The gateway's added instructions
 //! per call are its path's less the direct path's, the bare proxy's likewise.
 
-use stopline_gateway::bench::{calls, OnePath};
+use stopline_bench::gateway::{calls, OnePath};
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -13,8 +13,6 @@
 
 mod bare;
 
-use crate::server::{start, MountFn, ServeOptions};
-use crate::{Governor, Outcome};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -24,6 +22,10 @@ use axum::Router;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Instant;
+use stopline_gateway::server::{start, MountFn, ServeOptions};
+use stopline_gateway::{Governor, Outcome};
+
+use crate::stats::percentile;
 
 /// Why the benchmark could not run.
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +66,7 @@ async fn passthrough(
     let bearer = headers.get("authorization").and_then(|v| v.to_str().ok());
     let caller = match gov.authenticate(bearer) {
         Ok(caller) => caller,
-        Err(refusal) => return crate::error::refusal_response(&refusal),
+        Err(refusal) => return stopline_gateway::error::refusal_response(&refusal),
     };
     let forwarded: Value = serde_json::from_slice(&body).unwrap_or_default();
     let tool = forwarded["params"]["name"].as_str().unwrap_or("echo");
@@ -73,10 +75,10 @@ async fn passthrough(
         .await
     {
         Ok(admission) => admission,
-        Err(refusal) => return crate::error::refusal_response(&refusal),
+        Err(refusal) => return stopline_gateway::error::refusal_response(&refusal),
     };
     if let Err(refusal) = admission.dispatch() {
-        return crate::error::refusal_response(&refusal);
+        return stopline_gateway::error::refusal_response(&refusal);
     }
     // Sent as every upstream exchange is: the pooled client (`client.rs`), no redirect followed.
     let request = hyper::Request::post(url.as_str())
@@ -95,7 +97,7 @@ async fn passthrough(
     match gov.upstream_client().send(request).await {
         Ok(response) => {
             let status = response.status();
-            let bytes = crate::client::body_bytes(response.into_body())
+            let bytes = stopline_gateway::client::body_bytes(response.into_body())
                 .await
                 .unwrap_or_default();
             admission.finish(Outcome::Committed);
@@ -132,15 +134,6 @@ pub async fn bench_token(governor: &Governor) -> Result<String, String> {
     .map_err(|e| e.to_string())?
     .map(|minted| minted.token)
     .map_err(|e| e.to_string())
-}
-
-/// The `p`th percentile of `sorted` (nearest rank), 0 when empty.
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 #[derive(Clone)]
@@ -361,7 +354,7 @@ async fn rates(paths: &Paths, concurrency: usize, calls: usize) -> Result<Value,
 /// Run the benchmark with `iterations` calls per concurrency level (at least 64).
 pub fn gateway(iterations: usize, mount: Option<MountFn>) -> Result<Value, BenchError> {
     // The runtime `serve` runs on: the bench measures its scheduler too.
-    let runtime = crate::server::runtime("stopline-bench").map_err(err)?;
+    let runtime = stopline_gateway::server::runtime("stopline-bench").map_err(err)?;
     let home = bench_home();
     let result = runtime.block_on(run(iterations.max(64), mount, home.clone()));
     let _ = std::fs::remove_dir_all(&home);
@@ -384,7 +377,7 @@ pub enum OnePath {
 /// the CPU each path costs per call is the difference between two runs with different
 /// `iterations` (the setup, the same in both, cancels out).
 pub fn calls(path: OnePath, iterations: usize, mount: Option<MountFn>) -> Result<(), BenchError> {
-    let runtime = crate::server::runtime("stopline-bench").map_err(err)?;
+    let runtime = stopline_gateway::server::runtime("stopline-bench").map_err(err)?;
     let home = bench_home();
     let result = runtime.block_on(async {
         let bench = Bench::start(mount, home.clone()).await?;
@@ -419,7 +412,7 @@ fn bench_home() -> PathBuf {
 struct Bench {
     paths: Paths,
     route: &'static str,
-    gateway: crate::server::RunningGateway,
+    gateway: stopline_gateway::server::RunningGateway,
     bare_server: tokio::task::JoinHandle<()>,
     upstream_server: tokio::task::JoinHandle<std::io::Result<()>>,
 }

@@ -10,10 +10,10 @@
 //! minimal POSIX `sh` MCP server, which starts at once: the figures are then the gateway's own
 //! cost of a session (a uid, a cgroup, a process); with a real server they show its start-up.
 
+use crate::stats::percentile;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use stopline_gateway::bench::percentile;
 use stopline_gateway::server::{start, ServeOptions};
 
 /// How long the bench waits between sessions.
@@ -68,12 +68,12 @@ async fn run(command: Vec<String>, iterations: usize, home: PathBuf) -> Result<V
         home: home.clone(),
         config: None,
         listen: None,
-        mount: Some(Box::new(crate::http::router)),
+        mount: Some(Box::new(stopline_mcp::http::router)),
         access_log: false,
     })
     .await
     .map_err(|e| format!("starting the gateway: {e}"))?;
-    let token = stopline_gateway::bench::bench_token(&gateway.governor).await?;
+    let token = crate::gateway::bench_token(&gateway.governor).await?;
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()

@@ -32,11 +32,18 @@ use crate::stats::percentile;
 #[error("bench gateway: {0}")]
 pub struct BenchError(String);
 
+impl BenchError {
+    /// An error saying `why`.
+    pub fn new(why: impl Into<String>) -> BenchError {
+        BenchError(why.into())
+    }
+}
+
 fn err(e: impl std::fmt::Display) -> BenchError {
     BenchError(e.to_string())
 }
 
-async fn upstream(body: Bytes) -> Response {
+pub(crate) async fn upstream(body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or_default();
     let id = request.get("id").cloned().unwrap_or(Value::Null);
     let result = match request["method"].as_str() {
@@ -137,13 +144,20 @@ pub async fn bench_token(governor: &Governor) -> Result<String, String> {
 }
 
 #[derive(Clone)]
-struct Target {
-    url: String,
-    session: Option<String>,
-    token: Option<String>,
+pub(crate) struct Target {
+    pub(crate) url: String,
+    pub(crate) session: Option<String>,
+    pub(crate) token: Option<String>,
 }
 
-async fn rpc(client: &reqwest::Client, target: &Target, body: &Value) -> Result<(), BenchError> {
+/// Send `body` to `target`; the answer's text when it is a success: a 2xx status whose JSON-RPC
+/// message (plain JSON or the `data:` lines of an SSE stream) carries no `error`. A refusal is
+/// an error either way, whether the gateway answers it with an HTTP status or in the protocol.
+pub(crate) async fn rpc_text(
+    client: &reqwest::Client,
+    target: &Target,
+    body: &Value,
+) -> Result<String, BenchError> {
     let mut request = client.post(&target.url).json_body(body);
     if let Some(token) = &target.token {
         request = request.bearer_auth(token);
@@ -154,17 +168,33 @@ async fn rpc(client: &reqwest::Client, target: &Target, body: &Value) -> Result<
     let response = request.send().await.map_err(err)?;
     let status = response.status();
     let bytes = response.bytes().await.map_err(err)?;
-    if !status.is_success() {
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let messages = std::iter::once(text.as_str())
+        .chain(text.lines().filter_map(|l| l.strip_prefix("data:")))
+        .filter_map(|m| serde_json::from_str::<Value>(m.trim()).ok());
+    let protocol_error = messages.into_iter().any(|m| m.get("error").is_some());
+    if !status.is_success() || protocol_error {
         return Err(BenchError(format!(
-            "{} answered {status}: {}",
-            target.url,
-            String::from_utf8_lossy(&bytes)
+            "{} answered {status}: {text}",
+            target.url
         )));
     }
-    Ok(())
+    Ok(text)
 }
 
-async fn handshake(client: &reqwest::Client, target: &mut Target) -> Result<(), BenchError> {
+/// [`rpc_text`] without the answer.
+pub(crate) async fn rpc(
+    client: &reqwest::Client,
+    target: &Target,
+    body: &Value,
+) -> Result<(), BenchError> {
+    rpc_text(client, target, body).await.map(drop)
+}
+
+pub(crate) async fn handshake(
+    client: &reqwest::Client,
+    target: &mut Target,
+) -> Result<(), BenchError> {
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "stopline-bench", "version": "1"}}});
     let mut request = client.post(&target.url).json_body(&init);
     if let Some(token) = &target.token {
@@ -191,13 +221,13 @@ async fn handshake(client: &reqwest::Client, target: &mut Target) -> Result<(), 
     .await
 }
 
-fn call(tool: &str, worker: usize, i: usize) -> Value {
+pub(crate) fn call(tool: &str, worker: usize, i: usize) -> Value {
     json!({"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/call", "params": {"name": tool, "arguments": {"text": format!("w{worker} c{i}")}}})
 }
 
 /// Latencies (µs) of the same calls made to every target in turn by `concurrency` workers; each
 /// worker rotates which target goes first, so none always runs on a warmer path.
-async fn latencies(
+pub(crate) async fn latencies(
     client: &reqwest::Client,
     targets: &[Target],
     concurrency: usize,

@@ -21,6 +21,7 @@
 //! as a deployment's gateway starts in front of its home). Figures, never assertions.
 #![allow(clippy::disallowed_methods)] // `bench history`: throwaway homes it built itself and the binary it times, never a real home
 
+use crate::stats::quantile;
 use serde_json::{json, Value};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -364,11 +365,10 @@ fn finished_run(store: &Store, run: &str) -> Result<(), stopline_store::StoreErr
     }
 }
 
+/// The median ([`quantile`]) in milliseconds.
 fn p50_ms(samples: &mut [Duration]) -> f64 {
     samples.sort();
-    samples
-        .get(samples.len() / 2)
-        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    quantile(samples, 0.5).as_secs_f64() * 1e3
 }
 
 /// Time one run of the binary with `args` against `home` (its exit code is not judged: a

@@ -8,8 +8,10 @@
 //! crate is linked by the gateway or the MCP proxy.
 
 pub mod engage;
+pub mod fleet;
 pub mod gateway;
 pub mod history;
 pub mod kill;
+pub mod measure;
 pub mod sessions;
 pub mod stats;

@@ -4,7 +4,7 @@
 
 use crate::cli::{BenchArg, Command, DrillArgs, EvidenceCommand};
 use crate::output;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use stopline_control::{evidence, Context};
 use stopline_core::{Refusal, RefusalCode};
 
@@ -33,6 +33,7 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
             samples,
             idle_window_s,
             server_command,
+            etcd,
         } => {
             let sizes = stopline_bench::history::HistorySizes {
                 operations,
@@ -41,8 +42,15 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
                 runs,
             };
             let idle = std::time::Duration::from_secs_f64(idle_window_s.clamp(0.1, 600.0));
-            let (samples, server) = (samples.unwrap_or(15), server_command);
-            let report = bench(ctx, which, iterations, sizes, samples, idle, server)?;
+            let settings = stopline_bench::measure::Settings {
+                iterations,
+                sizes,
+                samples,
+                idle,
+                server_command,
+                etcd,
+            };
+            let report = bench(ctx, which, settings)?;
             output::report(json, &report);
             Ok(0)
         }
@@ -60,72 +68,29 @@ pub fn model_check(json: bool) -> i32 {
     output::verdict(json, &report.json(), &report.text(), report.ok())
 }
 
-/// A typed bench report as the JSON the bench command prints.
-fn to_value(report: impl serde::Serialize) -> Result<Value, Refusal> {
-    serde_json::to_value(report).map_err(io)
-}
-
 fn io(error: impl std::fmt::Display) -> Refusal {
     Refusal::new(RefusalCode::ControlIo, error.to_string())
 }
 
-/// `bench` (docs/reference.md §3): one measure, or (without `which`) the four of docs/reference.md §3 side by side. A measure this
-/// machine cannot take (the kill needs cgroup v2 and root) is reported as such, never left out.
+/// `bench` (docs/reference.md §3): one measure, or (without `which`) the four of the default set
+/// side by side (`stopline_bench::measure::run`).
 fn bench(
     ctx: &Context,
     which: Option<BenchArg>,
-    iterations: usize,
-    sizes: stopline_bench::history::HistorySizes,
-    samples: usize,
-    idle: std::time::Duration,
-    server_command: Option<String>,
+    settings: stopline_bench::measure::Settings,
 ) -> Result<Value, Refusal> {
-    let home = ctx.store.layout().home().to_path_buf();
-    let router = || Some(Box::new(stopline_mcp::http::router) as _);
-    let failed = |error: String| Value::Object(Map::from_iter([("error".into(), error.into())]));
-    match which {
-        Some(BenchArg::History) => {
-            let exe = std::env::current_exe().map_err(io)?;
-            stopline_bench::history::history(&exe, sizes, samples, idle).map_err(io)
-        }
-        Some(BenchArg::Kill) => stopline_bench::kill::kill(&home, iterations).and_then(to_value),
-        Some(BenchArg::Gateway) => {
-            stopline_bench::gateway::gateway(iterations, router()).map_err(io)
-        }
-        Some(BenchArg::Engage) => {
-            let engage = stopline_bench::engage::engage(&home, iterations).map_err(io)?;
-            Ok(Value::Object(Map::from_iter([("engage".into(), engage)])))
-        }
-        Some(BenchArg::Sessions) => {
-            stopline_bench::sessions::sessions(server_command.as_deref(), iterations)
-                .map_err(|e| Refusal::new(RefusalCode::ControlIo, e))
-        }
-        Some(BenchArg::Admission) => {
-            let admission = stopline_bench::engage::admission(iterations.max(1) * 1000);
-            Ok(Value::Object(Map::from_iter([(
-                "admission".into(),
-                admission,
-            )])))
-        }
-        None => {
-            let mut runs = Map::new();
-            let engage = stopline_bench::engage::engage(&home, iterations).map_err(io)?;
-            runs.insert("engage".into(), engage);
-            let admission = stopline_bench::engage::admission(iterations.max(1) * 1000);
-            runs.insert("admission".into(), admission);
-            let gateway = stopline_bench::gateway::gateway(iterations, router());
-            runs.insert(
-                "gateway".into(),
-                gateway.unwrap_or_else(|e| failed(e.to_string())),
-            );
-            let kill = stopline_bench::kill::kill(&home, iterations.min(5)).and_then(to_value);
-            runs.insert(
-                "kill".into(),
-                kill.unwrap_or_else(|r| failed(r.to_string())),
-            );
-            Ok(Value::Object(runs))
-        }
-    }
+    use stopline_bench::measure::Measure;
+    let which = which.map(|which| match which {
+        BenchArg::Engage => Measure::Engage,
+        BenchArg::Admission => Measure::Admission,
+        BenchArg::Kill => Measure::Kill,
+        BenchArg::Gateway => Measure::Gateway,
+        BenchArg::Sessions => Measure::Sessions,
+        BenchArg::History => Measure::History,
+        BenchArg::Fleet => Measure::Fleet,
+    });
+    let exe = std::env::current_exe().map_err(io)?;
+    stopline_bench::measure::run(ctx.store.layout().home(), &exe, which, settings)
 }
 
 /// `drill` (docs/reference.md §11): one drill, `--repeat` drills in a row, or a `--sweep`; exit 1 if any failed.

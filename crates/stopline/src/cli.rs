@@ -232,7 +232,7 @@ pub enum Command {
         /// `history`: supervised runs that ran to their end, in the aged home.
         #[arg(long, default_value_t = 10_000)]
         runs: usize,
-        /// `history`: samples per measure and home (default 15).
+        /// `history`: samples per measure and home (default 15); `fleet`: rounds (default 5).
         #[arg(long)]
         samples: Option<usize>,
         /// `history`: seconds an idle gateway is sampled for CPU and RSS, on each home.
@@ -242,6 +242,9 @@ pub enum Command {
         /// (default: a minimal POSIX sh MCP server, so only the gateway's own cost is timed).
         #[arg(long)]
         server_command: Option<String>,
+        /// `fleet`: the etcd binary to start on loopback (default /usr/bin/etcd).
+        #[arg(long)]
+        etcd: Option<PathBuf>,
     },
     /// Check the four-mode machine and the real protocol exhaustively (docs/reference.md §11).
     ModelCheck,
@@ -330,6 +333,10 @@ pub enum BenchArg {
     /// gateway on an aged home (long history) beside a fresh one and one with only the aged
     /// home's live state, in one run.
     History,
+    /// A budgeted tool call with its budget kept in etcd (the fleet ledger) against the same
+    /// call on the local control directory, through two real `stopline serve` processes side by
+    /// side (starts its own etcd on loopback: needs Debian's etcd-server or --etcd).
+    Fleet,
 }
 
 /// `mcp …`.

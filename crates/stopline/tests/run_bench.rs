@@ -1,6 +1,6 @@
 //! `stopline bench kill` reports, for N = 10, 100 and 500 processes, the time from a latch's
 //! publication to the observed quiescence of the group through the `run` reaction loop, beside
-//! the bare `cgroup.kill` time. Figures are printed, never asserted.
+//! the bare `cgroup.kill` time; the other measures likewise. Figures are printed, never asserted.
 
 mod util;
 
@@ -83,4 +83,49 @@ fn bench_sessions_reports_warm_and_cold_session_starts() {
     ]);
     assert_ne!(broken.code, 0, "{}", broken.stdout);
     assert!(broken.stderr.contains("initialize"), "{}", broken.stderr);
+}
+
+/// `stopline bench fleet` measures a budgeted call with its budget in etcd beside the same call
+/// on a local home, through two real gateways and its own loopback etcd; every path is measured
+/// in every round, and the budgets it gives its agents are spent exactly (one more call on each
+/// budgeted path is refused), so no figure comes from a path that skipped its ledger. An etcd
+/// binary that does not exist is a failed bench naming it, never figures of nothing.
+#[test]
+fn bench_fleet_measures_the_fleet_ledger_beside_the_local_one() {
+    let home = Home::new();
+    let r = home.run(&["bench", "fleet", "--iterations", "24", "--samples", "2"]);
+    r.assert_ok();
+    let report = r.json();
+    eprintln!("{}", serde_json::to_string_pretty(&report).unwrap());
+    assert_eq!(report["budget_enforced"], serde_json::json!([true, true]));
+    let levels = report["levels"].as_array().unwrap();
+    let concurrency: Vec<u64> = levels
+        .iter()
+        .map(|l| l["concurrency"].as_u64().unwrap())
+        .collect();
+    assert_eq!(concurrency, vec![1, 8]);
+    for level in levels {
+        let rounds = level["rounds"].as_array().unwrap();
+        assert_eq!(rounds.len(), 2, "{level}");
+        for round in rounds {
+            for path in ["direct", "local", "local_budgeted", "etcd", "etcd_budgeted"] {
+                assert!(
+                    round["p50_us"][path].as_i64().is_some_and(|v| v > 0),
+                    "{path} in {round}"
+                );
+            }
+        }
+        assert!(level["median_ratio_etcd_vs_local_budgeted"]
+            .as_f64()
+            .is_some());
+    }
+    assert!(!home.path().exists(), "the real home was never touched");
+
+    let missing = home.run(&["bench", "fleet", "--etcd", "/nonexistent/etcd"]);
+    assert_ne!(missing.code, 0, "{}", missing.stdout);
+    assert!(
+        format!("{}{}", missing.stdout, missing.stderr).contains("/nonexistent/etcd"),
+        "{}",
+        missing.stdout
+    );
 }

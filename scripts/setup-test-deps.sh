@@ -9,9 +9,10 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 # No protobuf-compiler: the build runs the vendored protoc (scripts/protoc). etcd-server: the
 # distributed backend tests; openssl: the locked-etcd tests make their CA and certificates. chromium: the status-page browser test. curl, jq: the documented
-# commands. man-db: the man page test renders `stopline man`. dpkg-dev is not needed: the package
+# commands. man-db: the man page test renders `stopline man`. nginx-light: `bench gateway` measures
+# nginx beside the gateway (its test needs that column; the package's service is never used). dpkg-dev is not needed: the package
 # is built by dpkg-deb, which every Debian has.
-APT_PACKAGES=(python3-venv etcd-server openssl chromium curl jq man-db)
+APT_PACKAGES=(python3-venv etcd-server openssl chromium curl jq man-db nginx-light)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

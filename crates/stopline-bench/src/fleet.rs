@@ -19,12 +19,12 @@
 #![allow(clippy::disallowed_methods)] // `bench fleet`: its own etcd, gateways and throwaway homes, never a real home
 
 use crate::gateway::{call, handshake, latencies, rpc_text, upstream, BenchError, Target};
+use crate::procs::{free_port, serve, within, BenchHome, Children};
 use crate::stats::{percentile, quantile};
 use serde::{Deserialize, Serialize};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// Where Debian's `etcd-server` puts etcd.
 pub const DEFAULT_ETCD: &str = "/usr/bin/etcd";
@@ -118,78 +118,6 @@ fn median_f64(mut values: Vec<f64>) -> f64 {
     quantile(&values, 0.5)
 }
 
-/// A loopback port free now (the kernel picks it; released for the child to bind).
-fn free_port() -> Result<u16, BenchError> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(err)?;
-    Ok(listener.local_addr().map_err(err)?.port())
-}
-
-/// Children this bench started, ended by their own handles when it ends however it ends.
-#[derive(Default)]
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// One `stopline` home of the bench: its directory and, for the etcd one, its `--control`.
-struct BenchHome {
-    dir: PathBuf,
-    control: Option<String>,
-}
-
-impl BenchHome {
-    fn command(&self, exe: &Path) -> Command {
-        let mut command = Command::new(exe);
-        command.arg("--home").arg(&self.dir);
-        if let Some(url) = &self.control {
-            command.arg("--control").arg(url);
-        }
-        command
-            .env_remove("STOPLINE_TOKEN")
-            .env_remove("STOPLINE_HOME")
-            .stdin(Stdio::null());
-        command
-    }
-
-    /// Run a CLI verb with `--json`; its parsed output, or why not.
-    fn cli(&self, exe: &Path, args: &[&str]) -> Result<serde_json::Value, BenchError> {
-        let out = self
-            .command(exe)
-            .arg("--json")
-            .args(args)
-            .output()
-            .map_err(err)?;
-        if !out.status.success() {
-            return Err(err(format!(
-                "stopline {args:?} on {}: {} {}",
-                self.dir.display(),
-                String::from_utf8_lossy(&out.stdout).trim(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        serde_json::from_slice(&out.stdout).map_err(err)
-    }
-
-    fn token(&self, exe: &Path, agent: &str, budget: Option<usize>) -> Result<String, BenchError> {
-        let budget = budget.map(|n| format!("tool_calls={n}"));
-        let mut args = vec!["token", "issue", "--agent", agent, "--ttl", "3600"];
-        if let Some(budget) = &budget {
-            args.extend(["--budget", budget.as_str()]);
-        }
-        let minted = self.cli(exe, &args)?;
-        minted["token"]
-            .as_str()
-            .map(String::from)
-            .ok_or_else(|| err(format!("token issue printed no token: {minted}")))
-    }
-}
-
 /// Start an etcd member on loopback in `dir`; its client URL.
 fn start_etcd(etcd: &Path, dir: &Path, children: &mut Children) -> Result<String, BenchError> {
     let (client, peer) = (free_port()?, free_port()?);
@@ -223,45 +151,6 @@ fn start_etcd(etcd: &Path, dir: &Path, children: &mut Children) -> Result<String
         .map_err(|e| err(format!("cannot start {}: {e}", etcd.display())))?;
     children.0.push(child);
     Ok(format!("etcd://127.0.0.1:{client}?prefix=/stopline-bench"))
-}
-
-/// Try `f` every 100 ms until it succeeds or `limit` passes; the last error.
-fn within<T>(
-    limit: Duration,
-    mut f: impl FnMut() -> Result<T, BenchError>,
-) -> Result<T, BenchError> {
-    let deadline = Instant::now() + limit;
-    loop {
-        match f() {
-            Ok(value) => return Ok(value),
-            Err(error) if Instant::now() >= deadline => return Err(error),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-}
-
-/// Start `stopline serve` on `home` (its configuration listens on `addr`); wait until it accepts.
-fn serve(
-    exe: &Path,
-    home: &BenchHome,
-    addr: &str,
-    children: &mut Children,
-) -> Result<(), BenchError> {
-    let mut child = home
-        .command(exe)
-        .arg("serve")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(err)?;
-    let up = within(Duration::from_secs(20), || {
-        std::net::TcpStream::connect(addr).map(drop).map_err(err)
-    });
-    if let Ok(Some(status)) = child.try_wait() {
-        return Err(err(format!("stopline serve exited at start: {status}")));
-    }
-    children.0.push(child);
-    up
 }
 
 /// Run the fleet bench: `calls` per path, level and round, `rounds` rounds.

@@ -1,17 +1,19 @@
-//! `stopline bench gateway`: the same MCP tool call made directly, through a bare proxy
-//! (`bench/bare.rs`: a minimal hyper forwarder, no admission) and through the gateway, side by
-//! side in one run, at concurrency 1 and 32; p50/p99 of each, the latency each proxy adds, the
-//! gateway's ratio to the direct call (`ratio_p50`) and to the bare proxy's added latency
-//! (`ratio_vs_bare`). Then each path alone, for throughput: direct, bare, the gateway's read-only
-//! tool and its recorded tool (a prepared record fsynced before dispatch, then an outcome).
+//! `stopline bench gateway` and what it is made of: a tiny built-in JSON-RPC upstream
+//! (`initialize`, `tools/list` with a read-only `echo` and a recorded `record`, `tools/call`), the
+//! load generator (`latencies`: every path called in turn by each worker; `throughput`: one path
+//! alone), the bare proxy (`bare.rs`), and the bench itself (`served.rs`: the real `stopline
+//! serve`, the bare proxy and nginx each as its own process, rounds interleaved).
 //!
-//! Everything is loopback and throwaway: a tiny built-in JSON-RPC upstream (`initialize`,
-//! `tools/list` with a read-only `echo` and a recorded `record`, `tools/call`), a temporary control directory, and an
-//! in-process gateway. The gateway route is the MCP proxy when one is mounted, else a built-in
-//! governed passthrough that takes the same Governor path (authenticate, admit, dispatch,
-//! forward, finish) without MCP session handling; the receipt says which.
+//! [`calls`] is the in-process driver for instruction counts (callgrind): the upstream, an
+//! in-process gateway and the bare proxy in one process, and only the calls of one path. Its
+//! gateway route is the MCP proxy when one is mounted, else a built-in governed passthrough that
+//! takes the same Governor path (authenticate, admit, dispatch, forward, finish) without MCP
+//! session handling.
 
-mod bare;
+pub mod bare;
+pub mod served;
+
+pub use served::{gateway, GatewayReport};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -25,22 +27,10 @@ use std::time::Instant;
 use stopline_gateway::server::{start, MountFn, ServeOptions};
 use stopline_gateway::{Governor, Outcome};
 
-use crate::stats::percentile;
-
-/// Why the benchmark could not run.
-#[derive(Debug, thiserror::Error)]
-#[error("bench gateway: {0}")]
-pub struct BenchError(String);
-
-impl BenchError {
-    /// An error saying `why`.
-    pub fn new(why: impl Into<String>) -> BenchError {
-        BenchError(why.into())
-    }
-}
+pub use crate::error::BenchError;
 
 fn err(e: impl std::fmt::Display) -> BenchError {
-    BenchError(e.to_string())
+    BenchError::new(format!("bench gateway: {e}"))
 }
 
 pub(crate) async fn upstream(body: Bytes) -> Response {
@@ -174,7 +164,7 @@ pub(crate) async fn rpc_text(
         .filter_map(|m| serde_json::from_str::<Value>(m.trim()).ok());
     let protocol_error = messages.into_iter().any(|m| m.get("error").is_some());
     if !status.is_success() || protocol_error {
-        return Err(BenchError(format!(
+        return Err(BenchError::new(format!(
             "{} answered {status}: {text}",
             target.url
         )));
@@ -265,7 +255,7 @@ pub(crate) async fn latencies(
 }
 
 /// Calls per second `concurrency` workers sustain against one target alone, calling `tool`.
-async fn throughput(
+pub(crate) async fn throughput(
     client: &reqwest::Client,
     target: &Target,
     tool: &str,
@@ -297,7 +287,7 @@ async fn throughput(
     Ok(((rate * 10.0).round() / 10.0, times))
 }
 
-fn ratio(a: f64, b: f64) -> f64 {
+pub(crate) fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
         (a / b * 100.0).round() / 100.0
     } else {
@@ -311,84 +301,6 @@ struct Paths {
     direct: Target,
     bare: Target,
     gateway: Target,
-}
-
-/// One concurrency level: direct, the bare proxy and the gateway side by side.
-async fn measure(paths: &Paths, concurrency: usize, calls: usize) -> Result<Value, BenchError> {
-    let Paths {
-        client,
-        direct,
-        bare,
-        gateway,
-    } = paths;
-    let all = latencies(
-        client,
-        &[direct.clone(), bare.clone(), gateway.clone()],
-        concurrency,
-        calls,
-    )
-    .await?;
-    let (direct_us, bare_us, gateway_us) = (&all[0], &all[1], &all[2]);
-    let (d50, d99) = (percentile(direct_us, 50.0), percentile(direct_us, 99.0));
-    let (b50, b99) = (percentile(bare_us, 50.0), percentile(bare_us, 99.0));
-    let (g50, g99) = (percentile(gateway_us, 50.0), percentile(gateway_us, 99.0));
-    let added_p50 = g50 as i64 - d50 as i64;
-    let bare_added_p50 = b50 as i64 - d50 as i64;
-    Ok(json!({
-        "concurrency": concurrency,
-        "calls": gateway_us.len(),
-        "direct_p50_us": d50,
-        "direct_p99_us": d99,
-        "bare_p50_us": b50,
-        "bare_p99_us": b99,
-        "gateway_p50_us": g50,
-        "gateway_p99_us": g99,
-        "added_p50_us": added_p50,
-        "added_p99_us": g99 as i64 - d99 as i64,
-        "bare_added_p50_us": bare_added_p50,
-        "bare_added_p99_us": b99 as i64 - d99 as i64,
-        "ratio_p50": ratio(g50 as f64, d50 as f64),
-        "ratio_p99": ratio(g99 as f64, d99 as f64),
-        "ratio_vs_bare": ratio(added_p50 as f64, bare_added_p50.max(1) as f64),
-    }))
-}
-
-/// Throughput of each path alone at one concurrency level: direct, bare, the gateway's
-/// read-only tool and its recorded tool (a prepared and an outcome record, fsynced, per call).
-async fn rates(paths: &Paths, concurrency: usize, calls: usize) -> Result<Value, BenchError> {
-    let Paths {
-        client,
-        direct,
-        bare,
-        gateway,
-    } = paths;
-    let (direct_rps, _) = throughput(client, direct, "echo", concurrency, calls).await?;
-    let (bare_rps, _) = throughput(client, bare, "echo", concurrency, calls).await?;
-    let (read_only_rps, _) = throughput(client, gateway, "echo", concurrency, calls).await?;
-    let (recorded_rps, recorded) =
-        throughput(client, gateway, "record", concurrency, calls).await?;
-    Ok(json!({
-        "concurrency": concurrency,
-        "calls": calls,
-        "direct_rps": direct_rps,
-        "bare_rps": bare_rps,
-        "read_only_rps": read_only_rps,
-        "recorded_rps": recorded_rps,
-        "recorded_p50_us": percentile(&recorded, 50.0),
-        "recorded_p99_us": percentile(&recorded, 99.0),
-        "read_only_vs_bare": ratio(read_only_rps, bare_rps),
-        "recorded_vs_read_only": ratio(recorded_rps, read_only_rps),
-    }))
-}
-
-/// Run the benchmark with `iterations` calls per concurrency level (at least 64).
-pub fn gateway(iterations: usize, mount: Option<MountFn>) -> Result<Value, BenchError> {
-    // The runtime `serve` runs on: the bench measures its scheduler too.
-    let runtime = stopline_gateway::server::runtime("stopline-bench").map_err(err)?;
-    let home = bench_home();
-    let result = runtime.block_on(run(iterations.max(64), mount, home.clone()));
-    let _ = std::fs::remove_dir_all(&home);
-    result
 }
 
 /// Which path [`calls`] drives.
@@ -441,7 +353,6 @@ fn bench_home() -> PathBuf {
 /// The upstream, the gateway and the bare proxy, started, every path's handshake made.
 struct Bench {
     paths: Paths,
-    route: &'static str,
     gateway: stopline_gateway::server::RunningGateway,
     bare_server: tokio::task::JoinHandle<()>,
     upstream_server: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -464,11 +375,6 @@ impl Bench {
             format!("listen = \"127.0.0.1:0\"\n[mcp.bench]\nurl = \"{upstream_url}\"\ntrust_read_only_hints = true\n"),
         )
         .map_err(err)?;
-        let route = if mount.is_some() {
-            "mcp"
-        } else {
-            "builtin-passthrough"
-        };
         let mount: MountFn = match mount {
             Some(mount) => mount,
             None => {
@@ -522,10 +428,14 @@ impl Bench {
             gateway: through,
         };
         // Warm every path (connections, token cache, catalog).
-        measure(&paths, 4, 64).await?;
+        let all = [
+            paths.direct.clone(),
+            paths.bare.clone(),
+            paths.gateway.clone(),
+        ];
+        latencies(&paths.client, &all, 4, 64).await?;
         Ok(Bench {
             paths,
-            route,
             gateway,
             bare_server,
             upstream_server,
@@ -539,41 +449,13 @@ impl Bench {
     }
 }
 
-async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Value, BenchError> {
-    let bench = Bench::start(mount, home).await?;
-    let mut runs = Vec::new();
-    for concurrency in [1, 32] {
-        runs.push(measure(&bench.paths, concurrency, calls.max(concurrency * 8)).await?);
-    }
-    let mut throughput = Vec::new();
-    for concurrency in [1, 32] {
-        throughput.push(rates(&bench.paths, concurrency, calls.max(concurrency * 8)).await?);
-    }
-    let route = bench.route;
-    bench.stop().await;
-    Ok(json!({
-        "runs": runs,
-        "throughput": throughput,
-        "route": route,
-        "tool": "echo (readOnlyHint: true on a server with trust_read_only_hints, so no operation record and no fsync per call)",
-        "recorded_tool": "record (not read-only: a prepared record fsynced before dispatch and an outcome record, per call)",
-        "bare": "a minimal hyper forwarder on the same runtime and listener settings, no admission, same upstream",
-        "goal": {"added_p50_us_below": 200, "ratio_p50_below": 1.5, "ratio_vs_bare_at_most": 1.5, "recorded_vs_read_only_at_c32_at_least": 0.5},
-    }))
-}
-
 #[cfg(test)]
 mod tests {
     /// Without an MCP proxy mounted the gateway route is the built-in passthrough: every call
-    /// of the run (handshakes, latencies, throughput) must come back `2xx` through it.
+    /// the callgrind driver makes through it (handshake, warm-up, the calls) must come back
+    /// `2xx` through the pooled client.
     #[test]
     fn the_builtin_passthrough_forwards_through_the_pooled_client() {
-        let report = super::gateway(64, None).expect("the benchmark ran");
-        assert_eq!(report["route"], "builtin-passthrough", "{report}");
-        assert_eq!(report["runs"].as_array().map(Vec::len), Some(2), "{report}");
-        assert!(
-            report["throughput"][1]["recorded_rps"].as_f64() > Some(0.0),
-            "{report}"
-        );
+        super::calls(super::OnePath::Gateway, 64, None).expect("every call came back 2xx");
     }
 }

@@ -8,10 +8,12 @@
 //! crate is linked by the gateway or the MCP proxy.
 
 pub mod engage;
+pub mod error;
 pub mod fleet;
 pub mod gateway;
 pub mod history;
 pub mod kill;
 pub mod measure;
+pub mod procs;
 pub mod sessions;
 pub mod stats;

@@ -23,6 +23,8 @@ pub enum Measure {
     History,
     /// A budgeted call kept in etcd beside the local ledger (`fleet.rs`).
     Fleet,
+    /// Not a measure: the bare proxy `gateway` starts as its own process, serving until ended.
+    BareProxy,
 }
 
 /// The options only some measures read.
@@ -32,7 +34,8 @@ pub struct Settings {
     pub iterations: usize,
     /// `history`: the aged home's sizes.
     pub sizes: crate::history::HistorySizes,
-    /// `history`: samples per measure and home (default 15); `fleet`: rounds (default 5).
+    /// `history`: samples per measure and home (default 15); `fleet`: rounds (default 5);
+    /// `gateway`: rounds (default 7; 3 in the default set).
     pub samples: Option<usize>,
     /// `history`: how long an idle gateway is sampled.
     pub idle: Duration,
@@ -40,6 +43,10 @@ pub struct Settings {
     pub server_command: Option<String>,
     /// `fleet`: the etcd binary.
     pub etcd: Option<PathBuf>,
+    /// `gateway`: the nginx binary (default: Debian's, when installed).
+    pub nginx: Option<PathBuf>,
+    /// `bare-proxy`: where it listens and its upstream.
+    pub bare_proxy: Option<(String, String)>,
 }
 
 fn io(error: impl std::fmt::Display) -> Refusal {
@@ -71,8 +78,9 @@ pub fn run(
         idle,
         server_command,
         etcd,
+        nginx,
+        bare_proxy,
     } = settings;
-    let router = || Some(Box::new(stopline_mcp::http::router) as _);
     let failed = |error: String| named("error", error.into());
     match which {
         Some(Measure::History) => {
@@ -83,8 +91,20 @@ pub fn run(
                 .map_err(io)
                 .and_then(to_value)
         }
+        Some(Measure::BareProxy) => match bare_proxy {
+            Some((listen, upstream)) => crate::gateway::bare::serve_forever(&listen, &upstream)
+                .map(|()| Value::Null)
+                .map_err(io),
+            _ => Err(io(
+                "bench bare-proxy needs --bare-listen ADDR --bare-upstream URL",
+            )),
+        },
         Some(Measure::Kill) => crate::kill::kill(home, iterations).and_then(to_value),
-        Some(Measure::Gateway) => crate::gateway::gateway(iterations, router()).map_err(io),
+        Some(Measure::Gateway) => {
+            crate::gateway::gateway(exe, iterations, samples.unwrap_or(7), nginx.as_deref())
+                .map_err(io)
+                .and_then(to_value)
+        }
         Some(Measure::Engage) => Ok(named(
             "engage",
             crate::engage::engage(home, iterations).map_err(io)?,
@@ -102,7 +122,10 @@ pub fn run(
             runs.insert("engage".into(), engage);
             let admission = crate::engage::admission(iterations.max(1) * 1000);
             runs.insert("admission".into(), admission);
-            let gateway = crate::gateway::gateway(iterations, router());
+            let gateway =
+                crate::gateway::gateway(exe, iterations, samples.unwrap_or(3), nginx.as_deref())
+                    .map_err(io)
+                    .and_then(to_value);
             runs.insert(
                 "gateway".into(),
                 gateway.unwrap_or_else(|e| failed(e.to_string())),

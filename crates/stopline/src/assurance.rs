@@ -34,6 +34,9 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
             idle_window_s,
             server_command,
             etcd,
+            nginx,
+            bare_listen,
+            bare_upstream,
         } => {
             let sizes = stopline_bench::history::HistorySizes {
                 operations,
@@ -49,6 +52,8 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
                 idle,
                 server_command,
                 etcd,
+                nginx,
+                bare_proxy: bare_listen.zip(bare_upstream),
             };
             let report = bench(ctx, which, settings)?;
             output::report(json, &report);
@@ -88,6 +93,7 @@ fn bench(
         BenchArg::Sessions => Measure::Sessions,
         BenchArg::History => Measure::History,
         BenchArg::Fleet => Measure::Fleet,
+        BenchArg::BareProxy => Measure::BareProxy,
     });
     let exe = std::env::current_exe().map_err(io)?;
     stopline_bench::measure::run(ctx.store.layout().home(), &exe, which, settings)

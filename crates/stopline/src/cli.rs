@@ -232,7 +232,8 @@ pub enum Command {
         /// `history`: supervised runs that ran to their end, in the aged home.
         #[arg(long, default_value_t = 10_000)]
         runs: usize,
-        /// `history`: samples per measure and home (default 15); `fleet`: rounds (default 5).
+        /// `history`: samples per measure and home (default 15); `fleet`: rounds (default 5);
+        /// `gateway`: rounds (default 7, 3 in the default set).
         #[arg(long)]
         samples: Option<usize>,
         /// `history`: seconds an idle gateway is sampled for CPU and RSS, on each home.
@@ -245,6 +246,16 @@ pub enum Command {
         /// `fleet`: the etcd binary to start on loopback (default /usr/bin/etcd).
         #[arg(long)]
         etcd: Option<PathBuf>,
+        /// `gateway`: the nginx binary measured beside the gateway (default /usr/sbin/nginx,
+        /// when installed).
+        #[arg(long)]
+        nginx: Option<PathBuf>,
+        /// `bare-proxy` (internal): where it listens.
+        #[arg(long, hide = true)]
+        bare_listen: Option<String>,
+        /// `bare-proxy` (internal): what it forwards to.
+        #[arg(long, hide = true)]
+        bare_upstream: Option<String>,
     },
     /// Check the four-mode machine and the real protocol exhaustively (docs/reference.md §11).
     ModelCheck,
@@ -324,7 +335,8 @@ pub enum BenchArg {
     /// quiescence (needs cgroup v2 and root; the default set runs it with at most 5
     /// iterations and reports it as an error where it cannot run).
     Kill,
-    /// A proxied MCP tool call against the same call made directly.
+    /// A proxied MCP tool call through the real `stopline serve` beside the bare proxy and nginx,
+    /// each its own process, rounds interleaved.
     Gateway,
     /// Opening an MCP session through the gateway with a stdio tool server started ahead
     /// (the warm spare) against one started for the session, side by side.
@@ -337,6 +349,10 @@ pub enum BenchArg {
     /// call on the local control directory, through two real `stopline serve` processes side by
     /// side (starts its own etcd on loopback: needs Debian's etcd-server or --etcd).
     Fleet,
+    /// Internal: the bare proxy `bench gateway` starts as its own process (`--bare-listen
+    /// ADDR --bare-upstream URL`), serving until it is ended.
+    #[value(hide = true)]
+    BareProxy,
 }
 
 /// `mcp …`.

@@ -2,6 +2,8 @@
 //! publication to the observed quiescence of the group through the `run` reaction loop, beside
 //! the bare `cgroup.kill` time; the other measures likewise. Figures are printed, never asserted.
 
+#![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
+
 mod util;
 
 use util::Home;
@@ -128,4 +130,106 @@ fn bench_fleet_measures_the_fleet_ledger_beside_the_local_one() {
         "{}",
         missing.stdout
     );
+}
+
+/// `stopline bench gateway` measures the real `stopline serve`, the bare proxy and nginx, each
+/// its own process, in every round: every figure of every path is there, the ratios are of the
+/// same rounds, and nothing it started outlives it (nginx's workers included). An nginx that
+/// does not exist is a failed bench naming it.
+#[test]
+fn bench_gateway_measures_the_served_gateway_beside_bare_and_nginx() {
+    let home = Home::new();
+    let r = home.run(&["bench", "gateway", "--iterations", "64", "--samples", "2"]);
+    r.assert_ok();
+    let report = r.json();
+    eprintln!("{}", serde_json::to_string_pretty(&report).unwrap());
+    assert!(
+        report["nginx"]
+            .as_str()
+            .unwrap()
+            .starts_with("nginx version"),
+        "{report}"
+    );
+    let latency = report["latency"].as_array().unwrap();
+    assert_eq!(latency.len(), 2, "{report}");
+    for level in latency {
+        let rounds = level["per_round"].as_array().unwrap();
+        assert_eq!(rounds.len(), 2, "{level}");
+        for round in rounds {
+            assert!(round["direct_p50_us"].as_u64() > Some(0), "{round}");
+            for proxy in ["bare", "nginx", "gateway"] {
+                assert!(
+                    round["p50_us"][proxy].as_f64() > Some(0.0),
+                    "{proxy}: {round}"
+                );
+                assert!(
+                    round["p99_us"][proxy].as_f64() > Some(0.0),
+                    "{proxy}: {round}"
+                );
+            }
+        }
+        assert!(level["ratio_vs_bare"].as_f64().is_some(), "{level}");
+        assert!(level["ratio_vs_nginx"].as_f64().is_some(), "{level}");
+    }
+    let throughput = &report["throughput"];
+    for round in throughput["per_round"].as_array().unwrap() {
+        assert!(round["direct_rps"].as_f64() > Some(0.0), "{round}");
+        assert!(round["recorded_rps"].as_f64() > Some(0.0), "{round}");
+        for proxy in ["bare", "nginx", "gateway"] {
+            assert!(round["rps"][proxy].as_f64() > Some(0.0), "{proxy}: {round}");
+        }
+    }
+    assert!(
+        throughput["gateway_vs_nginx"].as_f64().is_some(),
+        "{report}"
+    );
+    assert!(!home.path().exists(), "the real home was never touched");
+    // Nothing it started is left: no bare proxy, and no nginx worker without its master (an
+    // nginx ended by SIGKILL leaves its workers behind; another nginx's workers have theirs).
+    let orphans = orphaned_nginx_workers();
+    assert!(orphans.is_empty(), "nginx workers left behind: {orphans:?}");
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", "bench bare-proxy"])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "left behind: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+
+    let missing = home.run(&["bench", "gateway", "--nginx", "/nonexistent/nginx"]);
+    assert_ne!(missing.code, 0, "{}", missing.stdout);
+    assert!(
+        format!("{}{}", missing.stdout, missing.stderr).contains("/nonexistent/nginx"),
+        "{}",
+        missing.stdout
+    );
+}
+
+/// Pids of `nginx: worker process`es whose parent is not an nginx master.
+fn orphaned_nginx_workers() -> Vec<u32> {
+    let cmdline = |pid: &str| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    };
+    let mut orphans = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || !cmdline(&pid).starts_with("nginx: worker") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The fields after the command's closing parenthesis: state, then the parent's pid.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .unwrap_or("0")
+            .to_string();
+        if !cmdline(&ppid).starts_with("nginx: master") {
+            orphans.push(pid.parse().unwrap());
+        }
+    }
+    orphans
 }

@@ -68,6 +68,28 @@ async fn forward(
 pub(super) async fn start(
     upstream: &str,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), BenchError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(err)?;
+    start_on(listener, upstream)
+}
+
+/// Serve the bare proxy on `listen` until the process is ended, on the runtime `stopline serve`
+/// runs on (`server::runtime`): the process `stopline bench gateway` measures it as (the
+/// hidden `stopline bench bare-proxy`).
+pub fn serve_forever(listen: &str, upstream: &str) -> Result<(), BenchError> {
+    let runtime = stopline_gateway::server::runtime("stopline-bare").map_err(err)?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(listen).await.map_err(err)?;
+        let (_, server) = start_on(listener, upstream)?;
+        server.await.map_err(err)
+    })
+}
+
+fn start_on(
+    listener: tokio::net::TcpListener,
+    upstream: &str,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), BenchError> {
     let upstream: Arc<hyper::Uri> = Arc::new(upstream.parse().map_err(err)?);
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
@@ -76,9 +98,6 @@ pub(super) async fn start(
             .pool_max_idle_per_host(64)
             .build(connector),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(err)?;
     let addr = listener.local_addr().map_err(err)?;
     let server = tokio::spawn(async move {
         loop {

@@ -99,6 +99,13 @@ pub struct McpServerConfig {
     /// declares read-only called without a recorded operation. MCP calls them untrusted hints.
     #[serde(default)]
     pub trust_read_only_hints: bool,
+    /// Headers the gateway sends to this server (a `url` upstream) on every request, e.g.
+    /// `{ Authorization = "Bearer ${env:NAME}" }`: the upstream's own credentials. `${env:NAME}`
+    /// and `${file:PATH}` in a value are resolved when the gateway loads its configuration (a
+    /// missing one is `config_invalid`); the values are sent to this upstream only, never
+    /// logged and never returned to the agent (docs/reference.md §8).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
 }
 
 /// The `[model]` upstream.
@@ -294,6 +301,11 @@ pub struct Config {
     /// `[telemetry]`: OpenTelemetry export of the gateway's spans.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// The `Origin`s whose requests the MCP proxy serves (e.g. `"http://localhost:6274"`);
+    /// a request with any other `Origin` is refused 403 (docs/reference.md §8). Absent: the
+    /// loopback origins (`http`/`https` on `localhost`, `127.0.0.1`, `[::1]`, any port).
+    #[serde(default)]
+    pub allowed_origins: Option<Vec<String>>,
 }
 
 /// `[telemetry]`: where `serve` exports its spans (admission, dispatch, refusal) over

@@ -22,6 +22,7 @@ pub mod http;
 pub mod jsonrpc;
 pub mod local;
 mod local_admission;
+pub mod origin;
 pub mod pump;
 pub mod remote;
 pub mod reply;

@@ -10,7 +10,11 @@
 //!   up to `cut_outcome_wait_s`, recording the answers that come (never shown to the agent), and
 //!   only what is still open then is left in doubt;
 //! - an upstream stream that breaks, or ends without an answer, leaves its open requests in
-//!   doubt (the tracker's drop does that).
+//!   doubt (the tracker's drop does that);
+//! - a stream with nothing open on it (a `GET` stream, or a `POST` stream whose answers all
+//!   came) whose agent went away is closed within [`DEPARTURE_CHECK`], without waiting for
+//!   the upstream to send something: nothing is left to learn from it, and an upstream stream
+//!   held for an agent that is gone is a connection and a session leaked per agent session.
 
 use crate::govern::{refusal_response, Tracker};
 use crate::jsonrpc::{parse, Incoming};
@@ -23,6 +27,16 @@ use std::io;
 use std::time::Duration;
 use stopline_core::{Refusal, RefusalCode};
 use tokio::time::Instant;
+
+/// How often a stream with nothing open on it checks that its agent is still there.
+pub const DEPARTURE_CHECK: Duration = Duration::from_millis(500);
+
+/// Resolves once `client`'s receiving end (the agent's response body) is gone.
+async fn departed(client: Client) {
+    while !client.is_closed() {
+        tokio::time::sleep(DEPARTURE_CHECK).await;
+    }
+}
 
 /// The receiving half: what the agent's response body reads.
 pub type BodyStream = mpsc::Receiver<Result<Bytes, io::Error>>;
@@ -171,7 +185,23 @@ impl Relay {
             if self.client.is_none() && self.pump.tracker.is_done() {
                 return; // nobody to relay to and nothing left to learn
             }
-            let chunk = match self.next(upstream.next()).await {
+            // Nothing open on the stream: the agent's departure ends it too.
+            let watched = self.client.clone().filter(|_| self.pump.tracker.is_done());
+            let next = async {
+                match watched {
+                    Some(client) => tokio::select! {
+                        chunk = upstream.next() => Some(chunk),
+                        () = departed(client) => None,
+                    },
+                    None => Some(upstream.next().await),
+                }
+            };
+            let chunk = match self.next(next).await {
+                Event::Done(None) => {
+                    self.client = None; // the agent went away: nothing more to read for
+                    continue;
+                }
+                Event::Done(Some(chunk)) => chunk,
                 Event::Cut(refusal) => {
                     self.cut(refusal).await;
                     continue;
@@ -183,7 +213,6 @@ impl Relay {
                     ));
                     return;
                 }
-                Event::Done(chunk) => chunk,
             };
             match chunk {
                 Some(Ok(bytes)) => {

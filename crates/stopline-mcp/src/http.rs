@@ -64,6 +64,8 @@ pub struct McpState {
     pub(crate) entries: HashMap<String, Arc<ServerEntry>>,
     /// The `Origin`s served (`allowed_origins`).
     pub(crate) origins: Origins,
+    /// Requests whose answers a resumed stream may still deliver (SEP-1699).
+    pub(crate) parked: Arc<crate::resume::Parked>,
 }
 
 /// What the proxy takes from the gateway's configuration besides its servers.
@@ -160,6 +162,7 @@ pub fn router_with(
         sessions: SessionBindings::default(),
         stdio: Arc::default(),
         origins: Origins::new(settings.allowed_origins),
+        parked: Arc::default(),
     });
     // Each stdio server's first warm spare, so even the first session finds one.
     for (name, server) in &state.servers {
@@ -462,7 +465,7 @@ async fn get_stream(state: Arc<McpState>, server: String, headers: HeaderMap) ->
     }
     let reply = match upstream {
         Upstream::Http(_) => {
-            upstream::get_http(&state, &caller, state.target(&server), &headers).await
+            upstream::get_http(&state, &server, &caller, state.target(&server), &headers).await
         }
         Upstream::Stdio(_) => upstream::get_stdio(&state, &server, &caller, &headers).await,
     };

@@ -26,6 +26,7 @@ pub mod origin;
 pub mod pump;
 pub mod remote;
 pub mod reply;
+pub mod resume;
 pub mod serve;
 pub mod sessions;
 pub mod sse;

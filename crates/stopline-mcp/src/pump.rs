@@ -51,6 +51,9 @@ pub struct Pump {
     pub prelude: Vec<Bytes>,
     /// How long a cut exchange may still take to give its outcomes.
     pub cut_wait: Duration,
+    /// Where the stream's open requests are parked if it ends after a priming event (a
+    /// resumable stream); `None`: they are left in doubt at its end.
+    pub resume: Option<crate::resume::Resume>,
 }
 
 /// Start pumping `upstream` (SSE bytes) to the returned body stream.
@@ -76,11 +79,13 @@ where
         cut: Box::pin(std::future::pending()),
         prelude: Vec::new(),
         cut_wait,
+        resume: None,
     };
     let mut relay = Relay {
         pump,
         client: None,
         deadline: Some(deadline),
+        primed: false,
     };
     tokio::spawn(async move { relay.read(Box::pin(upstream)).await });
 }
@@ -103,6 +108,8 @@ struct Relay {
     client: Option<Client>,
     /// Set by a cut: the exchange must give its outcomes by then.
     deadline: Option<Instant>,
+    /// The upstream sent an event with an `id`: the stream may be resumed (SEP-1699).
+    primed: bool,
 }
 
 enum Event<T> {
@@ -158,6 +165,24 @@ impl Relay {
             "cut at a stop; the server's stream ended (the server was ended) before it gave an outcome",
         );
         true
+    }
+
+    /// At the upstream's clean end of a primed stream that owes answers: the server may deliver
+    /// them on a resumed stream, so they are parked for one (`crate::resume`) rather than left
+    /// in doubt at once.
+    fn park_for_resumption(&mut self) {
+        if self.deadline.is_some() || self.pump.tracker.is_done() {
+            return;
+        }
+        if let Some(resume) = self
+            .pump
+            .resume
+            .as_ref()
+            .filter(|r| self.primed || r.resumed)
+        {
+            let pending = self.pump.tracker.take_pending();
+            resume.parked.park(resume, pending);
+        }
     }
 
     /// Hand `bytes` to the agent, if it is still there.
@@ -225,6 +250,7 @@ impl Relay {
                         return; // the tracker's drop leaves open operations in doubt
                     }
                     while let Some(event) = splitter.next_event() {
+                        self.primed |= has_id(&event.raw);
                         let frame = event.data.as_deref().and_then(|d| parse(d.as_bytes()).ok());
                         let forward = frame.as_ref().is_none_or(|f| {
                             f.messages()
@@ -250,7 +276,9 @@ impl Relay {
                     return;
                 }
                 None => {
-                    self.cut_if_due().await;
+                    if !self.cut_if_due().await {
+                        self.park_for_resumption();
+                    }
                     return;
                 }
             }
@@ -267,6 +295,13 @@ async fn run<E: std::fmt::Display>(
         pump,
         client: Some(tx),
         deadline: None,
+        primed: false,
     };
     relay.read(upstream).await;
+}
+
+/// True when the event's raw bytes have an `id` field (a line `id:…`).
+fn has_id(raw: &[u8]) -> bool {
+    raw.split(|&b| b == b'\n' || b == b'\r')
+        .any(|line| line.starts_with(b"id:") || line == b"id")
 }

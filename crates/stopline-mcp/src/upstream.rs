@@ -250,6 +250,7 @@ pub(crate) async fn answer(
     exchange_state: &Arc<McpState>,
     caller: &Caller,
     mut tracker: Tracker,
+    resume: Option<crate::resume::Resume>,
     response: UpstreamResponse,
 ) -> Response {
     let (parts, body) = response.into_parts();
@@ -264,6 +265,7 @@ pub(crate) async fn answer(
                 cut,
                 prelude: Vec::new(),
                 cut_wait: exchange_state.governor.cut_outcome_wait(),
+                resume,
             },
         );
         return (status, headers, stream_body(stream)).into_response();
@@ -366,6 +368,8 @@ async fn drive_http(
         let _ = reply.send(upstream_failed(ids, Vec::new(), &why));
         return;
     };
+    // The session a resumed stream would deliver this member's answer on (SEP-1699).
+    let resume_key = crate::resume::session_key(&server, &headers);
     let request = upstream_request(
         Method::POST,
         &target,
@@ -412,6 +416,12 @@ async fn drive_http(
                         cut: task.cut,
                         prelude: Vec::new(),
                         cut_wait: task.cut_wait,
+                        resume: resume_key.map(|key| crate::resume::Resume {
+                            parked: state.parked.clone(),
+                            key,
+                            wait: task.cut_wait,
+                            resumed: false,
+                        }),
                     },
                 );
                 let _ = reply.send((status, returned, stream_body(stream)).into_response());
@@ -448,8 +458,12 @@ async fn drive_http(
 }
 
 /// Open the upstream's server-to-client stream.
+///
+/// A `GET` with `Last-Event-ID` resumes a stream (SEP-1699): it takes over the requests parked
+/// under its session (`crate::resume`), and records their outcomes as their answers come on it.
 pub(crate) async fn get_http(
     state: &Arc<McpState>,
+    server: &str,
     caller: &Caller,
     target: Option<Arc<Target>>,
     headers: &HeaderMap,
@@ -467,8 +481,21 @@ pub(crate) async fn get_http(
     );
     match state.client.send(request).await {
         Ok(response) => {
-            let tracker = Tracker::new(state.catalog.clone(), "");
-            answer(state, caller, tracker, response).await
+            let mut tracker = Tracker::new(state.catalog.clone(), server);
+            let key = crate::resume::session_key(server, headers);
+            let resumed = headers.contains_key("last-event-id");
+            let resume = key.map(|key| crate::resume::Resume {
+                parked: state.parked.clone(),
+                key,
+                wait: state.governor.cut_outcome_wait(),
+                resumed,
+            });
+            if let Some(resume) = resume.as_ref().filter(|r| r.resumed) {
+                for pending in resume.parked.claim(&resume.key) {
+                    tracker.track_one(Some(pending));
+                }
+            }
+            answer(state, caller, tracker, resume, response).await
         }
         Err(error) => upstream_failed([], Vec::new(), &error.to_string()),
     }

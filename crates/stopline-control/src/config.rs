@@ -83,7 +83,9 @@ pub struct McpServerConfig {
     /// the gateway's environment reaches it).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Seconds without traffic after which a stdio server's session ends (default 300).
+    /// Seconds without traffic after which a session ends (default 300): a stdio server's is
+    /// ended with its server; an HTTP upstream's, that no stream of its agent holds open, is
+    /// ended upstream with `DELETE`.
     #[serde(default)]
     pub session_idle_s: Option<u64>,
     /// Keep one stdio server started ahead of the next session (default true), so a session

@@ -28,6 +28,7 @@ use axum::routing::post;
 use axum::Router;
 use foldhash::HashMap;
 use futures::future::BoxFuture;
+use futures::StreamExt as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use stopline_core::{Refusal, RefusalCode};
@@ -164,6 +165,12 @@ pub fn router_with(
         origins: Origins::new(settings.allowed_origins),
         parked: Arc::default(),
     });
+    // Each HTTP server's sessions whose agents went quiet are ended upstream.
+    for (name, server) in &state.servers {
+        if let Some(Upstream::Http(_)) = upstream_of(server) {
+            end_idle_sessions(&state, name, crate::stdio_spawn::idle_bound(server));
+        }
+    }
     // Each stdio server's first warm spare, so even the first session finds one.
     for (name, server) in &state.servers {
         if let Some(Upstream::Stdio(command)) = upstream_of(server) {
@@ -378,6 +385,37 @@ async fn forward(exchange: Exchange, entry: &ServerEntry, member: Member) -> Res
     }
 }
 
+/// End upstream, with `DELETE`, every session of HTTP server `server` unused for `idle`
+/// (`session_idle_s`): the gateway's session is over, and an agent that vanished without ending
+/// it must not leave the upstream holding it. Runs until the proxy is dropped.
+fn end_idle_sessions(state: &Arc<McpState>, server: &str, idle: std::time::Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (state, server) = (Arc::downgrade(state), server.to_string());
+    let every = (idle / 2).clamp(
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_secs(5),
+    );
+    runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            for session in state.sessions.take_idle(&server, idle) {
+                let Ok(id) = HeaderValue::from_str(&session) else {
+                    continue;
+                };
+                let mut headers = HeaderMap::new();
+                headers.insert("mcp-session-id", id);
+                let ended = upstream::delete_http(&state, state.target(&server), &headers).await;
+                tracing::info!(server = %server, status = %ended.status(), "ended an idle MCP session upstream");
+            }
+        }
+    });
+}
+
 /// The 401 for a missing or invalid token: the refusal, with `WWW-Authenticate` (the only
 /// refusal an MCP client should meet as an HTTP error: it is about the transport's credentials).
 fn unauthenticated(refusal: &Refusal) -> Response {
@@ -468,6 +506,18 @@ async fn get_stream(state: Arc<McpState>, server: String, headers: HeaderMap) ->
             upstream::get_http(&state, &server, &caller, state.target(&server), &headers).await
         }
         Upstream::Stdio(_) => upstream::get_stdio(&state, &server, &caller, &headers).await,
+    };
+    // The session is in use for as long as the agent holds its stream.
+    let reply = match state.sessions.hold(&server, &headers) {
+        Some(hold) => {
+            let (parts, body) = reply.into_parts();
+            let body = body.into_data_stream().map(move |chunk| {
+                let _held = &hold;
+                chunk
+            });
+            Response::from_parts(parts, Body::from_stream(body))
+        }
+        None => reply,
     };
     let reached = reply.status() != StatusCode::BAD_GATEWAY;
     admission.finish(if reached {

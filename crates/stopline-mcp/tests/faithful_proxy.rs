@@ -3,7 +3,9 @@
 //! preflight and headers; a refused request is its JSON-RPC error with HTTP 200 (401 with
 //! `WWW-Authenticate` only for a missing or bad token); an upstream's own credentials
 //! (`[mcp.<name>] headers`) reach that upstream only, and the agent's token never does. Runs the
-//! real gateway (in process) and a recording upstream on loopback sockets.
+//! real gateway (in process) and a recording upstream on loopback sockets; the preflight test
+//! also a real headless Chromium (`/usr/bin/chromium` driven by `playwright-core` from the
+//! repository's `node_modules`, as the status page test; a missing one fails it).
 
 mod support;
 
@@ -304,4 +306,75 @@ async fn upstream_credentials_reach_the_upstream_only() {
         error.contains("config_invalid") && error.contains("STOPLINE_TEST_UNSET_9C2"),
         "{error}"
     );
+}
+
+/// The browser toolchain the preflight test needs (never skipped: a missing piece fails it).
+fn require_browser() -> std::path::PathBuf {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    assert!(
+        std::path::Path::new("/usr/bin/chromium").exists(),
+        "/usr/bin/chromium is missing: scripts/setup-test-deps.sh installs it"
+    );
+    assert!(
+        repo.join("node_modules/playwright-core/package.json")
+            .exists(),
+        "node_modules/playwright-core is missing: run `npm ci` (scripts/setup-test-deps.sh does)"
+    );
+    repo
+}
+
+/// Chromium's own CORS: a page on an allowed origin (loopback, the default) gets its preflight
+/// answered and reads `Mcp-Session-Id`; a page on another origin fails the preflight, and its
+/// request never reaches the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_preflight_succeeds_from_an_allowed_origin_and_fails_from_another() {
+    let repo = require_browser();
+    let upstream = Upstream::start(answer);
+    let config = format!("[mcp.rec]\nurl = \"{}\"\n", upstream.url("/mcp"));
+    let world = World::start(&config, "caller").await;
+    let script = repo.join("crates/stopline-mcp/tests/browser/mcp_cors.mjs");
+    let mut seen = Vec::new();
+    // 127.0.0.1 is a loopback origin; 127.0.0.2 is on this host too, but not allowed.
+    for host in ["127.0.0.1", "127.0.0.2"] {
+        let profile = tempfile::tempdir().unwrap();
+        #[allow(clippy::disallowed_methods)] // the test starts the browser driver
+        let output = tokio::process::Command::new("node")
+            .arg(&script)
+            .arg(world.mcp_url("rec"))
+            .arg(&world.token)
+            .arg(host)
+            .arg(profile.path())
+            .output()
+            .await
+            .expect("node");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let result: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+        seen.push(result);
+    }
+    let (allowed, other) = (&seen[0], &seen[1]);
+    assert_eq!(allowed["ok"], true, "{allowed}");
+    assert_eq!(allowed["status"], 200, "{allowed}");
+    assert_eq!(
+        allowed["session"], "s-1",
+        "the exposed Mcp-Session-Id: {allowed}"
+    );
+    assert_eq!(other["ok"], false, "{other}");
+    assert!(
+        other["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Failed to fetch"),
+        "{other}"
+    );
+    assert_eq!(
+        upstream.received().len(),
+        1,
+        "only the allowed origin's request reached the upstream"
+    );
+    world.shutdown().await;
 }

@@ -378,3 +378,89 @@ async fn a_browser_preflight_succeeds_from_an_allowed_origin_and_fails_from_anot
     );
     world.shutdown().await;
 }
+
+/// An upstream that speaks enough MCP for an SDK client to connect: `initialize` answered,
+/// notifications accepted, no server stream.
+fn mcp_answer(request: &Received) -> Answer {
+    if request.method == "GET" {
+        return Answer::status(405, "");
+    }
+    let body = request.json();
+    if body.get("id").is_none() {
+        return Answer::status(202, "");
+    }
+    let result = if body["method"] == "initialize" {
+        json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "rec", "version": "1"}})
+    } else {
+        json!({"content": []})
+    };
+    Answer::json(json!({"jsonrpc": "2.0", "id": body["id"], "result": result}).to_string())
+}
+
+/// The official TypeScript SDK client, halted: its protocol error class (`McpError`, code
+/// -32001) with the latch's text, not `StreamableHTTPError` (a transport failure).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_gets_its_protocol_error_with_the_latchs_text() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    assert!(
+        repo.join("node_modules/@modelcontextprotocol/sdk/package.json")
+            .exists(),
+        "node_modules/@modelcontextprotocol/sdk is missing: run `npm ci` (scripts/setup-test-deps.sh does)"
+    );
+    let upstream = Upstream::start(mcp_answer);
+    let config = format!("[mcp.rec]\nurl = \"{}\"\n", upstream.url("/mcp"));
+    let world = World::start(&config, "caller").await;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    #[allow(clippy::disallowed_methods)] // the test starts the SDK client
+    let mut child = tokio::process::Command::new("node")
+        .arg(repo.join("crates/stopline-mcp/tests/ts_client.mjs"))
+        .arg(world.mcp_url("rec"))
+        .arg(&world.token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = lines.next_line().await.unwrap().unwrap_or_default();
+    assert!(ready.contains("ready"), "the client connected: {ready}");
+    // halt-all of this agent, engaged as an operator at the console would.
+    let (ctx, caller) = (
+        world.ctx.clone(),
+        stopline_control::engage::Caller {
+            token: None,
+            by: Some("tester".into()),
+            local: true,
+        },
+    );
+    tokio::task::spawn_blocking(move || {
+        stopline_control::engage::engage(
+            &ctx,
+            &caller,
+            "agent:caller",
+            Some("halt-all"),
+            "halt the caller",
+        )
+    })
+    .await
+    .unwrap()
+    .expect("engage");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"go\n").await.unwrap();
+    let line = lines.next_line().await.unwrap().unwrap_or_default();
+    let status = child.wait().await.unwrap();
+    assert!(status.success(), "{line}");
+    let stdout = line;
+    let out: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(out["class"], "McpError", "{out}");
+    assert_eq!(out["code"], -32001, "{out}");
+    assert_eq!(out["data"]["code"], "break_glass_contained", "{out}");
+    let message = out["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("stopped by tester")
+            && message.contains("halt the caller")
+            && message.contains("do not retry"),
+        "{out}"
+    );
+    world.shutdown().await;
+}

@@ -126,6 +126,18 @@ mod tests {
     }
 
     #[test]
+    fn allowed_origins_and_upstream_headers_wait_for_a_restart() {
+        let old = config("");
+        let new = config(
+            "allowed_origins = [\"https://app.example\"]\n[mcp.r]\nurl = \"http://127.0.0.1:1/\"\nheaders = { X-Key = \"k\" }\n",
+        );
+        let (merged, reloaded) = merge(&old, new);
+        assert_eq!(reloaded.need_restart, vec!["mcp", "allowed_origins"]);
+        assert_eq!(merged.base.allowed_origins, None);
+        assert!(merged.mcp_headers.is_empty());
+    }
+
+    #[test]
     fn live_keys_are_taken_and_the_others_kept_and_named() {
         let old = config("listen = \"127.0.0.1:1\"\n[prices.a]\ninput = 1.0\noutput = 1.0\n");
         let new = config(

@@ -83,7 +83,9 @@ pub struct McpServerConfig {
     /// the gateway's environment reaches it).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Seconds without traffic after which a stdio server's session ends (default 300).
+    /// Seconds without traffic after which a session ends (default 300): a stdio server's is
+    /// ended with its server; an HTTP upstream's, that no stream of its agent holds open, is
+    /// ended upstream with `DELETE`.
     #[serde(default)]
     pub session_idle_s: Option<u64>,
     /// Keep one stdio server started ahead of the next session (default true), so a session
@@ -99,6 +101,13 @@ pub struct McpServerConfig {
     /// declares read-only called without a recorded operation. MCP calls them untrusted hints.
     #[serde(default)]
     pub trust_read_only_hints: bool,
+    /// Headers the gateway sends to this server (a `url` upstream) on every request, e.g.
+    /// `{ Authorization = "Bearer ${env:NAME}" }`: the upstream's own credentials. `${env:NAME}`
+    /// and `${file:PATH}` in a value are resolved when the gateway loads its configuration (a
+    /// missing one is `config_invalid`); the values are sent to this upstream only, never
+    /// logged and never returned to the agent (docs/reference.md §8).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
 }
 
 /// The `[model]` upstream.
@@ -294,6 +303,11 @@ pub struct Config {
     /// `[telemetry]`: OpenTelemetry export of the gateway's spans.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// The `Origin`s whose requests the MCP proxy serves (e.g. `"http://localhost:6274"`);
+    /// a request with any other `Origin` is refused 403 (docs/reference.md §8). Absent: the
+    /// loopback origins (`http`/`https` on `localhost`, `127.0.0.1`, `[::1]`, any port).
+    #[serde(default)]
+    pub allowed_origins: Option<Vec<String>>,
 }
 
 /// `[telemetry]`: where `serve` exports its spans (admission, dispatch, refusal) over

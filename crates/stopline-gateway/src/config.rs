@@ -25,6 +25,9 @@ pub struct GatewayConfig {
     pub base: Config,
     /// `[mcp.<server>]` sections by server name.
     pub mcp: BTreeMap<String, McpServerConfig>,
+    /// Each `[mcp.<server>]`'s `headers`, their `${env:…}`/`${file:…}` resolved (only servers
+    /// that name some).
+    pub mcp_headers: BTreeMap<String, UpstreamHeaders>,
     /// The `[model]` section.
     pub model: Option<ModelConfig>,
     /// The `[anthropic]` section.
@@ -72,7 +75,9 @@ impl GatewayConfig {
             path: e.path.clone(),
             why: e.to_string(),
         })?;
-        let mut config = GatewayConfig::from_base(base).map_err(error)?;
+        let mut config =
+            GatewayConfig::from_base_in(base, path.parent().filter(|p| !p.as_os_str().is_empty()))
+                .map_err(error)?;
         config.config_hash = hex::encode(sha2::Sha256::digest(&bytes));
         // (The file parsed above, so it is UTF-8 TOML; a missing file sets nothing.)
         config.operators_set = std::str::from_utf8(&bytes)
@@ -82,9 +87,31 @@ impl GatewayConfig {
         Ok(config)
     }
 
-    /// Interpret the gateway sections of an already parsed config.
+    /// Interpret the gateway sections of an already parsed config (a relative `${file:…}`
+    /// path is relative to the working directory).
     pub fn from_base(base: Config) -> Result<GatewayConfig, String> {
+        GatewayConfig::from_base_in(base, None)
+    }
+
+    /// [`GatewayConfig::from_base`] for the file in `dir`: a relative `${file:…}` path is
+    /// relative to `dir`.
+    pub fn from_base_in(base: Config, dir: Option<&Path>) -> Result<GatewayConfig, String> {
         let mcp = base.mcp.clone();
+        let mut mcp_headers = BTreeMap::new();
+        for (name, server) in &mcp {
+            if server.headers.is_empty() {
+                continue;
+            }
+            if server.url.is_none() {
+                return Err(format!(
+                    "[mcp.{name}] headers: only a url upstream takes headers (a stdio server gets env)"
+                ));
+            }
+            mcp_headers.insert(
+                name.clone(),
+                UpstreamHeaders::resolve(name, &server.headers, dir)?,
+            );
+        }
         let model = base.model.clone();
         let anthropic = base.anthropic.clone();
         let breakers = base.breakers.clone();
@@ -93,6 +120,7 @@ impl GatewayConfig {
         Ok(GatewayConfig {
             base,
             mcp,
+            mcp_headers,
             model,
             anthropic,
             breakers,
@@ -164,6 +192,97 @@ impl GatewayConfig {
 }
 
 use sha2::Digest as _;
+
+/// One upstream's own headers (`[mcp.<server>] headers`), resolved: sent to that upstream only.
+/// Their values are credentials: marked sensitive, and never printed (`Debug` names the
+/// headers only).
+#[derive(Clone, Default, PartialEq)]
+pub struct UpstreamHeaders(pub axum::http::HeaderMap);
+
+impl std::fmt::Debug for UpstreamHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.keys().map(|k| format!("{k}: <redacted>")))
+            .finish()
+    }
+}
+
+/// Headers the proxy itself decides, which a configured header may not replace.
+const PROXY_HEADERS: [&str; 8] = [
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+impl UpstreamHeaders {
+    /// `headers` of `[mcp.<server>]`, each value's `${env:NAME}` and `${file:PATH}` replaced
+    /// (a file's trailing newline dropped). An error names the header and the reference, never
+    /// a value.
+    pub fn resolve(
+        server: &str,
+        headers: &BTreeMap<String, String>,
+        dir: Option<&Path>,
+    ) -> Result<UpstreamHeaders, String> {
+        use axum::http::{HeaderName, HeaderValue};
+        let mut out = axum::http::HeaderMap::with_capacity(headers.len());
+        for (name, template) in headers {
+            let at = |why: String| format!("[mcp.{server}] headers.{name}: {why}");
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| at("not a valid header name".into()))?;
+            if PROXY_HEADERS.contains(&header.as_str()) {
+                return Err(at("set by the proxy itself, not configurable".into()));
+            }
+            let text = resolve_value(template, dir).map_err(at)?;
+            let mut value = HeaderValue::from_str(&text)
+                .map_err(|_| at("the resolved value is not a valid header value".into()))?;
+            value.set_sensitive(true);
+            out.insert(header, value);
+        }
+        Ok(UpstreamHeaders(out))
+    }
+}
+
+/// `template` with every `${env:NAME}` and `${file:PATH}` replaced.
+fn resolve_value(template: &str, dir: Option<&Path>) -> Result<String, String> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("unclosed ${{ in {template:?}"))?;
+        let reference = &after[..end];
+        let value = match reference.split_once(':') {
+            Some(("env", name)) => std::env::var(name)
+                .map_err(|_| format!("${{env:{name}}} is not set in the gateway's environment"))?,
+            Some(("file", file)) => {
+                let path = match dir {
+                    Some(dir) => dir.join(file),
+                    None => Path::new(file).to_path_buf(),
+                };
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    format!("${{file:{file}}} cannot be read ({}): {e}", path.display())
+                })?;
+                text.trim_end_matches(['\n', '\r']).to_string()
+            }
+            _ => {
+                return Err(format!(
+                    "${{{reference}}} is neither ${{env:NAME}} nor ${{file:PATH}}"
+                ))
+            }
+        };
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
 
 /// Where `program` would be found: itself when it names a path (it has a `/`), else the first
 /// executable file of that name in the `:`-separated `path`.
@@ -251,5 +370,58 @@ mod tests {
         let bad: Result<Config, _> =
             toml::from_str("[mcp.x]\nurl = \"u\"\nunresolved_blocks = \"some\"\n");
         assert!(bad.is_err());
+    }
+}
+
+#[cfg(test)]
+mod upstream_header_tests {
+    use super::*;
+
+    fn load(text: &str, dir: Option<&Path>) -> Result<GatewayConfig, String> {
+        GatewayConfig::from_base_in(toml::from_str(text).unwrap(), dir)
+    }
+
+    #[test]
+    fn upstream_headers_resolve_env_and_file_and_a_missing_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        #[allow(clippy::disallowed_methods)] // a test's own fixture
+        std::fs::write(dir.path().join("key"), "from-file\n").unwrap();
+        // A variable no test sets, and one this test's process holds.
+        let (name, value) = std::env::vars()
+            .find(|(k, v)| k == "PATH" && !v.is_empty())
+            .expect("PATH is set");
+        let text = format!(
+            "[mcp.remote]\nurl = \"http://127.0.0.1:1/mcp\"\n[mcp.remote.headers]\nAuthorization = \"Bearer ${{env:{name}}}\"\nX-Key = \"${{file:key}}\"\n"
+        );
+        let config = load(&text, Some(dir.path())).unwrap();
+        let headers = &config.mcp_headers["remote"].0;
+        assert_eq!(headers["authorization"], format!("Bearer {value}").as_str());
+        assert_eq!(headers["x-key"], "from-file");
+        assert!(headers["authorization"].is_sensitive());
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("from-file"), "{printed}");
+
+        for (bad, named) in [
+            (
+                "Authorization = \"Bearer ${env:STOPLINE_TEST_NEVER_SET_3F1}\"",
+                "STOPLINE_TEST_NEVER_SET_3F1",
+            ),
+            ("X-Key = \"${file:absent}\"", "absent"),
+            ("X-Key = \"${vault:x}\"", "vault:x"),
+            ("Host = \"evil\"", "set by the proxy"),
+        ] {
+            let text = format!(
+                "[mcp.remote]\nurl = \"http://127.0.0.1:1/mcp\"\n[mcp.remote.headers]\n{bad}\n"
+            );
+            let why = load(&text, Some(dir.path())).unwrap_err();
+            assert!(
+                why.contains("[mcp.remote] headers.") && why.contains(named),
+                "{why}"
+            );
+        }
+        let stdio = "[mcp.local]\ncommand = [\"x\"]\nheaders = { X-Key = \"k\" }\n";
+        assert!(load(stdio, None)
+            .unwrap_err()
+            .contains("only a url upstream"));
     }
 }

@@ -83,6 +83,7 @@ pub fn merge(old: &GatewayConfig, new: GatewayConfig) -> (GatewayConfig, Reloade
     restart(o.retention != n.retention, "retention");
     restart(o.etcd != n.etcd, "etcd");
     restart(o.telemetry != n.telemetry, "telemetry");
+    restart(o.allowed_origins != n.allowed_origins, "allowed_origins");
     let mut merged = old.clone();
     let mut live = |changed: bool, key: &'static str| {
         if changed {
@@ -122,6 +123,18 @@ mod tests {
 
     fn config(text: &str) -> GatewayConfig {
         GatewayConfig::from_base(toml::from_str(text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn allowed_origins_and_upstream_headers_wait_for_a_restart() {
+        let old = config("");
+        let new = config(
+            "allowed_origins = [\"https://app.example\"]\n[mcp.r]\nurl = \"http://127.0.0.1:1/\"\nheaders = { X-Key = \"k\" }\n",
+        );
+        let (merged, reloaded) = merge(&old, new);
+        assert_eq!(reloaded.need_restart, vec!["mcp", "allowed_origins"]);
+        assert_eq!(merged.base.allowed_origins, None);
+        assert!(merged.mcp_headers.is_empty());
     }
 
     #[test]

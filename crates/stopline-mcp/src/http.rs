@@ -16,20 +16,23 @@ use crate::frame::check_frame;
 use crate::govern::{govern_frame, Member, ToolCatalog};
 use crate::governor::{Call, Caller, Governor, Outcome};
 use crate::jsonrpc::{parse, Incoming, Message};
+use crate::origin::{with_cors, Origins};
 use crate::reply::{json_reply, local_reply, refusal_reply, reply_messages};
 use crate::sessions::SessionBindings;
 use crate::upstream::{self, Exchange};
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use foldhash::HashMap;
 use futures::future::BoxFuture;
+use futures::StreamExt as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use stopline_core::{Refusal, RefusalCode};
+use stopline_gateway::config::UpstreamHeaders;
 use stopline_gateway::{McpPost, McpServerConfig, Mount};
 
 /// Headers the agent sends that the upstream needs (never `Authorization`).
@@ -60,6 +63,19 @@ pub struct McpState {
     pub(crate) stdio: Arc<upstream::StdioSessions>,
     /// Each configured server's name, route and upstream, made once (not on every message).
     pub(crate) entries: HashMap<String, Arc<ServerEntry>>,
+    /// The `Origin`s served (`allowed_origins`).
+    pub(crate) origins: Origins,
+    /// Requests whose answers a resumed stream may still deliver (SEP-1699).
+    pub(crate) parked: Arc<crate::resume::Parked>,
+}
+
+/// What the proxy takes from the gateway's configuration besides its servers.
+#[derive(Debug, Clone, Default)]
+pub struct ProxySettings {
+    /// `allowed_origins` (`None`: the loopback origins).
+    pub allowed_origins: Option<Vec<String>>,
+    /// Each server's own upstream headers (`[mcp.<server>] headers`, resolved).
+    pub headers: BTreeMap<String, UpstreamHeaders>,
 }
 
 /// A configured server as every message to it needs it.
@@ -97,14 +113,19 @@ pub fn upstream_of(config: &McpServerConfig) -> Option<Upstream> {
 /// mounted on the gateway (`ServeOptions::mount`): its routes, and its `POST` handler served
 /// before the gateway's router.
 pub fn router(governor: stopline_gateway::Governor) -> Mount {
-    let servers = governor.config().mcp.clone();
-    router_with(Arc::new(governor), servers)
+    let config = governor.config();
+    let settings = ProxySettings {
+        allowed_origins: config.base.allowed_origins.clone(),
+        headers: config.mcp_headers.clone(),
+    };
+    router_with(Arc::new(governor), config.mcp.clone(), settings)
 }
 
 /// The MCP proxy over any governor and server table.
 pub fn router_with(
     governor: Arc<dyn Governor>,
     servers: BTreeMap<String, McpServerConfig>,
+    settings: ProxySettings,
 ) -> Mount {
     for (name, server) in &servers {
         if upstream_of(server).is_none() {
@@ -118,7 +139,10 @@ pub fn router_with(
         .filter_map(|(name, server)| {
             let upstream = upstream_of(server)?;
             let target = match &upstream {
-                Upstream::Http(url) => upstream::Target::parse(url).ok().map(Arc::new),
+                Upstream::Http(url) => upstream::Target::parse(url).ok().map(|target| {
+                    let headers = settings.headers.get(name).map(|h| h.0.clone());
+                    Arc::new(target.with_headers(headers.unwrap_or_default()))
+                }),
                 Upstream::Stdio(_) => None,
             };
             let entry = ServerEntry {
@@ -138,7 +162,15 @@ pub fn router_with(
         client: stopline_gateway::client::UpstreamClient::new(),
         sessions: SessionBindings::default(),
         stdio: Arc::default(),
+        origins: Origins::new(settings.allowed_origins),
+        parked: Arc::default(),
     });
+    // Each HTTP server's sessions whose agents went quiet are ended upstream.
+    for (name, server) in &state.servers {
+        if let Some(Upstream::Http(_)) = upstream_of(server) {
+            end_idle_sessions(&state, name, crate::stdio_spawn::idle_bound(server));
+        }
+    }
     // Each stdio server's first warm spare, so even the first session finds one.
     for (name, server) in &state.servers {
         if let Some(Upstream::Stdio(command)) = upstream_of(server) {
@@ -148,7 +180,10 @@ pub fn router_with(
     let router = Router::new()
         .route(
             "/mcp/{server}",
-            post(handle_post).get(handle_get).delete(handle_delete),
+            post(handle_post)
+                .get(handle_get)
+                .delete(handle_delete)
+                .options(handle_options),
         )
         .with_state(state.clone());
     Mount {
@@ -193,6 +228,11 @@ impl McpState {
         self.governor.authenticate(value)
     }
 
+    /// The parsed URL of `server`'s HTTP upstream (`None`: not a URL).
+    fn target(&self, server: &str) -> Option<Arc<upstream::Target>> {
+        self.entries.get(server).and_then(|e| e.target.clone())
+    }
+
     /// The upstream of `server`, or a 404 reply.
     fn upstream(&self, server: &str) -> Result<Upstream, Box<Response>> {
         match self.entries.get(server) {
@@ -205,7 +245,7 @@ impl McpState {
     fn admit_caller(&self, server: &str, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
         let caller = self
             .authenticate(headers)
-            .map_err(|r| Box::new(refusal_reply(None, &r)))?;
+            .map_err(|r| Box::new(unauthenticated(&r)))?;
         self.sessions
             .check(server, headers, &caller)
             .map_err(|r| Box::new(refusal_reply(None, &r)))?;
@@ -226,8 +266,27 @@ async fn handle_post(
     post_message(&state, &server, entry, headers, request).await
 }
 
-/// One `POST` of messages to `server` (`entry`, when it is configured), however it was routed.
+/// One `POST` of messages to `server` (`entry`, when it is configured), however it was routed:
+/// an `Origin` not allowed is refused before anything else; an allowed one gets its CORS
+/// headers on the answer.
 async fn post_message(
+    state: &Arc<McpState>,
+    server: &str,
+    entry: Option<Arc<ServerEntry>>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+) -> Response {
+    let origin = match state.origins.check(&headers) {
+        Ok(origin) => origin,
+        Err(refused) => return *refused,
+    };
+    with_cors(
+        origin,
+        post_messages(state, server, entry, headers, request).await,
+    )
+}
+
+async fn post_messages(
     state: &Arc<McpState>,
     server: &str,
     entry: Option<Arc<ServerEntry>>,
@@ -326,6 +385,48 @@ async fn forward(exchange: Exchange, entry: &ServerEntry, member: Member) -> Res
     }
 }
 
+/// End upstream, with `DELETE`, every session of HTTP server `server` unused for `idle`
+/// (`session_idle_s`): the gateway's session is over, and an agent that vanished without ending
+/// it must not leave the upstream holding it. Runs until the proxy is dropped.
+fn end_idle_sessions(state: &Arc<McpState>, server: &str, idle: std::time::Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (state, server) = (Arc::downgrade(state), server.to_string());
+    let every = (idle / 2).clamp(
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_secs(5),
+    );
+    runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            for session in state.sessions.take_idle(&server, idle) {
+                let Ok(id) = HeaderValue::from_str(&session) else {
+                    continue;
+                };
+                let mut headers = HeaderMap::new();
+                headers.insert("mcp-session-id", id);
+                let ended = upstream::delete_http(&state, state.target(&server), &headers).await;
+                tracing::info!(server = %server, status = %ended.status(), "ended an idle MCP session upstream");
+            }
+        }
+    });
+}
+
+/// The 401 for a missing or invalid token: the refusal, with `WWW-Authenticate` (the only
+/// refusal an MCP client should meet as an HTTP error: it is about the transport's credentials).
+fn unauthenticated(refusal: &Refusal) -> Response {
+    let mut reply = refusal_reply(None, refusal);
+    reply.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"stopline\""),
+    );
+    reply
+}
+
 /// The 404 for a server that is not configured (or names no upstream).
 fn not_found(server: &str) -> Response {
     let refusal = Refusal::new(
@@ -371,6 +472,13 @@ async fn handle_get(
     Path(server): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    match state.origins.check(&headers) {
+        Ok(origin) => with_cors(origin, get_stream(state, server, headers).await),
+        Err(refused) => *refused,
+    }
+}
+
+async fn get_stream(state: Arc<McpState>, server: String, headers: HeaderMap) -> Response {
     let upstream = match state.upstream(&server) {
         Ok(upstream) => upstream,
         Err(reply) => return *reply,
@@ -394,8 +502,22 @@ async fn handle_get(
         return refusal_reply(None, &refusal);
     }
     let reply = match upstream {
-        Upstream::Http(url) => upstream::get_http(&state, &caller, &url, &headers).await,
+        Upstream::Http(_) => {
+            upstream::get_http(&state, &server, &caller, state.target(&server), &headers).await
+        }
         Upstream::Stdio(_) => upstream::get_stdio(&state, &server, &caller, &headers).await,
+    };
+    // The session is in use for as long as the agent holds its stream.
+    let reply = match state.sessions.hold(&server, &headers) {
+        Some(hold) => {
+            let (parts, body) = reply.into_parts();
+            let body = body.into_data_stream().map(move |chunk| {
+                let _held = &hold;
+                chunk
+            });
+            Response::from_parts(parts, Body::from_stream(body))
+        }
+        None => reply,
     };
     let reached = reply.status() != StatusCode::BAD_GATEWAY;
     admission.finish(if reached {
@@ -411,6 +533,31 @@ async fn handle_delete(
     Path(server): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    match state.origins.check(&headers) {
+        Ok(origin) => with_cors(origin, end_session(state, server, headers).await),
+        Err(refused) => *refused,
+    }
+}
+
+/// A CORS preflight: answered for an allowed `Origin` (the methods and headers an MCP client
+/// sends), refused 403 for any other; without an `Origin` it is not a preflight, and only the
+/// allowed methods are named.
+async fn handle_options(State(state): State<Arc<McpState>>, headers: HeaderMap) -> Response {
+    match state.origins.check(&headers) {
+        Ok(Some(origin)) => crate::origin::preflight(origin),
+        Ok(None) => (
+            StatusCode::NO_CONTENT,
+            [(
+                header::ALLOW,
+                HeaderValue::from_static(crate::origin::METHODS),
+            )],
+        )
+            .into_response(),
+        Err(refused) => *refused,
+    }
+}
+
+async fn end_session(state: Arc<McpState>, server: String, headers: HeaderMap) -> Response {
     let upstream = match state.upstream(&server) {
         Ok(upstream) => upstream,
         Err(reply) => return *reply,
@@ -421,7 +568,7 @@ async fn handle_delete(
     // Ending a session is always allowed: it can only reduce what the agent can do.
     state.sessions.forget(&server, &headers);
     match upstream {
-        Upstream::Http(url) => upstream::delete_http(&state, &url, &headers).await,
+        Upstream::Http(_) => upstream::delete_http(&state, state.target(&server), &headers).await,
         Upstream::Stdio(_) => upstream::delete_stdio(&state, &server, &headers).await,
     }
 }

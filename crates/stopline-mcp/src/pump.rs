@@ -10,7 +10,11 @@
 //!   up to `cut_outcome_wait_s`, recording the answers that come (never shown to the agent), and
 //!   only what is still open then is left in doubt;
 //! - an upstream stream that breaks, or ends without an answer, leaves its open requests in
-//!   doubt (the tracker's drop does that).
+//!   doubt (the tracker's drop does that);
+//! - a stream with nothing open on it (a `GET` stream, or a `POST` stream whose answers all
+//!   came) whose agent went away is closed within [`DEPARTURE_CHECK`], without waiting for
+//!   the upstream to send something: nothing is left to learn from it, and an upstream stream
+//!   held for an agent that is gone is a connection and a session leaked per agent session.
 
 use crate::govern::{refusal_response, Tracker};
 use crate::jsonrpc::{parse, Incoming};
@@ -23,6 +27,16 @@ use std::io;
 use std::time::Duration;
 use stopline_core::{Refusal, RefusalCode};
 use tokio::time::Instant;
+
+/// How often a stream with nothing open on it checks that its agent is still there.
+pub const DEPARTURE_CHECK: Duration = Duration::from_millis(500);
+
+/// Resolves once `client`'s receiving end (the agent's response body) is gone.
+async fn departed(client: Client) {
+    while !client.is_closed() {
+        tokio::time::sleep(DEPARTURE_CHECK).await;
+    }
+}
 
 /// The receiving half: what the agent's response body reads.
 pub type BodyStream = mpsc::Receiver<Result<Bytes, io::Error>>;
@@ -37,6 +51,9 @@ pub struct Pump {
     pub prelude: Vec<Bytes>,
     /// How long a cut exchange may still take to give its outcomes.
     pub cut_wait: Duration,
+    /// Where the stream's open requests are parked if it ends after a priming event (a
+    /// resumable stream); `None`: they are left in doubt at its end.
+    pub resume: Option<crate::resume::Resume>,
 }
 
 /// Start pumping `upstream` (SSE bytes) to the returned body stream.
@@ -62,11 +79,13 @@ where
         cut: Box::pin(std::future::pending()),
         prelude: Vec::new(),
         cut_wait,
+        resume: None,
     };
     let mut relay = Relay {
         pump,
         client: None,
         deadline: Some(deadline),
+        primed: false,
     };
     tokio::spawn(async move { relay.read(Box::pin(upstream)).await });
 }
@@ -89,6 +108,8 @@ struct Relay {
     client: Option<Client>,
     /// Set by a cut: the exchange must give its outcomes by then.
     deadline: Option<Instant>,
+    /// The upstream sent an event with an `id`: the stream may be resumed (SEP-1699).
+    primed: bool,
 }
 
 enum Event<T> {
@@ -146,6 +167,24 @@ impl Relay {
         true
     }
 
+    /// At the upstream's clean end of a primed stream that owes answers: the server may deliver
+    /// them on a resumed stream, so they are parked for one (`crate::resume`) rather than left
+    /// in doubt at once.
+    fn park_for_resumption(&mut self) {
+        if self.deadline.is_some() || self.pump.tracker.is_done() {
+            return;
+        }
+        if let Some(resume) = self
+            .pump
+            .resume
+            .as_ref()
+            .filter(|r| self.primed || r.resumed)
+        {
+            let pending = self.pump.tracker.take_pending();
+            resume.parked.park(resume, pending);
+        }
+    }
+
     /// Hand `bytes` to the agent, if it is still there.
     async fn relay(&mut self, bytes: Bytes) {
         let Some(mut client) = self.client.clone() else {
@@ -171,7 +210,23 @@ impl Relay {
             if self.client.is_none() && self.pump.tracker.is_done() {
                 return; // nobody to relay to and nothing left to learn
             }
-            let chunk = match self.next(upstream.next()).await {
+            // Nothing open on the stream: the agent's departure ends it too.
+            let watched = self.client.clone().filter(|_| self.pump.tracker.is_done());
+            let next = async {
+                match watched {
+                    Some(client) => tokio::select! {
+                        chunk = upstream.next() => Some(chunk),
+                        () = departed(client) => None,
+                    },
+                    None => Some(upstream.next().await),
+                }
+            };
+            let chunk = match self.next(next).await {
+                Event::Done(None) => {
+                    self.client = None; // the agent went away: nothing more to read for
+                    continue;
+                }
+                Event::Done(Some(chunk)) => chunk,
                 Event::Cut(refusal) => {
                     self.cut(refusal).await;
                     continue;
@@ -183,7 +238,6 @@ impl Relay {
                     ));
                     return;
                 }
-                Event::Done(chunk) => chunk,
             };
             match chunk {
                 Some(Ok(bytes)) => {
@@ -196,6 +250,7 @@ impl Relay {
                         return; // the tracker's drop leaves open operations in doubt
                     }
                     while let Some(event) = splitter.next_event() {
+                        self.primed |= has_id(&event.raw);
                         let frame = event.data.as_deref().and_then(|d| parse(d.as_bytes()).ok());
                         let forward = frame.as_ref().is_none_or(|f| {
                             f.messages()
@@ -221,7 +276,9 @@ impl Relay {
                     return;
                 }
                 None => {
-                    self.cut_if_due().await;
+                    if !self.cut_if_due().await {
+                        self.park_for_resumption();
+                    }
                     return;
                 }
             }
@@ -238,6 +295,13 @@ async fn run<E: std::fmt::Display>(
         pump,
         client: Some(tx),
         deadline: None,
+        primed: false,
     };
     relay.read(upstream).await;
+}
+
+/// True when the event's raw bytes have an `id` field (a line `id:…`).
+fn has_id(raw: &[u8]) -> bool {
+    raw.split(|&b| b == b'\n' || b == b'\r')
+        .any(|line| line.starts_with(b"id:") || line == b"id")
 }

@@ -1,6 +1,9 @@
-//! How the MCP proxy answers an agent itself: refusals as JSON-RPC errors with the HTTP status
-//! the gateway gives the same refusal, a frame's locally answered errors, and the messages of a
-//! reply gathered for a batch's answer. Nothing here decides anything; it only shapes replies.
+//! How the MCP proxy answers an agent itself: a refused JSON-RPC request as its JSON-RPC error
+//! with HTTP 200, so that an MCP client raises its protocol error with the refusal's text
+//! (docs/reference.md §8); refusals of what is not a request (a token, a session, a `GET`
+//! stream, a frame of notifications) as JSON-RPC errors with the HTTP status the gateway gives
+//! the same refusal; and the messages of a reply gathered for a batch's answer. Nothing here
+//! decides anything; it only shapes replies.
 
 use crate::govern::Governed;
 use crate::jsonrpc::{Incoming, Message};
@@ -46,16 +49,13 @@ fn with_retry_after(mut reply: Response, refusal: &Refusal) -> Response {
     reply
 }
 
-/// The reply when nothing of a frame was forwarded: its local errors, or the first refusal.
+/// The reply when nothing of a frame was forwarded: its local errors (HTTP 200: each is the
+/// JSON-RPC answer to its request), or, when it held no request, the first refusal.
 pub fn local_reply(governed: Governed) -> Response {
     match (governed.is_batch(), governed.local.len()) {
         (false, 1) => {
-            let status = governed
-                .refusals
-                .first()
-                .map_or(403, |r| refusal_status(r).as_u16());
             let reply = json_reply(
-                status,
+                200,
                 Incoming::Single(governed.local.into_iter().next().expect("one")).to_bytes(),
             );
             match governed.refusals.first() {

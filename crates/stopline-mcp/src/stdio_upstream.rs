@@ -62,6 +62,7 @@ fn sse(
             cut: state.governor.cut(caller),
             prelude,
             cut_wait: state.governor.cut_outcome_wait(),
+            resume: None,
         },
     );
     let mut headers = HeaderMap::new();

@@ -178,6 +178,11 @@ impl Tracker {
         }
     }
 
+    /// Every open request, no longer tracked (their admissions handed on, not finished).
+    pub fn take_pending(&mut self) -> Vec<Pending> {
+        std::mem::take(&mut self.pending)
+    }
+
     /// True when every tracked request has been answered.
     pub fn is_done(&self) -> bool {
         self.pending.is_empty()

@@ -30,7 +30,6 @@ use std::task::Poll;
 use std::time::Duration;
 use stopline_core::Refusal;
 use stopline_gateway::client::{body_bytes, body_stream, UpstreamResponse};
-use stopline_gateway::refusal_status;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -63,6 +62,9 @@ pub(crate) struct Target {
     /// The URL's host and, unless it is the scheme's default, its port — what the client
     /// would send (`None`: not a valid header value, so the client makes it as before).
     host: Option<HeaderValue>,
+    /// The upstream's own headers (`[mcp.<server>] headers`): its credentials, sent on every
+    /// request to it and to nothing else.
+    headers: HeaderMap,
 }
 
 impl Target {
@@ -81,13 +83,24 @@ impl Target {
             };
             HeaderValue::from_str(&value).ok()
         });
-        Ok(Target { uri, host })
+        Ok(Target {
+            uri,
+            host,
+            headers: HeaderMap::new(),
+        })
+    }
+
+    /// This target with the upstream's own `headers`.
+    pub fn with_headers(mut self, headers: HeaderMap) -> Target {
+        self.headers = headers;
+        self
     }
 }
 
 /// The request to the upstream: `method` to `target` with `forwarded`, the agent's headers an
 /// upstream gets (`http::forwarded_headers`: never its token, never `Host`), `Accept`
-/// defaulting to `accept` when the agent sent none.
+/// defaulting to `accept` when the agent sent none, and the target's own headers (its
+/// credentials) last, so nothing the agent sent can replace them.
 fn upstream_request(
     method: Method,
     target: &Target,
@@ -109,6 +122,9 @@ fn upstream_request(
     }
     if !out.contains_key(header::ACCEPT) {
         out.insert(header::ACCEPT, HeaderValue::from_static(accept));
+    }
+    for (name, value) in &target.headers {
+        out.insert(name, value.clone());
     }
     request
 }
@@ -149,10 +165,11 @@ pub(crate) fn upstream_failed(
 }
 
 /// The agent's answer when a cut lands before the upstream answered: an error for each open
-/// request (their real answers are still recorded when they come).
+/// request, with HTTP 200 as any refusal of a request (their real answers are still recorded
+/// when they come).
 pub(crate) fn cut_reply(ids: Vec<Id>, refusal: &Refusal) -> Response {
     let notice = cut_notice(refusal);
-    let status = refusal_status(&notice).as_u16();
+    let status = 200;
     let messages: Vec<Message> = ids
         .into_iter()
         .map(|id| refusal_response(id, &notice))
@@ -233,6 +250,7 @@ pub(crate) async fn answer(
     exchange_state: &Arc<McpState>,
     caller: &Caller,
     mut tracker: Tracker,
+    resume: Option<crate::resume::Resume>,
     response: UpstreamResponse,
 ) -> Response {
     let (parts, body) = response.into_parts();
@@ -247,6 +265,7 @@ pub(crate) async fn answer(
                 cut,
                 prelude: Vec::new(),
                 cut_wait: exchange_state.governor.cut_outcome_wait(),
+                resume,
             },
         );
         return (status, headers, stream_body(stream)).into_response();
@@ -349,6 +368,8 @@ async fn drive_http(
         let _ = reply.send(upstream_failed(ids, Vec::new(), &why));
         return;
     };
+    // The session a resumed stream would deliver this member's answer on (SEP-1699).
+    let resume_key = crate::resume::session_key(&server, &headers);
     let request = upstream_request(
         Method::POST,
         &target,
@@ -395,6 +416,12 @@ async fn drive_http(
                         cut: task.cut,
                         prelude: Vec::new(),
                         cut_wait: task.cut_wait,
+                        resume: resume_key.map(|key| crate::resume::Resume {
+                            parked: state.parked.clone(),
+                            key,
+                            wait: task.cut_wait,
+                            resumed: false,
+                        }),
                     },
                 );
                 let _ = reply.send((status, returned, stream_body(stream)).into_response());
@@ -431,15 +458,18 @@ async fn drive_http(
 }
 
 /// Open the upstream's server-to-client stream.
+///
+/// A `GET` with `Last-Event-ID` resumes a stream (SEP-1699): it takes over the requests parked
+/// under its session (`crate::resume`), and records their outcomes as their answers come on it.
 pub(crate) async fn get_http(
     state: &Arc<McpState>,
+    server: &str,
     caller: &Caller,
-    url: &str,
+    target: Option<Arc<Target>>,
     headers: &HeaderMap,
 ) -> Response {
-    let target = match Target::parse(url) {
-        Ok(target) => target,
-        Err(error) => return upstream_failed([], Vec::new(), &error.to_string()),
+    let Some(target) = target else {
+        return upstream_failed([], Vec::new(), "the configured url is not a valid URL");
     };
     let request = upstream_request(
         Method::GET,
@@ -451,18 +481,34 @@ pub(crate) async fn get_http(
     );
     match state.client.send(request).await {
         Ok(response) => {
-            let tracker = Tracker::new(state.catalog.clone(), "");
-            answer(state, caller, tracker, response).await
+            let mut tracker = Tracker::new(state.catalog.clone(), server);
+            let key = crate::resume::session_key(server, headers);
+            let resumed = headers.contains_key("last-event-id");
+            let resume = key.map(|key| crate::resume::Resume {
+                parked: state.parked.clone(),
+                key,
+                wait: state.governor.cut_outcome_wait(),
+                resumed,
+            });
+            if let Some(resume) = resume.as_ref().filter(|r| r.resumed) {
+                for pending in resume.parked.claim(&resume.key) {
+                    tracker.track_one(Some(pending));
+                }
+            }
+            answer(state, caller, tracker, resume, response).await
         }
         Err(error) => upstream_failed([], Vec::new(), &error.to_string()),
     }
 }
 
 /// End the upstream session.
-pub(crate) async fn delete_http(state: &Arc<McpState>, url: &str, headers: &HeaderMap) -> Response {
-    let target = match Target::parse(url) {
-        Ok(target) => target,
-        Err(error) => return upstream_failed([], Vec::new(), &error.to_string()),
+pub(crate) async fn delete_http(
+    state: &Arc<McpState>,
+    target: Option<Arc<Target>>,
+    headers: &HeaderMap,
+) -> Response {
+    let Some(target) = target else {
+        return upstream_failed([], Vec::new(), "the configured url is not a valid URL");
     };
     let request = upstream_request(
         Method::DELETE,

@@ -126,7 +126,8 @@ async fn no_path_reaches_the_upstream_unadmitted() {
             401,
         ),
         ("HEAD /mcp/rec HTTP/1.1".to_string(), 401),
-        (format!("POST /mcp/nope HTTP/1.1\r\n{auth}"), 403),
+        // Refused egress: the request's JSON-RPC error, with HTTP 200.
+        (format!("POST /mcp/nope HTTP/1.1\r\n{auth}"), 200),
     ] {
         let status = raw(addr, &head, call).await;
         assert_eq!(status, expected, "{head}");
@@ -162,7 +163,8 @@ async fn no_path_reaches_the_upstream_unadmitted() {
     // Engage returned after this gateway acknowledged the latch: its view holds it.
     for target in ["/mcp/rec", "/mcp/r%65c", "/mcp/rec?x=1"] {
         let status = raw(addr, &format!("POST {target} HTTP/1.1\r\n{auth}"), call).await;
-        assert_eq!(status, 403, "{target} after the stop");
+        // The refused request's JSON-RPC error, with HTTP 200 (docs/reference.md §8).
+        assert_eq!(status, 200, "{target} after the stop");
     }
     let status = raw(addr, &format!("HEAD /mcp/rec HTTP/1.1\r\n{auth}"), b"").await;
     assert_eq!(status, 403, "HEAD after the stop");

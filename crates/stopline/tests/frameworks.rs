@@ -238,20 +238,23 @@ fn stopped_mid_run_raises(script: &str, agent: &str, module: &str, class: &str) 
 }
 
 /// Halt `script`'s agent (halt-all) while its model request is held: the held reply (a tool
-/// call) passes, the tool call is refused, and the run ends with `class` from `module`,
-/// carrying HTTP `status` where the framework keeps it.
-fn halted_at_a_tool_call_raises(
-    script: &str,
-    agent: &str,
-    module: &str,
-    class: &str,
-    status: Option<u16>,
-) {
+/// call) passes, the tool call is refused, and the run ends with `class` from `module`, raised
+/// from the MCP client's protocol error (`McpError` along its causes, no HTTP status): the
+/// gateway answers a refused request with its JSON-RPC error and HTTP 200, so the framework
+/// sees the stop's code and text ("stopped by …; do not retry"), not a transport failure.
+fn halted_at_a_tool_call_raises(script: &str, agent: &str, module: &str, class: &str) {
     let ended = stop_mid_run(script, agent, Some("halt-all"));
     assert_raised(&ended, module, class);
-    if let Some(status) = status {
-        assert_eq!(ended.outcome["status"], status, "{}", ended.outcome);
-    }
+    let o = &ended.outcome;
+    let causes = o["causes"].as_array().unwrap();
+    assert!(causes.iter().any(|c| c == "McpError"), "{o}");
+    assert_eq!(o["status"], Value::Null, "not an HTTP error: {o}");
+    assert_eq!(o["code"], "break_glass_contained", "{o}");
+    let message = o["message"].as_str().unwrap();
+    assert!(
+        message.contains("stopped by tester") && message.contains("do not retry"),
+        "the latch's text reaches the agent: {o}"
+    );
 }
 
 #[test]
@@ -265,15 +268,13 @@ fn openai_agents_sdk_stopped_mid_run_raises_permission_denied() {
 }
 
 #[test]
-fn openai_agents_sdk_halted_at_a_tool_call_is_cancelled() {
-    // The tool call's HTTP 403 is raised by the mcp 1.x client inside its transport's task
-    // group: the session is torn down and the run ends cancelled, the refusal lost.
+fn openai_agents_sdk_halted_at_a_tool_call_raises_user_error_with_the_stop() {
+    // The Agents SDK wraps the tool's McpError in its UserError ("Error running tool echo: …").
     halted_at_a_tool_call_raises(
         "openai_agents_agent.py",
         "fw-agents",
-        "asyncio.exceptions",
-        "CancelledError",
-        None,
+        "agents.exceptions",
+        "UserError",
     );
 }
 
@@ -288,13 +289,12 @@ fn pydantic_ai_stopped_mid_run_raises_model_authentication_error() {
 }
 
 #[test]
-fn pydantic_ai_halted_at_a_tool_call_raises_http_status_error() {
+fn pydantic_ai_halted_at_a_tool_call_raises_mcp_error() {
     halted_at_a_tool_call_raises(
         "pydantic_ai_agent.py",
         "fw-pydantic",
-        "httpx",
-        "HTTPStatusError",
-        Some(403),
+        "mcp.shared.exceptions",
+        "McpError",
     );
 }
 
@@ -310,13 +310,12 @@ fn langgraph_stopped_mid_run_raises_permission_denied() {
 }
 
 #[test]
-fn langgraph_halted_at_a_tool_call_raises_http_status_error() {
+fn langgraph_halted_at_a_tool_call_raises_mcp_error() {
     halted_at_a_tool_call_raises(
         "langgraph_agent.py",
         "fw-langgraph",
-        "httpx",
-        "HTTPStatusError",
-        Some(403),
+        "mcp.shared.exceptions",
+        "McpError",
     );
 }
 

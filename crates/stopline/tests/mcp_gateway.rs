@@ -82,9 +82,14 @@ fn python_client_through_the_gateway_is_stopped_and_stays_stopped_after_recovery
 
     // A halt: the very next call is refused with the stop's code; the bystander is not.
     home.engage("agent:worker", "halt-all");
-    assert_eq!(
-        refusal_code(&client.call("echo", json!({"message": "x"}))),
-        "break_glass_contained"
+    // The SDK's protocol error (MCPError), not a transport failure: the refusal is the call's
+    // JSON-RPC error, with the latch's text for the model to read.
+    let halted = client.call("echo", json!({"message": "x"}));
+    assert_eq!(refusal_code(&halted), "break_glass_contained");
+    let text = halted["message"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("stopped by") && text.contains("do not retry"),
+        "{halted}"
     );
     assert_eq!(
         other.call("echo", json!({"message": "still here"}))["ok"],
@@ -275,9 +280,14 @@ fn a_stdio_upstream_started_by_the_gateway_is_governed_per_session() {
     let servers: Vec<u32> = children_of(gateway_proc.pid());
     assert_eq!(servers.len(), 1, "one child for the session: {servers:?}");
     home.engage("agent:worker", "halt-all");
-    assert_eq!(
-        refusal_code(&client.call("echo", json!({"message": "x"}))),
-        "break_glass_contained"
+    // The SDK's protocol error (MCPError), not a transport failure: the refusal is the call's
+    // JSON-RPC error, with the latch's text for the model to read.
+    let halted = client.call("echo", json!({"message": "x"}));
+    assert_eq!(refusal_code(&halted), "break_glass_contained");
+    let text = halted["message"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("stopped by") && text.contains("do not retry"),
+        "{halted}"
     );
     // Ending the session (the client's DELETE on close) stops its server by pid.
     assert_eq!(client.send(json!({"op": "quit"}))["ok"], true);

@@ -3,7 +3,8 @@
 {"ok": true, "output": ...} or {"ok": false, "exception": class name, "module": its module,
 "message": str(e), "causes": [class names along __cause__/__context__], "status": the HTTP
 status a cause carries, "code": the stopline refusal code a cause carries (the model route's
-`error.code`, the MCP route's JSON-RPC `error.data.code`)}.
+`error.code`, the MCP route's JSON-RPC `error.data.code`, from the HTTP body or the MCP
+client's McpError)}.
 """
 import asyncio
 import json
@@ -16,6 +17,9 @@ def _refusal(error):
         body = getattr(seen, "body", None)
         if code is None and isinstance(body, dict):
             code = body.get("code") or (body.get("error") or {}).get("code")
+        error_data = getattr(seen, "error", None)  # an MCP client's McpError: its ErrorData
+        if code is None and isinstance(getattr(error_data, "data", None), dict):
+            code = error_data.data.get("code")
         response = getattr(seen, "response", None)
         if status is None:
             status = getattr(seen, "status_code", None) or getattr(response, "status_code", None)

@@ -219,3 +219,126 @@ impl Recorder {
         self.warnings.push(warning);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The worker registration as this recorder writes it, in each state, against the golden
+    //! files in `crates/stopline-core/tests/golden/` (docs/reference.md §9).
+
+    use super::*;
+    use chrono::{TimeZone, Utc};
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use stopline_supervisor::{AppliedLimits, LimitMethod, Method};
+
+    /// A clock that stands still, so `updated_at` is the golden's.
+    struct Still;
+    impl stopline_store::env::Env for Still {
+        fn now_ms(&self) -> i64 {
+            1_796_612_909_638
+        }
+        fn random_hex(&self, bytes: usize) -> String {
+            "ab".repeat(bytes)
+        }
+        fn pid(&self) -> u32 {
+            24_077
+        }
+    }
+
+    pub(crate) fn golden(name: &str) -> String {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../stopline-core/tests/golden")
+            .join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    fn status(state: WorkerState) -> WorkerStatus {
+        WorkerStatus {
+            run_id: "r1".into(),
+            agent: "coder".into(),
+            pid: 24_080,
+            cgroup: Some("/sys/fs/cgroup/stopline/run-r1.coder".into()),
+            method: Method::Cgroup2,
+            unconfined: false,
+            state,
+            kill_issued_at: None,
+            quiescent_observed_at: None,
+            exit_code: None,
+            limits: AppliedLimits {
+                pids: Some(512),
+                pids_method: Some(LimitMethod::Cgroup),
+                memory_mb: None,
+                memory_method: None,
+            },
+        }
+    }
+
+    fn recorder_for(home: &std::path::Path, user: Option<&str>, live: Option<&str>) -> Recorder {
+        let store = Store::with_io(home, Arc::new(stopline_store::fs::RealFs), Arc::new(Still));
+        Recorder::new(
+            store,
+            RunFacts {
+                project: "/home/op/project".into(),
+                user: user.map(str::to_string),
+                net: "gateway-only".into(),
+                supervisor_pid: 24_077,
+                live_entry: live.map(str::to_string),
+            },
+        )
+    }
+
+    fn written(home: &std::path::Path) -> String {
+        std::fs::read_to_string(home.join("runs/r1/workers/coder.json")).unwrap()
+    }
+
+    /// Running, then killing (phase one), then quiescent (phase two): each registration is the
+    /// golden's bytes; and a worker that ended by itself, unconfined and without an index.
+    #[test]
+    fn registrations_are_written_as_the_goldens() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let live = "r1@coder@24077@abababababababab.json";
+        let mut recorder = recorder_for(&home, Some("agent-coder"), Some(live));
+        recorder.register(&status(WorkerState::Running), None);
+        assert_eq!(written(&home), golden("worker-registration-running.json"));
+        let cause = StopCause::Latch {
+            latches: vec!["latch_6cb99b14af3c4d6b".into()],
+            level: "emergency".into(),
+            named: None,
+        };
+        let issued_at = Utc.timestamp_millis_opt(1_796_612_909_700).unwrap();
+        let observed_at = Utc.timestamp_millis_opt(1_796_612_909_712).unwrap();
+        recorder.phase(
+            &status(WorkerState::Running),
+            &StopPhase::KillIssued {
+                issued_at,
+                method: Method::Cgroup2,
+            },
+            &cause,
+        );
+        assert_eq!(written(&home), golden("worker-registration-killing.json"));
+        recorder.phase(
+            &status(WorkerState::Killing),
+            &StopPhase::QuiescentObserved {
+                issued_at,
+                observed_at,
+                method: Method::Cgroup2,
+            },
+            &cause,
+        );
+        assert_eq!(written(&home), golden("worker-registration-quiescent.json"));
+        assert!(recorder.warnings.is_empty(), "{:?}", recorder.warnings);
+
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let mut recorder = recorder_for(&home, None, None);
+        let mut exited = status(WorkerState::Exited);
+        exited.cgroup = None;
+        exited.method = Method::Subreaper;
+        exited.unconfined = true;
+        exited.exit_code = Some(0);
+        exited.limits.pids_method = Some(LimitMethod::Rlimit);
+        recorder.register(&exited, Some(&StopCause::AgentExited));
+        assert_eq!(written(&home), golden("worker-registration-exited.json"));
+    }
+}

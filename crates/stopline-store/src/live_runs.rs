@@ -689,4 +689,65 @@ mod tests {
         assert_eq!(store.retire_finished_live_runs().removed.len(), 1);
         assert_eq!(store.live_runs().unwrap().unwrap(), [live.file]);
     }
+
+    /// A clock and randomness that stand still, so the entry's name is the golden's.
+    struct Still;
+    impl crate::env::Env for Still {
+        fn now_ms(&self) -> i64 {
+            1_796_612_909_638
+        }
+        fn random_hex(&self, bytes: usize) -> String {
+            "ab".repeat(bytes)
+        }
+        fn pid(&self) -> u32 {
+            24_077
+        }
+    }
+
+    fn golden(name: &str) -> String {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../stopline-core/tests/golden")
+            .join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The entry in `runs.live/` as `stopline run` hands it over (project, expected group,
+    /// the supervisor's start time, since when), and the registration that entry stands for
+    /// while no registration names it (`starting`, as `status --json` shows it): the goldens'
+    /// bytes (docs/reference.md §9).
+    #[test]
+    fn an_entry_and_the_starting_worker_it_stands_for_are_the_goldens() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::with_io(
+            dir.path().join("home"),
+            Arc::new(crate::fs::RealFs),
+            Arc::new(Still),
+        );
+        let live = store
+            .begin_run(
+                "r1",
+                "coder",
+                24_077,
+                &json!({
+                    "project": "/home/op/project",
+                    "cgroup": "/sys/fs/cgroup/stopline/run-r1.coder",
+                    "supervisor_start": 91_234_567,
+                    "since": "2026-12-07T03:08:29.638Z",
+                }),
+                &json!({"schema": "policy-card.v1"}),
+                &json!({"run_id": "r1"}),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(live.file, "r1@coder@24077@abababababababab.json");
+        let entry = std::fs::read_to_string(store.layout.runs_live().join(&live.file)).unwrap();
+        assert_eq!(entry, golden("live-run-entry.json"));
+        let found = store.live_worker_registrations();
+        let [Ok(starting)] = found.as_slice() else {
+            panic!("{found:?}")
+        };
+        let mut text = serde_json::to_string_pretty(starting).unwrap();
+        text.push('\n');
+        assert_eq!(text, golden("worker-registration-starting.json"));
+    }
 }

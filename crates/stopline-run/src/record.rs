@@ -6,7 +6,10 @@
 //! never delays or prevents a kill, and a registration is never written claiming a state the
 //! worker did not report from a fresh observation.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Map};
+use stopline_core::worker::{
+    self, Observed, RegisteredLimits, StopCauseRecord, WorkerRegistration,
+};
 use stopline_store::Store;
 use stopline_supervisor::{StopPhase, WorkerState, WorkerStatus};
 
@@ -57,29 +60,26 @@ pub enum StopCause {
 }
 
 impl StopCause {
-    /// The cause as JSON for records.
-    pub fn to_json(&self) -> Value {
-        match self {
-            StopCause::Latch { latches, level, .. } => {
-                json!({"kind": "latch", "latches": latches, "level": level})
-            }
-            StopCause::ControlState { code, message } => {
-                json!({"kind": "control_state", "code": code, "message": message})
-            }
-            StopCause::ReadFault { message } => json!({
-                "kind": "control_state",
-                "code": stopline_core::RefusalCode::ControlIo,
-                "fault": "read_timeout",
-                "message": message,
-            }),
-            StopCause::CheckPanicked(message) => {
-                json!({"kind": "check_panicked", "message": message})
-            }
+    /// The cause as registrations and stop evidence record it.
+    pub fn to_record(&self) -> StopCauseRecord {
+        match self.clone() {
+            StopCause::Latch { latches, level, .. } => StopCauseRecord::Latch { latches, level },
+            StopCause::ControlState { code, message } => StopCauseRecord::ControlState {
+                code,
+                fault: None,
+                message,
+            },
+            StopCause::ReadFault { message } => StopCauseRecord::ControlState {
+                code: stopline_core::RefusalCode::ControlIo,
+                fault: Some("read_timeout".into()),
+                message,
+            },
+            StopCause::CheckPanicked(message) => StopCauseRecord::CheckPanicked { message },
             StopCause::WallClock { latch, budget_s } => {
-                json!({"kind": "wall_clock", "latch": latch, "budget_s": budget_s})
+                StopCauseRecord::WallClock { latch, budget_s }
             }
-            StopCause::AgentExited => json!({"kind": "agent_exited_leaving_processes"}),
-            StopCause::Operator { signal } => json!({"kind": "operator_signal", "signal": signal}),
+            StopCause::AgentExited => StopCauseRecord::AgentExitedLeavingProcesses,
+            StopCause::Operator { signal } => StopCauseRecord::OperatorSignal { signal },
         }
     }
 
@@ -112,7 +112,7 @@ pub struct RunFacts {
 pub struct Recorder {
     store: Store,
     facts: RunFacts,
-    last: Option<Value>,
+    last: Option<WorkerRegistration>,
     /// Writes that failed (reported at the end of the run).
     pub warnings: Vec<String>,
 }
@@ -128,28 +128,37 @@ impl Recorder {
         }
     }
 
-    /// The registration body for `status` (without `updated_at`).
-    fn body(&self, status: &WorkerStatus, cause: Option<&StopCause>) -> Value {
-        json!({
-            "schema": "worker-registration.v1",
-            "run": status.run_id,
-            "agent": status.agent,
-            "project": self.facts.project,
-            "pid": status.pid,
-            "cgroup": status.cgroup,
-            "method": status.method,
-            "unconfined": status.unconfined,
-            "user": self.facts.user,
-            "net": self.facts.net,
-            "supervisor_pid": self.facts.supervisor_pid,
-            "live_entry": self.facts.live_entry,
-            "state": status.state,
-            "limits": status.limits,
-            "kill_issued_at": status.kill_issued_at,
-            "quiescent_observed_at": status.quiescent_observed_at,
-            "exit_code": status.exit_code,
-            "stop_cause": cause.map(StopCause::to_json),
-        })
+    /// The registration for `status` (without `updated_at`).
+    fn body(&self, status: &WorkerStatus, cause: Option<&StopCause>) -> WorkerRegistration {
+        let limits = &status.limits;
+        WorkerRegistration {
+            schema: worker::SCHEMA.into(),
+            run: status.run_id.clone(),
+            agent: status.agent.clone(),
+            project: Some(self.facts.project.clone()),
+            cgroup: status.cgroup.clone(),
+            supervisor_pid: Some(self.facts.supervisor_pid),
+            state: registered_state(status.state),
+            live_entry: self.facts.live_entry.clone(),
+            observed: Some(Observed {
+                pid: Some(status.pid),
+                method: Some(status.method.as_str().into()),
+                unconfined: Some(status.unconfined),
+                user: self.facts.user.clone(),
+                net: Some(self.facts.net.clone()),
+                limits: Some(RegisteredLimits {
+                    pids: limits.pids,
+                    pids_method: limits.pids_method.map(limit_method),
+                    memory_mb: limits.memory_mb,
+                    memory_method: limits.memory_method.map(limit_method),
+                }),
+                kill_issued_at: status.kill_issued_at.map(timestamp),
+                quiescent_observed_at: status.quiescent_observed_at.map(timestamp),
+                exit_code: status.exit_code,
+                stop_cause: cause.map(StopCause::to_record),
+                updated_at: None,
+            }),
+        }
     }
 
     /// Write the registration if anything in it changed since the last write.
@@ -159,7 +168,9 @@ impl Recorder {
             return;
         }
         let mut record = body.clone();
-        record["updated_at"] = stopline_store::env::rfc3339(self.store.now_ms()).into();
+        if let Some(observed) = record.observed.as_mut() {
+            observed.updated_at = Some(stopline_store::env::rfc3339(self.store.now_ms()));
+        }
         match self
             .store
             .register_worker(&status.run_id, &status.agent, &record)
@@ -178,7 +189,7 @@ impl Recorder {
         fields.insert("agent".into(), status.agent.clone().into());
         fields.insert("pid".into(), status.pid.into());
         fields.insert("cgroup".into(), json!(status.cgroup));
-        fields.insert("cause".into(), cause.to_json());
+        fields.insert("cause".into(), json!(cause.to_record()));
         fields.insert("latches".into(), json!(cause.latches()));
         let mut registered = status.clone();
         match phase {
@@ -218,6 +229,33 @@ impl Recorder {
         tracing::error!("{warning}");
         self.warnings.push(warning);
     }
+}
+
+/// The supervisor's state as a registration names it.
+fn registered_state(state: WorkerState) -> worker::WorkerState {
+    match state {
+        WorkerState::Running => worker::WorkerState::Running,
+        WorkerState::Freezing => worker::WorkerState::Freezing,
+        WorkerState::Frozen => worker::WorkerState::Frozen,
+        WorkerState::Killing => worker::WorkerState::Killing,
+        WorkerState::Quiescent => worker::WorkerState::Quiescent,
+        WorkerState::Exited => worker::WorkerState::Exited,
+    }
+}
+
+/// How a ceiling was applied, as a registration names it.
+fn limit_method(method: stopline_supervisor::LimitMethod) -> String {
+    match method {
+        stopline_supervisor::LimitMethod::Cgroup => "cgroup",
+        stopline_supervisor::LimitMethod::Rlimit => "rlimit",
+    }
+    .into()
+}
+
+/// A supervisor's instant as registrations have always written it (chrono's serde form:
+/// RFC 3339 in UTC, `Z`, as many fractional digits as the instant needs).
+fn timestamp(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
 #[cfg(test)]

@@ -277,3 +277,22 @@ pub fn uncovered_among(servers: &[ServerRecord], view: &ControlView) -> Vec<Valu
     }
     uncovered
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gateway's registration as the gateway writes it (`to_vec_pretty`, fields in the
+    /// type's order), read and written again: the golden's bytes (docs/reference.md §9).
+    #[test]
+    fn a_server_record_reads_and_writes_back_as_the_golden() {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../stopline-core/tests/golden/server-record.json");
+        let golden = std::fs::read_to_string(&path).unwrap();
+        let record: ServerRecord = serde_json::from_str(&golden).unwrap();
+        assert_eq!(record.budgets_near_limit.len(), 1);
+        let mut again = String::from_utf8(serde_json::to_vec_pretty(&record).unwrap()).unwrap();
+        again.push('\n');
+        assert_eq!(again, golden);
+    }
+}

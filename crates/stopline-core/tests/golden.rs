@@ -217,3 +217,16 @@ fn worker_registrations_read_as_their_type_and_write_back_byte_for_byte() {
         "a state this build does not know is never finished"
     );
 }
+
+/// A gateway's registration as the gateway writes it (`to_vec_pretty`, fields in the type's
+/// order), read with the type and written again: byte for byte.
+#[test]
+fn a_server_record_reads_and_writes_back_byte_for_byte() {
+    use stopline_core::ack::ServerRecord;
+    let golden = String::from_utf8(golden("server-record.json").join(&b'\n')).unwrap() + "\n";
+    let record: ServerRecord = serde_json::from_str(&golden).unwrap();
+    assert_eq!(record.budgets_near_limit.len(), 1);
+    let mut again = String::from_utf8(serde_json::to_vec_pretty(&record).unwrap()).unwrap();
+    again.push('\n');
+    assert_eq!(again, golden);
+}

@@ -1,9 +1,9 @@
 //! The receipts of `status`, `ops list` and `init` (docs/reference.md §3).
 
-use crate::acks::ServerRecord;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::fmt;
+use stopline_core::ack::ServerRecord;
 use stopline_core::ops::{Blocks, Operation};
 use stopline_core::phase::Phase;
 use stopline_core::text::inert;

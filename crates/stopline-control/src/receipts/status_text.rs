@@ -6,8 +6,9 @@
 
 use super::status::WorkerView;
 use super::status::{operation_text, StatusReceipt};
-use crate::acks::{ServerRecord, GATEWAY_PROTOCOL};
+use crate::acks::GATEWAY_PROTOCOL;
 use std::fmt::{self, Write as _};
+use stopline_core::ack::ServerRecord;
 use stopline_core::phase::Phase;
 use stopline_core::text::inert;
 use stopline_core::{ActiveLatch, ControlState, Level, Scope};

@@ -297,13 +297,17 @@ impl Serialize for WorkerRegistration {
     }
 }
 
-/// The registration as read: every field optional but the names, the supervisor's fields
+/// The registration as read: every field optional, the supervisor's fields
 /// present unless the stand-in's `indexed_only` says there are none.
 #[derive(Deserialize)]
 struct Read {
     #[serde(default)]
     schema: Option<String>,
+    // Absent names read as empty, as they always did (no valid name: the worker's subject
+    // names none): a registration without them still names its pid and group.
+    #[serde(default)]
     run: String,
+    #[serde(default)]
     agent: String,
     #[serde(default)]
     project: Option<String>,

@@ -216,6 +216,11 @@ fn worker_registrations_read_as_their_type_and_write_back_byte_for_byte() {
         !unknown.finished(),
         "a state this build does not know is never finished"
     );
+    // What the owner console's refusal of a supervised ancestor needs from any registration:
+    // its pid, even when it names no run.
+    let bare: WorkerRegistration =
+        serde_json::from_str(r#"{"pid":4242,"agent":"agent","state":"running"}"#).unwrap();
+    assert_eq!((bare.pid(), bare.run.as_str()), (Some(4242), ""));
 }
 
 /// A gateway's registration as the gateway writes it (`to_vec_pretty`, fields in the type's

@@ -29,6 +29,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stopline_core::worker::{WorkerRegistration, WorkerState};
 use stopline_core::{Decision, Level, Name, Scope, Subject, TaskClass};
 use stopline_gateway::view::ViewHolder;
 use stopline_store::env::{Env, GoneProcess, SystemEnv};
@@ -352,11 +353,10 @@ fn finished_run(store: &Store, run: &str) -> Result<(), stopline_store::StoreErr
         &json!({"schema": "run-record.v1", "run_id": run, "outcome": "exited"}),
     )?;
     for state in ["running", "exited"] {
-        let registration = json!({
-            "schema": "worker-registration.v1", "run": run, "agent": "bench", "state": state,
-            "project": "/bench", "supervisor_pid": pid,
-            "live_entry": live.as_ref().map(|l| l.file.clone()),
-        });
+        let mut registration = WorkerRegistration::new(run, "bench", WorkerState::named(state));
+        registration.project = Some("/bench".into());
+        registration.supervisor_pid = Some(pid);
+        registration.live_entry = live.as_ref().map(|l| l.file.clone());
         store.register_worker(run, "bench", &registration)?;
     }
     match live {

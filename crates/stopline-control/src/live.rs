@@ -17,6 +17,7 @@
 use crate::context::Context;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use stopline_core::worker::WorkerRegistration;
 use stopline_store::live_runs::{finished, LiveRun};
 use stopline_supervisor::proc::read_stat;
 use stopline_supervisor::{Group, Hierarchy};
@@ -82,20 +83,16 @@ pub fn retire(ctx: &Context) -> Vec<String> {
 /// supervisor it names is gone: its pid runs no process, or another one than the entry in
 /// `runs.live/` recorded (by start time). Nothing enforces a stop on such a worker but an
 /// engage's own reach into its group (`crate::reach`).
-pub fn supervisor_gone(ctx: &Context, worker: &Value) -> bool {
-    if finished(worker) {
+pub fn supervisor_gone(ctx: &Context, worker: &WorkerRegistration) -> bool {
+    if worker.finished() {
         return false;
     }
-    let Some(pid) = worker
-        .get("supervisor_pid")
-        .and_then(Value::as_u64)
-        .and_then(|p| u32::try_from(p).ok())
-    else {
+    let Some(pid) = worker.supervisor_pid else {
         return false;
     };
     let start = worker
-        .get("live_entry")
-        .and_then(Value::as_str)
+        .live_entry
+        .as_deref()
         .and_then(|entry| ctx.store.live_run_body(entry).ok())
         .and_then(|body| body.get("supervisor_start").and_then(Value::as_u64));
     !supervisor_may_run(pid, start)
@@ -118,15 +115,14 @@ fn supervisor_may_run(pid: u32, start: Option<u64>) -> bool {
 fn anything_live(
     live: &LiveRun,
     body: Option<&Value>,
-    registration: Option<&Value>,
+    registration: Option<&WorkerRegistration>,
     hierarchy: Option<&Hierarchy>,
 ) -> bool {
-    let cgroup = |v: Option<&Value>| {
-        v.and_then(|v| v.get("cgroup"))
-            .and_then(Value::as_str)
-            .map(PathBuf::from)
-    };
-    let mut groups: Vec<PathBuf> = [cgroup(body), cgroup(registration)]
+    let entry_group = body
+        .and_then(|v| v.get("cgroup"))
+        .and_then(Value::as_str)
+        .map(PathBuf::from);
+    let mut groups: Vec<PathBuf> = [entry_group, registration.and_then(|r| r.cgroup.clone())]
         .into_iter()
         .flatten()
         .collect();
@@ -142,10 +138,7 @@ fn anything_live(
             return true;
         }
     }
-    let pid = registration
-        .and_then(|r| r.get("pid"))
-        .and_then(Value::as_u64)
-        .and_then(|p| u32::try_from(p).ok());
+    let pid = registration.and_then(WorkerRegistration::pid);
     pid.is_some_and(|pid| !matches!(read_stat(pid), Ok(None)) && !exited(pid))
 }
 

@@ -20,9 +20,9 @@
 
 use crate::context::Context;
 pub use crate::receipts::GroupReached;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use stopline_core::latch::LatchRecord;
+use stopline_core::worker::WorkerRegistration;
 use stopline_core::Level;
 use stopline_supervisor::{Group, Hierarchy};
 
@@ -59,24 +59,14 @@ pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
                 continue;
             }
         };
-        let state = worker.get("state").and_then(|s| s.as_str()).unwrap_or("");
-        if matches!(state, "quiescent" | "exited") {
+        if worker.finished() || !worker.subject().is_covered_by(&latch.scope) {
             continue;
         }
-        if !crate::status::worker_subject(&worker).is_covered_by(&latch.scope) {
-            continue;
-        }
-        let Some(path) = worker.get("cgroup").and_then(|c| c.as_str()) else {
+        // The subreaper's workers have no group: their supervisor is the only path.
+        let Some(path) = worker.cgroup.as_deref() else {
             continue;
         };
-        let name = |field: &str| {
-            worker
-                .get(field)
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string()
-        };
-        let Some(group) = hierarchy.registered_group(std::path::Path::new(path)) else {
+        let Some(group) = hierarchy.registered_group(path) else {
             // A group already removed (its run ended) or a path that is not a supervised group.
             continue;
         };
@@ -85,33 +75,26 @@ pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
             Ok(()) => orders.push((
                 group,
                 GroupReached {
-                    run: name("run"),
-                    agent: name("agent"),
-                    cgroup: PathBuf::from(path),
+                    run: worker.run.clone(),
+                    agent: worker.agent.clone(),
+                    cgroup: path.to_path_buf(),
                     order,
                     confirmed: false,
                 },
             )),
             Err(error) => reached
                 .warnings
-                .push(format!("group_not_reached: {path}: {error}")),
+                .push(format!("group_not_reached: {}: {error}", path.display())),
         }
     }
     for (group, worker) in unindexed_groups(ctx, &hierarchy, &orders) {
-        let name = |field: &str| {
-            worker
-                .get(field)
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string()
-        };
         reached.warnings.push(format!(
             "group_not_indexed: {} (run {}, agent {}) is populated and registered here but has no entry in runs.live/",
             group.path().display(),
-            name("run"),
-            name("agent")
+            worker.run,
+            worker.agent
         ));
-        if !crate::status::worker_subject(&worker).is_covered_by(&latch.scope) {
+        if !worker.subject().is_covered_by(&latch.scope) {
             continue;
         }
         let order = order_name(latch.level);
@@ -120,8 +103,8 @@ pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
             Ok(()) => orders.push((
                 group,
                 GroupReached {
-                    run: name("run"),
-                    agent: name("agent"),
+                    run: worker.run,
+                    agent: worker.agent,
                     cgroup: path,
                     order,
                     confirmed: false,
@@ -161,7 +144,7 @@ fn unindexed_groups(
     ctx: &Context,
     hierarchy: &Hierarchy,
     orders: &[(Group, GroupReached)],
-) -> Vec<(Group, serde_json::Value)> {
+) -> Vec<(Group, WorkerRegistration)> {
     let Ok(groups) = hierarchy.list_groups() else {
         return Vec::new();
     };
@@ -189,8 +172,8 @@ fn unindexed_groups(
                 .worker_registration(&name[..at], &name[at + 1..])
                 .ok()
                 .flatten()?;
-            let names_it = worker.get("cgroup").and_then(|c| c.as_str()) == group.path().to_str();
-            (names_it && !stopline_store::live_runs::finished(&worker)).then_some(worker)
+            let names_it = worker.cgroup.as_deref() == Some(group.path());
+            (names_it && !worker.finished()).then_some(worker)
         });
         if let Some(worker) = registration {
             found.push((group, worker));

@@ -5,16 +5,16 @@
 //! `servers/`; this file only reads what they registered and derives the phase.
 
 use crate::context::Context;
-use crate::receipts::StatusReceipt;
-use serde_json::Value;
+use crate::receipts::{StatusReceipt, WorkerView};
 use stopline_core::phase::{derive, PhaseInputs};
-use stopline_core::{ControlView, Subject};
+use stopline_core::worker::{WorkerRegistration, WorkerState};
+use stopline_core::ControlView;
 
 /// The workers that may be live, as registered by the supervisor under
 /// `runs/<run>/workers/<agent>.json` and indexed in `runs.live/` (read through the store; a
 /// home without the index is read whole), and whether every entry and registration could be
 /// read (a census with a hole in it cannot confirm quiescence). Finished runs are not read.
-fn registered_workers(ctx: &Context) -> (Vec<Value>, bool) {
+fn registered_workers(ctx: &Context) -> (Vec<WorkerRegistration>, bool) {
     let mut census_ok = true;
     let workers = ctx
         .store
@@ -29,25 +29,6 @@ fn registered_workers(ctx: &Context) -> (Vec<Value>, bool) {
         })
         .collect();
     (workers, census_ok)
-}
-
-/// The subject a registered worker stands for.
-pub(crate) fn worker_subject(worker: &Value) -> Subject {
-    let name = |field: &str| {
-        worker
-            .get(field)
-            .and_then(Value::as_str)
-            .and_then(|s| stopline_core::Name::parse(s).ok())
-    };
-    let project = worker
-        .get("project")
-        .and_then(Value::as_str)
-        .map(std::path::PathBuf::from);
-    Subject::proven(
-        name("agent").into_iter().collect(),
-        project.into_iter().collect(),
-        name("run").into_iter().collect(),
-    )
 }
 
 /// Build the status receipt.
@@ -70,45 +51,43 @@ pub fn status(ctx: &Context) -> StatusReceipt {
     // One read of the operation registry: the census shown is the one the view's blocked
     // targets come from.
     let (view, census): (ControlView, _) = ctx.plane.load_view_and_census();
-    let (mut workers, worker_census_ok) = registered_workers(ctx);
+    let (registered, worker_census_ok) = registered_workers(ctx);
     let mut covered_quiescent = true;
-    for worker in &mut workers {
-        let subject = worker_subject(worker);
+    let mut workers = Vec::with_capacity(registered.len());
+    for worker in registered {
+        let subject = worker.subject();
         let covered = view.latches.iter().any(|l| l.covers(&subject)) || !view.faults.is_empty();
-        let state = worker
-            .get("state")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .to_string();
-        let state = state.as_str();
-        let quiescent = matches!(state, "quiescent" | "exited");
+        let quiescent = worker.finished();
         // A worker whose supervisor is gone is enforced by nobody: whatever its registration
         // last said, only an engage's own reach stops it, and the census takes its entry out
         // once its group is observed empty. It is never counted as held.
-        let gone = crate::live::supervisor_gone(ctx, worker);
+        let gone = crate::live::supervisor_gone(ctx, &worker);
         if gone {
             warnings.push(format!(
                 "supervisor_gone: run {} agent {}: its supervisor (pid {}) is gone and the agent may run unsupervised; engage a stop covering it (the engage kills or freezes its group itself)",
                 // Names (validated when registered), so nothing to escape.
-                worker.get("run").and_then(Value::as_str).unwrap_or("?"),
-                worker.get("agent").and_then(Value::as_str).unwrap_or("?"),
-                worker.get("supervisor_pid").map_or("?".to_string(), Value::to_string),
+                worker.run,
+                worker.agent,
+                worker.supervisor_pid.map_or("?".to_string(), |pid| pid.to_string()),
             ));
         }
-        worker["supervisor_gone"] = gone.into();
         // A frozen group is contained only when a pause is all that covers it: under halt-all,
         // emergency or a fault the group must be killed, and is KILLING until observed empty.
         let paused_only = view.faults.is_empty()
             && view.mode_for(&subject) == stopline_core::Mode::HaltNoncritical;
-        let held = state == "frozen" && paused_only && !gone;
+        let held = worker.state == WorkerState::Frozen && paused_only && !gone;
         let stopping_level = covered && !quiescent && !held;
         if stopping_level {
             covered_quiescent = false;
         }
-        worker["covered"] = covered.into();
+        workers.push(WorkerView {
+            registration: worker,
+            covered,
+            supervisor_gone: gone,
+        });
     }
     let (gateways, gateway_notes) = crate::acks::live_servers(ctx);
-    let uncovered_servers: Vec<Value> = crate::acks::uncovered_among(&gateways, &view);
+    let uncovered_servers = crate::acks::uncovered_among(&gateways, &view);
     let now = ctx.store.now_ms();
     let state = view.state.effective(now);
     let phase = derive(PhaseInputs {

@@ -11,11 +11,11 @@
 //! carry this gateway's registration and acknowledgements to the backend, so that engage on any
 //! host collects them; `publish` must queue, never block.
 
-use crate::acks::ServerRecord;
 use crate::view_feed::ViewFeed;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
+use stopline_core::ack::ServerRecord;
 use stopline_core::{ControlView, Refusal};
 use stopline_store::follow::WalFollower;
 use stopline_store::{ControlPlane, Store};

@@ -2,6 +2,11 @@
 //! "Acknowledgements"): one JSON line each way over loopback TCP. The engage asks whether a
 //! gateway's view holds a latch ([`AckRequest`]); the gateway answers [`AckReply`]. Both sides
 //! read and write only these types; fields in sorted order, as the lines have always been.
+//!
+//! Who to ask is the gateways' registration, [`ServerRecord`] (`servers/<id>.json`, or the
+//! etcd plane's `servers/` key): the gateway writes it every heartbeat, the engage, `status` and
+//! the etcd plane read it. Its fields are written in the type's order (pretty JSON, the form it
+//! has always had; the golden `tests/golden/server-record.json` proves it).
 
 use serde::{Deserialize, Serialize};
 
@@ -51,5 +56,67 @@ impl AckReply {
             server: server.map(str::to_string),
             why: Some(why.to_string()),
         }
+    }
+}
+
+/// `servers/<id>.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServerRecord {
+    /// The registration id (file stem).
+    pub id: String,
+    /// The gateway's pid.
+    pub pid: u32,
+    /// Its start time (field 22 of `/proc/<pid>/stat`), to tell a reused pid.
+    pub start_time: u64,
+    /// Its acknowledgement protocol version.
+    pub protocol: u32,
+    /// The HTTP address it serves.
+    pub listen: String,
+    /// The loopback address of its acknowledgement thread.
+    pub ack_addr: String,
+    /// Unix ms of the last heartbeat.
+    pub heartbeat_ms: i64,
+    /// Latch files its view holds with no older call still waiting to be handed upstream.
+    #[serde(default)]
+    pub acknowledged: Vec<String>,
+    /// True when its change notification is lost and only periodic reloads refresh its view.
+    #[serde(default)]
+    pub degraded: bool,
+    /// Notes about its view (watch lost, overflow, …).
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// Hash of its configuration file.
+    #[serde(default)]
+    pub config_hash: String,
+    /// Budgets of the tokens it serves that are near their limit (at least
+    /// [`NEAR_LIMIT`] of it used or reserved), as of its last heartbeat.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets_near_limit: Vec<BudgetNearLimit>,
+}
+
+/// The share of a limit at which a budget counts as near it.
+pub const NEAR_LIMIT: f64 = 0.8;
+
+/// One budget of one token near its limit, as a gateway reports it in its registration.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BudgetNearLimit {
+    /// The token's acting agent.
+    pub agent: String,
+    /// The first characters of the token's id.
+    pub token: String,
+    /// The budget kind (`tool_calls`, `usd`, …).
+    pub kind: String,
+    /// The limit signed into the token.
+    pub limit: f64,
+    /// Settled use.
+    pub used: f64,
+    /// Reserved by calls not yet settled.
+    pub reserved: f64,
+}
+
+impl BudgetNearLimit {
+    /// True when `used + reserved` is at least [`NEAR_LIMIT`] of `limit`.
+    pub fn is_near(limit: f64, used: f64, reserved: f64) -> bool {
+        limit <= 0.0 || used + reserved >= NEAR_LIMIT * limit
     }
 }

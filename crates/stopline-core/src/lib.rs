@@ -31,6 +31,7 @@ pub mod time;
 pub mod view;
 pub mod wal;
 pub mod wal_record;
+pub mod worker;
 
 pub use admission::{admit, Decision, Level, Mode, TaskClass};
 pub use epoch::{AuthorityStatus, EpochMap};

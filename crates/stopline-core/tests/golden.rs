@@ -172,3 +172,66 @@ fn lines_older_than_a_field_still_read() {
         (None, None)
     );
 }
+
+/// A worker registration in each state the supervisor writes, and the stand-in of a
+/// `runs.live/` entry (`starting`), read with the type and written again the way every writer
+/// writes it (through `Value`, pretty, one newline): byte for byte.
+#[test]
+fn worker_registrations_read_as_their_type_and_write_back_byte_for_byte() {
+    use stopline_core::worker::{WorkerRegistration, WorkerState};
+    let mut states = Vec::new();
+    for state in ["running", "killing", "quiescent", "exited", "starting"] {
+        let name = format!("worker-registration-{state}.json");
+        let line = golden(&name).concat();
+        let registration: WorkerRegistration = serde_json::from_slice(&line).unwrap();
+        let mut again =
+            serde_json::to_vec_pretty(&serde_json::to_value(&registration).unwrap()).unwrap();
+        again.push(b'\n');
+        assert_eq!(
+            String::from_utf8(again).unwrap(),
+            String::from_utf8(
+                std::fs::read(
+                    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/golden")
+                        .join(&name)
+                )
+                .unwrap()
+            )
+            .unwrap(),
+            "{name}"
+        );
+        assert_eq!(registration.state.as_str(), state);
+        assert_eq!(registration.observed.is_none(), state == "starting");
+        states.push(registration.state);
+    }
+    assert_eq!(
+        states.iter().filter(|s| s.finished()).count(),
+        2,
+        "quiescent and exited"
+    );
+    let unknown: WorkerRegistration =
+        serde_json::from_str(r#"{"run":"r1","agent":"a","state":"hibernating"}"#).unwrap();
+    assert_eq!(unknown.state, WorkerState::Unknown);
+    assert!(
+        !unknown.finished(),
+        "a state this build does not know is never finished"
+    );
+    // What the owner console's refusal of a supervised ancestor needs from any registration:
+    // its pid, even when it names no run.
+    let bare: WorkerRegistration =
+        serde_json::from_str(r#"{"pid":4242,"agent":"agent","state":"running"}"#).unwrap();
+    assert_eq!((bare.pid(), bare.run.as_str()), (Some(4242), ""));
+}
+
+/// A gateway's registration as the gateway writes it (`to_vec_pretty`, fields in the type's
+/// order), read with the type and written again: byte for byte.
+#[test]
+fn a_server_record_reads_and_writes_back_byte_for_byte() {
+    use stopline_core::ack::ServerRecord;
+    let golden = String::from_utf8(golden("server-record.json").join(&b'\n')).unwrap() + "\n";
+    let record: ServerRecord = serde_json::from_str(&golden).unwrap();
+    assert_eq!(record.budgets_near_limit.len(), 1);
+    let mut again = String::from_utf8(serde_json::to_vec_pretty(&record).unwrap()).unwrap();
+    again.push('\n');
+    assert_eq!(again, golden);
+}

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use stopline_control::acks::ServerRecord;
+use stopline_core::ack::ServerRecord;
 
 /// The lease's time to live: how long a dead gateway stays registered.
 pub const LEASE_TTL_S: i64 = 5;

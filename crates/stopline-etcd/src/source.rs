@@ -22,9 +22,9 @@ use etcd_client::{Client, GetOptions, WatchOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use stopline_control::acks::ServerRecord;
 use stopline_control::view_feed::ViewFeed;
 use stopline_control::view_source::{read_local, ViewSource};
+use stopline_core::ack::ServerRecord;
 use stopline_core::{ControlView, Refusal, RefusalCode};
 
 /// The default permit: how long a gateway trusts its view without word from etcd.

@@ -14,7 +14,8 @@ use crate::view::ViewHolder;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use stopline_control::acks::{BudgetNearLimit, ServerRecord, GATEWAY_PROTOCOL};
+use stopline_control::acks::GATEWAY_PROTOCOL;
+use stopline_core::ack::{BudgetNearLimit, ServerRecord};
 use stopline_store::{Store, StoreError};
 
 /// The heartbeat interval.

@@ -85,8 +85,7 @@ fn registered_agent_pids(ctx: &Context) -> BTreeSet<u32> {
         .live_worker_registrations()
         .into_iter()
         .flatten()
-        .filter_map(|worker| worker.get("pid").and_then(|p| p.as_u64()))
-        .map(|pid| pid as u32)
+        .filter_map(|worker| worker.pid())
         .collect()
 }
 

@@ -6,7 +6,10 @@
 //! never delays or prevents a kill, and a registration is never written claiming a state the
 //! worker did not report from a fresh observation.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Map};
+use stopline_core::worker::{
+    self, Observed, RegisteredLimits, StopCauseRecord, WorkerRegistration,
+};
 use stopline_store::Store;
 use stopline_supervisor::{StopPhase, WorkerState, WorkerStatus};
 
@@ -57,29 +60,26 @@ pub enum StopCause {
 }
 
 impl StopCause {
-    /// The cause as JSON for records.
-    pub fn to_json(&self) -> Value {
-        match self {
-            StopCause::Latch { latches, level, .. } => {
-                json!({"kind": "latch", "latches": latches, "level": level})
-            }
-            StopCause::ControlState { code, message } => {
-                json!({"kind": "control_state", "code": code, "message": message})
-            }
-            StopCause::ReadFault { message } => json!({
-                "kind": "control_state",
-                "code": stopline_core::RefusalCode::ControlIo,
-                "fault": "read_timeout",
-                "message": message,
-            }),
-            StopCause::CheckPanicked(message) => {
-                json!({"kind": "check_panicked", "message": message})
-            }
+    /// The cause as registrations and stop evidence record it.
+    pub fn to_record(&self) -> StopCauseRecord {
+        match self.clone() {
+            StopCause::Latch { latches, level, .. } => StopCauseRecord::Latch { latches, level },
+            StopCause::ControlState { code, message } => StopCauseRecord::ControlState {
+                code,
+                fault: None,
+                message,
+            },
+            StopCause::ReadFault { message } => StopCauseRecord::ControlState {
+                code: stopline_core::RefusalCode::ControlIo,
+                fault: Some("read_timeout".into()),
+                message,
+            },
+            StopCause::CheckPanicked(message) => StopCauseRecord::CheckPanicked { message },
             StopCause::WallClock { latch, budget_s } => {
-                json!({"kind": "wall_clock", "latch": latch, "budget_s": budget_s})
+                StopCauseRecord::WallClock { latch, budget_s }
             }
-            StopCause::AgentExited => json!({"kind": "agent_exited_leaving_processes"}),
-            StopCause::Operator { signal } => json!({"kind": "operator_signal", "signal": signal}),
+            StopCause::AgentExited => StopCauseRecord::AgentExitedLeavingProcesses,
+            StopCause::Operator { signal } => StopCauseRecord::OperatorSignal { signal },
         }
     }
 
@@ -112,7 +112,7 @@ pub struct RunFacts {
 pub struct Recorder {
     store: Store,
     facts: RunFacts,
-    last: Option<Value>,
+    last: Option<WorkerRegistration>,
     /// Writes that failed (reported at the end of the run).
     pub warnings: Vec<String>,
 }
@@ -128,28 +128,37 @@ impl Recorder {
         }
     }
 
-    /// The registration body for `status` (without `updated_at`).
-    fn body(&self, status: &WorkerStatus, cause: Option<&StopCause>) -> Value {
-        json!({
-            "schema": "worker-registration.v1",
-            "run": status.run_id,
-            "agent": status.agent,
-            "project": self.facts.project,
-            "pid": status.pid,
-            "cgroup": status.cgroup,
-            "method": status.method,
-            "unconfined": status.unconfined,
-            "user": self.facts.user,
-            "net": self.facts.net,
-            "supervisor_pid": self.facts.supervisor_pid,
-            "live_entry": self.facts.live_entry,
-            "state": status.state,
-            "limits": status.limits,
-            "kill_issued_at": status.kill_issued_at,
-            "quiescent_observed_at": status.quiescent_observed_at,
-            "exit_code": status.exit_code,
-            "stop_cause": cause.map(StopCause::to_json),
-        })
+    /// The registration for `status` (without `updated_at`).
+    fn body(&self, status: &WorkerStatus, cause: Option<&StopCause>) -> WorkerRegistration {
+        let limits = &status.limits;
+        WorkerRegistration {
+            schema: worker::SCHEMA.into(),
+            run: status.run_id.clone(),
+            agent: status.agent.clone(),
+            project: Some(self.facts.project.clone()),
+            cgroup: status.cgroup.clone(),
+            supervisor_pid: Some(self.facts.supervisor_pid),
+            state: registered_state(status.state),
+            live_entry: self.facts.live_entry.clone(),
+            observed: Some(Observed {
+                pid: Some(status.pid),
+                method: Some(status.method.as_str().into()),
+                unconfined: Some(status.unconfined),
+                user: self.facts.user.clone(),
+                net: Some(self.facts.net.clone()),
+                limits: Some(RegisteredLimits {
+                    pids: limits.pids,
+                    pids_method: limits.pids_method.map(limit_method),
+                    memory_mb: limits.memory_mb,
+                    memory_method: limits.memory_method.map(limit_method),
+                }),
+                kill_issued_at: status.kill_issued_at.map(timestamp),
+                quiescent_observed_at: status.quiescent_observed_at.map(timestamp),
+                exit_code: status.exit_code,
+                stop_cause: cause.map(StopCause::to_record),
+                updated_at: None,
+            }),
+        }
     }
 
     /// Write the registration if anything in it changed since the last write.
@@ -159,7 +168,9 @@ impl Recorder {
             return;
         }
         let mut record = body.clone();
-        record["updated_at"] = stopline_store::env::rfc3339(self.store.now_ms()).into();
+        if let Some(observed) = record.observed.as_mut() {
+            observed.updated_at = Some(stopline_store::env::rfc3339(self.store.now_ms()));
+        }
         match self
             .store
             .register_worker(&status.run_id, &status.agent, &record)
@@ -178,7 +189,7 @@ impl Recorder {
         fields.insert("agent".into(), status.agent.clone().into());
         fields.insert("pid".into(), status.pid.into());
         fields.insert("cgroup".into(), json!(status.cgroup));
-        fields.insert("cause".into(), cause.to_json());
+        fields.insert("cause".into(), json!(cause.to_record()));
         fields.insert("latches".into(), json!(cause.latches()));
         let mut registered = status.clone();
         match phase {
@@ -217,5 +228,155 @@ impl Recorder {
     pub(crate) fn warn(&mut self, warning: String) {
         tracing::error!("{warning}");
         self.warnings.push(warning);
+    }
+}
+
+/// The supervisor's state as a registration names it.
+fn registered_state(state: WorkerState) -> worker::WorkerState {
+    match state {
+        WorkerState::Running => worker::WorkerState::Running,
+        WorkerState::Freezing => worker::WorkerState::Freezing,
+        WorkerState::Frozen => worker::WorkerState::Frozen,
+        WorkerState::Killing => worker::WorkerState::Killing,
+        WorkerState::Quiescent => worker::WorkerState::Quiescent,
+        WorkerState::Exited => worker::WorkerState::Exited,
+    }
+}
+
+/// How a ceiling was applied, as a registration names it.
+fn limit_method(method: stopline_supervisor::LimitMethod) -> String {
+    match method {
+        stopline_supervisor::LimitMethod::Cgroup => "cgroup",
+        stopline_supervisor::LimitMethod::Rlimit => "rlimit",
+    }
+    .into()
+}
+
+/// A supervisor's instant as registrations have always written it (chrono's serde form:
+/// RFC 3339 in UTC, `Z`, as many fractional digits as the instant needs).
+fn timestamp(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The worker registration as this recorder writes it, in each state, against the golden
+    //! files in `crates/stopline-core/tests/golden/` (docs/reference.md §9).
+
+    use super::*;
+    use chrono::{TimeZone, Utc};
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use stopline_supervisor::{AppliedLimits, LimitMethod, Method};
+
+    /// A clock that stands still, so `updated_at` is the golden's.
+    struct Still;
+    impl stopline_store::env::Env for Still {
+        fn now_ms(&self) -> i64 {
+            1_796_612_909_638
+        }
+        fn random_hex(&self, bytes: usize) -> String {
+            "ab".repeat(bytes)
+        }
+        fn pid(&self) -> u32 {
+            24_077
+        }
+    }
+
+    pub(crate) fn golden(name: &str) -> String {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../stopline-core/tests/golden")
+            .join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    fn status(state: WorkerState) -> WorkerStatus {
+        WorkerStatus {
+            run_id: "r1".into(),
+            agent: "coder".into(),
+            pid: 24_080,
+            cgroup: Some("/sys/fs/cgroup/stopline/run-r1.coder".into()),
+            method: Method::Cgroup2,
+            unconfined: false,
+            state,
+            kill_issued_at: None,
+            quiescent_observed_at: None,
+            exit_code: None,
+            limits: AppliedLimits {
+                pids: Some(512),
+                pids_method: Some(LimitMethod::Cgroup),
+                memory_mb: None,
+                memory_method: None,
+            },
+        }
+    }
+
+    fn recorder_for(home: &std::path::Path, user: Option<&str>, live: Option<&str>) -> Recorder {
+        let store = Store::with_io(home, Arc::new(stopline_store::fs::RealFs), Arc::new(Still));
+        Recorder::new(
+            store,
+            RunFacts {
+                project: "/home/op/project".into(),
+                user: user.map(str::to_string),
+                net: "gateway-only".into(),
+                supervisor_pid: 24_077,
+                live_entry: live.map(str::to_string),
+            },
+        )
+    }
+
+    fn written(home: &std::path::Path) -> String {
+        std::fs::read_to_string(home.join("runs/r1/workers/coder.json")).unwrap()
+    }
+
+    /// Running, then killing (phase one), then quiescent (phase two): each registration is the
+    /// golden's bytes; and a worker that ended by itself, unconfined and without an index.
+    #[test]
+    fn registrations_are_written_as_the_goldens() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let live = "r1@coder@24077@abababababababab.json";
+        let mut recorder = recorder_for(&home, Some("agent-coder"), Some(live));
+        recorder.register(&status(WorkerState::Running), None);
+        assert_eq!(written(&home), golden("worker-registration-running.json"));
+        let cause = StopCause::Latch {
+            latches: vec!["latch_6cb99b14af3c4d6b".into()],
+            level: "emergency".into(),
+            named: None,
+        };
+        let issued_at = Utc.timestamp_millis_opt(1_796_612_909_700).unwrap();
+        let observed_at = Utc.timestamp_millis_opt(1_796_612_909_712).unwrap();
+        recorder.phase(
+            &status(WorkerState::Running),
+            &StopPhase::KillIssued {
+                issued_at,
+                method: Method::Cgroup2,
+            },
+            &cause,
+        );
+        assert_eq!(written(&home), golden("worker-registration-killing.json"));
+        recorder.phase(
+            &status(WorkerState::Killing),
+            &StopPhase::QuiescentObserved {
+                issued_at,
+                observed_at,
+                method: Method::Cgroup2,
+            },
+            &cause,
+        );
+        assert_eq!(written(&home), golden("worker-registration-quiescent.json"));
+        assert!(recorder.warnings.is_empty(), "{:?}", recorder.warnings);
+
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let mut recorder = recorder_for(&home, None, None);
+        let mut exited = status(WorkerState::Exited);
+        exited.cgroup = None;
+        exited.method = Method::Subreaper;
+        exited.unconfined = true;
+        exited.exit_code = Some(0);
+        exited.limits.pids_method = Some(LimitMethod::Rlimit);
+        recorder.register(&exited, Some(&StopCause::AgentExited));
+        assert_eq!(written(&home), golden("worker-registration-exited.json"));
     }
 }

@@ -29,6 +29,7 @@ use crate::error::{IoContext, StoreError};
 use crate::Store;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use stopline_core::worker::WorkerRegistration;
 use stopline_core::{Name, RefusalCode};
 
 /// The marker that makes `runs.live/` the index readers trust.
@@ -82,20 +83,17 @@ impl LiveRun {
 
     /// True when `registration` is this entry's worker's (it names the entry; for a legacy
     /// entry, it names none).
-    pub fn owns(&self, registration: &Value) -> bool {
-        match registration.get("live_entry").and_then(Value::as_str) {
-            Some(file) => file == self.file,
+    pub fn owns(&self, registration: &WorkerRegistration) -> bool {
+        match &registration.live_entry {
+            Some(file) => *file == self.file,
             None => self.legacy(),
         }
     }
 }
 
 /// True when a registration's state says nothing of its worker is running.
-pub fn finished(registration: &Value) -> bool {
-    matches!(
-        registration.get("state").and_then(Value::as_str),
-        Some("quiescent" | "exited")
-    )
+pub fn finished(registration: &WorkerRegistration) -> bool {
+    registration.finished()
 }
 
 /// What a census of `runs.live/` did.
@@ -172,7 +170,7 @@ impl Store {
                     format!(
                         "{}: the worker is still registered {:?}; its entry stays",
                         live.file,
-                        registration.get("state")
+                        registration.state.as_str()
                     ),
                 ));
             }
@@ -228,7 +226,7 @@ impl Store {
     /// trusted index, else every registration under `runs/` ([`Store::worker_registrations`]).
     /// Same shape as that: an entry or registration that cannot be read is an error beside the
     /// others, and what it hides is read whole (see the module docs).
-    pub fn live_worker_registrations(&self) -> Vec<Result<Value, StoreError>> {
+    pub fn live_worker_registrations(&self) -> Vec<Result<WorkerRegistration, StoreError>> {
         let names = match self.live_runs() {
             Ok(Some(names)) => names,
             Ok(None) => return self.worker_registrations(),
@@ -277,11 +275,10 @@ impl Store {
         }
         for run in whole_runs {
             for registration in self.run_worker_registrations(&run) {
-                let key = registration.as_ref().ok().map(|r| {
-                    let field =
-                        |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("").to_string();
-                    (field("run"), field("agent"))
-                });
+                let key = registration
+                    .as_ref()
+                    .ok()
+                    .map(|r| (r.run.clone(), r.agent.clone()));
                 if key.is_none_or(|key| used.insert(key)) {
                     found.push(registration);
                 }
@@ -291,7 +288,7 @@ impl Store {
     }
 
     /// The reader's rule of ownership (a planted bug may drop it).
-    fn owns_registration(&self, live: &LiveRun, registration: &Value) -> bool {
+    fn owns_registration(&self, live: &LiveRun, registration: &WorkerRegistration) -> bool {
         #[cfg(feature = "planted-bugs")]
         if self.planted == crate::planted::PlantedBug::LiveEntryTrustsAnyRegistration {
             return true;
@@ -336,7 +333,7 @@ impl Store {
     }
 
     /// Every registration of one run, `runs/<run>/workers/*.json`.
-    fn run_worker_registrations(&self, run: &str) -> Vec<Result<Value, StoreError>> {
+    fn run_worker_registrations(&self, run: &str) -> Vec<Result<WorkerRegistration, StoreError>> {
         let workers = match self.run_dir(run) {
             Ok(dir) => dir.join("workers"),
             Err(error) => return vec![Err(error)],
@@ -389,13 +386,8 @@ impl Store {
                 if finished(&registration) {
                     continue;
                 }
-                let field = |f: &str| registration.get(f).and_then(Value::as_str).unwrap_or("");
-                let (run, agent) = (field("run"), field("agent"));
-                let pid = registration
-                    .get("supervisor_pid")
-                    .and_then(Value::as_u64)
-                    .and_then(|p| u32::try_from(p).ok())
-                    .unwrap_or(0);
+                let (run, agent) = (registration.run.as_str(), registration.agent.as_str());
+                let pid = registration.supervisor_pid.unwrap_or(0);
                 let file = format!(
                     "{run}@{agent}@{pid}@{LEGACY}{}.json",
                     self.env.random_hex(4)
@@ -408,8 +400,8 @@ impl Store {
                 }
                 let body = json!({
                     "schema": "live-run.v1", "run": run, "agent": agent,
-                    "supervisor_pid": pid, "project": registration.get("project"),
-                    "cgroup": registration.get("cgroup"), "legacy": true,
+                    "supervisor_pid": pid, "project": registration.project,
+                    "cgroup": registration.cgroup, "legacy": true,
                 });
                 self.write_live_entry(&file, &body, "runs.live.legacy")?;
             }
@@ -458,19 +450,18 @@ impl Store {
     }
 }
 
-/// The registration an entry stands for while no registration names it: a worker `starting`.
-fn starting(live: &LiveRun, body: &Value) -> Value {
-    json!({
-        "schema": "worker-registration.v1",
-        "run": live.run,
-        "agent": live.agent,
-        "project": body.get("project"),
-        "cgroup": body.get("cgroup"),
-        "supervisor_pid": live.supervisor_pid,
-        "state": "starting",
-        "live_entry": live.file,
-        "indexed_only": true,
-    })
+/// The registration an entry stands for while no registration names it: a worker `starting`
+/// with the entry's project and group.
+fn starting(live: &LiveRun, body: &Value) -> WorkerRegistration {
+    let text = |field: &str| body.get(field).and_then(Value::as_str).map(str::to_string);
+    WorkerRegistration::starting(
+        &live.run,
+        &live.agent,
+        live.supervisor_pid,
+        &live.file,
+        text("project"),
+        text("cgroup").map(std::path::PathBuf::from),
+    )
 }
 
 #[cfg(test)]
@@ -490,9 +481,19 @@ mod tests {
         (dir, store, counting)
     }
 
-    fn registration(live: Option<&LiveRun>, run: &str, agent: &str, state: &str) -> Value {
-        json!({"run": run, "agent": agent, "state": state, "pid": 4_200_002,
-               "live_entry": live.map(|l| l.file.clone())})
+    fn registration(
+        live: Option<&LiveRun>,
+        run: &str,
+        agent: &str,
+        state: &str,
+    ) -> WorkerRegistration {
+        let state = stopline_core::worker::WorkerState::named(state);
+        let mut registration = WorkerRegistration::new(run, agent, state);
+        registration.live_entry = live.map(|l| l.file.clone());
+        if let Some(observed) = registration.observed.as_mut() {
+            observed.pid = Some(4_200_002);
+        }
+        registration
     }
 
     /// A run of `agent` from start to end through the store, as `stopline run` writes it.
@@ -525,13 +526,15 @@ mod tests {
             .expect("an index")
     }
 
-    fn states(found: &[Result<Value, StoreError>]) -> Vec<(String, String)> {
+    fn states(found: &[Result<WorkerRegistration, StoreError>]) -> Vec<(String, String)> {
         found
             .iter()
             .filter_map(|r| r.as_ref().ok())
             .map(|r| {
-                let f = |k: &str| r[k].as_str().unwrap_or("").to_string();
-                (format!("{}/{}", f("run"), f("agent")), f("state"))
+                (
+                    format!("{}/{}", r.run, r.agent),
+                    r.state.as_str().to_string(),
+                )
             })
             .collect()
     }
@@ -688,5 +691,66 @@ mod tests {
             .unwrap();
         assert_eq!(store.retire_finished_live_runs().removed.len(), 1);
         assert_eq!(store.live_runs().unwrap().unwrap(), [live.file]);
+    }
+
+    /// A clock and randomness that stand still, so the entry's name is the golden's.
+    struct Still;
+    impl crate::env::Env for Still {
+        fn now_ms(&self) -> i64 {
+            1_796_612_909_638
+        }
+        fn random_hex(&self, bytes: usize) -> String {
+            "ab".repeat(bytes)
+        }
+        fn pid(&self) -> u32 {
+            24_077
+        }
+    }
+
+    fn golden(name: &str) -> String {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../stopline-core/tests/golden")
+            .join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The entry in `runs.live/` as `stopline run` hands it over (project, expected group,
+    /// the supervisor's start time, since when), and the registration that entry stands for
+    /// while no registration names it (`starting`, as `status --json` shows it): the goldens'
+    /// bytes (docs/reference.md §9).
+    #[test]
+    fn an_entry_and_the_starting_worker_it_stands_for_are_the_goldens() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::with_io(
+            dir.path().join("home"),
+            Arc::new(crate::fs::RealFs),
+            Arc::new(Still),
+        );
+        let live = store
+            .begin_run(
+                "r1",
+                "coder",
+                24_077,
+                &json!({
+                    "project": "/home/op/project",
+                    "cgroup": "/sys/fs/cgroup/stopline/run-r1.coder",
+                    "supervisor_start": 91_234_567,
+                    "since": "2026-12-07T03:08:29.638Z",
+                }),
+                &json!({"schema": "policy-card.v1"}),
+                &json!({"run_id": "r1"}),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(live.file, "r1@coder@24077@abababababababab.json");
+        let entry = std::fs::read_to_string(store.layout.runs_live().join(&live.file)).unwrap();
+        assert_eq!(entry, golden("live-run-entry.json"));
+        let found = store.live_worker_registrations();
+        let [Ok(starting)] = found.as_slice() else {
+            panic!("{found:?}")
+        };
+        let mut text = serde_json::to_string_pretty(starting).unwrap();
+        text.push('\n');
+        assert_eq!(text, golden("worker-registration-starting.json"));
     }
 }

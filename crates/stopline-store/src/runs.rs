@@ -13,6 +13,7 @@ use crate::error::{IoContext, StoreError};
 use crate::Store;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use stopline_core::worker::WorkerRegistration;
 use stopline_core::{Name, Refusal, RefusalCode};
 
 impl Store {
@@ -38,18 +39,22 @@ impl Store {
         self.replace_json(&dir.join("run.json"), record, "runs.record")
     }
 
-    /// Write (or replace) the registration of one worker, `runs/<run_id>/workers/<agent>.json`.
+    /// Write (or replace) the registration of one worker, `runs/<run_id>/workers/<agent>.json`
+    /// (through `Value`, so its keys are sorted as they have always been).
     pub fn register_worker(
         &self,
         run_id: &str,
         agent: &str,
-        record: &Value,
+        registration: &WorkerRegistration,
     ) -> Result<(), StoreError> {
         let agent = Name::parse(agent).map_err(StoreError::Refused)?;
         let workers = self.run_dir(run_id)?.join("workers");
         self.ensure_durable_dir(&workers)?;
         let path = workers.join(format!("{}.json", agent.as_str()));
-        self.replace_json(&path, record, "runs.worker")
+        let value = serde_json::to_value(registration).map_err(|e| {
+            StoreError::Refused(Refusal::new(RefusalCode::BadRequest, e.to_string()))
+        })?;
+        self.replace_json(&path, &value, "runs.worker")
     }
 
     /// The policy card a run was started with (`runs/<run>/policy-card.json`), `None` when the
@@ -72,7 +77,7 @@ impl Store {
         &self,
         run_id: &str,
         agent: &str,
-    ) -> Result<Option<Value>, StoreError> {
+    ) -> Result<Option<WorkerRegistration>, StoreError> {
         let agent = Name::parse(agent).map_err(StoreError::Refused)?;
         let path = self
             .run_dir(run_id)?
@@ -94,7 +99,7 @@ impl Store {
     /// this only on a home without a trusted `runs.live/` index. An entry that
     /// cannot be read or parsed is returned as an error beside the others, never dropped: the
     /// caller (an engage containing covered groups) must know what it could not look at.
-    pub fn worker_registrations(&self) -> Vec<Result<Value, StoreError>> {
+    pub fn worker_registrations(&self) -> Vec<Result<WorkerRegistration, StoreError>> {
         let runs = self.layout.runs();
         let run_names = match self.fs.read_dir(&runs) {
             Ok(names) => names,
@@ -120,8 +125,8 @@ impl Store {
     }
 
     /// One registration file, read and parsed (a missing or empty one is corrupt: it was
-    /// listed).
-    pub(crate) fn registration_at(&self, path: &Path) -> Result<Value, StoreError> {
+    /// listed; so is one that is not a registration).
+    pub(crate) fn registration_at(&self, path: &Path) -> Result<WorkerRegistration, StoreError> {
         let bytes = self.read_optional(path)?.unwrap_or_default();
         serde_json::from_slice(&bytes).map_err(|e| {
             StoreError::corrupt(
@@ -183,7 +188,8 @@ mod tests {
         assert!(home.join("policy-card.json").exists());
         assert!(home.join("run.json").exists());
         assert_eq!(store.worker_registration("r1", "a").unwrap(), None);
-        let record = serde_json::json!({"run": "r1", "agent": "a", "state": "running"});
+        let record =
+            WorkerRegistration::new("r1", "a", stopline_core::worker::WorkerState::Running);
         store.register_worker("r1", "a", &record).unwrap();
         assert_eq!(store.worker_registration("r1", "a").unwrap(), Some(record));
     }
@@ -194,7 +200,11 @@ mod tests {
         let store = Store::open(dir.path().join("home"));
         assert!(store.run_dir("../x").is_err());
         assert!(store
-            .register_worker("r1", "../../etc", &serde_json::json!({}))
+            .register_worker(
+                "r1",
+                "../../etc",
+                &WorkerRegistration::new("r1", "x", stopline_core::worker::WorkerState::Running)
+            )
             .is_err());
     }
 }

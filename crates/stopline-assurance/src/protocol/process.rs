@@ -8,6 +8,7 @@
 use std::sync::{Arc, OnceLock};
 use stopline_core::latch::LatchSession;
 use stopline_core::ops::BlockScope;
+use stopline_core::worker::{WorkerRegistration, WorkerState};
 use stopline_core::{Decision, Level, Mode, RefusalCode, Scope, TaskClass};
 use stopline_store::ops::OpOwner;
 use stopline_store::{EngageRequest, OwnerPlane, Store};
@@ -640,11 +641,12 @@ pub fn worker_registration(
     agent: &str,
     state: &str,
     live_entry: Option<&str>,
-) -> serde_json::Value {
-    serde_json::json!({
-        "schema": "worker-registration.v1", "run": run, "agent": agent, "state": state,
-        "project": "/project", "supervisor_pid": 4242, "live_entry": live_entry,
-    })
+) -> WorkerRegistration {
+    let mut registration = WorkerRegistration::new(run, agent, WorkerState::named(state));
+    registration.project = Some("/project".into());
+    registration.supervisor_pid = Some(4242);
+    registration.live_entry = live_entry.map(str::to_string);
+    registration
 }
 
 /// `<run>/<agent>` of every registration `Store::live_worker_registrations` returns that is not
@@ -654,12 +656,8 @@ pub fn reached(store: &Store) -> Vec<String> {
         .live_worker_registrations()
         .into_iter()
         .map(|found| match found {
-            Ok(r) if stopline_store::live_runs::finished(&r) => String::new(),
-            Ok(r) => format!(
-                "{}/{}",
-                r["run"].as_str().unwrap_or("?"),
-                r["agent"].as_str().unwrap_or("?")
-            ),
+            Ok(r) if r.finished() => String::new(),
+            Ok(r) => format!("{}/{}", r.run, r.agent),
             Err(_) => "?".into(),
         })
         .filter(|w| !w.is_empty())

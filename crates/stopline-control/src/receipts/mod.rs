@@ -15,6 +15,7 @@ pub use engage::{DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch, Gro
 pub use evidence::{EvidenceListReceipt, EvidenceVerifyReceipt};
 pub use status::{
     AgentStatusView, InitReceipt, OperationLine, OpsCompactReceipt, OpsListReceipt, StatusReceipt,
+    WorkerView,
 };
 pub use tokens::{MintedReceipt, TokenVerifyReceipt};
 

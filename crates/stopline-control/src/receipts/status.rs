@@ -1,14 +1,29 @@
 //! The receipts of `status`, `ops list` and `init` (docs/reference.md §3).
 
-use crate::acks::ServerRecord;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::fmt;
+use stopline_core::ack::ServerRecord;
 use stopline_core::ops::{Blocks, Operation};
 use stopline_core::phase::Phase;
 use stopline_core::text::inert;
+use stopline_core::worker::WorkerRegistration;
 use stopline_core::{ActiveLatch, EpochMap, Refusal, StateRecord, Subject};
 use stopline_store::ops::{Census, CensusEntry};
+
+/// A registered worker as `status` shows it: its registration (docs/reference.md §9), whether
+/// a stop covers it, and whether its supervisor is gone.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerView {
+    /// The registration as read.
+    #[serde(flatten)]
+    pub registration: WorkerRegistration,
+    /// A latch or a fault covers the worker.
+    pub covered: bool,
+    /// The supervisor the registration names is gone (nothing enforces a stop on it but an
+    /// engage's own reach).
+    pub supervisor_gone: bool,
+}
 
 /// The receipt of `status`: the phase derived from fresh reads, and what it was derived from.
 #[derive(Debug, Clone, Serialize)]
@@ -26,8 +41,9 @@ pub struct StatusReceipt {
     pub faults: Vec<Refusal>,
     /// The confirmed epoch map.
     pub epoch: EpochMap,
-    /// The supervisor's worker registrations as registered, each with `covered`.
-    pub workers: Vec<Value>,
+    /// The supervisor's worker registrations as registered, each with `covered` and
+    /// `supervisor_gone`.
+    pub workers: Vec<WorkerView>,
     /// True when every covered worker was observed quiescent, the census was whole and every
     /// live gateway covers the latches.
     pub affected_worker_quiescence_confirmed: bool,
@@ -71,7 +87,7 @@ pub struct AgentStatusView {
     /// The epoch map with only the scopes covering the agent.
     pub epoch: EpochMap,
     /// The workers of the agent's own chain.
-    pub workers: Vec<Value>,
+    pub workers: Vec<WorkerView>,
     /// As in the receipt: covered workers quiescent, census whole, gateways covering.
     pub affected_worker_quiescence_confirmed: bool,
     /// Live gateways that do not cover the latches (ids only concern the host).
@@ -107,7 +123,7 @@ impl AgentStatusView {
             workers: receipt
                 .workers
                 .iter()
-                .filter(|worker| own(worker.get("agent").and_then(Value::as_str)))
+                .filter(|worker| own(Some(&worker.registration.agent)))
                 .cloned()
                 .collect(),
             affected_worker_quiescence_confirmed: receipt.affected_worker_quiescence_confirmed,

@@ -4,10 +4,11 @@
 //! quiescence, gateways and what they acknowledged, unresolved operations with the command that
 //! reconciles them, and budgets near their limit.
 
+use super::status::WorkerView;
 use super::status::{operation_text, StatusReceipt};
-use crate::acks::{ServerRecord, GATEWAY_PROTOCOL};
-use serde_json::Value;
+use crate::acks::GATEWAY_PROTOCOL;
 use std::fmt::{self, Write as _};
+use stopline_core::ack::ServerRecord;
 use stopline_core::phase::Phase;
 use stopline_core::text::inert;
 use stopline_core::{ActiveLatch, ControlState, Level, Scope};
@@ -90,21 +91,12 @@ fn phase_words(receipt: &StatusReceipt) -> String {
     }
 }
 
-fn covered(worker: &Value) -> bool {
-    worker.get("covered").and_then(Value::as_bool) == Some(true)
+fn covered(worker: &WorkerView) -> bool {
+    worker.covered
 }
 
-fn quiescent(worker: &Value) -> bool {
-    matches!(
-        worker.get("state").and_then(Value::as_str),
-        Some("quiescent" | "exited")
-    )
-}
-
-/// A string field of a registration, made inert for the terminal (a worker's run and agent
-/// come from whoever started it).
-fn field<'a>(value: &'a Value, key: &str) -> std::borrow::Cow<'a, str> {
-    inert(value.get(key).and_then(Value::as_str).unwrap_or("?"))
+fn quiescent(worker: &WorkerView) -> bool {
+    worker.registration.finished()
 }
 
 /// The scope and level a latch is enforced as, and whether its record could be trusted.
@@ -213,14 +205,17 @@ fn latch_text(latch: &ActiveLatch, now_ms: i64, out: &mut String) {
     }
 }
 
-fn worker_text(worker: &Value, out: &mut String) {
-    let state = field(worker, "state");
-    let gone = worker.get("supervisor_gone").and_then(Value::as_bool) == Some(true);
-    let quiet = if gone {
+/// One worker's line. Its run, agent and method are made inert for the terminal: they come
+/// from whoever started it.
+fn worker_text(worker: &WorkerView, out: &mut String) {
+    let registration = &worker.registration;
+    let state = registration.state.as_str();
+    let observed = registration.observed.as_ref();
+    let quiet = if worker.supervisor_gone {
         format!("registered {state}, its SUPERVISOR IS GONE (nothing enforces a stop on it but an engage)")
     } else if quiescent(worker) {
-        match worker.get("quiescent_observed_at").and_then(Value::as_str) {
-            Some(at) => format!("quiescent (observed {at})"),
+        match observed.and_then(|o| o.quiescent_observed_at.as_deref()) {
+            Some(at) => format!("quiescent (observed {})", inert(at)),
             None => format!("{state} (quiescent)"),
         }
     } else if covered(worker) {
@@ -231,15 +226,17 @@ fn worker_text(worker: &Value, out: &mut String) {
     let _ = write!(
         out,
         "\n  run {} agent {} pid {}: {quiet}; {}; method {}",
-        field(worker, "run"),
-        field(worker, "agent"),
-        worker.get("pid").map_or("?".to_string(), Value::to_string),
+        inert(&registration.run),
+        inert(&registration.agent),
+        registration
+            .pid()
+            .map_or("?".to_string(), |pid| pid.to_string()),
         if covered(worker) {
             "covered by a stop"
         } else {
             "not covered"
         },
-        field(worker, "method"),
+        inert(observed.and_then(|o| o.method.as_deref()).unwrap_or("?")),
     );
 }
 

@@ -18,6 +18,8 @@
 //! than a field reads with that field absent (and shows it `null`); a state this build does not
 //! know reads as [`WorkerState::Unknown`], which is never finished (fail closed: it is still
 //! reached and still counted as not quiescent).
+//! A field that does not parse as its type reads as absent, so one malformed field never makes
+//! a registration unreadable and its group unreached by engage's direct kill.
 
 use crate::refusal::RefusalCode;
 use crate::subject::Subject;
@@ -120,26 +122,37 @@ pub struct WorkerRegistration {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Observed {
     /// The agent's root process.
+    #[serde(default, deserialize_with = "lenient")]
     pub pid: Option<u32>,
     /// `cgroup2`, or the weaker `subreaper`.
+    #[serde(default, deserialize_with = "lenient")]
     pub method: Option<String>,
     /// The agent runs as the caller's own uid (`--unconfined`).
+    #[serde(default, deserialize_with = "lenient")]
     pub unconfined: Option<bool>,
     /// `--user`, `None` when unconfined.
+    #[serde(default, deserialize_with = "lenient")]
     pub user: Option<String>,
     /// `gateway-only` or `host`.
+    #[serde(default, deserialize_with = "lenient")]
     pub net: Option<String>,
     /// The process and memory ceilings and how each was applied.
+    #[serde(default, deserialize_with = "lenient")]
     pub limits: Option<RegisteredLimits>,
     /// Phase one of a stop: when the kill was issued (RFC 3339).
+    #[serde(default, deserialize_with = "lenient")]
     pub kill_issued_at: Option<String>,
     /// Phase two: when quiescence was first observed after the kill (RFC 3339).
+    #[serde(default, deserialize_with = "lenient")]
     pub quiescent_observed_at: Option<String>,
     /// The root process's exit code, once reaped (`None` if killed by a signal or running).
+    #[serde(default, deserialize_with = "lenient")]
     pub exit_code: Option<i32>,
     /// Why the worker is being (or was) stopped.
+    #[serde(default, deserialize_with = "lenient")]
     pub stop_cause: Option<StopCauseRecord>,
     /// When the supervisor wrote this registration (RFC 3339).
+    #[serde(default, deserialize_with = "lenient")]
     pub updated_at: Option<String>,
 }
 
@@ -301,25 +314,25 @@ impl Serialize for WorkerRegistration {
 /// present unless the stand-in's `indexed_only` says there are none.
 #[derive(Deserialize)]
 struct Read {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     schema: Option<String>,
     // Absent names read as empty, as they always did (no valid name: the worker's subject
     // names none): a registration without them still names its pid and group.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     run: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     agent: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     project: Option<String>,
     #[serde(default)]
     cgroup: Option<PathBuf>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     supervisor_pid: Option<u32>,
-    #[serde(default = "unknown")]
+    #[serde(default = "unknown", deserialize_with = "lenient_state")]
     state: WorkerState,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     live_entry: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     indexed_only: bool,
     #[serde(flatten)]
     observed: Observed,
@@ -327,6 +340,26 @@ struct Read {
 
 fn unknown() -> WorkerState {
     WorkerState::Unknown
+}
+
+/// A field that does not parse as its type reads as absent (its default): one malformed field
+/// never makes the whole registration unreadable, above all never hides its group from engage's
+/// direct kill (fail closed: the group is still reached; only `cgroup` itself must be a path).
+fn lenient<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned + Default,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(T::deserialize(value).unwrap_or_default())
+}
+
+/// [`lenient`] for the state: one that is not a string reads as [`WorkerState::Unknown`].
+fn lenient_state<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<WorkerState, D::Error> {
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(WorkerState::deserialize(value).unwrap_or(WorkerState::Unknown))
 }
 
 impl<'de> Deserialize<'de> for WorkerRegistration {

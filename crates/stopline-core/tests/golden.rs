@@ -235,3 +235,29 @@ fn a_server_record_reads_and_writes_back_byte_for_byte() {
     again.push('\n');
     assert_eq!(again, golden);
 }
+
+/// A registration with a malformed field (a pid that is not a number, a state that is not a
+/// string, a project that is not a path) still reads, with that field absent: engage's direct
+/// kill still reaches its group. Before, the one bad field made the whole registration
+/// unreadable and its group was only warned about (`group_not_reached`), never killed.
+#[test]
+fn a_malformed_field_never_hides_the_group_of_a_registration() {
+    use stopline_core::worker::{WorkerRegistration, WorkerState};
+    let text = r#"{"schema": "worker-registration.v1", "run": "r1", "agent": "a1",
+        "cgroup": "/sys/fs/cgroup/stopline/r1-a1", "pid": "x", "supervisor_pid": [1],
+        "state": 7, "project": 5, "limits": "none", "exit_code": "zero",
+        "stop_cause": {"kind": "latch"}, "updated_at": 12}"#;
+    let read: WorkerRegistration = serde_json::from_str(text).expect("still a registration");
+    assert_eq!(
+        read.cgroup.as_deref(),
+        Some(std::path::Path::new("/sys/fs/cgroup/stopline/r1-a1"))
+    );
+    assert_eq!((read.run.as_str(), read.agent.as_str()), ("r1", "a1"));
+    // Unknown is never finished: the group is still reached and never counted quiescent.
+    assert_eq!(read.state, WorkerState::Unknown);
+    assert!(!read.finished());
+    let observed = read.observed.expect("a supervisor's registration");
+    assert_eq!((observed.pid, observed.exit_code), (None, None));
+    assert!(observed.stop_cause.is_none() && observed.limits.is_none());
+    assert_eq!((read.supervisor_pid, read.project), (None, None));
+}

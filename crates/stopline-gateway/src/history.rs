@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use stopline_core::{Decision, Level, Name, Scope, Subject, TaskClass};
 use stopline_store::env::{Env, GoneProcess, SystemEnv};
 use stopline_store::evidence_drills::DRILL_SCHEMA;
-use stopline_store::fs::{Fs, LockGuard, RealFs};
+use stopline_store::fs::{Fs, FsLayer, RealFs};
 use stopline_store::ops::OpOwner;
 use stopline_store::{EngageRequest, Store};
 
@@ -64,51 +64,24 @@ impl Default for HistorySizes {
 /// The real filesystem without fsync: only for building a benchmark's throwaway history fast.
 struct UnsyncedFs(RealFs);
 
-impl Fs for UnsyncedFs {
-    fn write_new(&self, path: &Path, bytes: &[u8], fp: &str) -> io::Result<()> {
-        self.0.write_new(path, bytes, fp)
+impl FsLayer for UnsyncedFs {
+    fn inner(&self) -> &dyn Fs {
+        &self.0
     }
     fn append(&self, path: &Path, bytes: &[u8], _sync: bool, fp: &str) -> io::Result<()> {
         self.0.append(path, bytes, false, fp)
     }
-    fn sync_dir(&self, _dir: &Path, _fp: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn hard_link(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
-        self.0.hard_link(from, to, fp)
-    }
-    fn rename(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
-        self.0.rename(from, to, fp)
-    }
-    fn remove_file(&self, path: &Path, fp: &str) -> io::Result<()> {
-        self.0.remove_file(path, fp)
-    }
-    fn create_dir_all(&self, path: &Path, fp: &str) -> io::Result<()> {
-        self.0.create_dir_all(path, fp)
-    }
-    fn truncate(&self, path: &Path, len: u64, fp: &str) -> io::Result<()> {
-        self.0.truncate(path, len, fp)
-    }
-    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        self.0.read(path)
-    }
-    fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
-        self.0.read_from(path, offset)
-    }
-    fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        self.0.read_dir(dir)
-    }
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        self.0.exists(path)
-    }
-    fn lock(
+    fn append_end(
         &self,
         path: &Path,
-        exclusive: bool,
-        create: bool,
-        wait: Option<Duration>,
-    ) -> io::Result<Box<dyn LockGuard>> {
-        self.0.lock(path, exclusive, create, wait)
+        bytes: &[u8],
+        _sync: bool,
+        fp: &str,
+    ) -> io::Result<Option<u64>> {
+        self.0.append_end(path, bytes, false, fp)
+    }
+    fn sync_dir(&self, _dir: &Path, _fp: &str) -> io::Result<()> {
+        Ok(())
     }
 }
 

@@ -269,71 +269,41 @@ mod tests {
         }
     }
 
-    impl stopline_store::fs::Fs for Counting {
-        fn write_new(&self, path: &std::path::Path, bytes: &[u8], fp: &str) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.write_new(path, bytes, fp)
-        }
-        fn append(
-            &self,
-            path: &std::path::Path,
-            bytes: &[u8],
-            sync: bool,
-            fp: &str,
-        ) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.append(path, bytes, sync, fp)
-        }
-        fn sync_dir(&self, dir: &std::path::Path, fp: &str) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.sync_dir(dir, fp)
-        }
-        fn hard_link(
-            &self,
-            from: &std::path::Path,
-            to: &std::path::Path,
-            fp: &str,
-        ) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.hard_link(from, to, fp)
-        }
-        fn rename(
-            &self,
-            from: &std::path::Path,
-            to: &std::path::Path,
-            fp: &str,
-        ) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.rename(from, to, fp)
-        }
-        fn remove_file(&self, path: &std::path::Path, fp: &str) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.remove_file(path, fp)
-        }
-        fn create_dir_all(&self, path: &std::path::Path, fp: &str) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.create_dir_all(path, fp)
-        }
-        fn truncate(&self, path: &std::path::Path, len: u64, fp: &str) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.truncate(path, len, fp)
+    impl stopline_store::fs::FsLayer for Counting {
+        fn inner(&self) -> &dyn stopline_store::fs::Fs {
+            &stopline_store::fs::RealFs
         }
         fn read(&self, path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-            let bytes = stopline_store::fs::RealFs.read(path)?;
+            let bytes = stopline_store::fs::Fs::read(&stopline_store::fs::RealFs, path)?;
             self.note(path);
             Ok(bytes)
         }
         fn read_from(&self, path: &std::path::Path, offset: u64) -> std::io::Result<Vec<u8>> {
-            let bytes = stopline_store::fs::RealFs.read_from(path, offset)?;
+            let bytes =
+                stopline_store::fs::Fs::read_from(&stopline_store::fs::RealFs, path, offset)?;
             self.note(path);
             Ok(bytes)
         }
-        fn read_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
-            stopline_store::fs::RealFs.read_dir(dir)
-        }
-        fn exists(&self, path: &std::path::Path) -> std::io::Result<bool> {
-            stopline_store::fs::RealFs.exists(path)
-        }
-        fn lock(
+        fn read_from_identified(
             &self,
             path: &std::path::Path,
-            exclusive: bool,
-            create: bool,
-            wait: Option<std::time::Duration>,
-        ) -> std::io::Result<Box<dyn stopline_store::fs::LockGuard>> {
-            stopline_store::fs::RealFs.lock(path, exclusive, create, wait)
+            offset: u64,
+        ) -> std::io::Result<(Vec<u8>, Option<stopline_store::fs::FileId>)> {
+            let read = stopline_store::fs::Fs::read_from_identified(
+                &stopline_store::fs::RealFs,
+                path,
+                offset,
+            )?;
+            self.note(path);
+            Ok(read)
+        }
+        fn identify(
+            &self,
+            path: &std::path::Path,
+        ) -> std::io::Result<Option<stopline_store::fs::FileId>> {
+            let id = stopline_store::fs::Fs::identify(&stopline_store::fs::RealFs, path)?;
+            self.note(path);
+            Ok(id)
         }
     }
 

@@ -285,12 +285,11 @@ impl Store {
 pub(crate) mod tests {
     use super::*;
     use crate::env::{GoneProcess, SystemEnv};
-    use crate::fs::{Fs, LockGuard, RealFs};
+    use crate::fs::{Fs, FsLayer, RealFs};
     use crate::ops::OpOwner;
     use crate::EngageRequest;
     use std::path::{Path, PathBuf};
     use std::sync::Arc;
-    use std::time::Duration;
     use stopline_core::ops::Blocks;
     use stopline_core::{Level, Name, RefusalCode, Scope};
 
@@ -338,30 +337,9 @@ pub(crate) mod tests {
         }
     }
 
-    impl Fs for Counting {
-        fn write_new(&self, path: &Path, bytes: &[u8], fp: &str) -> io::Result<()> {
-            RealFs.write_new(path, bytes, fp)
-        }
-        fn append(&self, path: &Path, bytes: &[u8], sync: bool, fp: &str) -> io::Result<()> {
-            RealFs.append(path, bytes, sync, fp)
-        }
-        fn sync_dir(&self, dir: &Path, fp: &str) -> io::Result<()> {
-            RealFs.sync_dir(dir, fp)
-        }
-        fn hard_link(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
-            RealFs.hard_link(from, to, fp)
-        }
-        fn rename(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
-            RealFs.rename(from, to, fp)
-        }
-        fn remove_file(&self, path: &Path, fp: &str) -> io::Result<()> {
-            RealFs.remove_file(path, fp)
-        }
-        fn create_dir_all(&self, path: &Path, fp: &str) -> io::Result<()> {
-            RealFs.create_dir_all(path, fp)
-        }
-        fn truncate(&self, path: &Path, len: u64, fp: &str) -> io::Result<()> {
-            RealFs.truncate(path, len, fp)
+    impl FsLayer for Counting {
+        fn inner(&self) -> &dyn Fs {
+            &RealFs
         }
         fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
             let bytes = RealFs.read(path)?;
@@ -382,20 +360,11 @@ pub(crate) mod tests {
             self.count(path, bytes.len());
             Ok((bytes, id))
         }
-        fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-            RealFs.read_dir(dir)
-        }
-        fn exists(&self, path: &Path) -> io::Result<bool> {
-            RealFs.exists(path)
-        }
-        fn lock(
-            &self,
-            path: &Path,
-            exclusive: bool,
-            create: bool,
-            wait: Option<Duration>,
-        ) -> io::Result<Box<dyn LockGuard>> {
-            RealFs.lock(path, exclusive, create, wait)
+        /// An identity is an open and an fstat too: counted as a read of no bytes.
+        fn identify(&self, path: &Path) -> io::Result<Option<FileId>> {
+            let id = RealFs.identify(path)?;
+            self.count(path, 0);
+            Ok(id)
         }
     }
 

@@ -193,12 +193,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::{FileId, Fs, LockGuard, RealFs};
+    use crate::fs::{FileId, Fs, FsLayer, RealFs};
     use crate::ops::OpOwner;
     use std::io;
     use std::path::Path;
     use std::sync::{Arc, Mutex};
-    use std::time::Duration;
 
     /// The real filesystem, recording every call that reads a journal or syncs anything, and
     /// failing the batch whose failpoint name is armed (after writing it, as a failed fsync).
@@ -215,13 +214,21 @@ mod tests {
         fn take(&self) -> Vec<String> {
             std::mem::take(&mut *self.calls.lock().unwrap())
         }
+        fn note_read(&self, path: &Path) {
+            if is_journal(path) {
+                self.note("read journal".into());
+            }
+        }
     }
 
     fn is_journal(path: &Path) -> bool {
         path.extension().is_some_and(|e| e == "jsonl")
     }
 
-    impl Fs for Recorded {
+    impl FsLayer for Recorded {
+        fn inner(&self) -> &dyn Fs {
+            &RealFs
+        }
         fn write_new(&self, path: &Path, bytes: &[u8], fp: &str) -> io::Result<()> {
             self.note(format!("fsync {fp}"));
             RealFs.write_new(path, bytes, fp)
@@ -253,32 +260,16 @@ mod tests {
             self.note(format!("dirsync {fp}"));
             RealFs.sync_dir(dir, fp)
         }
-        fn hard_link(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
-            RealFs.hard_link(from, to, fp)
-        }
         fn rename(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
             self.note(format!("rename {fp}"));
             RealFs.rename(from, to, fp)
         }
-        fn remove_file(&self, path: &Path, fp: &str) -> io::Result<()> {
-            RealFs.remove_file(path, fp)
-        }
-        fn create_dir_all(&self, path: &Path, fp: &str) -> io::Result<()> {
-            RealFs.create_dir_all(path, fp)
-        }
-        fn truncate(&self, path: &Path, len: u64, fp: &str) -> io::Result<()> {
-            RealFs.truncate(path, len, fp)
-        }
         fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-            if is_journal(path) {
-                self.note("read journal".into());
-            }
+            self.note_read(path);
             RealFs.read(path)
         }
         fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
-            if is_journal(path) {
-                self.note("read journal".into());
-            }
+            self.note_read(path);
             RealFs.read_from(path, offset)
         }
         fn read_from_identified(
@@ -286,25 +277,13 @@ mod tests {
             path: &Path,
             offset: u64,
         ) -> io::Result<(Vec<u8>, Option<FileId>)> {
-            if is_journal(path) {
-                self.note("read journal".into());
-            }
+            self.note_read(path);
             RealFs.read_from_identified(path, offset)
         }
-        fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-            RealFs.read_dir(dir)
-        }
-        fn exists(&self, path: &Path) -> io::Result<bool> {
-            RealFs.exists(path)
-        }
-        fn lock(
-            &self,
-            path: &Path,
-            exclusive: bool,
-            create: bool,
-            wait: Option<Duration>,
-        ) -> io::Result<Box<dyn LockGuard>> {
-            RealFs.lock(path, exclusive, create, wait)
+        /// An identity opens the file: a read of it, as the other read methods.
+        fn identify(&self, path: &Path) -> io::Result<Option<FileId>> {
+            self.note_read(path);
+            RealFs.identify(path)
         }
     }
 

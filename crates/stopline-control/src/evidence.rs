@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use stopline_core::wal::{WalEntry, WalFault};
 use stopline_core::{Refusal, RefusalCode};
 use stopline_store::env::parse_rfc3339;
-use stopline_store::evidence_drills::DrillIndexCheck;
+use stopline_store::evidence::drills::DrillIndexCheck;
 
 /// A breaker trip or budget exhaustion read from the log.
 #[derive(Debug, Clone)]

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stopline_core::{Decision, Level, Name, Scope, Subject, TaskClass};
 use stopline_store::env::{Env, GoneProcess, SystemEnv};
-use stopline_store::evidence_drills::DRILL_SCHEMA;
+use stopline_store::evidence::drills::DRILL_SCHEMA;
 use stopline_store::fs::{Fs, FsLayer, RealFs};
 use stopline_store::ops::OpOwner;
 use stopline_store::{EngageRequest, Store};
@@ -264,7 +264,7 @@ fn evidence_whole_read(store: &Store) -> io::Result<Duration> {
         return Err(other(why));
     }
     let history =
-        stopline_store::evidence_drills::DrillIndex::from_entries(&entries).history("bench");
+        stopline_store::evidence::drills::DrillIndex::from_entries(&entries).history("bench");
     let elapsed = started.elapsed();
     if history.last_passed == Some(false) {
         return Err(other("the bench's drills failed"));

@@ -161,7 +161,7 @@ pub async fn drills_route(
     let limit = query
         .limit
         .unwrap_or(5)
-        .clamp(1, stopline_store::evidence_drills::RECENT_DRILLS);
+        .clamp(1, stopline_store::evidence::drills::RECENT_DRILLS);
     let store = state.gov.context().store.clone();
     let index = blocking(move || Ok(store.evidence_drills())).await?;
     let body = match index {

@@ -12,7 +12,7 @@ use stopline_core::{ActiveLatch, Refusal, RefusalCode, Subject};
 use stopline_supervisor::{UidError, UidLease, UidRange, UserIdentity};
 
 /// The schema (and evidence kind) of a drill record.
-pub use stopline_store::evidence_drills::DRILL_SCHEMA;
+pub use stopline_store::evidence::drills::DRILL_SCHEMA;
 
 /// Refuse while a latch covers `subject`, or while the control state cannot be trusted: the
 /// plane's view (with `--control etcd://…`, the etcd latches merged with this host's own; an
@@ -192,7 +192,7 @@ pub fn confined_identity(user: &str) -> Result<UserIdentity, Refusal> {
 mod tests {
     use super::*;
     use serde_json::{json, Map, Value};
-    use stopline_store::evidence_drills::DrillHistory;
+    use stopline_store::evidence::drills::DrillHistory;
 
     /// Read the drill history of `harness_version` from evidence records (oldest first), as the
     /// drill index folds them.
@@ -200,7 +200,7 @@ mod tests {
         entries: impl IntoIterator<Item = &'a Map<String, Value>>,
         harness_version: &str,
     ) -> DrillHistory {
-        let mut index = stopline_store::evidence_drills::DrillIndex::default();
+        let mut index = stopline_store::evidence::drills::DrillIndex::default();
         for (seq, body) in (1..).zip(entries) {
             index.fold(&stopline_core::wal::WalEntry {
                 seq,

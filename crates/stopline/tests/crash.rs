@@ -808,7 +808,7 @@ fn crash_at_every_step_of_an_evidence_append() {
 /// a full read of the log does: the last `pass`, whether any passed, and how many drills.
 fn drills_both_ways(home: &Home) -> (String, String) {
     let store = stopline_store::Store::open(home.path());
-    let answer = |index: &stopline_store::evidence_drills::DrillIndex| {
+    let answer = |index: &stopline_store::evidence::drills::DrillIndex| {
         let h = index.history("child");
         format!("{:?} {} {}", h.last_passed, h.any_passed, index.total)
     };
@@ -818,7 +818,7 @@ fn drills_both_ways(home: &Home) -> (String, String) {
     let full = store.evidence_entries().map_or_else(
         |fault| format!("refused: {fault}"),
         |entries| {
-            answer(&stopline_store::evidence_drills::DrillIndex::from_entries(
+            answer(&stopline_store::evidence::drills::DrillIndex::from_entries(
                 &entries,
             ))
         },

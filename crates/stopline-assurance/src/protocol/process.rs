@@ -511,7 +511,7 @@ impl ProcSpec {
             }
             ProcSpec::AppendDrill { n, pass } => {
                 match store.append_evidence(
-                    stopline_store::evidence_drills::DRILL_SCHEMA,
+                    stopline_store::evidence::drills::DRILL_SCHEMA,
                     drill_record(*n, *pass),
                 ) {
                     Ok(_) => Outcome::Filed { n: *n },
@@ -674,7 +674,7 @@ pub fn drill_record(n: u64, pass: bool) -> serde_json::Map<String, serde_json::V
     stopline_store::chain::fields([
         (
             "schema",
-            serde_json::json!(stopline_store::evidence_drills::DRILL_SCHEMA),
+            serde_json::json!(stopline_store::evidence::drills::DRILL_SCHEMA),
         ),
         ("harness_version", serde_json::json!("h")),
         ("pass", serde_json::json!(pass)),

@@ -326,11 +326,11 @@ fn evidence_seen(store: &Store) -> EvidenceSeen {
 /// with their segments included: those are read from the scenario's initial image (only the
 /// setup's segments are ever pruned in a race).
 fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> DrillsSeen {
-    use stopline_store::evidence_drills::DrillIndex;
+    use stopline_store::evidence::drills::DrillIndex;
     let answer = |index: &DrillIndex| {
         let h = index.history("h");
         let newest: Vec<u64> = index
-            .newest(stopline_store::evidence_drills::RECENT_DRILLS)
+            .newest(stopline_store::evidence::drills::RECENT_DRILLS)
             .filter_map(|r| r.get("n").and_then(serde_json::Value::as_u64))
             .collect();
         (h.last_passed, h.any_passed, index.total, newest)

@@ -521,7 +521,7 @@ pub fn drill_index() -> Scenario {
     let s = Setup::new();
     s.store
         .append_evidence(
-            stopline_store::evidence_drills::DRILL_SCHEMA,
+            stopline_store::evidence::drills::DRILL_SCHEMA,
             drill_record(1, true),
         )
         .expect("setup: drill");
@@ -556,7 +556,7 @@ pub fn drills_older_home() -> Scenario {
     }
     s.store
         .append_evidence(
-            stopline_store::evidence_drills::DRILL_SCHEMA,
+            stopline_store::evidence::drills::DRILL_SCHEMA,
             drill_record(3, true),
         )
         .expect("setup: drill");

@@ -222,7 +222,8 @@ fn make_live(home: &Path) -> io::Result<()> {
     record_spending(home, 0)?;
     let store = Store::with_io(home, Arc::new(UnsyncedFs(RealFs)), Arc::new(SystemEnv));
     store
-        .append_evidence(DRILL_SCHEMA, drill_record(0))
+        .evidence()
+        .append(DRILL_SCHEMA, drill_record(0))
         .map(|_| ())
         .map_err(other)
 }
@@ -246,7 +247,7 @@ fn is_drill_at(i: usize, evidence: usize) -> bool {
 /// What `stopline run`'s drill gate reads of `store` (the drill index) and decides.
 fn drill_gate(store: &Store) -> io::Result<Duration> {
     let started = Instant::now();
-    let index = store.evidence_drills().map_err(other)?;
+    let index = store.evidence().drills().map_err(other)?;
     let history = index.history("bench");
     let elapsed = started.elapsed();
     if history.last_passed == Some(false) {
@@ -259,8 +260,8 @@ fn drill_gate(store: &Store) -> io::Result<Duration> {
 /// `evidence verify --all` and `evidence list` still make), folded as the gate folds it.
 fn evidence_whole_read(store: &Store) -> io::Result<Duration> {
     let started = Instant::now();
-    let entries = store.evidence_entries().map_err(other)?;
-    if let Some(why) = store.evidence_anchor_fault(&entries) {
+    let entries = store.evidence().entries().map_err(other)?;
+    if let Some(why) = store.evidence().anchor_fault(&entries) {
         return Err(other(why));
     }
     let history =
@@ -294,7 +295,8 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<usize> {
     for i in 0..sizes.evidence {
         if is_drill_at(i, sizes.evidence) {
             store
-                .append_evidence(DRILL_SCHEMA, drill_record(i))
+                .evidence()
+                .append(DRILL_SCHEMA, drill_record(i))
                 .map_err(other)?;
             continue;
         }
@@ -303,7 +305,8 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<usize> {
             ("i", json!(i)),
         ]);
         store
-            .append_evidence("bench_history", record)
+            .evidence()
+            .append("bench_history", record)
             .map_err(other)?;
     }
     Ok(spend_journals)

@@ -5,7 +5,7 @@
 //! Every check fails closed: a control state with faults refuses with the fault's code, and an
 //! evidence log (or drill index) that cannot be verified refuses with `drill_required`, because
 //! "no failed drill" cannot be proven from it. Nothing here writes, but for the drill index an
-//! older home gets once (`Store::evidence_drills`).
+//! older home gets once (`Evidence::drills`).
 
 use stopline_control::context::Context;
 use stopline_core::{ActiveLatch, Refusal, RefusalCode, Subject};
@@ -37,7 +37,7 @@ pub fn no_covering_latch(ctx: &Context, subject: &Subject) -> Result<(), Refusal
 }
 
 /// Refuse (`drill_required`) when the last drill of the version failed, and, with
-/// `require_drill`, when none passed. Reads the drill index (`Store::evidence_drills`): the
+/// `require_drill`, when none passed. Reads the drill index (`Evidence::drills`): the
 /// evidence log's head, its newest line and `evidence/drills.json`, never the history (an
 /// older home's log is read whole once, to build the index).
 pub fn drills_allow(
@@ -46,7 +46,7 @@ pub fn drills_allow(
     require_drill: bool,
 ) -> Result<(), Refusal> {
     let refuse = |message: String| Refusal::new(RefusalCode::DrillRequired, message);
-    let index = ctx.store.evidence_drills().map_err(|fault| {
+    let index = ctx.store.evidence().drills().map_err(|fault| {
         refuse(format!(
             "the evidence log cannot be verified ({fault}), so the drills of {harness_version:?} are unknown"
         ))
@@ -331,7 +331,8 @@ mod tests {
             let record =
                 json!({"schema": DRILL_SCHEMA, "harness_version": version, "pass": pass, "n": n});
             ctx.store
-                .append_evidence(DRILL_SCHEMA, record.as_object().unwrap().clone())
+                .evidence()
+                .append(DRILL_SCHEMA, record.as_object().unwrap().clone())
                 .unwrap();
         }
         counting.take();

@@ -614,13 +614,14 @@ fn evidence_append_child_process() {
     // `STOPLINE_TEST_EVIDENCE_GATE`: read the drills as the drill gate does (which builds an
     // older home's index) instead of appending.
     if std::env::var_os("STOPLINE_TEST_EVIDENCE_GATE").is_some() {
-        store.evidence_drills().unwrap();
+        store.evidence().drills().unwrap();
         return;
     }
     let pass = std::env::var("STOPLINE_TEST_EVIDENCE_PASS").map_or(true, |p| p == "true");
     let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": pass});
     store
-        .append_evidence(
+        .evidence()
+        .append(
             "control-observation.v1",
             record.as_object().unwrap().clone(),
         )
@@ -651,7 +652,8 @@ fn prepare_evidence_home(records: u64, unanchored: bool) -> Home {
         }
         let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "h", "pass": true, "agents": n});
         store
-            .append_evidence(
+            .evidence()
+            .append(
                 "control-observation.v1",
                 record.as_object().unwrap().clone(),
             )
@@ -813,9 +815,10 @@ fn drills_both_ways(home: &Home) -> (String, String) {
         format!("{:?} {} {}", h.last_passed, h.any_passed, index.total)
     };
     let gate = store
-        .evidence_drills()
+        .evidence()
+        .drills()
         .map_or_else(|fault| format!("refused: {fault}"), |i| answer(&i));
-    let full = store.evidence_entries().map_or_else(
+    let full = store.evidence().entries().map_or_else(
         |fault| format!("refused: {fault}"),
         |entries| {
             answer(&stopline_store::evidence::drills::DrillIndex::from_entries(
@@ -898,7 +901,8 @@ fn crash_at_every_step_of_a_drill_append_and_an_index_build_the_gate_answers_as_
         store
             .clone()
             .with_evidence_segment_records(EVIDENCE_SEGMENT)
-            .append_evidence(
+            .evidence()
+            .append(
                 "control-observation.v1",
                 passed.as_object().unwrap().clone(),
             )
@@ -912,7 +916,8 @@ fn crash_at_every_step_of_a_drill_append_and_an_index_build_the_gate_answers_as_
                 let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": false});
                 store
                     .with_evidence_segment_records(EVIDENCE_SEGMENT)
-                    .append_evidence(
+                    .evidence()
+                    .append(
                         "control-observation.v1",
                         record.as_object().unwrap().clone(),
                     )
@@ -926,7 +931,8 @@ fn crash_at_every_step_of_a_drill_append_and_an_index_build_the_gate_answers_as_
                 let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": false});
                 store
                     .with_evidence_segment_records(EVIDENCE_SEGMENT)
-                    .append_evidence(
+                    .evidence()
+                    .append(
                         "control-observation.v1",
                         record.as_object().unwrap().clone(),
                     )

@@ -108,13 +108,13 @@ pub enum ProcSpec {
     /// A fresh reader's look at the spending journals (a new gateway's first reservation
     /// decides on it): what it counts on the account `t`, spent and in flight.
     LookSpend,
-    /// A breaker trip's evidence record (`Store::append_evidence`, as `stopline_control::trip`
+    /// A breaker trip's evidence record (`Evidence::append`, as `stopline_control::trip`
     /// files it), its field `n` naming it.
     AppendEvidence {
         /// The record's name in the judgment.
         n: u64,
     },
-    /// A drill's record (`Store::append_evidence` of a `control-observation.v1`, as `stopline
+    /// A drill's record (`Evidence::append` of a `control-observation.v1`, as `stopline
     /// drill` files it) of harness version `h`, its field `n` naming it.
     AppendDrill {
         /// The record's name in the judgment.
@@ -122,7 +122,7 @@ pub enum ProcSpec {
         /// Its `pass`.
         pass: bool,
     },
-    /// `stopline run`'s drill gate (and `GET /v1/drills`): `Store::evidence_drills`, which
+    /// `stopline run`'s drill gate (and `GET /v1/drills`): `Evidence::drills`, which
     /// builds the drill index of an older home.
     DrillGate,
     /// `stopline run`'s store steps for one worker, in order: `Store::begin_run` (the entry in
@@ -504,13 +504,13 @@ impl ProcSpec {
                 }
             }
             ProcSpec::AppendEvidence { n } => {
-                match store.append_evidence("breaker", evidence_record(*n)) {
+                match store.evidence().append("breaker", evidence_record(*n)) {
                     Ok(_) => Outcome::Filed { n: *n },
                     Err(e) => failed(e),
                 }
             }
             ProcSpec::AppendDrill { n, pass } => {
-                match store.append_evidence(
+                match store.evidence().append(
                     stopline_store::evidence::drills::DRILL_SCHEMA,
                     drill_record(*n, *pass),
                 ) {
@@ -531,7 +531,7 @@ impl ProcSpec {
             }
             ProcSpec::DrillGate => {
                 // A refusal is an answer too; the restart judges what the index then says.
-                let _ = store.evidence_drills();
+                let _ = store.evidence().drills();
                 Outcome::DrillsRead
             }
             ProcSpec::ReserveSpend { amount } => {

@@ -299,16 +299,17 @@ fn evidence_seen(store: &Store) -> EvidenceSeen {
         kept: Vec::new(),
         fault: Some(why),
     };
-    if let Err(e) =
-        store.append_evidence("breaker", crate::protocol::process::evidence_record(PROBE))
+    if let Err(e) = store
+        .evidence()
+        .append("breaker", crate::protocol::process::evidence_record(PROBE))
     {
         return refused(format!("the first append after the crash was refused: {e}"));
     }
-    let chain = match store.evidence_chain(true) {
+    let chain = match store.evidence().chain(true) {
         Ok(chain) => chain,
         Err(fault) => return refused(format!("the chain after one more append: {fault}")),
     };
-    if let Some(why) = store.evidence_anchor_fault(&chain.entries) {
+    if let Some(why) = store.evidence().anchor_fault(&chain.entries) {
         return refused(format!("the head after one more append: {why}"));
     }
     let kept: Vec<u64> = chain
@@ -321,7 +322,7 @@ fn evidence_seen(store: &Store) -> EvidenceSeen {
     EvidenceSeen { kept, fault }
 }
 
-/// The drills of harness version `h` as the drill gate answers (`Store::evidence_drills`, which
+/// The drills of harness version `h` as the drill gate answers (`Evidence::drills`, which
 /// builds an older home's index) and as a full read of the log answers, the records pruned
 /// with their segments included: those are read from the scenario's initial image (only the
 /// setup's segments are ever pruned in a race).
@@ -336,8 +337,8 @@ fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> Drills
         (h.last_passed, h.any_passed, index.total, newest)
     };
     let full = (|| {
-        let chain = store.evidence_chain(true).map_err(|f| f.to_string())?;
-        if let Some(why) = store.evidence_anchor_fault(&chain.entries) {
+        let chain = store.evidence().chain(true).map_err(|f| f.to_string())?;
+        if let Some(why) = store.evidence().anchor_fault(&chain.entries) {
             return Err(why);
         }
         let mut entries = Vec::new();
@@ -348,7 +349,8 @@ fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> Drills
                 Arc::new(ModelEnv::new(0xf, scenario.now_ms)),
             );
             let before = initial
-                .evidence_entries()
+                .evidence()
+                .entries()
                 .map_err(|f| format!("the setup's log: {f}"))?;
             entries.extend(before.into_iter().filter(|e| e.seq <= through));
         }
@@ -356,7 +358,8 @@ fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> Drills
         Ok(answer(&DrillIndex::from_entries(&entries)))
     })();
     let gate = store
-        .evidence_drills()
+        .evidence()
+        .drills()
         .map(|index| answer(&index))
         .map_err(|f| f.to_string());
     DrillsSeen { when, gate, full }

@@ -494,7 +494,8 @@ pub fn evidence_segments() -> Scenario {
     let s = Setup::new();
     for n in [1, 2] {
         s.store
-            .append_evidence("breaker", crate::protocol::process::evidence_record(n))
+            .evidence()
+            .append("breaker", crate::protocol::process::evidence_record(n))
             .expect("setup: evidence");
     }
     let racers = vec![
@@ -520,13 +521,15 @@ pub fn drill_index() -> Scenario {
     use crate::protocol::process::{drill_record, evidence_record};
     let s = Setup::new();
     s.store
-        .append_evidence(
+        .evidence()
+        .append(
             stopline_store::evidence::drills::DRILL_SCHEMA,
             drill_record(1, true),
         )
         .expect("setup: drill");
     s.store
-        .append_evidence("breaker", evidence_record(2))
+        .evidence()
+        .append("breaker", evidence_record(2))
         .expect("setup: evidence");
     let racers = vec![
         ProcSpec::AppendDrill { n: 3, pass: false },
@@ -551,11 +554,13 @@ pub fn drills_older_home() -> Scenario {
     let s = Setup::new();
     for n in [1, 2] {
         s.store
-            .append_evidence("breaker", evidence_record(n))
+            .evidence()
+            .append("breaker", evidence_record(n))
             .expect("setup: evidence");
     }
     s.store
-        .append_evidence(
+        .evidence()
+        .append(
             stopline_store::evidence::drills::DRILL_SCHEMA,
             drill_record(3, true),
         )
@@ -567,7 +572,8 @@ pub fn drills_older_home() -> Scenario {
         .expect("setup: no index");
     let head = s
         .store
-        .evidence_head()
+        .evidence()
+        .head()
         .expect("setup: head")
         .expect("setup: head");
     let (segment, offset) = head.at.expect("setup: head position");

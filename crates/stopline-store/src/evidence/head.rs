@@ -2,6 +2,7 @@
 //! every append and reader, and checked against a verified chain (the chain alone cannot see an
 //! edit of its last line).
 
+use super::Evidence;
 use crate::error::StoreError;
 use crate::Store;
 use serde_json::{json, Value};
@@ -66,15 +67,29 @@ impl Store {
             "evidence.head",
         )
     }
+}
 
+/// The `drills` of `evidence/head.json`: `Ok(None)` when the field is absent (an older writer),
+/// `Ok(Some(None))` for `null`.
+fn head_drills(value: &Value) -> Result<Option<Option<LineRef>>, String> {
+    match value.get("drills") {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(anchor) => serde_json::from_value::<LineRef>(anchor.clone())
+            .map(|line| Some(Some(line)))
+            .map_err(|e| format!("evidence/head.json has a malformed drills anchor: {e}")),
+    }
+}
+
+impl Evidence<'_> {
     /// Why `entries` (the verified chain's newest records) are not anchored by
     /// `evidence/head.json`, if they are not. The chain cannot see an edit of its newest line;
     /// the head can. One unanchored line is a crash between an append and its anchor; more, a
     /// head naming another hash or a missing line, or a head that cannot be read, means the log
     /// cannot be trusted.
-    pub fn evidence_anchor_fault(&self, entries: &[WalEntry]) -> Option<String> {
+    pub fn anchor_fault(&self, entries: &[WalEntry]) -> Option<String> {
         let last = entries.last().map_or(0, |e| e.seq);
-        match self.evidence_head() {
+        match self.head() {
             Ok(Some(head)) => match entries.iter().find(|e| e.seq == head.seq) {
                 Some(entry) if entry.hash != head.hash => Some(format!(
                     "line {} does not match the head anchor evidence/head.json",
@@ -97,8 +112,8 @@ impl Store {
 
     /// The anchor of the newest line: `Ok(None)` when there is none yet, `Err` with why when
     /// `evidence/head.json` exists but cannot be read or parsed.
-    pub fn evidence_head(&self) -> Result<Option<EvidenceHead>, String> {
-        let bytes = match self.read_optional(&self.layout.evidence_head()) {
+    pub fn head(&self) -> Result<Option<EvidenceHead>, String> {
+        let bytes = match self.store.read_optional(&self.store.layout.evidence_head()) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Ok(None),
             Err(error) => return Err(error.to_string()),
@@ -122,17 +137,5 @@ impl Store {
             })),
             _ => Err("evidence/head.json has no seq and hash".into()),
         }
-    }
-}
-
-/// The `drills` of `evidence/head.json`: `Ok(None)` when the field is absent (an older writer),
-/// `Ok(Some(None))` for `null`.
-fn head_drills(value: &Value) -> Result<Option<Option<LineRef>>, String> {
-    match value.get("drills") {
-        None => Ok(None),
-        Some(Value::Null) => Ok(Some(None)),
-        Some(anchor) => serde_json::from_value::<LineRef>(anchor.clone())
-            .map(|line| Some(Some(line)))
-            .map_err(|e| format!("evidence/head.json has a malformed drills anchor: {e}")),
     }
 }

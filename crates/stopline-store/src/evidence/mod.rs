@@ -73,7 +73,19 @@ fn corrupt(why: String) -> StoreError {
     )
 }
 
+/// The evidence log of one control directory ([`Store::evidence`]): its appends, head, whole
+/// verified reads, pruning marker and drill index.
+#[derive(Debug, Clone, Copy)]
+pub struct Evidence<'a> {
+    store: &'a Store,
+}
+
 impl Store {
+    /// The evidence log of this control directory.
+    pub fn evidence(&self) -> Evidence<'_> {
+        Evidence { store: self }
+    }
+
     /// Records a segment of the evidence log holds before the next starts a new one.
     pub fn with_evidence_segment_records(mut self, records: u64) -> Store {
         self.evidence_segment_records = records.max(1);

@@ -1,8 +1,8 @@
 //! Pruning of old evidence segments (`[retention] evidence_keep_segments`) and
 //! `evidence/pruned.json`, which says where the kept segments start.
 
-use super::corrupt;
 use super::segments::first_prev;
+use super::{corrupt, Evidence};
 use crate::error::{IoContext, StoreError};
 use crate::Store;
 use serde_json::{json, Value};
@@ -63,12 +63,17 @@ impl Store {
         }
         Ok(())
     }
+}
 
+impl Evidence<'_> {
     /// Where the kept segments start when older ones were pruned: the `seq` of the last pruned
     /// record and its hash. `Ok(None)` when nothing was pruned; `Err` with why when
     /// `evidence/pruned.json` exists but cannot be read or parsed.
-    pub fn evidence_pruned(&self) -> Result<Option<(u64, String)>, String> {
-        let bytes = match self.read_optional(&self.layout.evidence_pruned()) {
+    pub fn pruned(&self) -> Result<Option<(u64, String)>, String> {
+        let bytes = match self
+            .store
+            .read_optional(&self.store.layout.evidence_pruned())
+        {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Ok(None),
             Err(error) => return Err(error.to_string()),

@@ -3,7 +3,7 @@
 //! on a hot path.
 
 use super::segments::first_prev;
-use super::{seq_line, unreadable, SegmentSummary};
+use super::{seq_line, unreadable, Evidence, SegmentSummary};
 use crate::Store;
 use stopline_core::wal::{self, WalEntry, WalFault};
 
@@ -21,20 +21,11 @@ pub struct EvidenceChain {
 }
 
 impl Store {
-    /// The evidence log read across segments and verified: every segment from the first with
-    /// `all` (`evidence verify --all`, `evidence list`), else the newest two — the current one
-    /// and the link into it from the one before (`evidence verify`). Never on a hot path.
-    pub fn evidence_chain(&self, all: bool) -> Result<EvidenceChain, WalFault> {
-        let _guard = self
-            .lock_log_shared(&self.layout.evidence_lock())
-            .map_err(unreadable)?;
-        self.evidence_chain_held(all)
-    }
-
-    /// [`Store::evidence_chain`] for a caller that holds the log's lock.
+    /// [`Evidence::chain`] for a caller that holds the log's lock.
     pub(crate) fn evidence_chain_held(&self, all: bool) -> Result<EvidenceChain, WalFault> {
         let pruned = self
-            .evidence_pruned()
+            .evidence()
+            .pruned()
             .map_err(|why| WalFault::Unparsable { line: 0, why })?;
         let mut segments = self.evidence_segments().map_err(unreadable)?;
         // Segments the pruning marker covers are gone or going (a crash before their removal).
@@ -106,9 +97,22 @@ impl Store {
         }
         Ok(chain)
     }
+}
+
+impl Evidence<'_> {
+    /// The evidence log read across segments and verified: every segment from the first with
+    /// `all` (`evidence verify --all`, `evidence list`), else the newest two — the current one
+    /// and the link into it from the one before (`evidence verify`). Never on a hot path.
+    pub fn chain(&self, all: bool) -> Result<EvidenceChain, WalFault> {
+        let _guard = self
+            .store
+            .lock_log_shared(&self.store.layout.evidence_lock())
+            .map_err(unreadable)?;
+        self.store.evidence_chain_held(all)
+    }
 
     /// Every evidence entry across every segment, verified; or the first fault.
-    pub fn evidence_entries(&self) -> Result<Vec<WalEntry>, WalFault> {
-        self.evidence_chain(true).map(|chain| chain.entries)
+    pub fn entries(&self) -> Result<Vec<WalEntry>, WalFault> {
+        self.chain(true).map(|chain| chain.entries)
     }
 }

@@ -30,7 +30,7 @@ fn log_of(records: u64) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("home")).with_evidence_segment_records(3);
     for n in 1..=records {
-        assert_eq!(store.append_evidence("test", record(n)).unwrap(), n);
+        assert_eq!(store.evidence().append("test", record(n)).unwrap(), n);
     }
     (dir, store)
 }
@@ -80,16 +80,16 @@ fn the_chain_runs_on_across_segments() {
             wal::sha256_hex(last_bytes.as_bytes())
         );
     }
-    let chain = store.evidence_chain(true).unwrap();
+    let chain = store.evidence().chain(true).unwrap();
     let seqs: Vec<u64> = chain.entries.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=8).collect::<Vec<u64>>());
     assert_eq!(chain.total_segments, 3);
-    assert_eq!(store.evidence_anchor_fault(&chain.entries), None);
+    assert_eq!(store.evidence().anchor_fault(&chain.entries), None);
     // Without `all`: the newest two segments, linked.
-    let tail = store.evidence_chain(false).unwrap();
+    let tail = store.evidence().chain(false).unwrap();
     let seqs: Vec<u64> = tail.entries.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (4..=8).collect::<Vec<u64>>());
-    let head = store.evidence_head().unwrap().unwrap();
+    let head = store.evidence().head().unwrap().unwrap();
     assert_eq!(head.seq, 8);
     assert_eq!(head.at.unwrap().0, "log-000000000007.jsonl");
 }
@@ -98,24 +98,24 @@ fn the_chain_runs_on_across_segments() {
 fn an_append_reads_only_the_tail_so_a_damaged_or_missing_old_segment_is_found_by_a_whole_read() {
     let (_dir, store) = log_of(7);
     damage(&store, 1, 2);
-    assert_eq!(store.append_evidence("test", record(8)).unwrap(), 8);
+    assert_eq!(store.evidence().append("test", record(8)).unwrap(), 8);
     assert_eq!(
-        store.evidence_chain(true).unwrap_err(),
+        store.evidence().chain(true).unwrap_err(),
         WalFault::BrokenLink { line: 3 }
     );
     assert!(
-        store.evidence_chain(false).is_ok(),
+        store.evidence().chain(false).is_ok(),
         "the newest two are whole"
     );
     std::fs::remove_file(store.layout().evidence_segment(4)).unwrap();
-    assert_eq!(store.append_evidence("test", record(9)).unwrap(), 9);
+    assert_eq!(store.evidence().append("test", record(9)).unwrap(), 9);
     std::fs::remove_file(store.layout().evidence_segment(1)).unwrap();
-    assert_eq!(store.append_evidence("test", record(10)).unwrap(), 10);
+    assert_eq!(store.evidence().append("test", record(10)).unwrap(), 10);
     assert_eq!(
-        store.evidence_chain(true).unwrap_err(),
+        store.evidence().chain(true).unwrap_err(),
         WalFault::Missing { line: 1, last: 6 }
     );
-    let tail = store.evidence_chain(false).unwrap();
+    let tail = store.evidence().chain(false).unwrap();
     assert_eq!(tail.entries.first().map(|e| e.seq), Some(7));
     assert_eq!(tail.entries.last().map(|e| e.seq), Some(10));
 }
@@ -126,14 +126,14 @@ fn an_edited_newest_line_or_a_lost_head_refuses_the_append() {
     let segment = store.layout().evidence_segment(4);
     let pristine = std::fs::read(&segment).unwrap();
     damage(&store, 4, 5);
-    let error = store.append_evidence("test", record(6)).unwrap_err();
+    let error = store.evidence().append("test", record(6)).unwrap_err();
     assert!(error.to_string().contains("head anchor"), "{error}");
     assert_eq!(lines(&store, 4).len(), 2, "nothing appended");
     std::fs::write(&segment, pristine).unwrap();
-    assert_eq!(store.append_evidence("test", record(6)).unwrap(), 6);
+    assert_eq!(store.evidence().append("test", record(6)).unwrap(), 6);
     // A lost head with later segments: where the chain ends is unknown.
     std::fs::remove_file(store.layout().evidence_head()).unwrap();
-    let error = store.append_evidence("test", record(7)).unwrap_err();
+    let error = store.evidence().append("test", record(7)).unwrap_err();
     assert!(error.to_string().contains("no head anchor"), "{error}");
 }
 
@@ -143,28 +143,28 @@ fn a_switch_whose_head_was_not_rewritten_or_whose_segment_is_empty_is_carried_on
     // record, before the head): the next append follows that record.
     let (_dir, store) = log_of(3);
     let head = std::fs::read(store.layout().evidence_head()).unwrap();
-    assert_eq!(store.append_evidence("test", record(4)).unwrap(), 4);
+    assert_eq!(store.evidence().append("test", record(4)).unwrap(), 4);
     std::fs::write(store.layout().evidence_head(), &head).unwrap();
-    assert_eq!(store.append_evidence("test", record(5)).unwrap(), 5);
+    assert_eq!(store.evidence().append("test", record(5)).unwrap(), 5);
     let seqs: Vec<u64> = lines(&store, 4)
         .iter()
         .map(|l| l["seq"].as_u64().unwrap())
         .collect();
     assert_eq!(seqs, [4, 5]);
-    assert_eq!(store.evidence_entries().unwrap().len(), 5);
+    assert_eq!(store.evidence().entries().unwrap().len(), 5);
     // A segment a crashed switch left empty: the next record is written into it.
     let (_dir, store) = log_of(6);
     std::fs::write(store.layout().evidence_segment(7), b"").unwrap();
-    assert_eq!(store.append_evidence("test", record(7)).unwrap(), 7);
+    assert_eq!(store.evidence().append("test", record(7)).unwrap(), 7);
     assert_eq!(lines(&store, 7).len(), 1);
-    assert_eq!(store.evidence_entries().unwrap().len(), 7);
+    assert_eq!(store.evidence().entries().unwrap().len(), 7);
     // Two lines after the head is more than a crash leaves.
     let (_dir, store) = log_of(3);
     let head = std::fs::read(store.layout().evidence_head()).unwrap();
-    store.append_evidence("test", record(4)).unwrap();
-    store.append_evidence("test", record(5)).unwrap();
+    store.evidence().append("test", record(4)).unwrap();
+    store.evidence().append("test", record(5)).unwrap();
     std::fs::write(store.layout().evidence_head(), &head).unwrap();
-    let error = store.append_evidence("test", record(6)).unwrap_err();
+    let error = store.evidence().append("test", record(6)).unwrap_err();
     assert!(
         error.to_string().contains("2 lines after the head"),
         "{error}"
@@ -181,12 +181,12 @@ fn a_torn_remnant_of_an_append_that_never_returned_is_kept_and_cut_off() {
         .unwrap();
     std::io::Write::write_all(&mut file, b"{\"seq\":5,\"prev\":\"ab").unwrap();
     assert!(matches!(
-        store.evidence_chain(true),
+        store.evidence().chain(true),
         Err(WalFault::TornTail { .. })
     ));
-    assert_eq!(store.append_evidence("test", record(5)).unwrap(), 5);
+    assert_eq!(store.evidence().append("test", record(5)).unwrap(), 5);
     assert_eq!(lines(&store, 4).len(), 2);
-    assert_eq!(store.evidence_entries().unwrap().len(), 5);
+    assert_eq!(store.evidence().entries().unwrap().len(), 5);
     let kept = std::fs::read_dir(store.layout().recovery_evidence())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -208,7 +208,7 @@ fn pruning_keeps_the_newest_segments_and_says_where_they_start() {
         if n == 10 {
             saved = std::fs::read(store.layout().evidence_segment(4)).unwrap();
         }
-        store.append_evidence("test", record(n)).unwrap();
+        store.evidence().append("test", record(n)).unwrap();
     }
     let names: Vec<u64> = store
         .evidence_segments()
@@ -217,11 +217,11 @@ fn pruning_keeps_the_newest_segments_and_says_where_they_start() {
         .map(|(f, _)| f)
         .collect();
     assert_eq!(names, [7, 10]);
-    let chain = store.evidence_chain(true).unwrap();
+    let chain = store.evidence().chain(true).unwrap();
     let seqs: Vec<u64> = chain.entries.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, [7, 8, 9, 10]);
     assert_eq!(chain.pruned_through, Some(6));
-    let (through, hash) = store.evidence_pruned().unwrap().unwrap();
+    let (through, hash) = store.evidence().pruned().unwrap().unwrap();
     assert_eq!(through, 6);
     assert_eq!(
         Some(Value::String(hash)),
@@ -230,22 +230,22 @@ fn pruning_keeps_the_newest_segments_and_says_where_they_start() {
     // A crash after the marker, before the removal: the covered segment is skipped, and the
     // next pruning removes it.
     std::fs::write(store.layout().evidence_segment(4), &saved).unwrap();
-    assert_eq!(store.evidence_chain(true).unwrap().entries.len(), 4);
+    assert_eq!(store.evidence().chain(true).unwrap().entries.len(), 4);
     for n in 11..=13 {
-        store.append_evidence("test", record(n)).unwrap();
+        store.evidence().append("test", record(n)).unwrap();
     }
     assert!(!store.layout().evidence_segment(4).exists());
-    assert_eq!(store.evidence_pruned().unwrap().unwrap().0, 9);
+    assert_eq!(store.evidence().pruned().unwrap().unwrap().0, 9);
     // Segments gone with nothing saying they were pruned: the records are missing.
     std::fs::remove_file(store.layout().evidence_pruned()).unwrap();
     assert_eq!(
-        store.evidence_chain(true).unwrap_err(),
+        store.evidence().chain(true).unwrap_err(),
         WalFault::Missing { line: 1, last: 9 }
     );
     std::fs::write(store.layout().evidence_pruned(), b"{").unwrap();
-    assert!(store.evidence_chain(true).is_err());
+    assert!(store.evidence().chain(true).is_err());
     assert!(
-        store.evidence_chain(false).is_err(),
+        store.evidence().chain(false).is_err(),
         "a marker that cannot be read"
     );
 }
@@ -253,11 +253,11 @@ fn pruning_keeps_the_newest_segments_and_says_where_they_start() {
 #[test]
 fn a_head_written_before_segments_is_read_from_the_whole_first_segment() {
     let (_dir, store) = log_of(2);
-    let head = store.evidence_head().unwrap().unwrap();
+    let head = store.evidence().head().unwrap().unwrap();
     let legacy = json!({"seq": head.seq, "hash": head.hash}).to_string();
     std::fs::write(store.layout().evidence_head(), legacy).unwrap();
-    assert_eq!(store.append_evidence("test", record(3)).unwrap(), 3);
-    assert_eq!(store.append_evidence("test", record(4)).unwrap(), 4);
+    assert_eq!(store.evidence().append("test", record(3)).unwrap(), 3);
+    assert_eq!(store.evidence().append("test", record(4)).unwrap(), 4);
     assert_eq!(lines(&store, 4).len(), 1);
-    assert_eq!(store.evidence_entries().unwrap().len(), 4);
+    assert_eq!(store.evidence().entries().unwrap().len(), 4);
 }

@@ -166,7 +166,7 @@ pub fn verify(ctx: &Context, all: bool) -> EvidenceVerifyReceipt {
         Ok(log) => log.entries,
         Err(_) => Vec::new(),
     };
-    let (ops, registry_errors) = ctx.store.operations();
+    let (ops, registry_errors) = ctx.store.ops().all();
     let trips = trips(entries);
     let mut after = Vec::new();
     for trip in &trips {

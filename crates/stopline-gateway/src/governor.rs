@@ -95,7 +95,8 @@ impl Governor {
         let issuer = signing.verifying_key() == verifying;
         let journal = ctx
             .store
-            .ops_journal("gateway")
+            .ops()
+            .journal("gateway")
             .map_err(|e| e.to_refusal())?;
         let ledger = match fleet.budgets {
             // On a distributed plane budgets are the fleet's, kept by its backend (and read

@@ -125,7 +125,7 @@ fn record_operations(home: &Path, operations: usize) -> io::Result<()> {
         // earlier, finished gateway.
         let env = Arc::new(GoneProcess(4_100_000 + w as u32));
         let store = Store::with_io(home, Arc::new(UnsyncedFs(RealFs)), env);
-        let journal = store.ops_journal("gateway").map_err(other)?;
+        let journal = store.ops().journal("gateway").map_err(other)?;
         let owner = OpOwner::agent(&format!("history-{w}"));
         let count = history.max(usize::from(unresolved));
         for i in 0..count {
@@ -747,7 +747,7 @@ mod tests {
             3
         );
         let unresolved = |home: &Path| {
-            let census = Store::open(home).census();
+            let census = Store::open(home).ops().census();
             assert!(census.errors.is_empty(), "{:?}", census.errors);
             let mut found: Vec<(String, String)> = census
                 .entries()
@@ -765,8 +765,8 @@ mod tests {
         assert_eq!(in_live.len(), UNRESOLVED_WRITERS, "{in_live:?}");
         assert!(in_live.iter().all(|(t, _)| t == "model:bench-model"));
         assert_eq!(in_live, in_aged);
-        let (all_live, _) = Store::open(&live).operations();
-        let (all_aged, _) = Store::open(&aged).operations();
+        let (all_live, _) = Store::open(&live).ops().all();
+        let (all_aged, _) = Store::open(&aged).ops().all();
         assert_eq!(all_live.len(), UNRESOLVED_WRITERS);
         assert_eq!(all_aged.len(), sizes.operations);
         let _ = std::fs::remove_dir_all(&base);

@@ -152,14 +152,14 @@ impl Store {
         Some(FollowedWal { id, log })
     }
 
-    /// [`Store::blocked_targets`] for a reader that follows the journals: each journal's bytes
+    /// [`Ops::blocked_targets`] for a reader that follows the journals: each journal's bytes
     /// appended since `follower`'s last census are read, never its history.
     pub fn blocked_targets_following(
         &self,
         follower: &JournalFollower,
     ) -> BTreeMap<String, Vec<Blocker>> {
         let Ok(mut held) = follower.followed.try_lock() else {
-            return self.blocked_targets();
+            return self.ops().blocked_targets();
         };
         let journals = Self::fold_journals(self.follow_journals(&mut held));
         let census = self.census_remembering(journals, &mut held.gone);
@@ -385,7 +385,7 @@ pub(crate) mod tests {
             .with_wal_checkpoint_every(8);
         reader.ensure_home().unwrap();
         let writer = Store::with_io(&home, Arc::new(RealFs), Arc::new(GoneProcess(4_200_001)));
-        let journal = writer.ops_journal("gateway").unwrap();
+        let journal = writer.ops().journal("gateway").unwrap();
         let owner = OpOwner::agent("worker");
         for _ in 0..resolved {
             let op = journal.prepare_for("mcp:s:echo", &owner, None).unwrap();
@@ -447,7 +447,7 @@ pub(crate) mod tests {
             "only the appended bytes are read"
         );
         // What a reader that never saw the journal says, too.
-        assert_eq!(store.blocked_targets(), blocked);
+        assert_eq!(store.ops().blocked_targets(), blocked);
     }
 
     #[test]

@@ -325,7 +325,7 @@ mod tests {
     fn the_writers_snapshot_is_written_from_memory_without_a_read_or_an_fsync() {
         // A snapshot after every batch: each of the 3 x 20 + 2 batches rewrites it.
         let (_dir, store, fs) = home(1);
-        let journal = store.ops_journal("gateway").unwrap();
+        let journal = store.ops().journal("gateway").unwrap();
         let open = calls(&journal, 20);
         let name = format!("{}.jsonl", journal.writer());
         let recorded = fs.take();
@@ -377,7 +377,7 @@ mod tests {
         );
         let read = store.read_journal_hot(&name).unwrap();
         assert_eq!(read.snapshot_offset, journal_len, "the hot read trusted it");
-        let (hot, errors) = store.open_operations();
+        let (hot, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(hot.keys().collect::<Vec<_>>(), vec![&open]);
     }
@@ -385,8 +385,8 @@ mod tests {
     #[test]
     fn another_writer_of_the_same_file_or_a_failed_batch_makes_the_writer_read_the_journal() {
         let (_dir, store, fs) = home(1);
-        let first = store.ops_journal("gateway").unwrap();
-        let second = store.ops_journal("gateway").unwrap();
+        let first = store.ops().journal("gateway").unwrap();
+        let second = store.ops().journal("gateway").unwrap();
         let name = format!("{}.jsonl", first.writer());
         let open_first = calls(&first, 2);
         // Another queue on the same file: the first writer's end is no longer the file's.
@@ -430,7 +430,7 @@ mod tests {
         // The writer's snapshot after the outcome of `resolved`, then a power cut that kept
         // the snapshot (renamed without fsync) but not the journal's last batch.
         let (_dir, store, _fs) = home(1);
-        let journal = store.ops_journal("gateway").unwrap();
+        let journal = store.ops().journal("gateway").unwrap();
         let open = calls(&journal, 3);
         let name = format!("{}.jsonl", journal.writer());
         let path = store.layout().ops().join(&name);
@@ -440,7 +440,7 @@ mod tests {
         assert_eq!(snapshot["lines"].as_array().unwrap().len(), 0);
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         file.set_len(before_outcome).unwrap();
-        let (hot, errors) = store.open_operations();
+        let (hot, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         assert!(
             hot.get(&open).is_some_and(|op| op.is_unresolved()),
@@ -448,7 +448,7 @@ mod tests {
         );
         // And shorter still, into the anchor's own line: read whole as well.
         file.set_len(before_outcome - 10).unwrap();
-        let (hot, errors) = store.open_operations();
+        let (hot, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         assert!(hot.get(&open).is_some_and(|op| op.is_unresolved()));
     }

@@ -311,7 +311,7 @@ impl Store {
         if let Some(refusal) = unfinished {
             return Err(ReadTimedOut { refusal });
         }
-        view.blocked_targets = self.blocked_targets();
+        view.blocked_targets = self.ops().blocked_targets();
         Ok(view)
     }
 
@@ -416,7 +416,7 @@ impl Store {
     /// closes every gate.
     pub fn load_view(&self) -> ControlView {
         let mut view = self.load_control_view();
-        view.blocked_targets = self.blocked_targets();
+        view.blocked_targets = self.ops().blocked_targets();
         view
     }
 
@@ -425,7 +425,7 @@ impl Store {
     /// registry.
     pub fn load_view_and_census(&self) -> (ControlView, crate::ops::Census) {
         let mut view = self.load_control_view();
-        let census = self.census();
+        let census = self.ops().census();
         view.blocked_targets = self.blocked_of(census.clone());
         (view, census)
     }

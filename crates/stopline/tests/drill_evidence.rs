@@ -88,7 +88,7 @@ fn one_changed_byte_is_found_and_named() {
 fn an_operation_admitted_after_an_agents_breaker_trip_is_reported() {
     let home = Home::new();
     let store = Store::open(home.path());
-    let journal = store.ops_journal("test").unwrap();
+    let journal = store.ops().journal("test").unwrap();
     let before = journal
         .prepare("mcp:s:write", Some("agent-x"), Some("1"))
         .unwrap();
@@ -211,7 +211,7 @@ fn a_trips_window_closed_before_the_wal_checkpoint_still_ends_at_its_clearing() 
     home.halt_cycles(40);
     assert!(home.file("breakglass.wal.checkpoint.json").exists());
     std::thread::sleep(Duration::from_millis(5));
-    let journal = store.ops_journal("test").unwrap();
+    let journal = store.ops().journal("test").unwrap();
     let later = journal
         .prepare("mcp:s:write", Some("agent-x"), Some("1"))
         .unwrap();

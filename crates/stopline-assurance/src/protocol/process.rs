@@ -80,10 +80,10 @@ pub enum ProcSpec {
     /// Another process finishing deferred records (`Store::finish_deferred`, a gateway's
     /// periodic reload or `status`).
     FinishDeferred,
-    /// A gateway's journal upkeep (`Store::snapshot_ops_journals`, also `stopline ops
+    /// A gateway's journal upkeep (`Ops::snapshot_journals`, also `stopline ops
     /// compact`): every operation journal's open-set snapshot rewritten at its end.
     CompactOps,
-    /// A gateway's archive upkeep (`Store::archive_gone_journals`, also `stopline ops
+    /// A gateway's archive upkeep (`Ops::archive_gone_journals`, also `stopline ops
     /// compact`): the journals of writers that are gone leave `ops/` for `ops/archive/`.
     ArchiveOps,
     /// A gateway's reservation on a budget limit (`SpendJournal::lock`, which compacts the gone
@@ -366,7 +366,7 @@ impl ProcSpec {
                 Err(e) => failed(e),
             },
             ProcSpec::RecoverPlanApply { scope } => {
-                let census = store.census();
+                let census = store.ops().census();
                 let plan = match store.recover_plan(scope, "model check", "operator", &census) {
                     Ok(plan) => plan.plan,
                     Err(e) => return failed(e),
@@ -404,7 +404,7 @@ impl ProcSpec {
                     blocks: BlockScope::Agent,
                 };
                 let steps = || -> Result<(), stopline_store::StoreError> {
-                    let journal = store.ops_journal("gateway")?;
+                    let journal = store.ops().journal("gateway")?;
                     let op = journal.prepare_for(target, &owner, Some("1"))?;
                     journal.dispatched(&op)?;
                     match answer {
@@ -436,7 +436,8 @@ impl ProcSpec {
                     .map(|t| (t.as_str(), &owner, Some("1")))
                     .collect();
                 let prepared = store
-                    .ops_journal("gateway")
+                    .ops()
+                    .journal("gateway")
                     .and_then(|journal| journal.prepare_batch(&batch));
                 match prepared {
                     Ok(_) => Outcome::Prepared {
@@ -455,7 +456,7 @@ impl ProcSpec {
                     root: Some(root.clone()),
                     blocks: BlockScope::Agent,
                 };
-                let journal = match store.ops_journal("gateway") {
+                let journal = match store.ops().journal("gateway") {
                     Ok(journal) => journal,
                     Err(e) => return failed(e),
                 };
@@ -493,8 +494,9 @@ impl ProcSpec {
                 Err(e) => failed(e),
             },
             ProcSpec::ArchiveOps => {
-                let report =
-                    store.archive_gone_journals(stopline_store::ops_archive::GoneJournals::Archive);
+                let report = store
+                    .ops()
+                    .archive_gone_journals(stopline_store::ops_archive::GoneJournals::Archive);
                 if report.errors.is_empty() {
                     Outcome::Compacted
                 } else {
@@ -608,7 +610,7 @@ impl ProcSpec {
                     }
                 }
             }
-            ProcSpec::CompactOps => match store.snapshot_ops_journals(1) {
+            ProcSpec::CompactOps => match store.ops().snapshot_journals(1) {
                 (_, errors) if errors.is_empty() => Outcome::Compacted,
                 (_, errors) => Outcome::Failed {
                     code: errors.join("; "),

@@ -403,7 +403,7 @@ fn spend_seen(store: &Store) -> SpendSeen {
 
 /// What the registry of `store` (and `view`'s blocked targets) says of each racing operation.
 fn operations_seen(scenario: &Scenario, store: &Store, view: &ControlView) -> Vec<OpSeen> {
-    let (ops, _) = store.operations();
+    let (ops, _) = store.ops().all();
     let blocked = |target: &str, chain: &[&str]| {
         let subject = Subject::proven(
             chain.iter().filter_map(|n| Name::parse(n).ok()).collect(),

@@ -117,7 +117,7 @@ impl Setup {
     /// a resolved call on `mcp:s:echo`, then one on `target` dispatched with no outcome, in
     /// doubt, by `agent` under `root`.
     fn gone_gateway_journal(&mut self, label: &str, target: &str, agent: &str, root: &str) {
-        let journal = self.store.ops_journal(label).expect("setup: journal");
+        let journal = self.store.ops().journal(label).expect("setup: journal");
         let owner = stopline_store::ops::OpOwner {
             agent: Some(agent.into()),
             root: Some(root.into()),
@@ -461,7 +461,7 @@ pub fn op_writer_snapshot() -> Scenario {
 }
 
 /// A gone gateway's journal with an operation in doubt, archived by two gateways' upkeep at
-/// once (`Store::archive_gone_journals`: the archive's open set, the link, the removal), raced
+/// once (`Ops::archive_gone_journals`: the archive's open set, the link, the removal), raced
 /// by a gate and crashed at every step: the doubt keeps blocking its agent and nobody else. An
 /// earlier gateway's journal, with a doubt of its own, was archived by the setup, so the
 /// archive's open set exists and is trusted throughout.
@@ -470,6 +470,7 @@ pub fn op_archive() -> Scenario {
     s.gone_gateway_journal("gateway-earlier", "mcp:s:send", "worker", "lead");
     let report = s
         .store
+        .ops()
         .archive_gone_journals(stopline_store::ops_archive::GoneJournals::Archive);
     assert_eq!(report.archived, 1, "setup: archive {report:?}");
     s.gone_gateway_journal("gateway", "mcp:s:write", "worker", "lead");

@@ -56,7 +56,8 @@ pub fn compact(ctx: &Context) -> OpsCompactReceipt {
     // to `spend/archive/` (and deleted there under `prune`).
     let spend = ctx
         .store
-        .compact_spend_journals(ctx.config.retention.gone_journals);
+        .spend()
+        .compact_journals(ctx.config.retention.gone_journals);
     errors.extend(spend.errors);
     OpsCompactReceipt {
         snapshots_written,

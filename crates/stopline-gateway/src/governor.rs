@@ -108,7 +108,8 @@ impl Governor {
                 // start from what the spending journals say (a corrupt one refuses the start).
                 let spend = ctx
                     .store
-                    .spend_journal("gateway")
+                    .spend()
+                    .journal("gateway")
                     .map_err(|e| e.to_refusal())?;
                 let ledger = Ledger::durable(spend.clone());
                 ledger.set_elsewhere(spend.lock().map_err(|e| e.to_refusal())?.elsewhere());

@@ -645,12 +645,12 @@ fn history_in(
     // A reservation on a budget limit: a new gateway's first (its journal opened afresh each
     // time, so it folds every other writer's spending), then a running gateway's next.
     runs.push(side_by_side("spend_reserve_fresh", samples, |slot, _| {
-        let journal = stores[slot].spend_journal("bench").map_err(other)?;
+        let journal = stores[slot].spend().journal("bench").map_err(other)?;
         reserve_once(&journal)
     })?);
     let running = stores
         .iter()
-        .map(|s| s.spend_journal("bench-running").map_err(other))
+        .map(|s| s.spend().journal("bench-running").map_err(other))
         .collect::<io::Result<Vec<_>>>()?;
     for journal in &running {
         reserve_once(journal)?;

@@ -108,7 +108,7 @@ pub fn spawn_periodic(
                     }
                     // And their spending journals: folded into `spend/settled.json`, so a
                     // reservation on a limit reads that snapshot, not their history.
-                    let spend = store.compact_spend_journals(store.gone_journals());
+                    let spend = store.spend().compact_journals(store.gone_journals());
                     for error in spend.errors {
                         tracing::warn!(%error, "cannot compact a spending journal");
                     }

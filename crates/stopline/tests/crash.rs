@@ -1106,7 +1106,7 @@ fn gone_spend_journal(home: &Home, writer: &str) {
 /// it (no process has start time 1, so every writer of these homes is gone).
 fn spent(home: &Home, name: &str) -> (f64, f64) {
     let store = stopline_store::Store::open(home.path());
-    let journal = store.spend_journal("probe").unwrap();
+    let journal = store.spend().journal("probe").unwrap();
     let lock = journal
         .lock()
         .unwrap_or_else(|e| panic!("{name}: the spending cannot be read: {e}"));
@@ -1206,7 +1206,7 @@ fn crash_at_every_step_of_a_spend_compaction() {
                 assert_eq!(archived, kept, "{at}: kept on disk unless pruned");
                 // The next reservation lands, and counts once.
                 let store = stopline_store::Store::open(home.path());
-                let journal = store.spend_journal("next").unwrap();
+                let journal = store.spend().journal("next").unwrap();
                 let one: stopline_core::budget::Budgets =
                     [(stopline_core::budget::BudgetKind::ToolCalls, 1.0)].into();
                 journal
@@ -1215,7 +1215,7 @@ fn crash_at_every_step_of_a_spend_compaction() {
                     .reserved(&["t".to_string()], &one)
                     .unwrap_or_else(|e| panic!("{at}: the next reservation: {e}"));
                 let kind = stopline_core::budget::BudgetKind::ToolCalls;
-                let seen = store.spend_journal("probe").unwrap();
+                let seen = store.spend().journal("probe").unwrap();
                 let lock = seen.lock().unwrap();
                 assert_eq!(lock.elsewhere().in_flight["t"][&kind], 1.0, "{at}");
                 assert_eq!(lock.elsewhere().used["t"][&kind], exact.0, "{at}");
@@ -1241,7 +1241,7 @@ fn spend_rewrite_child_process() {
         .map(|b| b.parse().unwrap())
         .unwrap_or(u64::MAX);
     let store = stopline_store::Store::open(home).with_spend_rewrite_bytes(bytes);
-    let journal = store.spend_journal("gateway").unwrap();
+    let journal = store.spend().journal("gateway").unwrap();
     let kind = stopline_core::budget::BudgetKind::ToolCalls;
     let one: stopline_core::budget::Budgets = [(kind, 1.0)].into();
     let two: stopline_core::budget::Budgets = [(kind, 2.0)].into();
@@ -1411,7 +1411,7 @@ fn crash_at_every_step_of_a_live_spend_journal_rewrite() {
             "{step}: the journal and the {leftover} leftover(s) left spend/: {left:?}"
         );
         let store = stopline_store::Store::open(home.path());
-        let journal = store.spend_journal("next").unwrap();
+        let journal = store.spend().journal("next").unwrap();
         let kind = stopline_core::budget::BudgetKind::ToolCalls;
         let one: stopline_core::budget::Budgets = [(kind, 1.0)].into();
         journal
@@ -1419,7 +1419,7 @@ fn crash_at_every_step_of_a_live_spend_journal_rewrite() {
             .unwrap()
             .reserved(&["t".to_string()], &one)
             .unwrap_or_else(|e| panic!("{step}: the next reservation: {e}"));
-        let probe = store.spend_journal("probe").unwrap();
+        let probe = store.spend().journal("probe").unwrap();
         let lock = probe.lock().unwrap();
         assert_eq!(lock.elsewhere().in_flight["t"][&kind], 1.0, "{step}");
         assert_eq!(lock.elsewhere().used["t"][&kind], before.0, "{step}");

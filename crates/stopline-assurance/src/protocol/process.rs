@@ -103,7 +103,7 @@ pub enum ProcSpec {
         /// The plane's epoch as read.
         epoch_seq: u64,
     },
-    /// A gateway's spend upkeep (`Store::compact_spend_journals`, also `stopline ops compact`).
+    /// A gateway's spend upkeep (`Spend::compact_journals`, also `stopline ops compact`).
     CompactSpend,
     /// A fresh reader's look at the spending journals (a new gateway's first reservation
     /// decides on it): what it counts on the account `t`, spent and in flight.
@@ -537,7 +537,7 @@ impl ProcSpec {
                 Outcome::DrillsRead
             }
             ProcSpec::ReserveSpend { amount } => {
-                let reserved = store.spend_journal("gateway").and_then(|journal| {
+                let reserved = store.spend().journal("gateway").and_then(|journal| {
                     let lock = journal.lock()?;
                     lock.reserved(&[SPEND_ACCOUNT.to_string()], &tool_calls(*amount))
                 });
@@ -547,7 +547,7 @@ impl ProcSpec {
                 }
             }
             ProcSpec::LookSpend => {
-                let looked = store.spend_journal("reader").and_then(|journal| {
+                let looked = store.spend().journal("reader").and_then(|journal| {
                     let lock = journal.lock()?;
                     let kind = stopline_core::budget::BudgetKind::ToolCalls;
                     let of =
@@ -567,7 +567,8 @@ impl ProcSpec {
             }
             ProcSpec::CompactSpend => {
                 let report = store
-                    .compact_spend_journals(stopline_store::ops_archive::GoneJournals::Archive);
+                    .spend()
+                    .compact_journals(stopline_store::ops_archive::GoneJournals::Archive);
                 if report.errors.is_empty() {
                     Outcome::Compacted
                 } else {

@@ -371,7 +371,7 @@ fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> Drills
 fn spend_seen(store: &Store) -> SpendSeen {
     use crate::protocol::process::{tool_calls, SPEND_ACCOUNT};
     let count = |label: &str| -> Result<(u64, stopline_store::spend::SpendJournal), String> {
-        let journal = store.spend_journal(label).map_err(|e| e.to_string())?;
+        let journal = store.spend().journal(label).map_err(|e| e.to_string())?;
         let lock = journal.lock().map_err(|e| e.to_string())?;
         let elsewhere = lock.elsewhere();
         let kind = stopline_core::budget::BudgetKind::ToolCalls;

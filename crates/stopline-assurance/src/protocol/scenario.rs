@@ -612,7 +612,8 @@ pub fn spend_compaction() -> Scenario {
     let t = [SPEND_ACCOUNT.to_string()];
     let earlier = s
         .store
-        .spend_journal("gateway-earlier")
+        .spend()
+        .journal("gateway-earlier")
         .expect("setup: spend");
     let id = earlier
         .lock()
@@ -621,9 +622,10 @@ pub fn spend_compaction() -> Scenario {
     earlier.settled(&id, &tool_calls(4)).expect("setup: settle");
     let report = s
         .store
-        .compact_spend_journals(stopline_store::ops_archive::GoneJournals::Archive);
+        .spend()
+        .compact_journals(stopline_store::ops_archive::GoneJournals::Archive);
     assert_eq!(report.compacted, 1, "setup: compact {report:?}");
-    let last = s.store.spend_journal("gateway").expect("setup: spend");
+    let last = s.store.spend().journal("gateway").expect("setup: spend");
     let lock = last.lock().expect("setup: lock");
     let id = lock.reserved(&t, &tool_calls(1)).expect("setup: reserve");
     lock.reserved(&t, &tool_calls(2)).expect("setup: reserve");
@@ -657,7 +659,7 @@ pub fn spend_live_rewrite() -> Scenario {
         .with_pid(writer)
         .with_live(Some(writer));
     let history = Store::with_io(HOME, Arc::new(ModelFs::new(s.solo.clone())), Arc::new(env));
-    let live = history.spend_journal("gateway").expect("setup: spend");
+    let live = history.spend().journal("gateway").expect("setup: spend");
     let lock = live.lock().expect("setup: lock");
     let one = lock.reserved(&t, &tool_calls(1)).expect("setup: reserve");
     let four = lock.reserved(&t, &tool_calls(4)).expect("setup: reserve");

@@ -62,7 +62,7 @@ impl SpendJournal {
             }
         }
         follow.settled = None;
-        let Some((settled, id)) = self.store.read_spend_settled()? else {
+        let Some((settled, id)) = self.store.spend().read_settled()? else {
             return Ok(None);
         };
         let loaded = Arc::new(LoadedSettled {

@@ -84,29 +84,6 @@ pub struct SpendLock<'a> {
     elsewhere: Elsewhere,
 }
 
-impl Store {
-    /// Open this process's spending journal, labelled `label` (e.g. `gateway`).
-    pub fn spend_journal(&self, label: &str) -> Result<SpendJournal, StoreError> {
-        self.ensure_dirs(&[&self.layout.spend()])?;
-        let pid = self.env.pid();
-        let start = self.env.process_start_time(pid).unwrap_or(0);
-        Ok(SpendJournal {
-            store: self.clone(),
-            name: format!("{label}-{pid}-{start}.jsonl"),
-            others: Arc::new(Mutex::new(Follow {
-                compact_at: self.spend_compact_after,
-                ..Follow::default()
-            })),
-            entry_durable: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            own: Arc::new(Own {
-                appends: RwLock::new(()),
-                len: AtomicU64::new(UNKNOWN),
-                rewrite_at: AtomicU64::new(self.spend_rewrite_bytes),
-            }),
-        })
-    }
-}
-
 impl SpendJournal {
     fn path(&self) -> PathBuf {
         self.store.layout.spend().join(&self.name)
@@ -205,5 +182,42 @@ impl SpendLock<'_> {
         self.journal.rewrite_if_grown()?;
         self.journal.append(&line, true, "spend.reserve")?;
         Ok(id)
+    }
+}
+
+/// The spending journals of one control directory ([`Store::spend`]): a writer's own journal,
+/// the compacted snapshot `spend/settled.json`, and the compaction of gone writers' journals.
+#[derive(Debug, Clone, Copy)]
+pub struct Spend<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    /// The spending journals of this control directory.
+    pub fn spend(&self) -> Spend<'_> {
+        Spend { store: self }
+    }
+}
+
+impl Spend<'_> {
+    /// Open this process's spending journal, labelled `label` (e.g. `gateway`).
+    pub fn journal(&self, label: &str) -> Result<SpendJournal, StoreError> {
+        self.store.ensure_dirs(&[&self.store.layout.spend()])?;
+        let pid = self.store.env.pid();
+        let start = self.store.env.process_start_time(pid).unwrap_or(0);
+        Ok(SpendJournal {
+            store: self.store.clone(),
+            name: format!("{label}-{pid}-{start}.jsonl"),
+            others: Arc::new(Mutex::new(Follow {
+                compact_at: self.store.spend_compact_after,
+                ..Follow::default()
+            })),
+            entry_durable: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            own: Arc::new(Own {
+                appends: RwLock::new(()),
+                len: AtomicU64::new(UNKNOWN),
+                rewrite_at: AtomicU64::new(self.store.spend_rewrite_bytes),
+            }),
+        })
     }
 }

@@ -48,7 +48,7 @@ fn a_gone_writers_open_reservations_count_at_their_bound_and_settled_ones_at_the
             reserved("c", &["child"], &bound), // it crashed before this settled
         ],
     );
-    let journal = store.spend_journal("gateway").unwrap();
+    let journal = store.spend().journal("gateway").unwrap();
     let lock = journal.lock().unwrap();
     let spent = &lock.elsewhere().used;
     assert_eq!(spent["parent"][&BudgetKind::ToolCalls], 1.0);
@@ -63,8 +63,8 @@ fn a_live_writers_open_reservations_are_in_flight_and_its_own_are_not_elsewhere(
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("home"));
     let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
-    let other = store.spend_journal("other").unwrap(); // this live process, another journal
-    let mine = store.spend_journal("gateway").unwrap();
+    let other = store.spend().journal("other").unwrap(); // this live process, another journal
+    let mine = store.spend().journal("gateway").unwrap();
     let id = other
         .lock()
         .unwrap()
@@ -109,7 +109,7 @@ fn a_look_reads_only_what_the_other_journals_gained() {
         })
         .collect();
     let path = gone_writer(&store, &history);
-    let journal = store.spend_journal("gateway").unwrap();
+    let journal = store.spend().journal("gateway").unwrap();
     assert_eq!(
         journal.lock().unwrap().elsewhere().used["t"][&BudgetKind::ToolCalls],
         200.0
@@ -141,7 +141,7 @@ fn a_replaced_journal_is_folded_again_and_a_shorter_one_fails_closed() {
     let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
     let two: Budgets = [(BudgetKind::ToolCalls, 2.0)].into();
     let path = gone_writer(&store, &[reserved("a", &["t"], &one)]);
-    let journal = store.spend_journal("gateway").unwrap();
+    let journal = store.spend().journal("gateway").unwrap();
     assert_eq!(
         journal.lock().unwrap().elsewhere().used["t"][&BudgetKind::ToolCalls],
         1.0
@@ -187,7 +187,7 @@ fn a_torn_tail_waits_and_a_broken_line_fails_closed() {
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.extend_from_slice(b"{\"phase\":\"reser");
     std::fs::write(&path, &bytes).unwrap();
-    let journal = store.spend_journal("gateway").unwrap();
+    let journal = store.spend().journal("gateway").unwrap();
     assert_eq!(
         journal.lock().unwrap().elsewhere().used["t"][&BudgetKind::ToolCalls],
         1.0
@@ -276,7 +276,7 @@ fn a_reservation_with_many_gone_writers_reads_only_their_snapshot() {
         );
     }
     let spend = store.layout().spend();
-    let first = store.spend_journal("gateway").unwrap();
+    let first = store.spend().journal("gateway").unwrap();
     let seen = first.lock().unwrap().elsewhere().clone();
     assert_eq!(tool_calls(&seen, "parent"), 1000.0, "{seen:?}");
     assert_eq!(tool_calls(&seen, "child"), 1080.0, "{seen:?}");
@@ -284,7 +284,7 @@ fn a_reservation_with_many_gone_writers_reads_only_their_snapshot() {
     // A fresh reader (a new gateway) decides a reservation: it reads the snapshot, and
     // nothing of any gone writer's journal.
     counting.reset();
-    let fresh = store.spend_journal("fresh").unwrap();
+    let fresh = store.spend().journal("fresh").unwrap();
     let lock = fresh.lock().unwrap();
     assert_eq!(
         lock.elsewhere(),
@@ -331,10 +331,12 @@ fn compaction_by_another_process_neither_loses_nor_counts_twice() {
     }
     let (spend, archive) = (store.layout().spend(), store.layout().spend_archive());
     let names = listed(&spend);
-    let follower = store.spend_journal("gateway").unwrap();
+    let follower = store.spend().journal("gateway").unwrap();
     let total = |journal: &SpendJournal| tool_calls(journal.lock().unwrap().elsewhere(), "t");
     assert_eq!(total(&follower), 9.0, "3 settled at 1, 3 in doubt at 2");
-    let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Archive);
+    let report = store
+        .spend()
+        .compact_journals(crate::ops_archive::GoneJournals::Archive);
     assert_eq!((report.compacted, report.pruned), (3, 0), "{report:?}");
     assert!(listed(&spend).is_empty(), "{:?}", listed(&spend));
     assert_eq!(listed(&archive), names, "kept on disk, off the hot path");
@@ -343,7 +345,7 @@ fn compaction_by_another_process_neither_loses_nor_counts_twice() {
         9.0,
         "what it folded before is in the snapshot now"
     );
-    assert_eq!(total(&store.spend_journal("fresh").unwrap()), 9.0);
+    assert_eq!(total(&store.spend().journal("fresh").unwrap()), 9.0);
     // A crash between the snapshot and the removal leaves a covered journal in spend/.
     std::fs::copy(archive.join(&names[0]), spend.join(&names[0])).unwrap();
     assert_eq!(
@@ -351,22 +353,28 @@ fn compaction_by_another_process_neither_loses_nor_counts_twice() {
         9.0,
         "a covered journal is not counted again"
     );
-    assert_eq!(total(&store.spend_journal("fresh").unwrap()), 9.0);
-    let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Archive);
+    assert_eq!(total(&store.spend().journal("fresh").unwrap()), 9.0);
+    let report = store
+        .spend()
+        .compact_journals(crate::ops_archive::GoneJournals::Archive);
     assert_eq!(report.compacted, 1, "the next pass finishes it: {report:?}");
     assert!(listed(&spend).is_empty());
     // The pass after forgets the names whose journals left spend/.
-    store.compact_spend_journals(crate::ops_archive::GoneJournals::Archive);
-    let (settled, _) = store.read_spend_settled().unwrap().unwrap();
+    store
+        .spend()
+        .compact_journals(crate::ops_archive::GoneJournals::Archive);
+    let (settled, _) = store.spend().read_settled().unwrap().unwrap();
     assert!(settled.covered.is_empty(), "{settled:?}");
     assert_eq!(settled.in_doubt.len(), 3, "{settled:?}");
     assert_eq!(total(&follower), 9.0);
-    assert_eq!(total(&store.spend_journal("fresh").unwrap()), 9.0);
-    let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Prune);
+    assert_eq!(total(&store.spend().journal("fresh").unwrap()), 9.0);
+    let report = store
+        .spend()
+        .compact_journals(crate::ops_archive::GoneJournals::Prune);
     assert_eq!(report.pruned, 3, "{report:?}");
     assert!(listed(&archive).is_empty());
     assert_eq!(
-        total(&store.spend_journal("fresh").unwrap()),
+        total(&store.spend().journal("fresh").unwrap()),
         9.0,
         "pruned, still spent"
     );
@@ -382,11 +390,13 @@ fn a_snapshot_that_cannot_be_trusted_fails_closed_never_zero_spent() {
         "gateway-3000200-1.jsonl",
         &settled_then_open(2, &["t"], &one, &one),
     );
-    let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Archive);
+    let report = store
+        .spend()
+        .compact_journals(crate::ops_archive::GoneJournals::Archive);
     assert_eq!(report.compacted, 1, "{report:?}");
     let settled = store.layout().spend_settled();
     let good = std::fs::read(&settled).unwrap();
-    let journal = store.spend_journal("gateway").unwrap();
+    let journal = store.spend().journal("gateway").unwrap();
     assert_eq!(tool_calls(journal.lock().unwrap().elsewhere(), "t"), 3.0);
     let refused = |why: &str| {
         let error = journal
@@ -399,9 +409,11 @@ fn a_snapshot_that_cannot_be_trusted_fails_closed_never_zero_spent() {
             RefusalCode::ControlStateCorrupt,
             "{why}: {refusal:?}"
         );
-        let fresh = store.spend_journal("fresh").unwrap();
+        let fresh = store.spend().journal("fresh").unwrap();
         assert!(fresh.lock().is_err(), "{why}: a fresh reader too");
-        let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Prune);
+        let report = store
+            .spend()
+            .compact_journals(crate::ops_archive::GoneJournals::Prune);
         assert!(!report.errors.is_empty(), "{why}: {report:?}");
     };
     std::fs::write(&settled, b"{\"schema\":").unwrap();
@@ -450,12 +462,12 @@ fn a_new_gateways_first_reservation_reads_a_bounded_part_of_a_long_lived_writer(
     let home = dir.path().join("home");
     let bound = 4096;
     let writer = Store::open(&home).with_spend_rewrite_bytes(bound);
-    let live = writer.spend_journal("gateway").unwrap();
+    let live = writer.spend().journal("gateway").unwrap();
     live_history(&live, 600);
     let path = writer.layout().spend().join(&live.name);
     let counting = Arc::new(crate::follow::tests::Counting::default());
     let reader = Store::with_io(&home, counting.clone(), Arc::new(crate::env::SystemEnv));
-    let fresh = reader.spend_journal("fresh").unwrap();
+    let fresh = reader.spend().journal("fresh").unwrap();
     let lock = fresh.lock().unwrap();
     let seen = lock.elsewhere().clone();
     let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
@@ -480,8 +492,8 @@ fn a_reader_folding_across_rewrites_counts_every_call_once() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let store = Store::open(&home).with_spend_rewrite_bytes(2048);
-    let live = store.spend_journal("gateway").unwrap();
-    let follower = store.spend_journal("follower").unwrap();
+    let live = store.spend().journal("gateway").unwrap();
+    let follower = store.spend().journal("follower").unwrap();
     let path = store.layout().spend().join(&live.name);
     let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
     let chain = ["t".to_string(), "p".to_string()];
@@ -513,7 +525,7 @@ fn a_reader_folding_across_rewrites_counts_every_call_once() {
     let seen = follower.lock().unwrap().elsewhere().clone();
     assert_eq!(tool_calls(&seen, "t"), calls as f64 + 1.0, "{seen:?}");
     assert!(seen.in_flight.is_empty(), "{seen:?}");
-    let fresh = store.spend_journal("fresh").unwrap();
+    let fresh = store.spend().journal("fresh").unwrap();
     assert_eq!(fresh.lock().unwrap().elsewhere(), &seen);
     // Not asserted (it is the filesystem's choice), but what this test is for on ext4.
     eprintln!(
@@ -526,7 +538,7 @@ fn a_reader_folding_across_rewrites_counts_every_call_once() {
 fn a_rewrite_keeps_what_the_journal_means_and_a_gone_writers_leftover_is_cleaned() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("home")).with_spend_rewrite_bytes(1024);
-    let live = store.spend_journal("gateway").unwrap();
+    let live = store.spend().journal("gateway").unwrap();
     let open = live_history(&live, 40);
     let path = store.layout().spend().join(&live.name);
     let (lines, _) = fold_lines(&std::fs::read(&path).unwrap()).unwrap();
@@ -551,20 +563,24 @@ fn a_rewrite_keeps_what_the_journal_means_and_a_gone_writers_leftover_is_cleaned
     let mine = spend.join(format!(".{}.tmp-0d0e0f", live.name));
     std::fs::write(&mine, b"").unwrap();
     let seen = store
-        .spend_journal("fresh")
+        .spend()
+        .journal("fresh")
         .unwrap()
         .lock()
         .unwrap()
         .elsewhere()
         .clone();
     assert_eq!(tool_calls(&seen, "t"), 2.0 * 40.0 + 2.0, "{seen:?}");
-    let report = store.compact_spend_journals(crate::ops_archive::GoneJournals::Archive);
+    let report = store
+        .spend()
+        .compact_journals(crate::ops_archive::GoneJournals::Archive);
     assert_eq!(report.compacted, 1, "{report:?}");
     assert!(report.errors.is_empty(), "{report:?}");
     assert!(!tmp.exists(), "a gone writer's leftover is removed");
     assert!(mine.exists(), "a live writer's is its own");
     let seen = store
-        .spend_journal("fresh")
+        .spend()
+        .journal("fresh")
         .unwrap()
         .lock()
         .unwrap()

@@ -193,7 +193,7 @@ impl Store {
     /// Latches the WAL records as engaged and not cleared whose file is neither in `latches/`
     /// nor under `breakglass.cleared/`: someone deleted a stop. Each reads as a machine emergency.
     /// An entry of `present` too slow to read is there (a fault), not deleted.
-    pub fn vanished_latches(&self, log: &WalLog, present: &LatchScan) -> Vec<ActiveLatch> {
+    pub(crate) fn vanished_latches(&self, log: &WalLog, present: &LatchScan) -> Vec<ActiveLatch> {
         let present: BTreeSet<&str> = present
             .latches
             .iter()

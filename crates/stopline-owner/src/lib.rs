@@ -74,6 +74,7 @@ pub fn repair(
 ) -> Result<RepairReceipt, Refusal> {
     let issued = ctx
         .store
+        .keys()
         .highest_issued_epoch()
         .map_err(|e| e.to_refusal())?;
     let receipt = console

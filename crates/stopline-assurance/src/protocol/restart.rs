@@ -165,7 +165,7 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
         )
     });
     if repair && needs_repair {
-        let issued = store.highest_issued_epoch().unwrap_or(0);
+        let issued = store.keys().highest_issued_epoch().unwrap_or(0);
         match store.repair("model check restart", "operator", issued) {
             Ok(r) => summary.push_str(&format!(
                 "; repair: truncated {} bytes, epoch rebuilt {} (seq {})",

@@ -183,16 +183,18 @@ impl Setup {
     ) -> Scenario {
         let e0 = self
             .store
-            .read_control_records()
+            .latches()
+            .records()
             .epoch
             .expect("setup: epoch")
             .seq;
-        let seed = self.store.signing_seed().expect("setup: key");
+        let seed = self.store.keys().signing_seed().expect("setup: key");
         let key = stopline_token::keys::signing_key_from_seed(&seed).expect("setup: key seed");
         let minted = IssueRequest::new(worker(), e0, SETUP_MS / 1000)
             .mint(&key)
             .expect("setup: token");
         self.store
+            .keys()
             .note_issued_epoch(e0)
             .expect("setup: issued epoch");
         let mut initial = self.solo.state();

@@ -32,6 +32,7 @@ pub mod live_runs;
 pub mod marks;
 pub mod ops;
 pub mod ops_archive;
+pub mod ops_handle;
 mod ops_open_set;
 pub mod ops_snapshot;
 pub mod plane;

@@ -15,6 +15,7 @@
 
 use crate::error::{IoContext, StoreError};
 use crate::group_commit::{GroupCommit, Ticket};
+use crate::ops_handle::Ops;
 use crate::Store;
 use std::collections::BTreeMap;
 use std::io;
@@ -168,20 +169,6 @@ fn writer_alive_by(writer: &str, start_time: impl Fn(u32) -> Option<u64>) -> boo
         return false;
     };
     start_time(pid) == Some(start)
-}
-
-/// The operation registry of one control directory ([`Store::ops`]): a writer's journal, the
-/// reads every gate and the census start from, and the journals' upkeep (snapshots, archive).
-#[derive(Debug, Clone, Copy)]
-pub struct Ops<'a> {
-    pub(crate) store: &'a Store,
-}
-
-impl Store {
-    /// The operation registry of this control directory.
-    pub fn ops(&self) -> Ops<'_> {
-        Ops { store: self }
-    }
 }
 
 impl Store {

@@ -25,7 +25,7 @@
 //! has are archived (never `owner.jsonl`).
 
 use crate::error::{IoContext, StoreError};
-use crate::ops::Ops;
+use crate::ops_handle::Ops;
 use crate::ops_snapshot::{self, Anchor};
 use crate::Store;
 use serde::{Deserialize, Serialize};

@@ -20,7 +20,7 @@
 //! journal before it never changes. `docs/durability.md` gives the whole argument.
 
 use crate::error::StoreError;
-use crate::ops::Ops;
+use crate::ops_handle::Ops;
 use crate::Store;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;

@@ -12,12 +12,12 @@ use stopline_core::view::Authority;
 use stopline_core::{ActiveLatch, ControlView, Level, Name, Scope, Subject, TaskClass};
 use stopline_store::{EngageRequest, Store};
 
-/// p50/p99/max of durations, in microseconds.
+/// p50/p99/max of durations, in microseconds ([`stopline_bench::quantile`], nearest rank; 0
+/// when there are none).
 fn percentiles_us(samples: &mut [Duration]) -> (f64, f64, f64) {
     samples.sort();
     let at = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
-        samples[i].as_secs_f64() * 1e6
+        stopline_bench::quantile(samples, q).map_or(0.0, |d: Duration| d.as_secs_f64() * 1e6)
     };
     (at(0.5), at(0.99), at(1.0))
 }

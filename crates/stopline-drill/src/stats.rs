@@ -14,13 +14,10 @@ pub struct Summary {
     pub max: f64,
 }
 
-/// The nearest-rank `q`-quantile (0 < q ≤ 1) of `sorted` (ascending); 0 for an empty sample.
+/// The nearest-rank `q`-quantile (0 < q ≤ 1) of `sorted` (ascending); 0 for an empty sample:
+/// [`stopline_bench::quantile`], the one definition every figure uses.
 pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    stopline_bench::quantile(sorted, q).unwrap_or(0.0)
 }
 
 /// Round to microsecond precision in milliseconds (three decimals).

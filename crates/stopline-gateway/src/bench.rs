@@ -134,13 +134,10 @@ pub async fn bench_token(governor: &Governor) -> Result<String, String> {
     .map_err(|e| e.to_string())
 }
 
-/// The `p`th percentile of `sorted` (nearest rank), 0 when empty.
+/// The `p`th percentile of `sorted`, 0 when empty: [`stopline_bench::quantile`], the one
+/// definition (nearest rank) every figure uses.
 pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
+    stopline_bench::quantile(sorted, p / 100.0).unwrap_or(0)
 }
 
 #[derive(Clone)]
@@ -541,6 +538,16 @@ async fn run(calls: usize, mount: Option<MountFn>, home: PathBuf) -> Result<Valu
 
 #[cfg(test)]
 mod tests {
+    /// The gateway's percentiles are the drill's and the supervisor's (nearest rank): the
+    /// p50 of 1..=100 is 50, where the rounded linear index this bench used gave 51.
+    #[test]
+    fn percentiles_are_nearest_rank_as_every_other_figure() {
+        let samples: Vec<u64> = (1..=100).collect();
+        assert_eq!(super::percentile(&samples, 50.0), 50);
+        assert_eq!(super::percentile(&samples, 99.0), 99);
+        assert_eq!(super::percentile(&[], 50.0), 0);
+    }
+
     /// Without an MCP proxy mounted the gateway route is the built-in passthrough: every call
     /// of the run (handshakes, latencies, throughput) must come back `2xx` through it.
     #[test]

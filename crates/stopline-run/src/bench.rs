@@ -73,13 +73,10 @@ fn kill_size(home: &Path, n: usize, iterations: usize) -> Result<Value, Refusal>
     }))
 }
 
-/// Nearest-rank p50, p99 and max.
+/// p50, p99 and max ([`stopline_bench::quantile`], nearest rank).
 fn percentiles(samples: &mut [u64]) -> [u64; 3] {
     samples.sort_unstable();
-    let at = |pct: usize| {
-        let rank = (pct * samples.len()).div_ceil(100).max(1);
-        samples[rank.min(samples.len()) - 1]
-    };
+    let at = |pct: usize| stopline_bench::quantile(samples, pct as f64 / 100.0).unwrap_or(0);
     [at(50), at(99), samples[samples.len() - 1]]
 }
 

@@ -151,10 +151,10 @@ fn start_and_kill(group: &Group, n: usize, iteration: usize) -> Result<(u64, u32
     }
 }
 
-/// Nearest-rank percentile of sorted samples.
+/// The `pct`th percentile of sorted samples ([`stopline_bench::quantile`], nearest rank), 0
+/// when there are none.
 fn percentile(sorted: &[u64], pct: usize) -> u64 {
-    let rank = (pct * sorted.len()).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
+    stopline_bench::quantile(sorted, pct as f64 / 100.0).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -94,7 +94,7 @@ pub enum ProcSpec {
         amount: u64,
     },
     /// A reader of a distributed plane (a gateway's watch, the CLI) that read the plane at WAL
-    /// `wal_seq` and epoch `epoch_seq` and is about to act on it: `Store::hold_marks` under
+    /// `wal_seq` and epoch `epoch_seq` and is about to act on it: `Marks::hold` under
     /// [`PLANE_PREFIX`], which raises this host's high-water marks durably first, or refuses a
     /// plane below them.
     ReadPlane {
@@ -521,7 +521,7 @@ impl ProcSpec {
                 }
             }
             ProcSpec::ReadPlane { wal_seq, epoch_seq } => {
-                match store.hold_marks(PLANE_PREFIX, *wal_seq, *epoch_seq) {
+                match store.marks().hold(PLANE_PREFIX, *wal_seq, *epoch_seq) {
                     Ok(()) => Outcome::PlaneActed {
                         wal_seq: *wal_seq,
                         epoch_seq: *epoch_seq,

@@ -261,7 +261,8 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
     let plane = reads_plane.then(|| {
         let (wal, epoch) = crate::protocol::process::PLANE_WENT_BACK;
         store
-            .hold_marks(crate::protocol::process::PLANE_PREFIX, wal, epoch)
+            .marks()
+            .hold(crate::protocol::process::PLANE_PREFIX, wal, epoch)
             .map_err(|refusal| refusal.code.to_string())
     });
     if let Some(plane) = &plane {

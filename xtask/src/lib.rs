@@ -178,16 +178,16 @@ pub fn check() -> Vec<String> {
     }
 
     // The drill gate and `GET /v1/drills` read the drill index
-    // (`Store::evidence_drills`), never the whole evidence log.
+    // (`Evidence::drills`), never the whole evidence log.
     for file in [
         "crates/stopline-run/src/preflight.rs",
         "crates/stopline-gateway/src/page.rs",
     ] {
         let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
-        for forbidden in [".evidence_entries(", ".evidence_chain("] {
+        for forbidden in [".evidence().entries(", ".evidence().chain("] {
             if text.contains(forbidden) {
                 problems.push(format!(
-                    "{file}: reads the whole evidence log ({forbidden}); read the drill index (Store::evidence_drills)"
+                    "{file}: reads the whole evidence log ({forbidden}); read the drill index (Evidence::drills)"
                 ));
             }
         }

@@ -33,8 +33,8 @@ use stopline_core::worker::{WorkerRegistration, WorkerState};
 use stopline_core::{Decision, Level, Name, Scope, Subject, TaskClass};
 use stopline_gateway::view::ViewHolder;
 use stopline_store::env::{Env, GoneProcess, SystemEnv};
-use stopline_store::evidence_drills::DRILL_SCHEMA;
-use stopline_store::fs::{Fs, LockGuard, RealFs};
+use stopline_store::evidence::drills::DRILL_SCHEMA;
+use stopline_store::fs::{Fs, FsLayer, RealFs};
 use stopline_store::ops::OpOwner;
 use stopline_store::{EngageRequest, Store};
 
@@ -66,51 +66,24 @@ impl Default for HistorySizes {
 /// The real filesystem without fsync: only for building a benchmark's throwaway history fast.
 struct UnsyncedFs(RealFs);
 
-impl Fs for UnsyncedFs {
-    fn write_new(&self, path: &Path, bytes: &[u8], fp: &str) -> io::Result<()> {
-        self.0.write_new(path, bytes, fp)
+impl FsLayer for UnsyncedFs {
+    fn inner(&self) -> &dyn Fs {
+        &self.0
     }
     fn append(&self, path: &Path, bytes: &[u8], _sync: bool, fp: &str) -> io::Result<()> {
         self.0.append(path, bytes, false, fp)
     }
-    fn sync_dir(&self, _dir: &Path, _fp: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn hard_link(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
-        self.0.hard_link(from, to, fp)
-    }
-    fn rename(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
-        self.0.rename(from, to, fp)
-    }
-    fn remove_file(&self, path: &Path, fp: &str) -> io::Result<()> {
-        self.0.remove_file(path, fp)
-    }
-    fn create_dir_all(&self, path: &Path, fp: &str) -> io::Result<()> {
-        self.0.create_dir_all(path, fp)
-    }
-    fn truncate(&self, path: &Path, len: u64, fp: &str) -> io::Result<()> {
-        self.0.truncate(path, len, fp)
-    }
-    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        self.0.read(path)
-    }
-    fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
-        self.0.read_from(path, offset)
-    }
-    fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        self.0.read_dir(dir)
-    }
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        self.0.exists(path)
-    }
-    fn lock(
+    fn append_end(
         &self,
         path: &Path,
-        exclusive: bool,
-        create: bool,
-        wait: Option<Duration>,
-    ) -> io::Result<Box<dyn LockGuard>> {
-        self.0.lock(path, exclusive, create, wait)
+        bytes: &[u8],
+        _sync: bool,
+        fp: &str,
+    ) -> io::Result<Option<u64>> {
+        self.0.append_end(path, bytes, false, fp)
+    }
+    fn sync_dir(&self, _dir: &Path, _fp: &str) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -154,7 +127,7 @@ fn record_operations(home: &Path, operations: usize) -> io::Result<()> {
         // earlier, finished gateway.
         let env = Arc::new(GoneProcess(4_100_000 + w as u32));
         let store = Store::with_io(home, Arc::new(UnsyncedFs(RealFs)), env);
-        let journal = store.ops_journal("gateway").map_err(other)?;
+        let journal = store.ops().journal("gateway").map_err(other)?;
         let owner = OpOwner::agent(&format!("history-{w}"));
         let count = history.max(usize::from(unresolved));
         for i in 0..count {
@@ -251,7 +224,8 @@ fn make_live(home: &Path) -> io::Result<()> {
     record_spending(home, 0)?;
     let store = Store::with_io(home, Arc::new(UnsyncedFs(RealFs)), Arc::new(SystemEnv));
     store
-        .append_evidence(DRILL_SCHEMA, drill_record(0))
+        .evidence()
+        .append(DRILL_SCHEMA, drill_record(0))
         .map(|_| ())
         .map_err(other)
 }
@@ -275,7 +249,7 @@ fn is_drill_at(i: usize, evidence: usize) -> bool {
 /// What `stopline run`'s drill gate reads of `store` (the drill index) and decides.
 fn drill_gate(store: &Store) -> io::Result<Duration> {
     let started = Instant::now();
-    let index = store.evidence_drills().map_err(other)?;
+    let index = store.evidence().drills().map_err(other)?;
     let history = index.history("bench");
     let elapsed = started.elapsed();
     if history.last_passed == Some(false) {
@@ -288,12 +262,12 @@ fn drill_gate(store: &Store) -> io::Result<Duration> {
 /// `evidence verify --all` and `evidence list` still make), folded as the gate folds it.
 fn evidence_whole_read(store: &Store) -> io::Result<Duration> {
     let started = Instant::now();
-    let entries = store.evidence_entries().map_err(other)?;
-    if let Some(why) = store.evidence_anchor_fault(&entries) {
+    let entries = store.evidence().entries().map_err(other)?;
+    if let Some(why) = store.evidence().anchor_fault(&entries) {
         return Err(other(why));
     }
     let history =
-        stopline_store::evidence_drills::DrillIndex::from_entries(&entries).history("bench");
+        stopline_store::evidence::drills::DrillIndex::from_entries(&entries).history("bench");
     let elapsed = started.elapsed();
     if history.last_passed == Some(false) {
         return Err(other("the bench's drills failed"));
@@ -323,7 +297,8 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<usize> {
     for i in 0..sizes.evidence {
         if is_drill_at(i, sizes.evidence) {
             store
-                .append_evidence(DRILL_SCHEMA, drill_record(i))
+                .evidence()
+                .append(DRILL_SCHEMA, drill_record(i))
                 .map_err(other)?;
             continue;
         }
@@ -332,7 +307,8 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<usize> {
             ("i", json!(i)),
         ]);
         store
-            .append_evidence("bench_history", record)
+            .evidence()
+            .append("bench_history", record)
             .map_err(other)?;
     }
     Ok(spend_journals)
@@ -669,12 +645,12 @@ fn history_in(
     // A reservation on a budget limit: a new gateway's first (its journal opened afresh each
     // time, so it folds every other writer's spending), then a running gateway's next.
     runs.push(side_by_side("spend_reserve_fresh", samples, |slot, _| {
-        let journal = stores[slot].spend_journal("bench").map_err(other)?;
+        let journal = stores[slot].spend().journal("bench").map_err(other)?;
         reserve_once(&journal)
     })?);
     let running = stores
         .iter()
-        .map(|s| s.spend_journal("bench-running").map_err(other))
+        .map(|s| s.spend().journal("bench-running").map_err(other))
         .collect::<io::Result<Vec<_>>>()?;
     for journal in &running {
         reserve_once(journal)?;
@@ -771,7 +747,7 @@ mod tests {
             3
         );
         let unresolved = |home: &Path| {
-            let census = Store::open(home).census();
+            let census = Store::open(home).ops().census();
             assert!(census.errors.is_empty(), "{:?}", census.errors);
             let mut found: Vec<(String, String)> = census
                 .entries()
@@ -789,8 +765,8 @@ mod tests {
         assert_eq!(in_live.len(), UNRESOLVED_WRITERS, "{in_live:?}");
         assert!(in_live.iter().all(|(t, _)| t == "model:bench-model"));
         assert_eq!(in_live, in_aged);
-        let (all_live, _) = Store::open(&live).operations();
-        let (all_aged, _) = Store::open(&aged).operations();
+        let (all_live, _) = Store::open(&live).ops().all();
+        let (all_aged, _) = Store::open(&aged).ops().all();
         assert_eq!(all_live.len(), UNRESOLVED_WRITERS);
         assert_eq!(all_aged.len(), sizes.operations);
         let _ = std::fs::remove_dir_all(&base);

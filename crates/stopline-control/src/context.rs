@@ -59,7 +59,11 @@ impl Context {
 
     /// This host's token signing key (created on first use).
     pub fn signing_key(&self) -> Result<SigningKey, Refusal> {
-        let seed = self.store.signing_seed().map_err(|e| e.to_refusal())?;
+        let seed = self
+            .store
+            .keys()
+            .signing_seed()
+            .map_err(|e| e.to_refusal())?;
         stopline_token::keys::signing_key_from_seed(&seed)
             .map_err(|e| Refusal::new(RefusalCode::ControlStateCorrupt, e.to_string()))
     }

@@ -46,7 +46,7 @@ fn check_engage_limit(ctx: &Context, root: Option<&str>, scope: &Scope) -> Resul
     if *scope == Scope::Machine {
         return Ok(());
     }
-    let Ok(scan) = ctx.store.scan_latches() else {
+    let Ok(scan) = ctx.store.latches().scan() else {
         // An unreadable directory is the gates' fault to report; a stop is never refused for it.
         return Ok(());
     };

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use stopline_core::wal::{WalEntry, WalFault};
 use stopline_core::{Refusal, RefusalCode};
 use stopline_store::env::parse_rfc3339;
-use stopline_store::evidence_drills::DrillIndexCheck;
+use stopline_store::evidence::drills::DrillIndexCheck;
 
 /// A breaker trip or budget exhaustion read from the log.
 #[derive(Debug, Clone)]
@@ -80,7 +80,7 @@ fn fault_json(fault: &WalFault) -> Value {
 
 /// `evidence list`: every record, or `control_state_corrupt` naming the first break.
 pub fn list(ctx: &Context) -> Result<EvidenceListReceipt, Refusal> {
-    let entries = ctx.store.evidence_entries().map_err(|fault| {
+    let entries = ctx.store.evidence().entries().map_err(|fault| {
         Refusal::new(
             RefusalCode::ControlStateCorrupt,
             format!("the evidence log is broken: {fault}; run `stopline evidence verify`"),
@@ -99,10 +99,11 @@ pub fn list(ctx: &Context) -> Result<EvidenceListReceipt, Refusal> {
 pub fn verify(ctx: &Context, all: bool) -> EvidenceVerifyReceipt {
     let read = if all {
         ctx.store
-            .evidence_chain_with_drills()
+            .evidence()
+            .chain_with_drills()
             .map(|(chain, check)| (chain, Some(check)))
     } else {
-        ctx.store.evidence_chain(false).map(|chain| (chain, None))
+        ctx.store.evidence().chain(false).map(|chain| (chain, None))
     };
     let (chain, drills) = match read {
         Ok(read) => read,
@@ -134,7 +135,7 @@ pub fn verify(ctx: &Context, all: bool) -> EvidenceVerifyReceipt {
             .find(|s| s.first <= seq && seq < s.first + s.records)
             .map(|s| s.segment.as_str())
     };
-    match ctx.store.evidence_head() {
+    match ctx.store.evidence().head() {
         Ok(Some(head)) => match entries.iter().find(|e| e.seq == head.seq) {
             Some(entry)
                 if entry.hash == head.hash
@@ -165,7 +166,7 @@ pub fn verify(ctx: &Context, all: bool) -> EvidenceVerifyReceipt {
         Ok(log) => log.entries,
         Err(_) => Vec::new(),
     };
-    let (ops, registry_errors) = ctx.store.operations();
+    let (ops, registry_errors) = ctx.store.ops().all();
     let trips = trips(entries);
     let mut after = Vec::new();
     for trip in &trips {

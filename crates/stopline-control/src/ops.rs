@@ -8,10 +8,11 @@ use crate::receipts::{OperationLine, OpsCompactReceipt, OpsListReceipt};
 /// doubt for longer than that. Each unresolved one says whom it blocks now: in doubt (its
 /// writer gone, or marked so) and not a model request; one still in flight blocks nobody yet.
 pub fn list(ctx: &Context, unresolved: bool, older_than_s: Option<u64>) -> OpsListReceipt {
-    let (ops, errors) = ctx.store.operations();
+    let (ops, errors) = ctx.store.ops().all();
     let selected: Vec<_> = match older_than_s {
         Some(secs) => ctx
             .store
+            .ops()
             .in_doubt_older_than((secs as i64).saturating_mul(1000)),
         None => ops
             .into_values()
@@ -21,7 +22,7 @@ pub fn list(ctx: &Context, unresolved: bool, older_than_s: Option<u64>) -> OpsLi
     // Oldest first, as prepared (ties by id), so the last line is the latest operation.
     let mut selected = selected;
     selected.sort_by(|a, b| (a.prepared_ms, &a.op).cmp(&(b.prepared_ms, &b.op)));
-    let census = ctx.store.census();
+    let census = ctx.store.ops().census();
     let operations = selected
         .into_iter()
         .map(|operation| {
@@ -45,16 +46,18 @@ pub fn list(ctx: &Context, unresolved: bool, older_than_s: Option<u64>) -> OpsLi
 /// journals of writers that are gone into the archive (`[retention] gone_journals`), and fold
 /// their spending journals into `spend/settled.json`.
 pub fn compact(ctx: &Context) -> OpsCompactReceipt {
-    let (snapshots_written, mut errors) = ctx.store.snapshot_ops_journals(1);
+    let (snapshots_written, mut errors) = ctx.store.ops().snapshot_journals(1);
     let archive = ctx
         .store
+        .ops()
         .archive_gone_journals(ctx.config.retention.gone_journals);
     errors.extend(archive.errors);
     // The spending journals of gone writers likewise: folded into `spend/settled.json`, moved
     // to `spend/archive/` (and deleted there under `prune`).
     let spend = ctx
         .store
-        .compact_spend_journals(ctx.config.retention.gone_journals);
+        .spend()
+        .compact_journals(ctx.config.retention.gone_journals);
     errors.extend(spend.errors);
     OpsCompactReceipt {
         snapshots_written,

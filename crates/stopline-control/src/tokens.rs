@@ -70,6 +70,7 @@ pub fn issue(ctx: &Context, args: &IssueArgs) -> Result<Minted, Refusal> {
     request.budgets = args.budgets.clone();
     let minted = request.mint(&ctx.issuing_key()?)?;
     ctx.store
+        .keys()
         .note_issued_epoch(epoch)
         .map_err(|e| e.to_refusal())?;
     Ok(minted)

@@ -123,7 +123,8 @@ pub fn trip(ctx: &Context, trip: &Trip) -> Tripped {
     };
     let evidence_error = ctx
         .store
-        .append_evidence(&record.kind, record.log_fields())
+        .evidence()
+        .append(&record.kind, record.log_fields())
         .err();
     if let Some(error) = &evidence_error {
         tracing::error!(agent = %trip.agent, %error, "a breaker trip's evidence record was not written");

@@ -320,7 +320,8 @@ impl Observation {
             _ => Map::new(),
         };
         store
-            .append_evidence(self.schema, fields)
+            .evidence()
+            .append(self.schema, fields)
             .map_err(|e| e.to_refusal())
     }
 }

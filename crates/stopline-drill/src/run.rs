@@ -85,7 +85,7 @@ impl Env {
         let waited = Instant::now();
         loop {
             let ctx = self.ctx.clone();
-            let (ops, errors) = tokio::task::spawn_blocking(move || ctx.store.operations())
+            let (ops, errors) = tokio::task::spawn_blocking(move || ctx.store.ops().all())
                 .await
                 .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
             if !errors.is_empty() {

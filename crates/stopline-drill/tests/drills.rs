@@ -45,7 +45,8 @@ fn three_drills_in_a_row_leave_no_effect_after_the_trip() {
     // Each drill is filed, against the default harness version, in the home's evidence log.
     let store = stopline_store::Store::open(home.path());
     let filed: Vec<_> = store
-        .evidence_entries()
+        .evidence()
+        .entries()
         .unwrap()
         .into_iter()
         .filter(|e| e.kind == "control-observation.v1")
@@ -83,7 +84,8 @@ fn a_gateway_that_refreshes_its_view_late_fails_the_drill() {
     assert_eq!(o.unacknowledged.len(), 1, "engage gave up waiting for it");
     // The failure is on record for that harness version.
     let entries = stopline_store::Store::open(home.path())
-        .evidence_entries()
+        .evidence()
+        .entries()
         .unwrap();
     let last = entries.last().unwrap();
     assert_eq!(

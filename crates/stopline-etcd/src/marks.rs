@@ -39,12 +39,12 @@ fn heights(snapshot: &Snapshot) -> Option<(u64, u64)> {
 impl EtcdPlane {
     /// What this host trusts about this prefix (nothing yet: zeros and no pin).
     pub fn trust(&self) -> Result<Trust, StoreError> {
-        self.local.trust(self.names.prefix())
+        self.local.marks().trust(self.names.prefix())
     }
 
-    /// Change this prefix's trust with `change`, durably ([`stopline_store::Store::update_trust`]).
+    /// Change this prefix's trust with `change`, durably ([`stopline_store::marks::Marks::update_trust`]).
     pub(crate) fn update_trust(&self, change: impl Fn(&mut Trust)) -> Result<Trust, StoreError> {
-        self.local.update_trust(self.names.prefix(), change)
+        self.local.marks().update_trust(self.names.prefix(), change)
     }
 
     /// The view of `snapshot`, judged against this host's high-water marks: below them is
@@ -58,12 +58,13 @@ impl EtcdPlane {
     }
 
     /// `None` when `snapshot` is at or above the marks (raised to it, durably); else the fault
-    /// ([`stopline_store::Store::hold_marks`]).
+    /// ([`stopline_store::marks::Marks::hold`]).
     pub fn hold_marks(&self, snapshot: &Snapshot) -> Option<Refusal> {
         // Unsound records are faults of their own; they never raise a mark.
         let (wal_seq, epoch_seq) = heights(snapshot)?;
         self.local
-            .hold_marks(self.names.prefix(), wal_seq, epoch_seq)
+            .marks()
+            .hold(self.names.prefix(), wal_seq, epoch_seq)
             .err()
     }
 

@@ -775,7 +775,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = stopline_store::Store::open(dir.path().join("home"));
         store.ensure_home().unwrap();
-        let ledger = Arc::new(Ledger::durable(store.spend_journal("test").unwrap()));
+        let ledger = Arc::new(Ledger::durable(store.spend().journal("test").unwrap()));
         let one: Budgets = [(BudgetKind::ToolCalls, 1.0)].into();
         let mut unlimited = claims('a', None, 3.0);
         unlimited.budgets = Budgets::new();

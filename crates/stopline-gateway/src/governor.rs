@@ -95,7 +95,8 @@ impl Governor {
         let issuer = signing.verifying_key() == verifying;
         let journal = ctx
             .store
-            .ops_journal("gateway")
+            .ops()
+            .journal("gateway")
             .map_err(|e| e.to_refusal())?;
         let ledger = match fleet.budgets {
             // On a distributed plane budgets are the fleet's, kept by its backend (and read
@@ -107,7 +108,8 @@ impl Governor {
                 // start from what the spending journals say (a corrupt one refuses the start).
                 let spend = ctx
                     .store
-                    .spend_journal("gateway")
+                    .spend()
+                    .journal("gateway")
                     .map_err(|e| e.to_refusal())?;
                 let ledger = Ledger::durable(spend.clone());
                 ledger.set_elsewhere(spend.lock().map_err(|e| e.to_refusal())?.elsewhere());

@@ -149,7 +149,7 @@ pub struct DrillsQuery {
 }
 
 /// `GET /v1/drills`: the newest drill records first, from the drill index
-/// (`Store::evidence_drills`: the evidence log's head, its newest line and
+/// (`Evidence::drills`: the evidence log's head, its newest line and
 /// `evidence/drills.json`, never the history). A log or index that cannot be verified is
 /// reported as `error` (with no drills), never shown as "no drills".
 pub async fn drills_route(
@@ -161,9 +161,9 @@ pub async fn drills_route(
     let limit = query
         .limit
         .unwrap_or(5)
-        .clamp(1, stopline_store::evidence_drills::RECENT_DRILLS);
+        .clamp(1, stopline_store::evidence::drills::RECENT_DRILLS);
     let store = state.gov.context().store.clone();
-    let index = blocking(move || Ok(store.evidence_drills())).await?;
+    let index = blocking(move || Ok(store.evidence().drills())).await?;
     let body = match index {
         Ok(index) => {
             let newest: Vec<&serde_json::Map<String, Value>> = index.newest(limit).collect();

@@ -231,7 +231,7 @@ impl ViewHolder {
     /// fails closed); removals always wait for it. A pinned latch stays in every view until a
     /// read that started after the pin has seen `latches/`. Returns whether anything was added.
     pub fn add_appeared_latches(&self) -> bool {
-        let (latches, faults) = self.store.active_latches(None);
+        let (latches, faults) = self.store.latches().active(None);
         if !faults.is_empty() {
             return false;
         }

@@ -96,19 +96,19 @@ pub fn spawn_periodic(
                 // history. Derived data: a failure is only logged.
                 if last_upkeep.is_none_or(|t| t.elapsed() >= OPS_UPKEEP_EVERY) {
                     last_upkeep = Some(std::time::Instant::now());
-                    let (_, errors) = store.snapshot_ops_journals(1);
+                    let (_, errors) = store.ops().snapshot_journals(1);
                     for error in errors {
                         tracing::warn!(%error, "cannot snapshot an operation journal");
                     }
                     // Then the journals of writers that are gone leave `ops/` for the archive
                     // (`[retention]`), so no read lists them again.
-                    let archive = store.archive_gone_journals(store.gone_journals());
+                    let archive = store.ops().archive_gone_journals(store.gone_journals());
                     for error in archive.errors {
                         tracing::warn!(%error, "cannot archive an operation journal");
                     }
                     // And their spending journals: folded into `spend/settled.json`, so a
                     // reservation on a limit reads that snapshot, not their history.
-                    let spend = store.compact_spend_journals(store.gone_journals());
+                    let spend = store.spend().compact_journals(store.gone_journals());
                     for error in spend.errors {
                         tracing::warn!(%error, "cannot compact a spending journal");
                     }
@@ -197,7 +197,7 @@ mod tests {
             Arc::new(stopline_store::fs::RealFs),
             Arc::new(GONE_WRITER),
         );
-        let journal = other.ops_journal("gateway").unwrap();
+        let journal = other.ops().journal("gateway").unwrap();
         let owner = stopline_store::ops::OpOwner::agent("worker");
         let op = journal.prepare_for("mcp:s:write", &owner, None).unwrap();
         journal.dispatched(&op).unwrap();

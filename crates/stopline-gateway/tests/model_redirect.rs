@@ -63,7 +63,7 @@ async fn a_model_upstreams_redirect_is_answered_not_followed() {
     // is not a success.
     let mut outcome = None;
     for _ in 0..200 {
-        let (ops, _) = ctx.store.operations();
+        let (ops, _) = ctx.store.ops().all();
         let op = ops.values().find(|o| o.target == "model:m").cloned();
         if let Some(op) = op.filter(|o| o.outcome.is_some() || o.in_doubt) {
             outcome = Some((op.outcome, op.in_doubt));

@@ -76,7 +76,8 @@ impl Inner {
         let journal = self.journal.get_or_init(|| {
             self.ctx
                 .store
-                .ops_journal("mcp")
+                .ops()
+                .journal("mcp")
                 .map_err(|e| e.to_refusal())
         });
         journal.as_ref().map_err(Clone::clone)

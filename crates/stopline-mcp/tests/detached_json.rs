@@ -34,7 +34,7 @@ fn answer(request: &Received) -> Answer {
 /// Wait (bounded) until the operation of request `id` has `outcome`.
 async fn outcome_of(ctx: &Context, id: &str) -> Option<String> {
     for _ in 0..200 {
-        let (ops, _) = ctx.store.operations();
+        let (ops, _) = ctx.store.ops().all();
         if let Some(op) = ops.values().find(|o| o.request_id.as_deref() == Some(id)) {
             if op.outcome.is_some() || op.in_doubt {
                 return Some(op.outcome.clone().unwrap_or_else(|| "in doubt".into()));
@@ -79,7 +79,7 @@ async fn a_json_exchange_outlives_its_agent_and_a_cut_of_it() {
         outcome_of(ctx, "1").await.as_deref(),
         Some("committed"),
         "{:?}",
-        ctx.store.operations()
+        ctx.store.ops().all()
     );
 
     // An emergency answers the waiting call at once; its real outcome is still recorded.
@@ -99,7 +99,7 @@ async fn a_json_exchange_outlives_its_agent_and_a_cut_of_it() {
         answer["error"]["data"]["code"], "break_glass_contained",
         "{answer}"
     );
-    let (ops, _) = ctx.store.operations();
+    let (ops, _) = ctx.store.ops().all();
     let open = ops
         .values()
         .find(|o| o.request_id.as_deref() == Some("2"))
@@ -113,7 +113,7 @@ async fn a_json_exchange_outlives_its_agent_and_a_cut_of_it() {
         outcome_of(ctx, "2").await.as_deref(),
         Some("committed"),
         "{:?}",
-        ctx.store.operations()
+        ctx.store.ops().all()
     );
     world.shutdown().await;
 }

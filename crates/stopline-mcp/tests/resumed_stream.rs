@@ -36,7 +36,7 @@ fn answer(request: &Received) -> Answer {
 
 /// The operation of request `id`: its outcome, "in doubt", or "open".
 fn state_of(ctx: &Context, id: &str) -> Option<String> {
-    let (ops, _) = ctx.store.operations();
+    let (ops, _) = ctx.store.ops().all();
     let op = ops.values().find(|o| o.request_id.as_deref() == Some(id))?;
     Some(match (&op.outcome, op.in_doubt) {
         (Some(outcome), _) => outcome.clone(),
@@ -123,7 +123,7 @@ async fn an_answer_on_a_resumed_stream_commits_its_operation() {
         settled(&world.ctx, "9").await.as_deref(),
         Some("committed"),
         "{:?}",
-        world.ctx.store.operations()
+        world.ctx.store.ops().all()
     );
     world.shutdown().await;
 }
@@ -144,7 +144,7 @@ async fn a_resumption_that_never_delivers_leaves_the_call_in_doubt_after_the_wai
         settled(&world.ctx, "4").await.as_deref(),
         Some("in doubt"),
         "{:?}",
-        world.ctx.store.operations()
+        world.ctx.store.ops().all()
     );
     world.shutdown().await;
 }

@@ -87,7 +87,7 @@ async fn sse_streams_pass_event_by_event_and_an_emergency_answers_them_at_once()
         .await
         .unwrap();
     assert!(first.contains("notifications/progress"), "{first}");
-    let census = ctx.store.census();
+    let census = ctx.store.ops().census();
     let op = census
         .destination
         .iter()
@@ -126,7 +126,7 @@ async fn sse_streams_pass_event_by_event_and_an_emergency_answers_them_at_once()
     // The call whose upstream answered after the cut has that outcome recorded.
     let mut resolved = false;
     for _ in 0..100 {
-        let (ops, _) = ctx.store.operations();
+        let (ops, _) = ctx.store.ops().all();
         if ops.values().any(|o| {
             o.request_id.as_deref() == Some("8") && o.outcome.as_deref() == Some("committed")
         }) {
@@ -135,24 +135,30 @@ async fn sse_streams_pass_event_by_event_and_an_emergency_answers_them_at_once()
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(resolved, "{:?}", ctx.store.operations());
+    assert!(resolved, "{:?}", ctx.store.ops().all());
 
     // The call whose upstream never answers is left in doubt once cut_outcome_wait_s (3 s)
     // ends: unresolved, not in flight, and it blocks its target for its own agent.
     let mut blocked = None;
     for _ in 0..200 {
-        if let Some(blockers) = ctx.store.blocked_targets().get("mcp:slow:slow").cloned() {
+        if let Some(blockers) = ctx
+            .store
+            .ops()
+            .blocked_targets()
+            .get("mcp:slow:slow")
+            .cloned()
+        {
             blocked = Some(blockers);
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let blocked = blocked.unwrap_or_else(|| panic!("{:?}", ctx.store.census()));
+    let blocked = blocked.unwrap_or_else(|| panic!("{:?}", ctx.store.ops().census()));
     assert_eq!(
         blocked.iter().map(|b| b.blocks.clone()).collect::<Vec<_>>(),
         [stopline_core::ops::Blocks::Agent("streamer".into())]
     );
-    let census = ctx.store.census();
+    let census = ctx.store.ops().census();
     let op = census
         .destination
         .iter()

@@ -46,7 +46,7 @@ pub fn recover_plan(
     scope: &Scope,
     reason: &str,
 ) -> Result<RecoverPlanReceipt, Refusal> {
-    let census = ctx.store.census();
+    let census = ctx.store.ops().census();
     let plan = console
         .plane()
         .recover_plan(scope, reason, console.by(), &census)
@@ -74,6 +74,7 @@ pub fn repair(
 ) -> Result<RepairReceipt, Refusal> {
     let issued = ctx
         .store
+        .keys()
         .highest_issued_epoch()
         .map_err(|e| e.to_refusal())?;
     let receipt = console

@@ -5,14 +5,14 @@
 //! Every check fails closed: a control state with faults refuses with the fault's code, and an
 //! evidence log (or drill index) that cannot be verified refuses with `drill_required`, because
 //! "no failed drill" cannot be proven from it. Nothing here writes, but for the drill index an
-//! older home gets once (`Store::evidence_drills`).
+//! older home gets once (`Evidence::drills`).
 
 use stopline_control::context::Context;
 use stopline_core::{ActiveLatch, Refusal, RefusalCode, Subject};
 use stopline_supervisor::{UidError, UidLease, UidRange, UserIdentity};
 
 /// The schema (and evidence kind) of a drill record.
-pub use stopline_store::evidence_drills::DRILL_SCHEMA;
+pub use stopline_store::evidence::drills::DRILL_SCHEMA;
 
 /// Refuse while a latch covers `subject`, or while the control state cannot be trusted: the
 /// plane's view (with `--control etcd://…`, the etcd latches merged with this host's own; an
@@ -37,7 +37,7 @@ pub fn no_covering_latch(ctx: &Context, subject: &Subject) -> Result<(), Refusal
 }
 
 /// Refuse (`drill_required`) when the last drill of the version failed, and, with
-/// `require_drill`, when none passed. Reads the drill index (`Store::evidence_drills`): the
+/// `require_drill`, when none passed. Reads the drill index (`Evidence::drills`): the
 /// evidence log's head, its newest line and `evidence/drills.json`, never the history (an
 /// older home's log is read whole once, to build the index).
 pub fn drills_allow(
@@ -46,7 +46,7 @@ pub fn drills_allow(
     require_drill: bool,
 ) -> Result<(), Refusal> {
     let refuse = |message: String| Refusal::new(RefusalCode::DrillRequired, message);
-    let index = ctx.store.evidence_drills().map_err(|fault| {
+    let index = ctx.store.evidence().drills().map_err(|fault| {
         refuse(format!(
             "the evidence log cannot be verified ({fault}), so the drills of {harness_version:?} are unknown"
         ))
@@ -192,7 +192,7 @@ pub fn confined_identity(user: &str) -> Result<UserIdentity, Refusal> {
 mod tests {
     use super::*;
     use serde_json::{json, Map, Value};
-    use stopline_store::evidence_drills::DrillHistory;
+    use stopline_store::evidence::drills::DrillHistory;
 
     /// Read the drill history of `harness_version` from evidence records (oldest first), as the
     /// drill index folds them.
@@ -200,7 +200,7 @@ mod tests {
         entries: impl IntoIterator<Item = &'a Map<String, Value>>,
         harness_version: &str,
     ) -> DrillHistory {
-        let mut index = stopline_store::evidence_drills::DrillIndex::default();
+        let mut index = stopline_store::evidence::drills::DrillIndex::default();
         for (seq, body) in (1..).zip(entries) {
             index.fold(&stopline_core::wal::WalEntry {
                 seq,
@@ -269,71 +269,41 @@ mod tests {
         }
     }
 
-    impl stopline_store::fs::Fs for Counting {
-        fn write_new(&self, path: &std::path::Path, bytes: &[u8], fp: &str) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.write_new(path, bytes, fp)
-        }
-        fn append(
-            &self,
-            path: &std::path::Path,
-            bytes: &[u8],
-            sync: bool,
-            fp: &str,
-        ) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.append(path, bytes, sync, fp)
-        }
-        fn sync_dir(&self, dir: &std::path::Path, fp: &str) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.sync_dir(dir, fp)
-        }
-        fn hard_link(
-            &self,
-            from: &std::path::Path,
-            to: &std::path::Path,
-            fp: &str,
-        ) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.hard_link(from, to, fp)
-        }
-        fn rename(
-            &self,
-            from: &std::path::Path,
-            to: &std::path::Path,
-            fp: &str,
-        ) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.rename(from, to, fp)
-        }
-        fn remove_file(&self, path: &std::path::Path, fp: &str) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.remove_file(path, fp)
-        }
-        fn create_dir_all(&self, path: &std::path::Path, fp: &str) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.create_dir_all(path, fp)
-        }
-        fn truncate(&self, path: &std::path::Path, len: u64, fp: &str) -> std::io::Result<()> {
-            stopline_store::fs::RealFs.truncate(path, len, fp)
+    impl stopline_store::fs::FsLayer for Counting {
+        fn inner(&self) -> &dyn stopline_store::fs::Fs {
+            &stopline_store::fs::RealFs
         }
         fn read(&self, path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-            let bytes = stopline_store::fs::RealFs.read(path)?;
+            let bytes = stopline_store::fs::Fs::read(&stopline_store::fs::RealFs, path)?;
             self.note(path);
             Ok(bytes)
         }
         fn read_from(&self, path: &std::path::Path, offset: u64) -> std::io::Result<Vec<u8>> {
-            let bytes = stopline_store::fs::RealFs.read_from(path, offset)?;
+            let bytes =
+                stopline_store::fs::Fs::read_from(&stopline_store::fs::RealFs, path, offset)?;
             self.note(path);
             Ok(bytes)
         }
-        fn read_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
-            stopline_store::fs::RealFs.read_dir(dir)
-        }
-        fn exists(&self, path: &std::path::Path) -> std::io::Result<bool> {
-            stopline_store::fs::RealFs.exists(path)
-        }
-        fn lock(
+        fn read_from_identified(
             &self,
             path: &std::path::Path,
-            exclusive: bool,
-            create: bool,
-            wait: Option<std::time::Duration>,
-        ) -> std::io::Result<Box<dyn stopline_store::fs::LockGuard>> {
-            stopline_store::fs::RealFs.lock(path, exclusive, create, wait)
+            offset: u64,
+        ) -> std::io::Result<(Vec<u8>, Option<stopline_store::fs::FileId>)> {
+            let read = stopline_store::fs::Fs::read_from_identified(
+                &stopline_store::fs::RealFs,
+                path,
+                offset,
+            )?;
+            self.note(path);
+            Ok(read)
+        }
+        fn identify(
+            &self,
+            path: &std::path::Path,
+        ) -> std::io::Result<Option<stopline_store::fs::FileId>> {
+            let id = stopline_store::fs::Fs::identify(&stopline_store::fs::RealFs, path)?;
+            self.note(path);
+            Ok(id)
         }
     }
 
@@ -361,7 +331,8 @@ mod tests {
             let record =
                 json!({"schema": DRILL_SCHEMA, "harness_version": version, "pass": pass, "n": n});
             ctx.store
-                .append_evidence(DRILL_SCHEMA, record.as_object().unwrap().clone())
+                .evidence()
+                .append(DRILL_SCHEMA, record.as_object().unwrap().clone())
                 .unwrap();
         }
         counting.take();

@@ -218,7 +218,7 @@ impl Recorder {
                 registered.quiescent_observed_at = Some(*observed_at);
             }
         }
-        if let Err(error) = self.store.append_evidence("stop_observation", fields) {
+        if let Err(error) = self.store.evidence().append("stop_observation", fields) {
             self.warn(format!("stop evidence not appended: {error}"));
         }
         self.register(&registered, Some(cause));

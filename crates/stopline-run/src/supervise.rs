@@ -122,7 +122,7 @@ fn read_fault(why: String) -> Order {
 fn read_order_now(ctx: &Context, subject: &Subject) -> Order {
     match catch_unwind(AssertUnwindSafe(|| {
         let mut early = ControlView::empty();
-        match ctx.store.scan_latches() {
+        match ctx.store.latches().scan() {
             Ok(scan) => {
                 early.latches = scan
                     .latches

@@ -128,7 +128,7 @@ impl Store {
 
     /// Release one file of the reserve (the last that exists) so a stop can be written on a full
     /// disk, out of bytes or of inodes; the rest stays for the next stop. True if one was freed.
-    pub fn release_reserve(&self) -> bool {
+    pub(crate) fn release_reserve(&self) -> bool {
         for path in self.layout.reserve_files().iter().rev() {
             if self.fs.remove_file(path, "reserve.release").is_ok() {
                 let _ = self.fs.sync_dir(self.layout.home(), "reserve.dirsync");

@@ -73,7 +73,7 @@ pub fn confirm(snapshot: Option<&[u8]>, log: &WalLog) -> Result<EpochMap, StoreE
 
 impl Store {
     /// Read `epoch.json` and confirm it against `log`.
-    pub fn read_confirmed_epoch(&self, log: &WalLog) -> Result<EpochMap, StoreError> {
+    pub(crate) fn read_confirmed_epoch(&self, log: &WalLog) -> Result<EpochMap, StoreError> {
         let bytes = self.read_optional(&self.layout.epoch())?;
         confirm(bytes.as_deref(), log)
     }
@@ -81,7 +81,7 @@ impl Store {
     /// Advance `scope`'s epoch. The caller holds the WAL's exclusive lock and passes the log it
     /// verified under it; `preceding` records are appended in the same write, before the advance.
     #[allow(clippy::too_many_arguments)]
-    pub fn advance_epoch_locked(
+    pub(crate) fn advance_epoch_locked(
         &self,
         log: &WalLog,
         scope: &Scope,

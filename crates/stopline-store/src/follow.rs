@@ -152,14 +152,14 @@ impl Store {
         Some(FollowedWal { id, log })
     }
 
-    /// [`Store::blocked_targets`] for a reader that follows the journals: each journal's bytes
+    /// [`Ops::blocked_targets`] for a reader that follows the journals: each journal's bytes
     /// appended since `follower`'s last census are read, never its history.
     pub fn blocked_targets_following(
         &self,
         follower: &JournalFollower,
     ) -> BTreeMap<String, Vec<Blocker>> {
         let Ok(mut held) = follower.followed.try_lock() else {
-            return self.blocked_targets();
+            return self.ops().blocked_targets();
         };
         let journals = Self::fold_journals(self.follow_journals(&mut held));
         let census = self.census_remembering(journals, &mut held.gone);
@@ -285,12 +285,11 @@ impl Store {
 pub(crate) mod tests {
     use super::*;
     use crate::env::{GoneProcess, SystemEnv};
-    use crate::fs::{Fs, LockGuard, RealFs};
+    use crate::fs::{Fs, FsLayer, RealFs};
     use crate::ops::OpOwner;
     use crate::EngageRequest;
     use std::path::{Path, PathBuf};
     use std::sync::Arc;
-    use std::time::Duration;
     use stopline_core::ops::Blocks;
     use stopline_core::{Level, Name, RefusalCode, Scope};
 
@@ -338,30 +337,9 @@ pub(crate) mod tests {
         }
     }
 
-    impl Fs for Counting {
-        fn write_new(&self, path: &Path, bytes: &[u8], fp: &str) -> io::Result<()> {
-            RealFs.write_new(path, bytes, fp)
-        }
-        fn append(&self, path: &Path, bytes: &[u8], sync: bool, fp: &str) -> io::Result<()> {
-            RealFs.append(path, bytes, sync, fp)
-        }
-        fn sync_dir(&self, dir: &Path, fp: &str) -> io::Result<()> {
-            RealFs.sync_dir(dir, fp)
-        }
-        fn hard_link(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
-            RealFs.hard_link(from, to, fp)
-        }
-        fn rename(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
-            RealFs.rename(from, to, fp)
-        }
-        fn remove_file(&self, path: &Path, fp: &str) -> io::Result<()> {
-            RealFs.remove_file(path, fp)
-        }
-        fn create_dir_all(&self, path: &Path, fp: &str) -> io::Result<()> {
-            RealFs.create_dir_all(path, fp)
-        }
-        fn truncate(&self, path: &Path, len: u64, fp: &str) -> io::Result<()> {
-            RealFs.truncate(path, len, fp)
+    impl FsLayer for Counting {
+        fn inner(&self) -> &dyn Fs {
+            &RealFs
         }
         fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
             let bytes = RealFs.read(path)?;
@@ -382,20 +360,11 @@ pub(crate) mod tests {
             self.count(path, bytes.len());
             Ok((bytes, id))
         }
-        fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-            RealFs.read_dir(dir)
-        }
-        fn exists(&self, path: &Path) -> io::Result<bool> {
-            RealFs.exists(path)
-        }
-        fn lock(
-            &self,
-            path: &Path,
-            exclusive: bool,
-            create: bool,
-            wait: Option<Duration>,
-        ) -> io::Result<Box<dyn LockGuard>> {
-            RealFs.lock(path, exclusive, create, wait)
+        /// An identity is an open and an fstat too: counted as a read of no bytes.
+        fn identify(&self, path: &Path) -> io::Result<Option<FileId>> {
+            let id = RealFs.identify(path)?;
+            self.count(path, 0);
+            Ok(id)
         }
     }
 
@@ -416,7 +385,7 @@ pub(crate) mod tests {
             .with_wal_checkpoint_every(8);
         reader.ensure_home().unwrap();
         let writer = Store::with_io(&home, Arc::new(RealFs), Arc::new(GoneProcess(4_200_001)));
-        let journal = writer.ops_journal("gateway").unwrap();
+        let journal = writer.ops().journal("gateway").unwrap();
         let owner = OpOwner::agent("worker");
         for _ in 0..resolved {
             let op = journal.prepare_for("mcp:s:echo", &owner, None).unwrap();
@@ -478,7 +447,7 @@ pub(crate) mod tests {
             "only the appended bytes are read"
         );
         // What a reader that never saw the journal says, too.
-        assert_eq!(store.blocked_targets(), blocked);
+        assert_eq!(store.ops().blocked_targets(), blocked);
     }
 
     #[test]

@@ -102,6 +102,166 @@ pub trait Fs: Send + Sync {
     ) -> io::Result<Box<dyn LockGuard>>;
 }
 
+/// A filesystem over another: every method forwards to [`FsLayer::inner`] unless the layer
+/// overrides it, and every layer is an [`Fs`]. A layer overrides only what it changes (a
+/// benchmark's build that skips fsync, a test that counts reads), so it cannot fall behind when
+/// `Fs` gains a method.
+///
+/// Forwarding is whole: `append_end`, `read_from_identified` and `identify` reach the inner
+/// filesystem's own, not `Fs`'s defaults over this layer. So a layer that changes `append`
+/// changes `append_end` too, and one that watches reads watches every read method it cares for.
+pub trait FsLayer: Send + Sync {
+    /// The filesystem underneath.
+    fn inner(&self) -> &dyn Fs;
+    /// See [`Fs::write_new`].
+    fn write_new(&self, path: &Path, bytes: &[u8], fp: &str) -> io::Result<()> {
+        self.inner().write_new(path, bytes, fp)
+    }
+    /// See [`Fs::append`].
+    fn append(&self, path: &Path, bytes: &[u8], sync: bool, fp: &str) -> io::Result<()> {
+        self.inner().append(path, bytes, sync, fp)
+    }
+    /// See [`Fs::append_end`].
+    fn append_end(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        sync: bool,
+        fp: &str,
+    ) -> io::Result<Option<u64>> {
+        self.inner().append_end(path, bytes, sync, fp)
+    }
+    /// See [`Fs::sync_dir`].
+    fn sync_dir(&self, dir: &Path, fp: &str) -> io::Result<()> {
+        self.inner().sync_dir(dir, fp)
+    }
+    /// See [`Fs::hard_link`].
+    fn hard_link(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
+        self.inner().hard_link(from, to, fp)
+    }
+    /// See [`Fs::rename`].
+    fn rename(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
+        self.inner().rename(from, to, fp)
+    }
+    /// See [`Fs::remove_file`].
+    fn remove_file(&self, path: &Path, fp: &str) -> io::Result<()> {
+        self.inner().remove_file(path, fp)
+    }
+    /// See [`Fs::create_dir_all`].
+    fn create_dir_all(&self, path: &Path, fp: &str) -> io::Result<()> {
+        self.inner().create_dir_all(path, fp)
+    }
+    /// See [`Fs::truncate`].
+    fn truncate(&self, path: &Path, len: u64, fp: &str) -> io::Result<()> {
+        self.inner().truncate(path, len, fp)
+    }
+    /// See [`Fs::read`].
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.inner().read(path)
+    }
+    /// See [`Fs::read_from`].
+    fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
+        self.inner().read_from(path, offset)
+    }
+    /// See [`Fs::read_from_identified`].
+    fn read_from_identified(
+        &self,
+        path: &Path,
+        offset: u64,
+    ) -> io::Result<(Vec<u8>, Option<FileId>)> {
+        self.inner().read_from_identified(path, offset)
+    }
+    /// See [`Fs::identify`].
+    fn identify(&self, path: &Path) -> io::Result<Option<FileId>> {
+        self.inner().identify(path)
+    }
+    /// See [`Fs::read_dir`].
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.inner().read_dir(dir)
+    }
+    /// See [`Fs::exists`].
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        self.inner().exists(path)
+    }
+    /// See [`Fs::lock`].
+    fn lock(
+        &self,
+        path: &Path,
+        exclusive: bool,
+        create: bool,
+        wait: Option<Duration>,
+    ) -> io::Result<Box<dyn LockGuard>> {
+        self.inner().lock(path, exclusive, create, wait)
+    }
+}
+
+impl<L: FsLayer> Fs for L {
+    fn write_new(&self, path: &Path, bytes: &[u8], fp: &str) -> io::Result<()> {
+        FsLayer::write_new(self, path, bytes, fp)
+    }
+    fn append(&self, path: &Path, bytes: &[u8], sync: bool, fp: &str) -> io::Result<()> {
+        FsLayer::append(self, path, bytes, sync, fp)
+    }
+    fn append_end(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        sync: bool,
+        fp: &str,
+    ) -> io::Result<Option<u64>> {
+        FsLayer::append_end(self, path, bytes, sync, fp)
+    }
+    fn sync_dir(&self, dir: &Path, fp: &str) -> io::Result<()> {
+        FsLayer::sync_dir(self, dir, fp)
+    }
+    fn hard_link(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
+        FsLayer::hard_link(self, from, to, fp)
+    }
+    fn rename(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
+        FsLayer::rename(self, from, to, fp)
+    }
+    fn remove_file(&self, path: &Path, fp: &str) -> io::Result<()> {
+        FsLayer::remove_file(self, path, fp)
+    }
+    fn create_dir_all(&self, path: &Path, fp: &str) -> io::Result<()> {
+        FsLayer::create_dir_all(self, path, fp)
+    }
+    fn truncate(&self, path: &Path, len: u64, fp: &str) -> io::Result<()> {
+        FsLayer::truncate(self, path, len, fp)
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        FsLayer::read(self, path)
+    }
+    fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
+        FsLayer::read_from(self, path, offset)
+    }
+    fn read_from_identified(
+        &self,
+        path: &Path,
+        offset: u64,
+    ) -> io::Result<(Vec<u8>, Option<FileId>)> {
+        FsLayer::read_from_identified(self, path, offset)
+    }
+    fn identify(&self, path: &Path) -> io::Result<Option<FileId>> {
+        FsLayer::identify(self, path)
+    }
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        FsLayer::read_dir(self, dir)
+    }
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        FsLayer::exists(self, path)
+    }
+    fn lock(
+        &self,
+        path: &Path,
+        exclusive: bool,
+        create: bool,
+        wait: Option<Duration>,
+    ) -> io::Result<Box<dyn LockGuard>> {
+        FsLayer::lock(self, path, exclusive, create, wait)
+    }
+}
+
 /// Which file a path named when it was read, and how long it was then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileId {

@@ -10,50 +10,81 @@ use crate::error::{IoContext, StoreError};
 use crate::Store;
 use std::io;
 
+fn parse_seed(bytes: &[u8]) -> Result<[u8; 32], StoreError> {
+    let text = std::str::from_utf8(bytes).unwrap_or_default().trim();
+    let decoded = hex::decode(text).ok().filter(|d| d.len() == 32);
+    decoded.and_then(|d| d.try_into().ok()).ok_or_else(|| {
+        StoreError::corrupt(
+            stopline_core::RefusalCode::ControlStateCorrupt,
+            "keys/signing.key is corrupt",
+        )
+    })
+}
+
+/// The token keys of one control directory ([`Store::keys`]): the signing seed and the
+/// issuance high-water mark.
+#[derive(Debug, Clone, Copy)]
+pub struct Keys<'a> {
+    store: &'a Store,
+}
+
 impl Store {
+    /// The token keys of this control directory.
+    pub fn keys(&self) -> Keys<'_> {
+        Keys { store: self }
+    }
+}
+
+impl Keys<'_> {
     /// The 32-byte signing seed, created on first use.
     pub fn signing_seed(&self) -> Result<[u8; 32], StoreError> {
-        let dir = self.layout.keys();
+        let dir = self.store.layout.keys();
         let path = dir.join("signing.key");
-        if let Some(bytes) = self.read_optional(&path)? {
+        if let Some(bytes) = self.store.read_optional(&path)? {
             return parse_seed(&bytes);
         }
         // A gate verifying a token must never create a home (and a fresh key no token was signed
         // with): a missing home is `control_home_missing`. Writers make the home first.
         if !self
+            .store
             .fs
-            .exists(self.layout.home())
+            .exists(self.store.layout.home())
             .context(|| "looking at the control directory".into())?
         {
             return Err(StoreError::refused(
                 stopline_core::RefusalCode::ControlHomeMissing,
                 format!(
                     "the control directory {} does not exist (run `stopline init`)",
-                    self.layout.home().display()
+                    self.store.layout.home().display()
                 ),
             ));
         }
-        self.ensure_home()?;
-        self.ensure_dirs(&[&dir])?;
+        self.store.ensure_home()?;
+        self.store.ensure_dirs(&[&dir])?;
         // The key appears under its name only whole: written and fsynced under a name of this
         // process's own, then hard-linked to `signing.key`, which fails when another process's
         // key got there first (then that one is the key, and this seed is dropped). Written in
         // place, a second process starting on a fresh home read the first one's key while it
         // was still empty and refused `control_state_corrupt`, and a crash between the create
         // and the write left an empty key that refused every token after it.
-        let seed_hex = self.env.random_hex(32);
-        let (_, tmp) = self.temporary_beside(&path);
-        if let Err(error) = self.fs.write_new(&tmp, seed_hex.as_bytes(), "keys.create") {
-            let _ = self.fs.remove_file(&tmp, "keys.create.cleanup");
+        let seed_hex = self.store.env.random_hex(32);
+        let (_, tmp) = self.store.temporary_beside(&path);
+        if let Err(error) = self
+            .store
+            .fs
+            .write_new(&tmp, seed_hex.as_bytes(), "keys.create")
+        {
+            let _ = self.store.fs.remove_file(&tmp, "keys.create.cleanup");
             return Err(error).context(|| "creating the signing key".into());
         }
-        let linked = self.fs.hard_link(&tmp, &path, "keys.link");
+        let linked = self.store.fs.hard_link(&tmp, &path, "keys.link");
         // The temporary name is only this process's: a failed removal leaves a stray file in
         // keys/ that nothing reads.
-        let _ = self.fs.remove_file(&tmp, "keys.create.cleanup");
+        let _ = self.store.fs.remove_file(&tmp, "keys.create.cleanup");
         match linked {
             Ok(()) => {
-                self.fs
+                self.store
+                    .fs
                     .sync_dir(&dir, "keys.dirsync")
                     .context(|| "syncing keys/".into())?;
             }
@@ -61,6 +92,7 @@ impl Store {
             Err(error) => return Err(error).context(|| "linking the signing key".into()),
         }
         let bytes = self
+            .store
             .fs
             .read(&path)
             .context(|| "reading the signing key".into())?;
@@ -72,9 +104,9 @@ impl Store {
         if epoch <= self.highest_issued_epoch()? {
             return Ok(());
         }
-        self.ensure_dirs(&[&self.layout.keys()])?;
-        self.replace_atomic(
-            &self.layout.keys().join("issued-epoch"),
+        self.store.ensure_dirs(&[&self.store.layout.keys()])?;
+        self.store.replace_atomic(
+            &self.store.layout.keys().join("issued-epoch"),
             epoch.to_string().as_bytes(),
             "keys.issued",
         )
@@ -83,20 +115,10 @@ impl Store {
     /// The newest epoch any token was minted under (0 when none).
     pub fn highest_issued_epoch(&self) -> Result<u64, StoreError> {
         Ok(self
-            .read_optional(&self.layout.keys().join("issued-epoch"))?
+            .store
+            .read_optional(&self.store.layout.keys().join("issued-epoch"))?
             .and_then(|b| String::from_utf8(b).ok())
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0))
     }
-}
-
-fn parse_seed(bytes: &[u8]) -> Result<[u8; 32], StoreError> {
-    let text = std::str::from_utf8(bytes).unwrap_or_default().trim();
-    let decoded = hex::decode(text).ok().filter(|d| d.len() == 32);
-    decoded.and_then(|d| d.try_into().ok()).ok_or_else(|| {
-        StoreError::corrupt(
-            stopline_core::RefusalCode::ControlStateCorrupt,
-            "keys/signing.key is corrupt",
-        )
-    })
 }

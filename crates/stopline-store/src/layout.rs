@@ -109,7 +109,7 @@ impl Layout {
     pub fn evidence_pruned(&self) -> PathBuf {
         self.evidence().join("pruned.json")
     }
-    /// `evidence/drills.json`: the drill index (`evidence_drills.rs`), what the log says of drills
+    /// `evidence/drills.json`: the drill index (`evidence/drills.rs`), what the log says of drills
     /// without reading it.
     pub fn evidence_drills(&self) -> PathBuf {
         self.evidence().join("drills.json")

@@ -20,7 +20,6 @@ pub mod env;
 pub mod epoch;
 pub mod error;
 pub mod evidence;
-pub mod evidence_drills;
 pub mod failpoint;
 pub mod follow;
 pub mod fs;
@@ -33,6 +32,7 @@ pub mod live_runs;
 pub mod marks;
 pub mod ops;
 pub mod ops_archive;
+pub mod ops_handle;
 mod ops_open_set;
 pub mod ops_snapshot;
 pub mod plane;
@@ -42,7 +42,6 @@ pub mod recovery;
 pub mod repair;
 pub mod runs;
 pub mod spend;
-pub mod spend_compact;
 pub mod state;
 pub mod view;
 pub mod wal_checkpoint;
@@ -87,7 +86,7 @@ pub struct Store {
     /// (`[retention] evidence_keep_segments`; `None`: every segment is kept).
     evidence_keep_segments: Option<u64>,
     /// Uncovered spending journals of others that make a reservation compact the gone ones
-    /// itself (`spend_compact::COMPACT_AFTER`; the model checker's stores use 1).
+    /// itself (`spend::compact::COMPACT_AFTER`; the model checker's stores use 1).
     spend_compact_after: usize,
     /// The length past which a live writer rewrites its own spending journal (`[retention]
     /// spend_journal_bytes`).
@@ -187,7 +186,7 @@ impl Store {
             gone_journals: ops_archive::GoneJournals::Archive,
             evidence_segment_records: evidence::DEFAULT_SEGMENT_RECORDS,
             evidence_keep_segments: None,
-            spend_compact_after: spend_compact::COMPACT_AFTER,
+            spend_compact_after: spend::compact::COMPACT_AFTER,
             spend_rewrite_bytes: spend::REWRITE_BYTES,
             ops_snapshot_every: ops_snapshot::SNAPSHOT_EVERY_BYTES,
             #[cfg(feature = "planted-bugs")]

@@ -2,7 +2,7 @@
 //! "Many hosts: etcd"): the high-water marks — the highest WAL seq and epoch it has read from the
 //! plane — and the pinned verification key's fingerprint, per prefix, in `keys/etcd-trust.json`.
 //!
-//! The rule the plane's readers follow ([`Store::hold_marks`]): a plane read below the marks is
+//! The rule the plane's readers follow ([`Marks::hold`]): a plane read below the marks is
 //! `control_state_corrupt` (a wipe, an old snapshot restored: a stop, never an all-clear); a
 //! plane above them raises them durably (temporary file, fsync, rename, fsync of `keys/`) BEFORE
 //! the reader acts on it, and a mark that cannot be raised is `control_io`. It lives here, in the
@@ -58,9 +58,39 @@ impl Store {
         }
     }
 
+    /// True when a plane at (`wal_seq`, `epoch_seq`) is below `trust` (a planted bug may
+    /// forget the epoch).
+    fn went_back(&self, trust: &Trust, wal_seq: u64, epoch_seq: u64) -> bool {
+        #[cfg(feature = "planted-bugs")]
+        if self.planted == crate::planted::PlantedBug::MarkAcceptsLowerEpoch {
+            return wal_seq < trust.wal_seq;
+        }
+        wal_seq < trust.wal_seq || epoch_seq < trust.epoch_seq
+    }
+}
+
+/// The high-water marks of one control directory ([`Store::marks`]): what this host trusts about
+/// an etcd plane's prefix, changed durably, and the check of a plane read against it.
+#[derive(Debug, Clone, Copy)]
+pub struct Marks<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    /// The high-water marks this host keeps of the planes it reads.
+    pub fn marks(&self) -> Marks<'_> {
+        Marks { store: self }
+    }
+}
+
+impl Marks<'_> {
     /// What this host trusts about `prefix` (nothing yet: zeros and no pin).
     pub fn trust(&self, prefix: &str) -> Result<Trust, StoreError> {
-        Ok(self.read_trust_all()?.remove(prefix).unwrap_or_default())
+        Ok(self
+            .store
+            .read_trust_all()?
+            .remove(prefix)
+            .unwrap_or_default())
     }
 
     /// Change `prefix`'s trust with `change`, durably, before returning. Writers on this host
@@ -79,8 +109,8 @@ impl Store {
             return Ok(current);
         }
         // A gate never creates the home (a missing one is `control_home_missing`).
-        let home = self.layout().home();
-        if !self.fs().exists(home).unwrap_or(false) {
+        let home = self.store.layout().home();
+        if !self.store.fs().exists(home).unwrap_or(false) {
             return Err(StoreError::refused(
                 RefusalCode::ControlHomeMissing,
                 format!(
@@ -89,9 +119,10 @@ impl Store {
                 ),
             ));
         }
-        let keys = self.layout().keys();
-        self.ensure_dirs(&[&keys])?;
+        let keys = self.store.layout().keys();
+        self.store.ensure_dirs(&[&keys])?;
         let _lock = self
+            .store
             .fs()
             .lock(&keys.join("etcd-trust.lock"), true, true, Some(LOCK_WAIT))
             .map_err(|e| {
@@ -100,12 +131,13 @@ impl Store {
                     format!("keys/etcd-trust.lock cannot be taken: {e}"),
                 )
             })?;
-        let mut all = self.read_trust_all()?;
+        let mut all = self.store.read_trust_all()?;
         let entry = all.entry(prefix.to_string()).or_default();
         change(entry);
         let after = entry.clone();
         let bytes = serde_json::to_vec_pretty(&all).expect("the trust map serializes");
-        self.replace_atomic(&self.trust_path(), &bytes, "etcd.trust")?;
+        self.store
+            .replace_atomic(&self.store.trust_path(), &bytes, "etcd.trust")?;
         Ok(after)
     }
 
@@ -113,9 +145,9 @@ impl Store {
     /// this host's marks: below them is `control_state_corrupt`; above them, the marks are
     /// raised durably before this returns (`control_io` when they cannot be). `Ok` means the
     /// reader may act on what it read.
-    pub fn hold_marks(&self, prefix: &str, wal_seq: u64, epoch_seq: u64) -> Result<(), Refusal> {
+    pub fn hold(&self, prefix: &str, wal_seq: u64, epoch_seq: u64) -> Result<(), Refusal> {
         let trust = self.trust(prefix).map_err(|e| e.to_refusal())?;
-        if self.went_back(&trust, wal_seq, epoch_seq) {
+        if self.store.went_back(&trust, wal_seq, epoch_seq) {
             return Err(Refusal::new(
                 RefusalCode::ControlStateCorrupt,
                 format!(
@@ -138,15 +170,5 @@ impl Store {
                 format!("the plane's high-water mark cannot be kept in keys/{TRUST_FILE}, so its view is not acted on: {error}"),
             )
         })
-    }
-
-    /// True when a plane at (`wal_seq`, `epoch_seq`) is below `trust` (a planted bug may
-    /// forget the epoch).
-    fn went_back(&self, trust: &Trust, wal_seq: u64, epoch_seq: u64) -> bool {
-        #[cfg(feature = "planted-bugs")]
-        if self.planted == crate::planted::PlantedBug::MarkAcceptsLowerEpoch {
-            return wal_seq < trust.wal_seq;
-        }
-        wal_seq < trust.wal_seq || epoch_seq < trust.epoch_seq
     }
 }

@@ -15,6 +15,7 @@
 
 use crate::error::{IoContext, StoreError};
 use crate::group_commit::{GroupCommit, Ticket};
+use crate::ops_handle::Ops;
 use crate::Store;
 use std::collections::BTreeMap;
 use std::io;
@@ -171,61 +172,6 @@ fn writer_alive_by(writer: &str, start_time: impl Fn(u32) -> Option<u64>) -> boo
 }
 
 impl Store {
-    /// Open this process's journal, labelled `label` (e.g. `gateway`, `cli`).
-    pub fn ops_journal(&self, label: &str) -> Result<OpsJournal, StoreError> {
-        self.ensure_dirs(&[&self.layout.ops()])?;
-        let pid = self.env.pid();
-        let start = self.env.process_start_time(pid).unwrap_or(0);
-        let writer = format!("{label}-{pid}-{start}");
-        let path = self.layout.ops().join(format!("{writer}.jsonl"));
-        let entry_durable = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        // The journal's open set as this writer committed it (`ops_open_set.rs`): what its
-        // snapshot is rewritten from, every `ops_snapshot_every` bytes, without reading back.
-        let open = std::sync::Mutex::new(crate::ops_open_set::WriterOpenSet::new());
-        let (store, file, name) = (self.clone(), path.clone(), format!("{writer}.jsonl"));
-        let commit = Box::new(move |bytes: &[u8], sync: bool, fp: &str| {
-            let committed = store.fs.append_end(&file, bytes, sync, fp).and_then(|end| {
-                if sync {
-                    make_entry_durable(&store, &entry_durable)?;
-                }
-                Ok(end)
-            });
-            let mut open = open
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match committed {
-                Ok(end) => open.committed(bytes, end, &store),
-                Err(error) => {
-                    // Whatever of the batch reached the file is not counted: only a read of
-                    // the journal can say what it holds now.
-                    open.forget();
-                    return Err(error);
-                }
-            }
-            if open.snapshot_due(store.ops_snapshot_every) {
-                if let Err(error) = store.snapshot_own_journal(&name, &mut open) {
-                    tracing::warn!(%error, journal = %name, "cannot rewrite the journal's open-set snapshot");
-                }
-            }
-            Ok(())
-        });
-        #[cfg(feature = "planted-bugs")]
-        if self.planted == crate::planted::PlantedBug::GroupReleasedBeforeFsync {
-            return Ok(OpsJournal {
-                store: self.clone(),
-                writer,
-                path: std::sync::Arc::new(path),
-                queue: GroupCommit::with_release_before_fsync("ops.batch", commit),
-            });
-        }
-        Ok(OpsJournal {
-            store: self.clone(),
-            writer,
-            path: std::sync::Arc::new(path),
-            queue: GroupCommit::new("ops.batch", commit),
-        })
-    }
-
     /// Read every journal: (writer, lines) pairs and errors. `hot` reads each journal's
     /// open-set snapshot and only what follows it (`ops_snapshot.rs`); otherwise every line.
     pub(crate) fn read_journals(&self, hot: bool) -> (Vec<(String, Vec<OpLine>)>, Vec<String>) {
@@ -266,19 +212,6 @@ impl Store {
         (journals, errors)
     }
 
-    /// Every operation, folded across journals, with registry errors: the whole history
-    /// (`ops list`, evidence, drills). Gates read [`Store::open_operations`].
-    pub fn operations(&self) -> (BTreeMap<String, Operation>, Vec<String>) {
-        Self::fold_journals(self.read_journals(false))
-    }
-
-    /// The operations the journals leave open — every unresolved one, and whatever else their
-    /// snapshots have not yet folded away — with registry errors. What gates read: its cost
-    /// depends on the open set and the lines since each journal's snapshot, not the history.
-    pub fn open_operations(&self) -> (BTreeMap<String, Operation>, Vec<String>) {
-        Self::fold_journals(self.read_journals(true))
-    }
-
     pub(crate) fn fold_journals(
         (journals, errors): (Vec<(String, Vec<OpLine>)>, Vec<String>),
     ) -> (BTreeMap<String, Operation>, Vec<String>) {
@@ -286,11 +219,6 @@ impl Store {
             .iter()
             .flat_map(|(writer, lines)| lines.iter().map(move |l| (writer.as_str(), l.clone())));
         (fold(lines), errors)
-    }
-
-    /// The census of unresolved file, destination and model operations.
-    pub fn census(&self) -> Census {
-        self.census_of(self.open_operations())
     }
 
     /// The census of `ops` (folded open operations) and the registry errors read with them.
@@ -338,12 +266,6 @@ impl Store {
         census
     }
 
-    /// Targets blocked by operations in doubt, with whom each blocks (model requests block
-    /// nobody and are left out). An unreadable registry blocks every target for everyone (`*`).
-    pub fn blocked_targets(&self) -> BTreeMap<String, Vec<Blocker>> {
-        self.blocked_of(self.census())
-    }
-
     /// The blocked targets `census` says.
     pub(crate) fn blocked_of(&self, census: Census) -> BTreeMap<String, Vec<Blocker>> {
         let mut blocked: BTreeMap<String, Vec<Blocker>> = BTreeMap::new();
@@ -374,15 +296,6 @@ impl Store {
         blocked
     }
 
-    /// Unresolved operations prepared more than `older_than_ms` ago (the age-based in-doubt query).
-    pub fn in_doubt_older_than(&self, older_than_ms: i64) -> Vec<Operation> {
-        let now = self.env.now_ms();
-        let (ops, _) = self.open_operations();
-        ops.into_values()
-            .filter(|op| op.is_unresolved() && now - op.prepared_ms > older_than_ms)
-            .collect()
-    }
-
     /// Record the owner's outcome for an unresolved operation.
     #[cfg_attr(not(feature = "owner"), allow(dead_code))]
     pub(crate) fn reconcile(
@@ -399,7 +312,7 @@ impl Store {
                 format!("outcome {outcome:?} is not committed, failed or abandoned"),
             ));
         }
-        let (ops, _) = self.open_operations();
+        let (ops, _) = self.ops().open();
         let Some(op) = ops.get(op_id).filter(|op| op.is_unresolved()).cloned() else {
             return Err(StoreError::refused(
                 RefusalCode::OperationUnknown,
@@ -622,4 +535,94 @@ fn make_entry_durable(
     store.fs.sync_dir(store.layout.home(), "ops.home.dirsync")?;
     entry_durable.store(true, Ordering::SeqCst);
     Ok(())
+}
+
+impl Ops<'_> {
+    /// Open this process's journal, labelled `label` (e.g. `gateway`, `cli`).
+    pub fn journal(&self, label: &str) -> Result<OpsJournal, StoreError> {
+        self.store.ensure_dirs(&[&self.store.layout.ops()])?;
+        let pid = self.store.env.pid();
+        let start = self.store.env.process_start_time(pid).unwrap_or(0);
+        let writer = format!("{label}-{pid}-{start}");
+        let path = self.store.layout.ops().join(format!("{writer}.jsonl"));
+        let entry_durable = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // The journal's open set as this writer committed it (`ops_open_set.rs`): what its
+        // snapshot is rewritten from, every `ops_snapshot_every` bytes, without reading back.
+        let open = std::sync::Mutex::new(crate::ops_open_set::WriterOpenSet::new());
+        let (store, file, name) = (self.store.clone(), path.clone(), format!("{writer}.jsonl"));
+        let commit = Box::new(move |bytes: &[u8], sync: bool, fp: &str| {
+            let committed = store.fs.append_end(&file, bytes, sync, fp).and_then(|end| {
+                if sync {
+                    make_entry_durable(&store, &entry_durable)?;
+                }
+                Ok(end)
+            });
+            let mut open = open
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match committed {
+                Ok(end) => open.committed(bytes, end, &store),
+                Err(error) => {
+                    // Whatever of the batch reached the file is not counted: only a read of
+                    // the journal can say what it holds now.
+                    open.forget();
+                    return Err(error);
+                }
+            }
+            if open.snapshot_due(store.ops_snapshot_every) {
+                if let Err(error) = store.snapshot_own_journal(&name, &mut open) {
+                    tracing::warn!(%error, journal = %name, "cannot rewrite the journal's open-set snapshot");
+                }
+            }
+            Ok(())
+        });
+        #[cfg(feature = "planted-bugs")]
+        if self.store.planted == crate::planted::PlantedBug::GroupReleasedBeforeFsync {
+            return Ok(OpsJournal {
+                store: self.store.clone(),
+                writer,
+                path: std::sync::Arc::new(path),
+                queue: GroupCommit::with_release_before_fsync("ops.batch", commit),
+            });
+        }
+        Ok(OpsJournal {
+            store: self.store.clone(),
+            writer,
+            path: std::sync::Arc::new(path),
+            queue: GroupCommit::new("ops.batch", commit),
+        })
+    }
+
+    /// Every operation, folded across journals, with registry errors: the whole history
+    /// (`ops list`, evidence, drills). Gates read [`Ops::open`].
+    pub fn all(&self) -> (BTreeMap<String, Operation>, Vec<String>) {
+        Store::fold_journals(self.store.read_journals(false))
+    }
+
+    /// The operations the journals leave open — every unresolved one, and whatever else their
+    /// snapshots have not yet folded away — with registry errors. What gates read: its cost
+    /// depends on the open set and the lines since each journal's snapshot, not the history.
+    pub fn open(&self) -> (BTreeMap<String, Operation>, Vec<String>) {
+        Store::fold_journals(self.store.read_journals(true))
+    }
+
+    /// The census of unresolved file, destination and model operations.
+    pub fn census(&self) -> Census {
+        self.store.census_of(self.open())
+    }
+
+    /// Targets blocked by operations in doubt, with whom each blocks (model requests block
+    /// nobody and are left out). An unreadable registry blocks every target for everyone (`*`).
+    pub fn blocked_targets(&self) -> BTreeMap<String, Vec<Blocker>> {
+        self.store.blocked_of(self.census())
+    }
+
+    /// Unresolved operations prepared more than `older_than_ms` ago (the age-based in-doubt query).
+    pub fn in_doubt_older_than(&self, older_than_ms: i64) -> Vec<Operation> {
+        let now = self.store.env.now_ms();
+        let (ops, _) = self.open();
+        ops.into_values()
+            .filter(|op| op.is_unresolved() && now - op.prepared_ms > older_than_ms)
+            .collect()
+    }
 }

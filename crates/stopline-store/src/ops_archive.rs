@@ -25,6 +25,7 @@
 //! has are archived (never `owner.jsonl`).
 
 use crate::error::{IoContext, StoreError};
+use crate::ops_handle::Ops;
 use crate::ops_snapshot::{self, Anchor};
 use crate::Store;
 use serde::{Deserialize, Serialize};
@@ -219,77 +220,6 @@ impl Store {
         (journals, errors)
     }
 
-    /// Move every journal of a writer that is gone out of `ops/` into the archive (and delete
-    /// it after under `GoneJournals::Prune`). Another process archiving at the same time makes
-    /// this pass a no-op. Nothing is ever lost: see the module's steps.
-    pub fn archive_gone_journals(&self, retention: GoneJournals) -> ArchiveReport {
-        let mut report = ArchiveReport::default();
-        let names = match self.fs.read_dir(&self.layout.ops()) {
-            Ok(names) => names,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return report,
-            Err(error) => {
-                report.errors.push(format!("ops/ is unreadable: {error}"));
-                return report;
-            }
-        };
-        let is_gone = |writer: &str| {
-            names_a_process(writer)
-                && !crate::ops::writer_alive_with(writer, |p| self.env.process_start_time(p))
-        };
-        let gone: Vec<&String> = names
-            .iter()
-            .filter(|n| ops_snapshot::is_journal(n) && is_gone(n.trim_end_matches(".jsonl")))
-            .collect();
-        // A gone writer's snapshot whose journal has left (a pass that crashed before removing
-        // it): nobody reads it (snapshots are read by their journal's name); tidy it away.
-        for name in &names {
-            if let Some(writer) = name.strip_suffix(ops_snapshot::SNAPSHOT_SUFFIX) {
-                let journal = format!("{writer}.jsonl");
-                if is_gone(writer) && !names.contains(&journal) {
-                    let path = self.layout.ops().join(name);
-                    let _ = self.fs.remove_file(&path, "ops.archive.unsnapshot");
-                }
-            }
-        }
-        let leftover = retention == GoneJournals::Prune
-            && names.iter().any(|n| n == ARCHIVE_DIR)
-            && self.archived_names().is_ok_and(|n| !n.is_empty());
-        if gone.is_empty() && !leftover {
-            return report;
-        }
-        if let Err(error) = self.ensure_archive_dir() {
-            report.errors.push(error.to_string());
-            return report;
-        }
-        let lock = self.fs.lock(
-            &self.archive_dir().join(".lock"),
-            true,
-            true,
-            Some(std::time::Duration::ZERO),
-        );
-        let _guard = match lock {
-            Ok(guard) => guard,
-            Err(error) if crate::fs::lock_busy(&error) => return report,
-            Err(error) => {
-                report.errors.push(format!("locking ops/archive/: {error}"));
-                return report;
-            }
-        };
-        for name in gone {
-            match self.archive_journal(name) {
-                Ok(()) => report.archived += 1,
-                Err(error) => report.errors.push(format!("ops/{name}: {error}")),
-            }
-        }
-        if retention == GoneJournals::Prune {
-            match self.prune_archived() {
-                Ok(pruned) => report.pruned = pruned,
-                Err(error) => report.errors.push(error.to_string()),
-            }
-        }
-        report
-    }
-
     /// Delete every archived journal (`gone_journals = "prune"`; the caller holds the
     /// archive's lock): its open lines are in `open.json` since before it was linked. Nothing
     /// is deleted while `open.json` cannot be trusted. Returns how many were deleted.
@@ -458,6 +388,79 @@ impl Store {
     }
 }
 
+impl Ops<'_> {
+    /// Move every journal of a writer that is gone out of `ops/` into the archive (and delete
+    /// it after under `GoneJournals::Prune`). Another process archiving at the same time makes
+    /// this pass a no-op. Nothing is ever lost: see the module's steps.
+    pub fn archive_gone_journals(&self, retention: GoneJournals) -> ArchiveReport {
+        let mut report = ArchiveReport::default();
+        let names = match self.store.fs.read_dir(&self.store.layout.ops()) {
+            Ok(names) => names,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return report,
+            Err(error) => {
+                report.errors.push(format!("ops/ is unreadable: {error}"));
+                return report;
+            }
+        };
+        let is_gone = |writer: &str| {
+            names_a_process(writer)
+                && !crate::ops::writer_alive_with(writer, |p| self.store.env.process_start_time(p))
+        };
+        let gone: Vec<&String> = names
+            .iter()
+            .filter(|n| ops_snapshot::is_journal(n) && is_gone(n.trim_end_matches(".jsonl")))
+            .collect();
+        // A gone writer's snapshot whose journal has left (a pass that crashed before removing
+        // it): nobody reads it (snapshots are read by their journal's name); tidy it away.
+        for name in &names {
+            if let Some(writer) = name.strip_suffix(ops_snapshot::SNAPSHOT_SUFFIX) {
+                let journal = format!("{writer}.jsonl");
+                if is_gone(writer) && !names.contains(&journal) {
+                    let path = self.store.layout.ops().join(name);
+                    let _ = self.store.fs.remove_file(&path, "ops.archive.unsnapshot");
+                }
+            }
+        }
+        let leftover = retention == GoneJournals::Prune
+            && names.iter().any(|n| n == ARCHIVE_DIR)
+            && self.store.archived_names().is_ok_and(|n| !n.is_empty());
+        if gone.is_empty() && !leftover {
+            return report;
+        }
+        if let Err(error) = self.store.ensure_archive_dir() {
+            report.errors.push(error.to_string());
+            return report;
+        }
+        let lock = self.store.fs.lock(
+            &self.store.archive_dir().join(".lock"),
+            true,
+            true,
+            Some(std::time::Duration::ZERO),
+        );
+        let _guard = match lock {
+            Ok(guard) => guard,
+            Err(error) if crate::fs::lock_busy(&error) => return report,
+            Err(error) => {
+                report.errors.push(format!("locking ops/archive/: {error}"));
+                return report;
+            }
+        };
+        for name in gone {
+            match self.store.archive_journal(name) {
+                Ok(()) => report.archived += 1,
+                Err(error) => report.errors.push(format!("ops/{name}: {error}")),
+            }
+        }
+        if retention == GoneJournals::Prune {
+            match self.store.prune_archived() {
+                Ok(pruned) => report.pruned = pruned,
+                Err(error) => report.errors.push(error.to_string()),
+            }
+        }
+        report
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,7 +477,7 @@ mod tests {
         let path = dir.path().join("home");
         let gone = Store::with_io(&path, Arc::new(crate::fs::RealFs), Arc::new(GONE));
         gone.ensure_home().unwrap();
-        let journal = gone.ops_journal("gateway").unwrap();
+        let journal = gone.ops().journal("gateway").unwrap();
         let owner = OpOwner::agent("worker");
         for _ in 0..resolved {
             let op = journal.prepare_for("mcp:s:echo", &owner, None).unwrap();
@@ -494,8 +497,8 @@ mod tests {
     #[test]
     fn a_gone_writers_journal_leaves_the_hot_listing_and_its_doubt_still_blocks() {
         let (_dir, store, doubt) = home(30);
-        let before = store.operations().0;
-        let report = store.archive_gone_journals(GoneJournals::Archive);
+        let before = store.ops().all().0;
+        let report = store.ops().archive_gone_journals(GoneJournals::Archive);
         assert_eq!((report.archived, report.pruned), (1, 0), "{report:?}");
         let ops = store.layout().ops();
         let listed: Vec<String> = std::fs::read_dir(&ops)
@@ -508,18 +511,18 @@ mod tests {
                 .all(|n| !n.ends_with(".jsonl") && !n.ends_with(".open.json")),
             "nothing of the journal left in ops/: {listed:?}"
         );
-        let (open, errors) = store.open_operations();
+        let (open, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(open.keys().collect::<Vec<_>>(), vec![&doubt]);
-        assert!(store.blocked_targets().contains_key("mcp:s:write"));
+        assert!(store.ops().blocked_targets().contains_key("mcp:s:write"));
         assert_eq!(
-            store.operations().0,
+            store.ops().all().0,
             before,
             "the whole history is still read"
         );
         // Nothing left to do the second time.
         assert_eq!(
-            store.archive_gone_journals(GoneJournals::Archive),
+            store.ops().archive_gone_journals(GoneJournals::Archive),
             ArchiveReport::default()
         );
     }
@@ -527,32 +530,32 @@ mod tests {
     #[test]
     fn prune_deletes_the_history_and_keeps_the_open_set() {
         let (_dir, store, doubt) = home(5);
-        let report = store.archive_gone_journals(GoneJournals::Prune);
+        let report = store.ops().archive_gone_journals(GoneJournals::Prune);
         assert_eq!((report.archived, report.pruned), (1, 1), "{report:?}");
         assert!(store.archived_names().unwrap().is_empty());
-        let (all, errors) = store.operations();
+        let (all, errors) = store.ops().all();
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(
             all.keys().collect::<Vec<_>>(),
             vec![&doubt],
             "the whole history of a pruned journal is its open set"
         );
-        let (open, errors) = store.open_operations();
+        let (open, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(open.keys().collect::<Vec<_>>(), vec![&doubt]);
-        assert!(store.blocked_targets().contains_key("mcp:s:write"));
+        assert!(store.ops().blocked_targets().contains_key("mcp:s:write"));
     }
 
     #[test]
     fn an_untrusted_open_set_reads_the_archive_whole_and_a_pruned_one_fails_closed() {
         let (_dir, store, doubt) = home(5);
-        store.archive_gone_journals(GoneJournals::Archive);
+        store.ops().archive_gone_journals(GoneJournals::Archive);
         std::fs::write(store.archive_open_path(), b"{").unwrap();
-        let (open, errors) = store.open_operations();
+        let (open, errors) = store.ops().open();
         assert!(open.contains_key(&doubt));
         assert_eq!(errors.len(), 1, "{errors:?}");
         // With an error in the registry every target is blocked for everyone.
-        assert!(store.blocked_targets().contains_key("*"));
+        assert!(store.ops().blocked_targets().contains_key("*"));
     }
 
     #[test]
@@ -565,10 +568,10 @@ mod tests {
             .find(|n| n.ends_with(".jsonl"))
             .unwrap();
         let keep = std::fs::read(ops.join(&name)).unwrap();
-        store.archive_gone_journals(GoneJournals::Archive);
+        store.ops().archive_gone_journals(GoneJournals::Archive);
         // As if the pass had crashed between the link and the removal.
         std::fs::write(ops.join(&name), &keep).unwrap();
-        let (open, errors) = store.open_operations();
+        let (open, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         let unresolved: Vec<&String> = open
             .iter()
@@ -578,7 +581,7 @@ mod tests {
         assert_eq!(unresolved, vec![&doubt], "once, from the journal in ops/");
         assert_eq!(open.len(), 6, "the journal in ops/ is read whole, once");
         // The next pass finishes it.
-        let report = store.archive_gone_journals(GoneJournals::Archive);
+        let report = store.ops().archive_gone_journals(GoneJournals::Archive);
         assert_eq!(report.archived, 1, "{report:?}");
         assert!(!ops.join(&name).exists());
     }
@@ -588,14 +591,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("home"));
         store.ensure_home().unwrap();
-        let journal = store.ops_journal("gateway").unwrap();
+        let journal = store.ops().journal("gateway").unwrap();
         let op = journal
             .prepare_for("mcp:s:write", &OpOwner::agent("worker"), None)
             .unwrap();
         store
             .reconcile(&op, "failed", "checked by hand", "operator")
             .unwrap();
-        let report = store.archive_gone_journals(GoneJournals::Archive);
+        let report = store.ops().archive_gone_journals(GoneJournals::Archive);
         assert_eq!(report, ArchiveReport::default());
         assert!(store.layout().ops().join("owner.jsonl").exists());
         assert!(names_a_process("gateway-12-34"));

@@ -193,12 +193,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::{FileId, Fs, LockGuard, RealFs};
+    use crate::fs::{FileId, Fs, FsLayer, RealFs};
     use crate::ops::OpOwner;
     use std::io;
     use std::path::Path;
     use std::sync::{Arc, Mutex};
-    use std::time::Duration;
 
     /// The real filesystem, recording every call that reads a journal or syncs anything, and
     /// failing the batch whose failpoint name is armed (after writing it, as a failed fsync).
@@ -215,13 +214,21 @@ mod tests {
         fn take(&self) -> Vec<String> {
             std::mem::take(&mut *self.calls.lock().unwrap())
         }
+        fn note_read(&self, path: &Path) {
+            if is_journal(path) {
+                self.note("read journal".into());
+            }
+        }
     }
 
     fn is_journal(path: &Path) -> bool {
         path.extension().is_some_and(|e| e == "jsonl")
     }
 
-    impl Fs for Recorded {
+    impl FsLayer for Recorded {
+        fn inner(&self) -> &dyn Fs {
+            &RealFs
+        }
         fn write_new(&self, path: &Path, bytes: &[u8], fp: &str) -> io::Result<()> {
             self.note(format!("fsync {fp}"));
             RealFs.write_new(path, bytes, fp)
@@ -253,32 +260,16 @@ mod tests {
             self.note(format!("dirsync {fp}"));
             RealFs.sync_dir(dir, fp)
         }
-        fn hard_link(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
-            RealFs.hard_link(from, to, fp)
-        }
         fn rename(&self, from: &Path, to: &Path, fp: &str) -> io::Result<()> {
             self.note(format!("rename {fp}"));
             RealFs.rename(from, to, fp)
         }
-        fn remove_file(&self, path: &Path, fp: &str) -> io::Result<()> {
-            RealFs.remove_file(path, fp)
-        }
-        fn create_dir_all(&self, path: &Path, fp: &str) -> io::Result<()> {
-            RealFs.create_dir_all(path, fp)
-        }
-        fn truncate(&self, path: &Path, len: u64, fp: &str) -> io::Result<()> {
-            RealFs.truncate(path, len, fp)
-        }
         fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-            if is_journal(path) {
-                self.note("read journal".into());
-            }
+            self.note_read(path);
             RealFs.read(path)
         }
         fn read_from(&self, path: &Path, offset: u64) -> io::Result<Vec<u8>> {
-            if is_journal(path) {
-                self.note("read journal".into());
-            }
+            self.note_read(path);
             RealFs.read_from(path, offset)
         }
         fn read_from_identified(
@@ -286,25 +277,13 @@ mod tests {
             path: &Path,
             offset: u64,
         ) -> io::Result<(Vec<u8>, Option<FileId>)> {
-            if is_journal(path) {
-                self.note("read journal".into());
-            }
+            self.note_read(path);
             RealFs.read_from_identified(path, offset)
         }
-        fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-            RealFs.read_dir(dir)
-        }
-        fn exists(&self, path: &Path) -> io::Result<bool> {
-            RealFs.exists(path)
-        }
-        fn lock(
-            &self,
-            path: &Path,
-            exclusive: bool,
-            create: bool,
-            wait: Option<Duration>,
-        ) -> io::Result<Box<dyn LockGuard>> {
-            RealFs.lock(path, exclusive, create, wait)
+        /// An identity opens the file: a read of it, as the other read methods.
+        fn identify(&self, path: &Path) -> io::Result<Option<FileId>> {
+            self.note_read(path);
+            RealFs.identify(path)
         }
     }
 
@@ -346,7 +325,7 @@ mod tests {
     fn the_writers_snapshot_is_written_from_memory_without_a_read_or_an_fsync() {
         // A snapshot after every batch: each of the 3 x 20 + 2 batches rewrites it.
         let (_dir, store, fs) = home(1);
-        let journal = store.ops_journal("gateway").unwrap();
+        let journal = store.ops().journal("gateway").unwrap();
         let open = calls(&journal, 20);
         let name = format!("{}.jsonl", journal.writer());
         let recorded = fs.take();
@@ -398,7 +377,7 @@ mod tests {
         );
         let read = store.read_journal_hot(&name).unwrap();
         assert_eq!(read.snapshot_offset, journal_len, "the hot read trusted it");
-        let (hot, errors) = store.open_operations();
+        let (hot, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(hot.keys().collect::<Vec<_>>(), vec![&open]);
     }
@@ -406,8 +385,8 @@ mod tests {
     #[test]
     fn another_writer_of_the_same_file_or_a_failed_batch_makes_the_writer_read_the_journal() {
         let (_dir, store, fs) = home(1);
-        let first = store.ops_journal("gateway").unwrap();
-        let second = store.ops_journal("gateway").unwrap();
+        let first = store.ops().journal("gateway").unwrap();
+        let second = store.ops().journal("gateway").unwrap();
         let name = format!("{}.jsonl", first.writer());
         let open_first = calls(&first, 2);
         // Another queue on the same file: the first writer's end is no longer the file's.
@@ -451,7 +430,7 @@ mod tests {
         // The writer's snapshot after the outcome of `resolved`, then a power cut that kept
         // the snapshot (renamed without fsync) but not the journal's last batch.
         let (_dir, store, _fs) = home(1);
-        let journal = store.ops_journal("gateway").unwrap();
+        let journal = store.ops().journal("gateway").unwrap();
         let open = calls(&journal, 3);
         let name = format!("{}.jsonl", journal.writer());
         let path = store.layout().ops().join(&name);
@@ -461,7 +440,7 @@ mod tests {
         assert_eq!(snapshot["lines"].as_array().unwrap().len(), 0);
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         file.set_len(before_outcome).unwrap();
-        let (hot, errors) = store.open_operations();
+        let (hot, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         assert!(
             hot.get(&open).is_some_and(|op| op.is_unresolved()),
@@ -469,7 +448,7 @@ mod tests {
         );
         // And shorter still, into the anchor's own line: read whole as well.
         file.set_len(before_outcome - 10).unwrap();
-        let (hot, errors) = store.open_operations();
+        let (hot, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         assert!(hot.get(&open).is_some_and(|op| op.is_unresolved()));
     }

@@ -20,6 +20,7 @@
 //! journal before it never changes. `docs/durability.md` gives the whole argument.
 
 use crate::error::StoreError;
+use crate::ops_handle::Ops;
 use crate::Store;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -257,34 +258,6 @@ impl Store {
         }))
     }
 
-    /// Rewrite the snapshot of the journal file `name` (`<writer>.jsonl`) at its current end,
-    /// when at least `min_new_bytes` of complete lines were appended since the snapshot it has.
-    /// Returns whether a snapshot was written. A journal with a line that does not parse is
-    /// left alone (the hot read keeps reporting it). Journals are append-only, so this never
-    /// races a writer: lines appended meanwhile are simply after the new offset.
-    pub fn snapshot_ops_journal(&self, name: &str, min_new_bytes: u64) -> Result<bool, StoreError> {
-        let Some(open) = self.open_set_at_end(name)? else {
-            return Ok(false);
-        };
-        if open.end <= open.snapshot_offset
-            || open.end - open.snapshot_offset < min_new_bytes.max(1)
-        {
-            return Ok(false);
-        }
-        let lines: Vec<Vec<u8>> = open
-            .lines
-            .iter()
-            .map(|line| serde_json::to_vec(line).expect("an op line always serializes"))
-            .collect();
-        self.write_ops_snapshot(
-            name,
-            open.end,
-            &open.last_line,
-            lines.iter().map(Vec::as_slice),
-        )?;
-        Ok(true)
-    }
-
     /// Write the snapshot of the journal file `name` at `offset`: `last_line` (with its
     /// newline) ends there, `lines` are the JSON objects of the open lines, in journal order.
     /// Without fsync (`replace_visible`): the snapshot is derived data checked by its anchor
@@ -324,12 +297,47 @@ impl Store {
         bytes.extend_from_slice(b"]}");
         self.replace_visible(&self.snapshot_path(name), &bytes, "ops.snapshot")
     }
+}
+
+/// True for a journal's file name (`<writer>.jsonl`).
+pub(crate) fn is_journal(name: &str) -> bool {
+    name.ends_with(".jsonl")
+}
+
+impl Ops<'_> {
+    /// Rewrite the snapshot of the journal file `name` (`<writer>.jsonl`) at its current end,
+    /// when at least `min_new_bytes` of complete lines were appended since the snapshot it has.
+    /// Returns whether a snapshot was written. A journal with a line that does not parse is
+    /// left alone (the hot read keeps reporting it). Journals are append-only, so this never
+    /// races a writer: lines appended meanwhile are simply after the new offset.
+    pub fn snapshot_journal(&self, name: &str, min_new_bytes: u64) -> Result<bool, StoreError> {
+        let Some(open) = self.store.open_set_at_end(name)? else {
+            return Ok(false);
+        };
+        if open.end <= open.snapshot_offset
+            || open.end - open.snapshot_offset < min_new_bytes.max(1)
+        {
+            return Ok(false);
+        }
+        let lines: Vec<Vec<u8>> = open
+            .lines
+            .iter()
+            .map(|line| serde_json::to_vec(line).expect("an op line always serializes"))
+            .collect();
+        self.store.write_ops_snapshot(
+            name,
+            open.end,
+            &open.last_line,
+            lines.iter().map(Vec::as_slice),
+        )?;
+        Ok(true)
+    }
 
     /// Rewrite the snapshot of every journal under `ops/` that grew by at least
     /// `min_new_bytes` since its last one (a gateway's upkeep for journals whose writer is gone;
     /// a live writer keeps its own). Returns how many were written; failures are reported.
-    pub fn snapshot_ops_journals(&self, min_new_bytes: u64) -> (usize, Vec<String>) {
-        let names = match self.fs.read_dir(&self.layout.ops()) {
+    pub fn snapshot_journals(&self, min_new_bytes: u64) -> (usize, Vec<String>) {
+        let names = match self.store.fs.read_dir(&self.store.layout.ops()) {
             Ok(names) => names,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return (0, Vec::new()),
             Err(error) => return (0, vec![format!("ops/ is unreadable: {error}")]),
@@ -337,7 +345,7 @@ impl Store {
         let mut written = 0;
         let mut errors = Vec::new();
         for name in names.iter().filter(|n| is_journal(n)) {
-            match self.snapshot_ops_journal(name, min_new_bytes) {
+            match self.snapshot_journal(name, min_new_bytes) {
                 Ok(true) => written += 1,
                 Ok(false) => {}
                 Err(error) => errors.push(format!("ops/{name}: {error}")),
@@ -345,11 +353,6 @@ impl Store {
         }
         (written, errors)
     }
-}
-
-/// True for a journal's file name (`<writer>.jsonl`).
-pub(crate) fn is_journal(name: &str) -> bool {
-    name.ends_with(".jsonl")
 }
 
 #[cfg(test)]
@@ -363,7 +366,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("home"));
         store.ensure_home().unwrap();
-        let journal = store.ops_journal("gateway").unwrap();
+        let journal = store.ops().journal("gateway").unwrap();
         let owner = OpOwner::agent("worker");
         for _ in 0..resolved {
             let op = journal.prepare_for("mcp:s:echo", &owner, None).unwrap();
@@ -373,7 +376,7 @@ mod tests {
         let open = journal.prepare_for("mcp:s:write", &owner, None).unwrap();
         journal.dispatched(&open).unwrap();
         let name = format!("{}.jsonl", journal.writer());
-        store.snapshot_ops_journal(&name, 1).unwrap();
+        store.ops().snapshot_journal(&name, 1).unwrap();
         (dir, store, name, open)
     }
 
@@ -394,14 +397,14 @@ mod tests {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[5] = b'#';
         std::fs::write(&path, &bytes).unwrap();
-        let (all, errors) = store.operations();
+        let (all, errors) = store.ops().all();
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(all.len(), 200, "every other operation is in the history");
-        let (hot, errors) = store.open_operations();
+        let (hot, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(hot.keys().collect::<Vec<_>>(), vec![&open]);
         assert!(hot[&open].dispatched && hot[&open].outcome.is_none());
-        let census = store.census();
+        let census = store.ops().census();
         assert_eq!(census.destination.len(), 1);
         assert!(census.destination[0].in_flight, "its writer is alive");
     }
@@ -409,12 +412,12 @@ mod tests {
     #[test]
     fn lines_after_the_snapshot_are_read_and_an_untrusted_snapshot_means_the_whole_journal() {
         let (_dir, store, name, open) = aged(20);
-        let journal = store.ops_journal("gateway").unwrap();
+        let journal = store.ops().journal("gateway").unwrap();
         let later = journal
             .prepare_for("mcp:s:later", &OpOwner::agent("worker"), None)
             .unwrap();
         journal.outcome(&open, "failed").unwrap();
-        let (hot, errors) = store.open_operations();
+        let (hot, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(hot[&open].outcome.as_deref(), Some("failed"));
         assert!(hot[&later].is_unresolved());
@@ -425,12 +428,12 @@ mod tests {
         let keep = bytes.len() / 2;
         let cut = bytes[..keep].iter().rposition(|&b| b == b'\n').unwrap() + 1;
         std::fs::write(&path, &bytes[..cut]).unwrap();
-        let (hot, _) = store.open_operations();
-        let (all, _) = store.operations();
+        let (hot, _) = store.ops().open();
+        let (all, _) = store.ops().all();
         assert_eq!(hot, all, "an untrusted snapshot reads as no snapshot");
         // A snapshot that does not parse is not trusted either.
         std::fs::write(store.snapshot_path(&name), b"{").unwrap();
-        let (hot, _) = store.open_operations();
+        let (hot, _) = store.ops().open();
         assert_eq!(hot, all);
     }
 
@@ -441,11 +444,11 @@ mod tests {
         let ops = store.layout().ops();
         std::fs::rename(ops.join(&name), ops.join("gateway-1-1.jsonl")).unwrap();
         std::fs::remove_file(store.snapshot_path(&name)).unwrap();
-        let (written, errors) = store.snapshot_ops_journals(1);
+        let (written, errors) = store.ops().snapshot_journals(1);
         assert_eq!((written, errors.len()), (1, 0), "{errors:?}");
-        let (again, _) = store.snapshot_ops_journals(1);
+        let (again, _) = store.ops().snapshot_journals(1);
         assert_eq!(again, 0, "nothing new since");
-        let census = store.census();
+        let census = store.ops().census();
         assert_eq!(census.destination.len(), 1, "{census:?}");
         let entry = &census.destination[0];
         assert_eq!(entry.operation.op, open);
@@ -453,6 +456,6 @@ mod tests {
             !entry.in_flight && entry.blocking,
             "its writer is gone: in doubt"
         );
-        assert!(store.blocked_targets().contains_key("mcp:s:write"));
+        assert!(store.ops().blocked_targets().contains_key("mcp:s:write"));
     }
 }

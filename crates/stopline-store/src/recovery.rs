@@ -106,7 +106,7 @@ impl Store {
         // Before anything is cleared: every latch an engage left unrecorded gets its record and
         // epoch advance, so no stop leaves `latches/` without its trace in the WAL.
         let log = if self.records_deferred() {
-            let (present, faults) = self.active_latches(Some(&log));
+            let (present, faults) = self.latches().active(Some(&log));
             if let Some(fault) = faults.into_iter().next() {
                 return Err(StoreError::Refused(fault));
             }
@@ -192,11 +192,11 @@ impl Store {
 
         // Rescan: anything still covering the scope — a racing engage included — survives.
         #[cfg(not(feature = "planted-bugs"))]
-        let (latches, faults) = self.active_latches(Some(&log));
+        let (latches, faults) = self.latches().active(Some(&log));
         #[cfg(feature = "planted-bugs")]
         let (latches, faults) = match self.planted {
             crate::planted::PlantedBug::SkipRescan => (Vec::new(), Vec::new()),
-            _ => self.active_latches(Some(&log)),
+            _ => self.latches().active(Some(&log)),
         };
         let mut surviving: Vec<String> = latches
             .iter()
@@ -273,7 +273,7 @@ impl Store {
         if self.planted != crate::planted::PlantedBug::ClearByScope {
             return planned;
         }
-        let (latches, _) = self.active_latches(None);
+        let (latches, _) = self.latches().active(None);
         latches
             .into_iter()
             .filter(|l| &l.scope == scope)

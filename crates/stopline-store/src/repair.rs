@@ -43,7 +43,11 @@ pub struct RepairReceipt {
 
 impl Store {
     /// Keep `bytes` as recovery evidence named after `file`; returns the evidence file name.
-    pub fn keep_recovery_evidence(&self, file: &str, bytes: &[u8]) -> Result<String, StoreError> {
+    pub(crate) fn keep_recovery_evidence(
+        &self,
+        file: &str,
+        bytes: &[u8],
+    ) -> Result<String, StoreError> {
         let dir = self.layout.recovery_evidence();
         self.ensure_dirs(&[&dir])?;
         let name = format!("{file}-{}.bin", wal::sha256_hex(bytes));

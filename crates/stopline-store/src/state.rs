@@ -6,7 +6,7 @@ use stopline_core::{ControlState, RefusalCode, StateRecord};
 
 impl Store {
     /// Read `state.json`; a missing file is RUNNING, an unparsable one `control_state_corrupt`.
-    pub fn read_state(&self) -> Result<StateRecord, StoreError> {
+    pub(crate) fn read_state(&self) -> Result<StateRecord, StoreError> {
         match self.read_optional(&self.layout.state())? {
             None => Ok(StateRecord::running()),
             Some(bytes) => serde_json::from_slice(&bytes).map_err(|error| {
@@ -19,7 +19,7 @@ impl Store {
     }
 
     /// Write `state.json` atomically.
-    pub fn write_state(
+    pub(crate) fn write_state(
         &self,
         state: ControlState,
         by: &str,

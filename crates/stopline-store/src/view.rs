@@ -71,12 +71,7 @@ pub struct ControlRecords {
 }
 
 impl Store {
-    /// Read WAL, epoch and state under a shared WAL lock.
-    pub fn read_control_records(&self) -> ControlRecords {
-        self.read_control_records_locked(None).0
-    }
-
-    /// As [`Store::read_control_records`], returning the shared WAL lock still held, so the
+    /// As [`Latches::records`], returning the shared WAL lock still held, so the
     /// caller can list `latches/` consistently with the WAL: disengage and recovery change both
     /// under the exclusive lock, and a listing taken after the lock was released could see a
     /// latch gone that the WAL read still records (a false "deleted stop").
@@ -128,18 +123,7 @@ impl Store {
         (ControlRecords { wal, epoch, state }, guard)
     }
 
-    /// List and read every entry of `latches/`. A missing directory is empty; an unreadable one
-    /// is an error the caller must treat as a fault; an entry too slow to read is in
-    /// [`LatchScan::unfinished`], a fault the caller must not take for a latch.
-    ///
-    /// Without the WAL lock a latch may be removed (disengage, recovery) between the listing and
-    /// the read of its entry, which then reads as a machine emergency: a caller that reads
-    /// without the lock acts only on well-formed entries and leaves the rest to a locked read.
-    pub fn scan_latches(&self) -> Result<LatchScan, StoreError> {
-        self.scan_latches_parking(Some("latches.listed"))
-    }
-
-    /// [`Store::scan_latches`], reaching the failpoint `park` (when given) between the listing
+    /// [`Latches::scan`], reaching the failpoint `park` (when given) between the listing
     /// and the reads.
     fn scan_latches_parking(&self, park: Option<&str>) -> Result<LatchScan, StoreError> {
         let dir = self.layout.latches();
@@ -193,7 +177,7 @@ impl Store {
     /// Latches the WAL records as engaged and not cleared whose file is neither in `latches/`
     /// nor under `breakglass.cleared/`: someone deleted a stop. Each reads as a machine emergency.
     /// An entry of `present` too slow to read is there (a fault), not deleted.
-    pub fn vanished_latches(&self, log: &WalLog, present: &LatchScan) -> Vec<ActiveLatch> {
+    pub(crate) fn vanished_latches(&self, log: &WalLog, present: &LatchScan) -> Vec<ActiveLatch> {
         let present: BTreeSet<&str> = present
             .latches
             .iter()
@@ -221,19 +205,7 @@ impl Store {
             .collect()
     }
 
-    /// Every active latch: the directory's entries plus vanished ones. Errors, and entries too
-    /// slow to read, become faults.
-    pub fn active_latches(&self, log: Option<&WalLog>) -> (Vec<ActiveLatch>, Vec<Refusal>) {
-        match self.active_latches_scan(log) {
-            Ok(scan) => {
-                let faults = scan.faults();
-                (scan.latches, faults)
-            }
-            Err(error) => (Vec::new(), vec![error.to_refusal()]),
-        }
-    }
-
-    /// [`Store::active_latches`] as a [`LatchScan`]: the vanished latches join its latches.
+    /// [`Latches::active`] as a [`LatchScan`]: the vanished latches join its latches.
     fn active_latches_scan(&self, log: Option<&WalLog>) -> Result<LatchScan, StoreError> {
         let mut scan = self.scan_latches_parking(None)?;
         if let Some(log) = log {
@@ -311,7 +283,7 @@ impl Store {
         if let Some(refusal) = unfinished {
             return Err(ReadTimedOut { refusal });
         }
-        view.blocked_targets = self.blocked_targets();
+        view.blocked_targets = self.ops().blocked_targets();
         Ok(view)
     }
 
@@ -416,7 +388,7 @@ impl Store {
     /// closes every gate.
     pub fn load_view(&self) -> ControlView {
         let mut view = self.load_control_view();
-        view.blocked_targets = self.blocked_targets();
+        view.blocked_targets = self.ops().blocked_targets();
         view
     }
 
@@ -425,8 +397,52 @@ impl Store {
     /// registry.
     pub fn load_view_and_census(&self) -> (ControlView, crate::ops::Census) {
         let mut view = self.load_control_view();
-        let census = self.census();
+        let census = self.ops().census();
         view.blocked_targets = self.blocked_of(census.clone());
         (view, census)
+    }
+}
+
+/// The latches of one control directory ([`Store::latches`]): the scan of `latches/`, the
+/// active latches it yields, and the records a control view is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct Latches<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    /// The latches of this control directory.
+    pub fn latches(&self) -> Latches<'_> {
+        Latches { store: self }
+    }
+}
+
+impl Latches<'_> {
+    /// Read WAL, epoch and state under a shared WAL lock.
+    pub fn records(&self) -> ControlRecords {
+        self.store.read_control_records_locked(None).0
+    }
+
+    /// List and read every entry of `latches/`. A missing directory is empty; an unreadable one
+    /// is an error the caller must treat as a fault; an entry too slow to read is in
+    /// [`LatchScan::unfinished`], a fault the caller must not take for a latch.
+    ///
+    /// Without the WAL lock a latch may be removed (disengage, recovery) between the listing and
+    /// the read of its entry, which then reads as a machine emergency: a caller that reads
+    /// without the lock acts only on well-formed entries and leaves the rest to a locked read.
+    pub fn scan(&self) -> Result<LatchScan, StoreError> {
+        self.store.scan_latches_parking(Some("latches.listed"))
+    }
+
+    /// Every active latch: the directory's entries plus vanished ones. Errors, and entries too
+    /// slow to read, become faults.
+    pub fn active(&self, log: Option<&WalLog>) -> (Vec<ActiveLatch>, Vec<Refusal>) {
+        match self.store.active_latches_scan(log) {
+            Ok(scan) => {
+                let faults = scan.faults();
+                (scan.latches, faults)
+            }
+            Err(error) => (Vec::new(), vec![error.to_refusal()]),
+        }
     }
 }

@@ -116,7 +116,7 @@ fn another_processs_journal_wakes_the_watch_and_its_own_does_not() {
     store.ensure_home().unwrap();
     // `ops/` does not exist yet: it is watched once it appears.
     let mut watch = store.watch().unwrap();
-    let own = store.ops_journal("gateway").unwrap();
+    let own = store.ops().journal("gateway").unwrap();
     let _ = collect(&mut watch, Duration::from_millis(300));
     let owner = stopline_store::ops::OpOwner::agent("worker");
     let op = own.prepare_for("mcp:s:echo", &owner, None).unwrap();
@@ -131,7 +131,8 @@ fn another_processs_journal_wakes_the_watch_and_its_own_does_not() {
         // Another process's: the real clock and ids with a pid of its own.
         std::sync::Arc::new(stopline_store::env::GoneProcess(4_200_002)),
     )
-    .ops_journal("gateway")
+    .ops()
+    .journal("gateway")
     .unwrap();
     let op = other.prepare_for("mcp:s:write", &owner, None).unwrap();
     let seen = collect(&mut watch, Duration::from_secs(5));

@@ -614,13 +614,14 @@ fn evidence_append_child_process() {
     // `STOPLINE_TEST_EVIDENCE_GATE`: read the drills as the drill gate does (which builds an
     // older home's index) instead of appending.
     if std::env::var_os("STOPLINE_TEST_EVIDENCE_GATE").is_some() {
-        store.evidence_drills().unwrap();
+        store.evidence().drills().unwrap();
         return;
     }
     let pass = std::env::var("STOPLINE_TEST_EVIDENCE_PASS").map_or(true, |p| p == "true");
     let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": pass});
     store
-        .append_evidence(
+        .evidence()
+        .append(
             "control-observation.v1",
             record.as_object().unwrap().clone(),
         )
@@ -651,7 +652,8 @@ fn prepare_evidence_home(records: u64, unanchored: bool) -> Home {
         }
         let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "h", "pass": true, "agents": n});
         store
-            .append_evidence(
+            .evidence()
+            .append(
                 "control-observation.v1",
                 record.as_object().unwrap().clone(),
             )
@@ -808,17 +810,18 @@ fn crash_at_every_step_of_an_evidence_append() {
 /// a full read of the log does: the last `pass`, whether any passed, and how many drills.
 fn drills_both_ways(home: &Home) -> (String, String) {
     let store = stopline_store::Store::open(home.path());
-    let answer = |index: &stopline_store::evidence_drills::DrillIndex| {
+    let answer = |index: &stopline_store::evidence::drills::DrillIndex| {
         let h = index.history("child");
         format!("{:?} {} {}", h.last_passed, h.any_passed, index.total)
     };
     let gate = store
-        .evidence_drills()
+        .evidence()
+        .drills()
         .map_or_else(|fault| format!("refused: {fault}"), |i| answer(&i));
-    let full = store.evidence_entries().map_or_else(
+    let full = store.evidence().entries().map_or_else(
         |fault| format!("refused: {fault}"),
         |entries| {
-            answer(&stopline_store::evidence_drills::DrillIndex::from_entries(
+            answer(&stopline_store::evidence::drills::DrillIndex::from_entries(
                 &entries,
             ))
         },
@@ -898,7 +901,8 @@ fn crash_at_every_step_of_a_drill_append_and_an_index_build_the_gate_answers_as_
         store
             .clone()
             .with_evidence_segment_records(EVIDENCE_SEGMENT)
-            .append_evidence(
+            .evidence()
+            .append(
                 "control-observation.v1",
                 passed.as_object().unwrap().clone(),
             )
@@ -912,7 +916,8 @@ fn crash_at_every_step_of_a_drill_append_and_an_index_build_the_gate_answers_as_
                 let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": false});
                 store
                     .with_evidence_segment_records(EVIDENCE_SEGMENT)
-                    .append_evidence(
+                    .evidence()
+                    .append(
                         "control-observation.v1",
                         record.as_object().unwrap().clone(),
                     )
@@ -926,7 +931,8 @@ fn crash_at_every_step_of_a_drill_append_and_an_index_build_the_gate_answers_as_
                 let record = serde_json::json!({"schema": "control-observation.v1", "harness_version": "child", "pass": false});
                 store
                     .with_evidence_segment_records(EVIDENCE_SEGMENT)
-                    .append_evidence(
+                    .evidence()
+                    .append(
                         "control-observation.v1",
                         record.as_object().unwrap().clone(),
                     )
@@ -1100,7 +1106,7 @@ fn gone_spend_journal(home: &Home, writer: &str) {
 /// it (no process has start time 1, so every writer of these homes is gone).
 fn spent(home: &Home, name: &str) -> (f64, f64) {
     let store = stopline_store::Store::open(home.path());
-    let journal = store.spend_journal("probe").unwrap();
+    let journal = store.spend().journal("probe").unwrap();
     let lock = journal
         .lock()
         .unwrap_or_else(|e| panic!("{name}: the spending cannot be read: {e}"));
@@ -1200,7 +1206,7 @@ fn crash_at_every_step_of_a_spend_compaction() {
                 assert_eq!(archived, kept, "{at}: kept on disk unless pruned");
                 // The next reservation lands, and counts once.
                 let store = stopline_store::Store::open(home.path());
-                let journal = store.spend_journal("next").unwrap();
+                let journal = store.spend().journal("next").unwrap();
                 let one: stopline_core::budget::Budgets =
                     [(stopline_core::budget::BudgetKind::ToolCalls, 1.0)].into();
                 journal
@@ -1209,7 +1215,7 @@ fn crash_at_every_step_of_a_spend_compaction() {
                     .reserved(&["t".to_string()], &one)
                     .unwrap_or_else(|e| panic!("{at}: the next reservation: {e}"));
                 let kind = stopline_core::budget::BudgetKind::ToolCalls;
-                let seen = store.spend_journal("probe").unwrap();
+                let seen = store.spend().journal("probe").unwrap();
                 let lock = seen.lock().unwrap();
                 assert_eq!(lock.elsewhere().in_flight["t"][&kind], 1.0, "{at}");
                 assert_eq!(lock.elsewhere().used["t"][&kind], exact.0, "{at}");
@@ -1235,7 +1241,7 @@ fn spend_rewrite_child_process() {
         .map(|b| b.parse().unwrap())
         .unwrap_or(u64::MAX);
     let store = stopline_store::Store::open(home).with_spend_rewrite_bytes(bytes);
-    let journal = store.spend_journal("gateway").unwrap();
+    let journal = store.spend().journal("gateway").unwrap();
     let kind = stopline_core::budget::BudgetKind::ToolCalls;
     let one: stopline_core::budget::Budgets = [(kind, 1.0)].into();
     let two: stopline_core::budget::Budgets = [(kind, 2.0)].into();
@@ -1405,7 +1411,7 @@ fn crash_at_every_step_of_a_live_spend_journal_rewrite() {
             "{step}: the journal and the {leftover} leftover(s) left spend/: {left:?}"
         );
         let store = stopline_store::Store::open(home.path());
-        let journal = store.spend_journal("next").unwrap();
+        let journal = store.spend().journal("next").unwrap();
         let kind = stopline_core::budget::BudgetKind::ToolCalls;
         let one: stopline_core::budget::Budgets = [(kind, 1.0)].into();
         journal
@@ -1413,7 +1419,7 @@ fn crash_at_every_step_of_a_live_spend_journal_rewrite() {
             .unwrap()
             .reserved(&["t".to_string()], &one)
             .unwrap_or_else(|e| panic!("{step}: the next reservation: {e}"));
-        let probe = store.spend_journal("probe").unwrap();
+        let probe = store.spend().journal("probe").unwrap();
         let lock = probe.lock().unwrap();
         assert_eq!(lock.elsewhere().in_flight["t"][&kind], 1.0, "{step}");
         assert_eq!(lock.elsewhere().used["t"][&kind], before.0, "{step}");

@@ -35,7 +35,8 @@ fn one_changed_byte_is_found_and_named() {
     let store = Store::open(home.path());
     for n in 1..=3 {
         store
-            .append_evidence("control-observation.v1", record(n))
+            .evidence()
+            .append("control-observation.v1", record(n))
             .unwrap();
     }
     let log = home.file("evidence/log.jsonl");
@@ -87,7 +88,7 @@ fn one_changed_byte_is_found_and_named() {
 fn an_operation_admitted_after_an_agents_breaker_trip_is_reported() {
     let home = Home::new();
     let store = Store::open(home.path());
-    let journal = store.ops_journal("test").unwrap();
+    let journal = store.ops().journal("test").unwrap();
     let before = journal
         .prepare("mcp:s:write", Some("agent-x"), Some("1"))
         .unwrap();
@@ -97,7 +98,8 @@ fn an_operation_admitted_after_an_agents_breaker_trip_is_reported() {
     let trip = json!({"schema": "evidence-record.v1", "agent": "agent-x", "breaker": "unauthorized_calls",
         "trigger": "tool_not_allowed", "threshold": 1.0, "observed": 1.0, "latch": "latch_abc", "level": "halt-all"});
     store
-        .append_evidence("breaker", trip.as_object().unwrap().clone())
+        .evidence()
+        .append("breaker", trip.as_object().unwrap().clone())
         .unwrap();
     std::thread::sleep(Duration::from_millis(5));
     let admitted = journal
@@ -150,7 +152,8 @@ fn a_real_breaker_trip_files_a_valid_evidence_record() {
     let store = Store::open(home.path());
     let trip = gw::within(Duration::from_secs(10), || {
         store
-            .evidence_entries()
+            .evidence()
+            .entries()
             .ok()?
             .into_iter()
             .find(|e| e.body["schema"] == "evidence-record.v1")
@@ -191,7 +194,8 @@ fn a_trips_window_closed_before_the_wal_checkpoint_still_ends_at_its_clearing() 
     let trip = json!({"schema": "evidence-record.v1", "agent": "agent-x", "breaker": "unauthorized_calls",
         "trigger": "tool_not_allowed", "threshold": 1.0, "observed": 1.0, "latch": latch, "level": "halt-all"});
     store
-        .append_evidence("breaker", trip.as_object().unwrap().clone())
+        .evidence()
+        .append("breaker", trip.as_object().unwrap().clone())
         .unwrap();
     home.run(&[
         "disengage",
@@ -207,7 +211,7 @@ fn a_trips_window_closed_before_the_wal_checkpoint_still_ends_at_its_clearing() 
     home.halt_cycles(40);
     assert!(home.file("breakglass.wal.checkpoint.json").exists());
     std::thread::sleep(Duration::from_millis(5));
-    let journal = store.ops_journal("test").unwrap();
+    let journal = store.ops().journal("test").unwrap();
     let later = journal
         .prepare("mcp:s:write", Some("agent-x"), Some("1"))
         .unwrap();
@@ -231,7 +235,8 @@ fn verify_all_reads_every_segment_and_an_append_needs_only_the_tail() {
     let store = Store::open(home.path()).with_evidence_segment_records(3);
     for n in 1..=7 {
         store
-            .append_evidence("control-observation.v1", record(n))
+            .evidence()
+            .append("control-observation.v1", record(n))
             .unwrap();
     }
     for segment in [
@@ -276,7 +281,8 @@ fn verify_all_reads_every_segment_and_an_append_needs_only_the_tail() {
         "trigger": "tool_not_allowed", "threshold": 1.0, "observed": 1.0, "latch": "latch_abc", "level": "halt-all"});
     assert_eq!(
         store
-            .append_evidence("breaker", trip.as_object().unwrap().clone())
+            .evidence()
+            .append("breaker", trip.as_object().unwrap().clone())
             .unwrap(),
         8
     );
@@ -294,7 +300,8 @@ fn verify_all_reads_every_segment_and_an_append_needs_only_the_tail() {
     // A whole segment gone: the records it held are named missing.
     std::fs::remove_file(home.file("evidence/log-000000000004.jsonl")).unwrap();
     store
-        .append_evidence("control-observation.v1", record(9))
+        .evidence()
+        .append("control-observation.v1", record(9))
         .unwrap();
     let all = home.run(&["evidence", "verify", "--all"]);
     assert_eq!(all.code, 1, "{}", all.stdout);
@@ -334,7 +341,8 @@ fn the_drills_route_reads_the_drill_index_and_indexes_an_older_home_once() {
     for n in 1..=20 {
         let record = json!({"schema": "control-observation.v1", "harness_version": "h", "pass": n % 4 != 0, "agents": n});
         store
-            .append_evidence(
+            .evidence()
+            .append(
                 "control-observation.v1",
                 record.as_object().unwrap().clone(),
             )

@@ -85,7 +85,8 @@ fn a_failed_last_drill_refuses_and_a_passing_one_admits() {
     let drill = |version: &str, pass: bool| {
         let record = json!({"schema": "control-observation.v1", "harness_version": version, "pass": pass, "agents": 1});
         store
-            .append_evidence(
+            .evidence()
+            .append(
                 "control-observation.v1",
                 record.as_object().unwrap().clone(),
             )

@@ -81,10 +81,10 @@ pub enum ProcSpec {
     /// Another process finishing deferred records (`Store::finish_deferred`, a gateway's
     /// periodic reload or `status`).
     FinishDeferred,
-    /// A gateway's journal upkeep (`Store::snapshot_ops_journals`, also `stopline ops
+    /// A gateway's journal upkeep (`Ops::snapshot_journals`, also `stopline ops
     /// compact`): every operation journal's open-set snapshot rewritten at its end.
     CompactOps,
-    /// A gateway's archive upkeep (`Store::archive_gone_journals`, also `stopline ops
+    /// A gateway's archive upkeep (`Ops::archive_gone_journals`, also `stopline ops
     /// compact`): the journals of writers that are gone leave `ops/` for `ops/archive/`.
     ArchiveOps,
     /// A gateway's reservation on a budget limit (`SpendJournal::lock`, which compacts the gone
@@ -95,7 +95,7 @@ pub enum ProcSpec {
         amount: u64,
     },
     /// A reader of a distributed plane (a gateway's watch, the CLI) that read the plane at WAL
-    /// `wal_seq` and epoch `epoch_seq` and is about to act on it: `Store::hold_marks` under
+    /// `wal_seq` and epoch `epoch_seq` and is about to act on it: `Marks::hold` under
     /// [`PLANE_PREFIX`], which raises this host's high-water marks durably first, or refuses a
     /// plane below them.
     ReadPlane {
@@ -104,18 +104,18 @@ pub enum ProcSpec {
         /// The plane's epoch as read.
         epoch_seq: u64,
     },
-    /// A gateway's spend upkeep (`Store::compact_spend_journals`, also `stopline ops compact`).
+    /// A gateway's spend upkeep (`Spend::compact_journals`, also `stopline ops compact`).
     CompactSpend,
     /// A fresh reader's look at the spending journals (a new gateway's first reservation
     /// decides on it): what it counts on the account `t`, spent and in flight.
     LookSpend,
-    /// A breaker trip's evidence record (`Store::append_evidence`, as `stopline_control::trip`
+    /// A breaker trip's evidence record (`Evidence::append`, as `stopline_control::trip`
     /// files it), its field `n` naming it.
     AppendEvidence {
         /// The record's name in the judgment.
         n: u64,
     },
-    /// A drill's record (`Store::append_evidence` of a `control-observation.v1`, as `stopline
+    /// A drill's record (`Evidence::append` of a `control-observation.v1`, as `stopline
     /// drill` files it) of harness version `h`, its field `n` naming it.
     AppendDrill {
         /// The record's name in the judgment.
@@ -123,7 +123,7 @@ pub enum ProcSpec {
         /// Its `pass`.
         pass: bool,
     },
-    /// `stopline run`'s drill gate (and `GET /v1/drills`): `Store::evidence_drills`, which
+    /// `stopline run`'s drill gate (and `GET /v1/drills`): `Evidence::drills`, which
     /// builds the drill index of an older home.
     DrillGate,
     /// `stopline run`'s store steps for one worker, in order: `Store::begin_run` (the entry in
@@ -367,7 +367,7 @@ impl ProcSpec {
                 Err(e) => failed(e),
             },
             ProcSpec::RecoverPlanApply { scope } => {
-                let census = store.census();
+                let census = store.ops().census();
                 let plan = match store.recover_plan(scope, "model check", "operator", &census) {
                     Ok(plan) => plan.plan,
                     Err(e) => return failed(e),
@@ -405,7 +405,7 @@ impl ProcSpec {
                     blocks: BlockScope::Agent,
                 };
                 let steps = || -> Result<(), stopline_store::StoreError> {
-                    let journal = store.ops_journal("gateway")?;
+                    let journal = store.ops().journal("gateway")?;
                     let op = journal.prepare_for(target, &owner, Some("1"))?;
                     journal.dispatched(&op)?;
                     match answer {
@@ -437,7 +437,8 @@ impl ProcSpec {
                     .map(|t| (t.as_str(), &owner, Some("1")))
                     .collect();
                 let prepared = store
-                    .ops_journal("gateway")
+                    .ops()
+                    .journal("gateway")
                     .and_then(|journal| journal.prepare_batch(&batch));
                 match prepared {
                     Ok(_) => Outcome::Prepared {
@@ -456,7 +457,7 @@ impl ProcSpec {
                     root: Some(root.clone()),
                     blocks: BlockScope::Agent,
                 };
-                let journal = match store.ops_journal("gateway") {
+                let journal = match store.ops().journal("gateway") {
                     Ok(journal) => journal,
                     Err(e) => return failed(e),
                 };
@@ -494,8 +495,9 @@ impl ProcSpec {
                 Err(e) => failed(e),
             },
             ProcSpec::ArchiveOps => {
-                let report =
-                    store.archive_gone_journals(stopline_store::ops_archive::GoneJournals::Archive);
+                let report = store
+                    .ops()
+                    .archive_gone_journals(stopline_store::ops_archive::GoneJournals::Archive);
                 if report.errors.is_empty() {
                     Outcome::Compacted
                 } else {
@@ -505,14 +507,14 @@ impl ProcSpec {
                 }
             }
             ProcSpec::AppendEvidence { n } => {
-                match store.append_evidence("breaker", evidence_record(*n)) {
+                match store.evidence().append("breaker", evidence_record(*n)) {
                     Ok(_) => Outcome::Filed { n: *n },
                     Err(e) => failed(e),
                 }
             }
             ProcSpec::AppendDrill { n, pass } => {
-                match store.append_evidence(
-                    stopline_store::evidence_drills::DRILL_SCHEMA,
+                match store.evidence().append(
+                    stopline_store::evidence::drills::DRILL_SCHEMA,
                     drill_record(*n, *pass),
                 ) {
                     Ok(_) => Outcome::Filed { n: *n },
@@ -520,7 +522,7 @@ impl ProcSpec {
                 }
             }
             ProcSpec::ReadPlane { wal_seq, epoch_seq } => {
-                match store.hold_marks(PLANE_PREFIX, *wal_seq, *epoch_seq) {
+                match store.marks().hold(PLANE_PREFIX, *wal_seq, *epoch_seq) {
                     Ok(()) => Outcome::PlaneActed {
                         wal_seq: *wal_seq,
                         epoch_seq: *epoch_seq,
@@ -532,11 +534,11 @@ impl ProcSpec {
             }
             ProcSpec::DrillGate => {
                 // A refusal is an answer too; the restart judges what the index then says.
-                let _ = store.evidence_drills();
+                let _ = store.evidence().drills();
                 Outcome::DrillsRead
             }
             ProcSpec::ReserveSpend { amount } => {
-                let reserved = store.spend_journal("gateway").and_then(|journal| {
+                let reserved = store.spend().journal("gateway").and_then(|journal| {
                     let lock = journal.lock()?;
                     lock.reserved(&[SPEND_ACCOUNT.to_string()], &tool_calls(*amount))
                 });
@@ -546,7 +548,7 @@ impl ProcSpec {
                 }
             }
             ProcSpec::LookSpend => {
-                let looked = store.spend_journal("reader").and_then(|journal| {
+                let looked = store.spend().journal("reader").and_then(|journal| {
                     let lock = journal.lock()?;
                     let kind = stopline_core::budget::BudgetKind::ToolCalls;
                     let of =
@@ -566,7 +568,8 @@ impl ProcSpec {
             }
             ProcSpec::CompactSpend => {
                 let report = store
-                    .compact_spend_journals(stopline_store::ops_archive::GoneJournals::Archive);
+                    .spend()
+                    .compact_journals(stopline_store::ops_archive::GoneJournals::Archive);
                 if report.errors.is_empty() {
                     Outcome::Compacted
                 } else {
@@ -609,7 +612,7 @@ impl ProcSpec {
                     }
                 }
             }
-            ProcSpec::CompactOps => match store.snapshot_ops_journals(1) {
+            ProcSpec::CompactOps => match store.ops().snapshot_journals(1) {
                 (_, errors) if errors.is_empty() => Outcome::Compacted,
                 (_, errors) => Outcome::Failed {
                     code: errors.join("; "),
@@ -672,7 +675,7 @@ pub fn drill_record(n: u64, pass: bool) -> serde_json::Map<String, serde_json::V
     stopline_store::chain::fields([
         (
             "schema",
-            serde_json::json!(stopline_store::evidence_drills::DRILL_SCHEMA),
+            serde_json::json!(stopline_store::evidence::drills::DRILL_SCHEMA),
         ),
         ("harness_version", serde_json::json!("h")),
         ("pass", serde_json::json!(pass)),

@@ -61,7 +61,7 @@ pub enum Property {
     /// registrations read through `runs.live/`), during a run's start and end and after any
     /// crash: no live worker is left out.
     LiveWorkersReached,
-    /// After any crash the drill gate (the drill index, `Store::evidence_drills`)
+    /// After any crash the drill gate (the drill index, `Evidence::drills`)
     /// answers what a full read of the durable log answers — the same drills, the same last
     /// `pass` per harness version; never a pass the log does not give, never a refusal of a log
     /// that verifies.
@@ -216,7 +216,7 @@ pub type DrillAnswer = Result<(Option<bool>, bool, u64, Vec<u64>), String>;
 pub struct DrillsSeen {
     /// When (`after the crash`, `after one more append`).
     pub when: &'static str,
-    /// The drill index's answer (`Store::evidence_drills`).
+    /// The drill index's answer (`Evidence::drills`).
     pub gate: DrillAnswer,
     /// The answer of the log read whole and verified (the records pruned with their segments
     /// included: they were read whole before the race).

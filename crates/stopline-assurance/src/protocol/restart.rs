@@ -165,7 +165,7 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
         )
     });
     if repair && needs_repair {
-        let issued = store.highest_issued_epoch().unwrap_or(0);
+        let issued = store.keys().highest_issued_epoch().unwrap_or(0);
         match store.repair("model check restart", "operator", issued) {
             Ok(r) => summary.push_str(&format!(
                 "; repair: truncated {} bytes, epoch rebuilt {} (seq {})",
@@ -261,7 +261,8 @@ pub fn observe(scenario: &Scenario, image: FsState, repair: bool, planted: Plant
     let plane = reads_plane.then(|| {
         let (wal, epoch) = crate::protocol::process::PLANE_WENT_BACK;
         store
-            .hold_marks(crate::protocol::process::PLANE_PREFIX, wal, epoch)
+            .marks()
+            .hold(crate::protocol::process::PLANE_PREFIX, wal, epoch)
             .map_err(|refusal| refusal.code.to_string())
     });
     if let Some(plane) = &plane {
@@ -299,16 +300,17 @@ fn evidence_seen(store: &Store) -> EvidenceSeen {
         kept: Vec::new(),
         fault: Some(why),
     };
-    if let Err(e) =
-        store.append_evidence("breaker", crate::protocol::process::evidence_record(PROBE))
+    if let Err(e) = store
+        .evidence()
+        .append("breaker", crate::protocol::process::evidence_record(PROBE))
     {
         return refused(format!("the first append after the crash was refused: {e}"));
     }
-    let chain = match store.evidence_chain(true) {
+    let chain = match store.evidence().chain(true) {
         Ok(chain) => chain,
         Err(fault) => return refused(format!("the chain after one more append: {fault}")),
     };
-    if let Some(why) = store.evidence_anchor_fault(&chain.entries) {
+    if let Some(why) = store.evidence().anchor_fault(&chain.entries) {
         return refused(format!("the head after one more append: {why}"));
     }
     let kept: Vec<u64> = chain
@@ -321,23 +323,23 @@ fn evidence_seen(store: &Store) -> EvidenceSeen {
     EvidenceSeen { kept, fault }
 }
 
-/// The drills of harness version `h` as the drill gate answers (`Store::evidence_drills`, which
+/// The drills of harness version `h` as the drill gate answers (`Evidence::drills`, which
 /// builds an older home's index) and as a full read of the log answers, the records pruned
 /// with their segments included: those are read from the scenario's initial image (only the
 /// setup's segments are ever pruned in a race).
 fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> DrillsSeen {
-    use stopline_store::evidence_drills::DrillIndex;
+    use stopline_store::evidence::drills::DrillIndex;
     let answer = |index: &DrillIndex| {
         let h = index.history("h");
         let newest: Vec<u64> = index
-            .newest(stopline_store::evidence_drills::RECENT_DRILLS)
+            .newest(stopline_store::evidence::drills::RECENT_DRILLS)
             .filter_map(|r| r.get("n").and_then(serde_json::Value::as_u64))
             .collect();
         (h.last_passed, h.any_passed, index.total, newest)
     };
     let full = (|| {
-        let chain = store.evidence_chain(true).map_err(|f| f.to_string())?;
-        if let Some(why) = store.evidence_anchor_fault(&chain.entries) {
+        let chain = store.evidence().chain(true).map_err(|f| f.to_string())?;
+        if let Some(why) = store.evidence().anchor_fault(&chain.entries) {
             return Err(why);
         }
         let mut entries = Vec::new();
@@ -348,7 +350,8 @@ fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> Drills
                 Arc::new(ModelEnv::new(0xf, scenario.now_ms)),
             );
             let before = initial
-                .evidence_entries()
+                .evidence()
+                .entries()
                 .map_err(|f| format!("the setup's log: {f}"))?;
             entries.extend(before.into_iter().filter(|e| e.seq <= through));
         }
@@ -356,7 +359,8 @@ fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> Drills
         Ok(answer(&DrillIndex::from_entries(&entries)))
     })();
     let gate = store
-        .evidence_drills()
+        .evidence()
+        .drills()
         .map(|index| answer(&index))
         .map_err(|f| f.to_string());
     DrillsSeen { when, gate, full }
@@ -368,7 +372,7 @@ fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> Drills
 fn spend_seen(store: &Store) -> SpendSeen {
     use crate::protocol::process::{tool_calls, SPEND_ACCOUNT};
     let count = |label: &str| -> Result<(u64, stopline_store::spend::SpendJournal), String> {
-        let journal = store.spend_journal(label).map_err(|e| e.to_string())?;
+        let journal = store.spend().journal(label).map_err(|e| e.to_string())?;
         let lock = journal.lock().map_err(|e| e.to_string())?;
         let elsewhere = lock.elsewhere();
         let kind = stopline_core::budget::BudgetKind::ToolCalls;
@@ -400,7 +404,7 @@ fn spend_seen(store: &Store) -> SpendSeen {
 
 /// What the registry of `store` (and `view`'s blocked targets) says of each racing operation.
 fn operations_seen(scenario: &Scenario, store: &Store, view: &ControlView) -> Vec<OpSeen> {
-    let (ops, _) = store.operations();
+    let (ops, _) = store.ops().all();
     let blocked = |target: &str, chain: &[&str]| {
         let subject = Subject::proven(
             chain.iter().filter_map(|n| Name::parse(n).ok()).collect(),

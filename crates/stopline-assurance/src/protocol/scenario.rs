@@ -117,7 +117,7 @@ impl Setup {
     /// a resolved call on `mcp:s:echo`, then one on `target` dispatched with no outcome, in
     /// doubt, by `agent` under `root`.
     fn gone_gateway_journal(&mut self, label: &str, target: &str, agent: &str, root: &str) {
-        let journal = self.store.ops_journal(label).expect("setup: journal");
+        let journal = self.store.ops().journal(label).expect("setup: journal");
         let owner = stopline_store::ops::OpOwner {
             agent: Some(agent.into()),
             root: Some(root.into()),
@@ -183,16 +183,18 @@ impl Setup {
     ) -> Scenario {
         let e0 = self
             .store
-            .read_control_records()
+            .latches()
+            .records()
             .epoch
             .expect("setup: epoch")
             .seq;
-        let seed = self.store.signing_seed().expect("setup: key");
+        let seed = self.store.keys().signing_seed().expect("setup: key");
         let key = stopline_token::keys::signing_key_from_seed(&seed).expect("setup: key seed");
         let minted = IssueRequest::new(worker(), e0, SETUP_MS / 1000)
             .mint(&key)
             .expect("setup: token");
         self.store
+            .keys()
             .note_issued_epoch(e0)
             .expect("setup: issued epoch");
         let mut initial = self.solo.state();
@@ -461,7 +463,7 @@ pub fn op_writer_snapshot() -> Scenario {
 }
 
 /// A gone gateway's journal with an operation in doubt, archived by two gateways' upkeep at
-/// once (`Store::archive_gone_journals`: the archive's open set, the link, the removal), raced
+/// once (`Ops::archive_gone_journals`: the archive's open set, the link, the removal), raced
 /// by a gate and crashed at every step: the doubt keeps blocking its agent and nobody else. An
 /// earlier gateway's journal, with a doubt of its own, was archived by the setup, so the
 /// archive's open set exists and is trusted throughout.
@@ -470,6 +472,7 @@ pub fn op_archive() -> Scenario {
     s.gone_gateway_journal("gateway-earlier", "mcp:s:send", "worker", "lead");
     let report = s
         .store
+        .ops()
         .archive_gone_journals(stopline_store::ops_archive::GoneJournals::Archive);
     assert_eq!(report.archived, 1, "setup: archive {report:?}");
     s.gone_gateway_journal("gateway", "mcp:s:write", "worker", "lead");
@@ -494,7 +497,8 @@ pub fn evidence_segments() -> Scenario {
     let s = Setup::new();
     for n in [1, 2] {
         s.store
-            .append_evidence("breaker", crate::protocol::process::evidence_record(n))
+            .evidence()
+            .append("breaker", crate::protocol::process::evidence_record(n))
             .expect("setup: evidence");
     }
     let racers = vec![
@@ -520,13 +524,15 @@ pub fn drill_index() -> Scenario {
     use crate::protocol::process::{drill_record, evidence_record};
     let s = Setup::new();
     s.store
-        .append_evidence(
-            stopline_store::evidence_drills::DRILL_SCHEMA,
+        .evidence()
+        .append(
+            stopline_store::evidence::drills::DRILL_SCHEMA,
             drill_record(1, true),
         )
         .expect("setup: drill");
     s.store
-        .append_evidence("breaker", evidence_record(2))
+        .evidence()
+        .append("breaker", evidence_record(2))
         .expect("setup: evidence");
     let racers = vec![
         ProcSpec::AppendDrill { n: 3, pass: false },
@@ -551,12 +557,14 @@ pub fn drills_older_home() -> Scenario {
     let s = Setup::new();
     for n in [1, 2] {
         s.store
-            .append_evidence("breaker", evidence_record(n))
+            .evidence()
+            .append("breaker", evidence_record(n))
             .expect("setup: evidence");
     }
     s.store
-        .append_evidence(
-            stopline_store::evidence_drills::DRILL_SCHEMA,
+        .evidence()
+        .append(
+            stopline_store::evidence::drills::DRILL_SCHEMA,
             drill_record(3, true),
         )
         .expect("setup: drill");
@@ -567,7 +575,8 @@ pub fn drills_older_home() -> Scenario {
         .expect("setup: no index");
     let head = s
         .store
-        .evidence_head()
+        .evidence()
+        .head()
         .expect("setup: head")
         .expect("setup: head");
     let (segment, offset) = head.at.expect("setup: head position");
@@ -605,7 +614,8 @@ pub fn spend_compaction() -> Scenario {
     let t = [SPEND_ACCOUNT.to_string()];
     let earlier = s
         .store
-        .spend_journal("gateway-earlier")
+        .spend()
+        .journal("gateway-earlier")
         .expect("setup: spend");
     let id = earlier
         .lock()
@@ -614,9 +624,10 @@ pub fn spend_compaction() -> Scenario {
     earlier.settled(&id, &tool_calls(4)).expect("setup: settle");
     let report = s
         .store
-        .compact_spend_journals(stopline_store::ops_archive::GoneJournals::Archive);
+        .spend()
+        .compact_journals(stopline_store::ops_archive::GoneJournals::Archive);
     assert_eq!(report.compacted, 1, "setup: compact {report:?}");
-    let last = s.store.spend_journal("gateway").expect("setup: spend");
+    let last = s.store.spend().journal("gateway").expect("setup: spend");
     let lock = last.lock().expect("setup: lock");
     let id = lock.reserved(&t, &tool_calls(1)).expect("setup: reserve");
     lock.reserved(&t, &tool_calls(2)).expect("setup: reserve");
@@ -650,7 +661,7 @@ pub fn spend_live_rewrite() -> Scenario {
         .with_pid(writer)
         .with_live(Some(writer));
     let history = Store::with_io(HOME, Arc::new(ModelFs::new(s.solo.clone())), Arc::new(env));
-    let live = history.spend_journal("gateway").expect("setup: spend");
+    let live = history.spend().journal("gateway").expect("setup: spend");
     let lock = live.lock().expect("setup: lock");
     let one = lock.reserved(&t, &tool_calls(1)).expect("setup: reserve");
     let four = lock.reserved(&t, &tool_calls(4)).expect("setup: reserve");

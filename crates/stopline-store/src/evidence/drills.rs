@@ -36,6 +36,7 @@
 //! names the disagreement) and removed it, which rebuilds it from a full verified read.
 
 use crate::error::StoreError;
+use crate::evidence::Evidence;
 use crate::Store;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -225,36 +226,12 @@ enum Found {
 }
 
 impl Store {
-    /// The drills the evidence log records, from the drill index: reads `evidence/head.json`,
-    /// the newest line and what follows it, and `evidence/drills.json` — never the history.
-    /// An older home (no index, or a head without its anchor) is read whole once, verified,
-    /// and indexed durably.
-    pub fn evidence_drills(&self) -> Result<DrillIndex, DrillsFault> {
-        let log = |error: StoreError| DrillsFault::Log(error.to_string());
-        {
-            let _guard = self
-                .lock_log_shared(&self.layout.evidence_lock())
-                .map_err(log)?;
-            if let Found::Current(index) = self.drills_found()? {
-                return Ok(index);
-            }
-        }
-        // The index is built by one process at a time and never under a racing append.
-        self.ensure_dirs(&[&self.layout.evidence()]).map_err(log)?;
-        let _guard = self
-            .lock_log_exclusive(&self.layout.evidence_lock())
-            .map_err(log)?;
-        match self.drills_found()? {
-            Found::Current(index) => Ok(index),
-            Found::Rebuild => self.rebuild_drills(),
-        }
-    }
-
     /// The index as a reader finds it (the caller holds the log's lock).
     fn drills_found(&self) -> Result<Found, DrillsFault> {
         let log = |error: StoreError| DrillsFault::Log(error.to_string());
         let head = self
-            .evidence_head()
+            .evidence()
+            .head()
             .map_err(|why| DrillsFault::Log(format!("the evidence log's head: {why}")))?;
         let anchor = match &head {
             // No head: a fresh home (an empty log), or the very first append died before its
@@ -272,7 +249,7 @@ impl Store {
             Some(line) if is_drill(&line.body) => Some(LineRef::of(line)),
             _ => anchor.clone(),
         };
-        let index = match self.read_drill_index() {
+        let index = match self.evidence().drill_index() {
             Ok(Some(index)) => index,
             Ok(None) if expected.is_none() => return Ok(Found::Current(DrillIndex::default())),
             Ok(None) => return Ok(Found::Rebuild),
@@ -302,43 +279,6 @@ impl Store {
         }
     }
 
-    /// The evidence log read whole (every segment, as `evidence_chain(true)`) and, under the
-    /// same lock, what the drill gate would read checked against it. Writes nothing.
-    pub fn evidence_chain_with_drills(
-        &self,
-    ) -> Result<(crate::evidence::EvidenceChain, DrillIndexCheck), stopline_core::wal::WalFault>
-    {
-        let _guard = self
-            .lock_log_shared(&self.layout.evidence_lock())
-            .map_err(|error| stopline_core::wal::WalFault::Unparsable {
-                line: 0,
-                why: format!("the evidence log cannot be read: {error}"),
-            })?;
-        let chain = self.evidence_chain_held(true)?;
-        let check = match self.drills_found() {
-            Err(fault) => DrillIndexCheck::Disagrees(fault.to_string()),
-            Ok(Found::Rebuild) => DrillIndexCheck::NotBuilt,
-            Ok(Found::Current(index)) => {
-                let full = DrillIndex::from_entries(&chain.entries);
-                match disagreement(&index, &full, chain.pruned_through) {
-                    Some(why) => DrillIndexCheck::Disagrees(why),
-                    None => DrillIndexCheck::Agrees,
-                }
-            }
-        };
-        Ok((chain, check))
-    }
-
-    /// `evidence/drills.json`: `Ok(None)` when missing, `Err` with why when it cannot be read
-    /// or trusted.
-    pub fn read_drill_index(&self) -> Result<Option<DrillIndex>, String> {
-        match self.read_optional(&self.layout.evidence_drills()) {
-            Ok(Some(bytes)) => DrillIndex::parse(&bytes).map(Some),
-            Ok(None) => Ok(None),
-            Err(error) => Err(error.to_string()),
-        }
-    }
-
     /// Build the index from a full verified read, under the log's exclusive lock: the end of
     /// the log is made what an append would make it (a torn remnant kept and cut off, a line
     /// after the head made durable), the whole log read and verified, the index written, and
@@ -347,7 +287,8 @@ impl Store {
     fn rebuild_drills(&self) -> Result<DrillIndex, DrillsFault> {
         let log = |error: StoreError| DrillsFault::Log(error.to_string());
         let head = self
-            .evidence_head()
+            .evidence()
+            .head()
             .map_err(|why| DrillsFault::Log(format!("the evidence log's head: {why}")))?;
         let anchor = head.as_ref().map_or(Some(None), |h| h.drills.clone());
         // A torn remnant is left to the next append to cut, as a reader leaves it: until then
@@ -359,7 +300,7 @@ impl Store {
         let chain = self.evidence_chain_held(true).map_err(|fault| {
             DrillsFault::Unverified(format!("the evidence log cannot be verified ({fault})"))
         })?;
-        if let Some(why) = self.evidence_anchor_fault(&chain.entries) {
+        if let Some(why) = self.evidence().anchor_fault(&chain.entries) {
             return Err(DrillsFault::Unverified(format!(
                 "the evidence log cannot be verified ({why})"
             )));
@@ -423,7 +364,7 @@ impl Store {
             return Some(before);
         }
         let here = LineRef::of(line);
-        let mut index = match self.read_drill_index() {
+        let mut index = match self.evidence().drill_index() {
             Ok(Some(index)) if index.through.as_ref() == Some(&here) => return Some(Some(here)),
             Ok(Some(index)) if index.through == before => index,
             Ok(None) if before.is_none() => DrillIndex::default(),
@@ -521,6 +462,78 @@ fn describe(line: Option<&LineRef>) -> String {
     }
 }
 
+impl Evidence<'_> {
+    /// The drills the evidence log records, from the drill index: reads `evidence/head.json`,
+    /// the newest line and what follows it, and `evidence/drills.json` — never the history.
+    /// An older home (no index, or a head without its anchor) is read whole once, verified,
+    /// and indexed durably.
+    pub fn drills(&self) -> Result<DrillIndex, DrillsFault> {
+        let log = |error: StoreError| DrillsFault::Log(error.to_string());
+        {
+            let _guard = self
+                .store
+                .lock_log_shared(&self.store.layout.evidence_lock())
+                .map_err(log)?;
+            if let Found::Current(index) = self.store.drills_found()? {
+                return Ok(index);
+            }
+        }
+        // The index is built by one process at a time and never under a racing append.
+        self.store
+            .ensure_dirs(&[&self.store.layout.evidence()])
+            .map_err(log)?;
+        let _guard = self
+            .store
+            .lock_log_exclusive(&self.store.layout.evidence_lock())
+            .map_err(log)?;
+        match self.store.drills_found()? {
+            Found::Current(index) => Ok(index),
+            Found::Rebuild => self.store.rebuild_drills(),
+        }
+    }
+
+    /// The evidence log read whole (every segment, as `evidence_chain(true)`) and, under the
+    /// same lock, what the drill gate would read checked against it. Writes nothing.
+    pub fn chain_with_drills(
+        &self,
+    ) -> Result<(crate::evidence::EvidenceChain, DrillIndexCheck), stopline_core::wal::WalFault>
+    {
+        let _guard = self
+            .store
+            .lock_log_shared(&self.store.layout.evidence_lock())
+            .map_err(|error| stopline_core::wal::WalFault::Unparsable {
+                line: 0,
+                why: format!("the evidence log cannot be read: {error}"),
+            })?;
+        let chain = self.store.evidence_chain_held(true)?;
+        let check = match self.store.drills_found() {
+            Err(fault) => DrillIndexCheck::Disagrees(fault.to_string()),
+            Ok(Found::Rebuild) => DrillIndexCheck::NotBuilt,
+            Ok(Found::Current(index)) => {
+                let full = DrillIndex::from_entries(&chain.entries);
+                match disagreement(&index, &full, chain.pruned_through) {
+                    Some(why) => DrillIndexCheck::Disagrees(why),
+                    None => DrillIndexCheck::Agrees,
+                }
+            }
+        };
+        Ok((chain, check))
+    }
+
+    /// `evidence/drills.json`: `Ok(None)` when missing, `Err` with why when it cannot be read
+    /// or trusted.
+    pub fn drill_index(&self) -> Result<Option<DrillIndex>, String> {
+        match self
+            .store
+            .read_optional(&self.store.layout.evidence_drills())
+        {
+            Ok(Some(bytes)) => DrillIndex::parse(&bytes).map(Some),
+            Ok(None) => Ok(None),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -560,12 +573,12 @@ mod tests {
         } else {
             "breaker"
         };
-        store.append_evidence(kind, record).unwrap()
+        store.evidence().append(kind, record).unwrap()
     }
 
     /// What a whole read of the log says (the old gate's answer).
     fn full(store: &Store) -> DrillIndex {
-        DrillIndex::from_entries(&store.evidence_entries().unwrap())
+        DrillIndex::from_entries(&store.evidence().entries().unwrap())
     }
 
     fn same(a: &DrillIndex, b: &DrillIndex) {
@@ -590,7 +603,7 @@ mod tests {
         // by the head.
         append(&store, trip(46));
         counting.reset();
-        let index = store.evidence_drills().unwrap();
+        let index = store.evidence().drills().unwrap();
         let read = counting.read_under(&store.layout().evidence());
         let names: Vec<String> = read
             .keys()
@@ -618,7 +631,7 @@ mod tests {
             "{read:?}"
         );
         assert_eq!(
-            store.evidence_drills().unwrap().history("h").last_passed,
+            store.evidence().drills().unwrap().history("h").last_passed,
             Some(true)
         );
     }
@@ -660,10 +673,10 @@ mod tests {
             append(&store, trip(n));
         }
         assert!(!store.layout().evidence_segment(1).exists());
-        let index = store.evidence_drills().unwrap();
+        let index = store.evidence().drills().unwrap();
         assert_eq!(index.history("h").last_passed, Some(false));
         assert_eq!(full(&store).total, 0, "the whole read lost it");
-        let (_, check) = store.evidence_chain_with_drills().unwrap();
+        let (_, check) = store.evidence().chain_with_drills().unwrap();
         assert_eq!(check, DrillIndexCheck::Agrees);
     }
 
@@ -679,7 +692,7 @@ mod tests {
         append(&store, drill("h", false, 3));
         std::fs::write(store.layout().evidence_head(), &head).unwrap();
         std::fs::write(store.layout().evidence_drills(), &index).unwrap();
-        let read = store.evidence_drills().unwrap();
+        let read = store.evidence().drills().unwrap();
         assert_eq!(read.history("h").last_passed, Some(false));
         same(&read, &full(&store));
         assert_eq!(
@@ -688,9 +701,9 @@ mod tests {
             "a reader writes nothing"
         );
         append(&store, trip(4));
-        let written = store.read_drill_index().unwrap().unwrap();
+        let written = store.evidence().drill_index().unwrap().unwrap();
         assert_eq!(written.through.as_ref().map(|l| l.seq), Some(3));
-        same(&store.evidence_drills().unwrap(), &full(&store));
+        same(&store.evidence().drills().unwrap(), &full(&store));
     }
 
     #[test]
@@ -714,7 +727,7 @@ mod tests {
         head.as_object_mut().unwrap().remove("drills");
         std::fs::write(store.layout().evidence_head(), head.to_string()).unwrap();
         counting.reset();
-        let index = store.evidence_drills().unwrap();
+        let index = store.evidence().drills().unwrap();
         assert_eq!(index.history("h").last_passed, Some(false));
         assert!(index.history("h").any_passed);
         assert!(counting
@@ -727,7 +740,7 @@ mod tests {
         assert_eq!(head["drills"]["seq"], 8, "{head}");
         // Once built, the history is not read again.
         counting.reset();
-        same(&store.evidence_drills().unwrap(), &index);
+        same(&store.evidence().drills().unwrap(), &index);
         assert!(!counting
             .read_under(&store.layout().evidence())
             .keys()
@@ -738,7 +751,7 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, text.replacen("\"n\":2", "\"n\":9", 1)).unwrap();
         assert!(matches!(
-            store.evidence_drills(),
+            store.evidence().drills(),
             Err(DrillsFault::Unverified(_))
         ));
     }
@@ -753,11 +766,11 @@ mod tests {
         let good = std::fs::read(&path).unwrap();
         let refused = |bytes: &[u8], why: &str| {
             std::fs::write(&path, bytes).unwrap();
-            let fault = store.evidence_drills().unwrap_err();
+            let fault = store.evidence().drills().unwrap_err();
             assert!(matches!(fault, DrillsFault::Index(_)), "{fault}");
             assert!(fault.to_string().contains(why), "{why}: {fault}");
             assert_eq!(std::fs::read(&path).unwrap(), bytes, "never replaced");
-            let (_, check) = store.evidence_chain_with_drills().unwrap();
+            let (_, check) = store.evidence().chain_with_drills().unwrap();
             assert!(matches!(check, DrillIndexCheck::Disagrees(_)), "{check:?}");
         };
         refused(b"{", "not JSON");
@@ -766,7 +779,7 @@ mod tests {
         refused(other.to_string().as_bytes(), "is not");
         // An index older than the head's anchor (the failed drill cut from it): not the chain's.
         let older = serde_json::to_vec(&DrillIndex::from_entries(
-            &store.evidence_entries().unwrap()[..1],
+            &store.evidence().entries().unwrap()[..1],
         ))
         .unwrap();
         refused(&older, "covers the drills through line 1");
@@ -779,29 +792,29 @@ mod tests {
         // refusing.
         append(&store, drill("h", true, 4));
         assert!(matches!(
-            store.evidence_drills(),
+            store.evidence().drills(),
             Err(DrillsFault::Index(_))
         ));
         // Removed by the operator: rebuilt from the whole verified log.
         std::fs::remove_file(&path).unwrap();
-        let index = store.evidence_drills().unwrap();
+        let index = store.evidence().drills().unwrap();
         same(&index, &full(&store));
         assert_eq!(index.history("h").last_passed, Some(true));
-        let (_, check) = store.evidence_chain_with_drills().unwrap();
+        let (_, check) = store.evidence().chain_with_drills().unwrap();
         assert_eq!(check, DrillIndexCheck::Agrees);
     }
 
     #[test]
     fn a_fresh_home_has_no_drills_and_no_index_until_one_is_recorded() {
         let (_dir, store, _) = home();
-        same(&store.evidence_drills().unwrap(), &DrillIndex::default());
+        same(&store.evidence().drills().unwrap(), &DrillIndex::default());
         append(&store, trip(1));
-        same(&store.evidence_drills().unwrap(), &DrillIndex::default());
+        same(&store.evidence().drills().unwrap(), &DrillIndex::default());
         assert!(!store.layout().evidence_drills().exists());
         append(&store, drill("h", true, 2));
         assert!(store.layout().evidence_drills().exists());
         assert_eq!(
-            store.evidence_drills().unwrap().history("h").last_passed,
+            store.evidence().drills().unwrap().history("h").last_passed,
             Some(true)
         );
     }

@@ -32,6 +32,7 @@
 use crate::error::{IoContext, StoreError};
 use crate::fs::FileId;
 use crate::ops_archive::{names_a_process, GoneJournals};
+use crate::spend::Spend;
 use crate::spend::{add, fold_lines, Meaning};
 use crate::Store;
 use serde::{Deserialize, Serialize};
@@ -117,81 +118,6 @@ fn corrupt(why: String) -> StoreError {
 }
 
 impl Store {
-    /// `spend/settled.json` and the identity of the file it came from; `None` when there is
-    /// none (and nothing was ever compacted). Fails closed (`control_state_corrupt`) when it
-    /// cannot be trusted, or is missing while `spend/archive/` exists.
-    pub fn read_spend_settled(&self) -> Result<Option<(Settled, Option<FileId>)>, StoreError> {
-        let path = self.layout.spend_settled();
-        let (bytes, id) = match self.fs.read_from_identified(&path, 0) {
-            Ok(read) => read,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                let archive = self.layout.spend_archive();
-                let archived = self
-                    .fs
-                    .exists(&archive)
-                    .context(|| format!("checking {}", archive.display()))?;
-                if archived {
-                    return Err(corrupt(
-                        "spend/settled.json is missing but spend/archive/ exists: the spending \
-                         compacted into it is unknown"
-                            .into(),
-                    ));
-                }
-                return Ok(None);
-            }
-            Err(error) => return Err(error).context(|| format!("reading {}", path.display())),
-        };
-        let settled: Settled = serde_json::from_slice(&bytes)
-            .map_err(|e| corrupt(format!("spend/settled.json does not parse: {e}")))?;
-        if settled.schema != SETTLED_SCHEMA {
-            return Err(corrupt(format!(
-                "spend/settled.json names schema {:?}, not {SETTLED_SCHEMA}",
-                settled.schema
-            )));
-        }
-        Ok(Some((settled, id)))
-    }
-
-    /// Fold the spending journals of writers that are gone into `spend/settled.json` and move
-    /// them out of `spend/` (deleting them after under `GoneJournals::Prune`). Takes
-    /// `spend/.lock` without waiting: when a reservation holds it, this pass does nothing
-    /// (that reservation, or the next pass, compacts). Nothing is lost or counted twice at any
-    /// crash: see the module's steps.
-    pub fn compact_spend_journals(&self, retention: GoneJournals) -> SpendCompactReport {
-        let dir = self.layout.spend();
-        match self.fs.exists(&dir) {
-            Ok(true) => {}
-            Ok(false) => return SpendCompactReport::default(),
-            Err(error) => {
-                return SpendCompactReport {
-                    errors: vec![format!("spend/ is unreadable: {error}")],
-                    ..Default::default()
-                }
-            }
-        }
-        let lock = self.fs.lock(
-            &dir.join(".lock"),
-            true,
-            true,
-            Some(std::time::Duration::ZERO),
-        );
-        let _guard = match lock {
-            Ok(guard) => guard,
-            Err(error) if crate::fs::lock_busy(&error) => return SpendCompactReport::default(),
-            Err(error) => {
-                return SpendCompactReport {
-                    errors: vec![format!("locking spend/.lock: {error}")],
-                    ..Default::default()
-                }
-            }
-        };
-        self.compact_spend_locked(None, retention)
-            .unwrap_or_else(|error| SpendCompactReport {
-                errors: vec![error.to_string()],
-                ..Default::default()
-            })
-    }
-
     /// The pass itself; the caller holds `spend/.lock`. `own`: the caller's own journal, never
     /// compacted. `Err` only when `settled.json` cannot be trusted or `spend/` not listed.
     pub(crate) fn compact_spend_locked(
@@ -205,7 +131,7 @@ impl Store {
             .fs
             .read_dir(&dir)
             .context(|| format!("listing {}", dir.display()))?;
-        let mut settled = match self.read_spend_settled()? {
+        let mut settled = match self.spend().read_settled()? {
             Some((settled, _)) => settled,
             None => Settled::empty(),
         };
@@ -420,5 +346,84 @@ impl Store {
                 .context(|| "syncing spend/archive/".to_string())?;
         }
         Ok(pruned)
+    }
+}
+
+impl Spend<'_> {
+    /// `spend/settled.json` and the identity of the file it came from; `None` when there is
+    /// none (and nothing was ever compacted). Fails closed (`control_state_corrupt`) when it
+    /// cannot be trusted, or is missing while `spend/archive/` exists.
+    pub fn read_settled(&self) -> Result<Option<(Settled, Option<FileId>)>, StoreError> {
+        let path = self.store.layout.spend_settled();
+        let (bytes, id) = match self.store.fs.read_from_identified(&path, 0) {
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                let archive = self.store.layout.spend_archive();
+                let archived = self
+                    .store
+                    .fs
+                    .exists(&archive)
+                    .context(|| format!("checking {}", archive.display()))?;
+                if archived {
+                    return Err(corrupt(
+                        "spend/settled.json is missing but spend/archive/ exists: the spending \
+                         compacted into it is unknown"
+                            .into(),
+                    ));
+                }
+                return Ok(None);
+            }
+            Err(error) => return Err(error).context(|| format!("reading {}", path.display())),
+        };
+        let settled: Settled = serde_json::from_slice(&bytes)
+            .map_err(|e| corrupt(format!("spend/settled.json does not parse: {e}")))?;
+        if settled.schema != SETTLED_SCHEMA {
+            return Err(corrupt(format!(
+                "spend/settled.json names schema {:?}, not {SETTLED_SCHEMA}",
+                settled.schema
+            )));
+        }
+        Ok(Some((settled, id)))
+    }
+
+    /// Fold the spending journals of writers that are gone into `spend/settled.json` and move
+    /// them out of `spend/` (deleting them after under `GoneJournals::Prune`). Takes
+    /// `spend/.lock` without waiting: when a reservation holds it, this pass does nothing
+    /// (that reservation, or the next pass, compacts). Nothing is lost or counted twice at any
+    /// crash: see the module's steps.
+    pub fn compact_journals(&self, retention: GoneJournals) -> SpendCompactReport {
+        let dir = self.store.layout.spend();
+        match self.store.fs.exists(&dir) {
+            Ok(true) => {}
+            Ok(false) => return SpendCompactReport::default(),
+            Err(error) => {
+                return SpendCompactReport {
+                    errors: vec![format!("spend/ is unreadable: {error}")],
+                    ..Default::default()
+                }
+            }
+        }
+        let lock = self.store.fs.lock(
+            &dir.join(".lock"),
+            true,
+            true,
+            Some(std::time::Duration::ZERO),
+        );
+        let _guard = match lock {
+            Ok(guard) => guard,
+            Err(error) if crate::fs::lock_busy(&error) => return SpendCompactReport::default(),
+            Err(error) => {
+                return SpendCompactReport {
+                    errors: vec![format!("locking spend/.lock: {error}")],
+                    ..Default::default()
+                }
+            }
+        };
+        self.store
+            .compact_spend_locked(None, retention)
+            .unwrap_or_else(|error| SpendCompactReport {
+                errors: vec![error.to_string()],
+                ..Default::default()
+            })
     }
 }

@@ -82,8 +82,10 @@ fn egress_refused(s: &Sandbox) -> Verdict {
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "exfiltrate", "arguments": {}}});
     for i in 0..2 {
         let r = gateway.post("/mcp/nowhere", Some(&token), &call);
+        // A refused JSON-RPC request is answered in the protocol (docs/reference.md §8): HTTP
+        // 200 carrying the JSON-RPC error, so MCP clients raise it as the refusal it is.
         ensure(
-            r.status == 403 && r.json_or_null()["error"]["data"]["code"] == "egress_refused",
+            r.status == 200 && r.json_or_null()["error"]["data"]["code"] == "egress_refused",
             || format!("call {i} to an unknown server: {} {}", r.status, r.body),
         )?;
     }
@@ -100,7 +102,7 @@ fn egress_refused(s: &Sandbox) -> Verdict {
     })?;
     ensure(latch["scope"] == "agent:prober", || format!("{latch}"))?;
     Ok(format!(
-        "/mcp/nowhere twice: 403 egress_refused; latch {} on agent:prober by breaker:refused_egress",
+        "/mcp/nowhere twice: egress_refused in the protocol (200); latch {} on agent:prober by breaker:refused_egress",
         latch["id"].as_str().unwrap_or("?")
     ))
 }

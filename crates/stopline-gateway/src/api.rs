@@ -19,7 +19,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use stopline_control::receipts::{AgentStatusView, Receipt};
+use stopline_control::receipts::{AgentStatusView, Receipt, UncoveredServer};
 use stopline_control::{engage, status};
 use stopline_core::budget::{BudgetKind, Budgets};
 use stopline_core::{AuthorityStatus, Name, Refusal, RefusalCode, Role, TaskClass};
@@ -64,11 +64,13 @@ pub(crate) async fn status_route(
     if let Some(lapsed) = state.gov.permit_lapsed() {
         // No word from the distributed backend: this gateway cannot vouch for stops engaged
         // elsewhere since, so it reports itself uncovered.
-        receipt.uncovered_servers.push(json!({
-            "id": state.gov.server_id(),
-            "permit_lapsed": true,
-            "why": lapsed.message,
-        }));
+        receipt
+            .uncovered_servers
+            .push(UncoveredServer::PermitLapsed {
+                id: state.gov.server_id().to_string(),
+                permit_lapsed: true,
+                why: lapsed.message,
+            });
     }
     // An agent token reads a view built from the receipt with only what concerns it (docs/reference.md
     // §8): never the receipt with fields taken out, so nothing new reaches it by default.

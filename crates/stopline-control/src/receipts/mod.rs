@@ -11,11 +11,13 @@ mod status;
 mod status_text;
 mod tokens;
 
-pub use engage::{DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch, GroupReached};
+pub use engage::{
+    DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch, GroupOrder, GroupReached,
+};
 pub use evidence::{EvidenceListReceipt, EvidenceVerifyReceipt};
 pub use status::{
     AgentStatusView, InitReceipt, OperationLine, OpsCompactReceipt, OpsListReceipt, StatusReceipt,
-    WorkerView,
+    UncoveredServer, WorkerView,
 };
 pub use tokens::{MintedReceipt, TokenVerifyReceipt};
 

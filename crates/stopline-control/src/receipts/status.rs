@@ -1,6 +1,6 @@
 //! The receipts of `status`, `ops list` and `init` (docs/reference.md §3).
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 use stopline_core::ack::ServerRecord;
@@ -13,7 +13,7 @@ use stopline_store::ops::{Census, CensusEntry};
 
 /// A registered worker as `status` shows it: its registration (docs/reference.md §9), whether
 /// a stop covers it, and whether its supervisor is gone.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerView {
     /// The registration as read.
     #[serde(flatten)]
@@ -26,7 +26,7 @@ pub struct WorkerView {
 }
 
 /// The receipt of `status`: the phase derived from fresh reads, and what it was derived from.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StatusReceipt {
     /// The derived phase.
     pub phase: Phase,
@@ -35,7 +35,7 @@ pub struct StatusReceipt {
     /// `state.json` as recorded.
     pub state_record: StateRecord,
     /// Every active latch, fail-closed entries included.
-    #[serde(serialize_with = "latches_json")]
+    #[serde(with = "stopline_core::latch::shown")]
     pub latches: Vec<ActiveLatch>,
     /// Why the control state cannot be trusted.
     pub faults: Vec<Refusal>,
@@ -48,7 +48,7 @@ pub struct StatusReceipt {
     /// live gateway covers the latches.
     pub affected_worker_quiescence_confirmed: bool,
     /// Live gateways that do not cover the latches.
-    pub uncovered_servers: Vec<Value>,
+    pub uncovered_servers: Vec<UncoveredServer>,
     /// The census of unresolved operations.
     pub unresolved: Census,
     /// Notes.
@@ -71,7 +71,7 @@ pub struct StatusReceipt {
 /// here. The machine's phase and state, the latches covering the agent, the epoch scopes
 /// covering it, the workers and unresolved operations of its own chain; no other agent's
 /// scopes, latches, workers or operations, and no warnings (they name paths of the host).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentStatusView {
     /// The derived phase.
     pub phase: Phase,
@@ -80,7 +80,7 @@ pub struct AgentStatusView {
     /// `state.json` as recorded (machine-wide).
     pub state_record: StateRecord,
     /// The active latches covering the agent.
-    #[serde(serialize_with = "latches_json")]
+    #[serde(with = "stopline_core::latch::shown")]
     pub latches: Vec<ActiveLatch>,
     /// Why the control state cannot be trusted (they cover everyone).
     pub faults: Vec<Refusal>,
@@ -91,7 +91,7 @@ pub struct AgentStatusView {
     /// As in the receipt: covered workers quiescent, census whole, gateways covering.
     pub affected_worker_quiescence_confirmed: bool,
     /// Live gateways that do not cover the latches (ids only concern the host).
-    pub uncovered_servers: Vec<Value>,
+    pub uncovered_servers: Vec<UncoveredServer>,
     /// The unresolved operations of the agent's own chain.
     pub unresolved: Census,
 }
@@ -145,8 +145,34 @@ impl fmt::Display for AgentStatusView {
     }
 }
 
-fn latches_json<S: Serializer>(latches: &[ActiveLatch], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_seq(latches.iter().map(ActiveLatch::to_json))
+/// A live gateway that does not cover the latches, as `status` names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum UncoveredServer {
+    /// A registered gateway that leaves a latch unacknowledged or speaks an older protocol.
+    Lagging {
+        /// Its registration id.
+        id: String,
+        /// The HTTP address it serves.
+        listen: String,
+        /// Its acknowledgement protocol version.
+        protocol: u32,
+        /// True when that protocol is older than this binary's.
+        older_protocol: bool,
+        /// The latch files it has not acknowledged.
+        unacknowledged_latches: Vec<String>,
+        /// True when only periodic reloads refresh its view.
+        degraded: bool,
+    },
+    /// The gateway answering `/v1/status`, which has had no word from the distributed backend.
+    PermitLapsed {
+        /// Its registration id.
+        id: String,
+        /// Always true.
+        permit_lapsed: bool,
+        /// Why it cannot vouch for stops engaged elsewhere.
+        why: String,
+    },
 }
 
 /// The stable name of a phase (`CONTAINED`, `RECOVERED`, …).
@@ -159,7 +185,7 @@ pub(super) fn phase_name(phase: Phase) -> String {
 
 /// One operation as `ops list` shows it: the operation, and for one without an outcome whether
 /// it is still in flight and whether it blocks anyone now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OperationLine {
     /// The operation.
     #[serde(flatten)]
@@ -173,7 +199,7 @@ pub struct OperationLine {
 }
 
 /// The receipt of `ops list`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpsListReceipt {
     /// The selected operations.
     pub operations: Vec<OperationLine>,
@@ -201,7 +227,7 @@ impl fmt::Display for OpsListReceipt {
 }
 
 /// The receipt of `ops compact`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpsCompactReceipt {
     /// Journal snapshots rewritten.
     pub snapshots_written: usize,
@@ -278,7 +304,7 @@ pub(super) fn operation_text(op: &Operation, in_flight: bool) -> String {
 }
 
 /// The receipt of `init`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InitReceipt {
     /// The control directory.
     pub home: String,

@@ -10,12 +10,11 @@
 //! never changes a latch: an unanswered acknowledgement is a name in `unacknowledged`, no more.
 
 use crate::context::Context;
-use crate::receipts::UncoveredServer;
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-use stopline_core::ack::{AckReply, AckRequest};
+use stopline_core::ack::{AckReply, AckRequest, UncoveredServer};
 use stopline_core::ControlView;
 
 /// The acknowledgement protocol version this build speaks. A live gateway registered with an

@@ -17,8 +17,9 @@ pub use engage::{
 pub use evidence::{EvidenceListReceipt, EvidenceVerifyReceipt};
 pub use status::{
     AgentStatusView, InitReceipt, OperationLine, OpsCompactReceipt, OpsListReceipt, StatusReceipt,
-    UncoveredServer, WorkerView,
+    WorkerView,
 };
+pub use stopline_core::ack::UncoveredServer;
 pub use tokens::{MintedReceipt, TokenVerifyReceipt};
 
 use serde::Serialize;

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
-use stopline_core::ack::ServerRecord;
+use stopline_core::ack::{ServerRecord, UncoveredServer};
 use stopline_core::ops::{Blocks, Operation};
 use stopline_core::phase::Phase;
 use stopline_core::text::inert;
@@ -143,36 +143,6 @@ impl fmt::Display for AgentStatusView {
         // Served as JSON only; the text names the phase.
         f.write_str(&phase_name(self.phase))
     }
-}
-
-/// A live gateway that does not cover the latches, as `status` names it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum UncoveredServer {
-    /// A registered gateway that leaves a latch unacknowledged or speaks an older protocol.
-    Lagging {
-        /// Its registration id.
-        id: String,
-        /// The HTTP address it serves.
-        listen: String,
-        /// Its acknowledgement protocol version.
-        protocol: u32,
-        /// True when that protocol is older than this binary's.
-        older_protocol: bool,
-        /// The latch files it has not acknowledged.
-        unacknowledged_latches: Vec<String>,
-        /// True when only periodic reloads refresh its view.
-        degraded: bool,
-    },
-    /// The gateway answering `/v1/status`, which has had no word from the distributed backend.
-    PermitLapsed {
-        /// Its registration id.
-        id: String,
-        /// Always true.
-        permit_lapsed: bool,
-        /// Why it cannot vouch for stops engaged elsewhere.
-        why: String,
-    },
 }
 
 /// The stable name of a phase (`CONTAINED`, `RECOVERED`, …).

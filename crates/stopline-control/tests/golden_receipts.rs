@@ -6,8 +6,9 @@
 use serde::de::DeserializeOwned;
 use std::path::PathBuf;
 use stopline_control::receipts::{
-    DisengageReceipt, EngageReceipt, InitReceipt, MintedReceipt, OpsCompactReceipt, OpsListReceipt,
-    Receipt, StatusReceipt, TokenVerifyReceipt,
+    AgentStatusView, DisengageReceipt, EngageReceipt, GatewayStatus, GatewayViewReport,
+    InitReceipt, MintedReceipt, OpsCompactReceipt, OpsListReceipt, Receipt, StatusReceipt,
+    TokenVerifyReceipt,
 };
 
 fn golden(name: &str) -> String {
@@ -85,4 +86,47 @@ fn a_latch_shown_without_its_record_or_a_problem_is_an_error() {
     let mut status: serde_json::Value = serde_json::from_str(&golden("status.json")).unwrap();
     status["latches"][1].as_object_mut().unwrap().remove("by");
     assert!(serde_json::from_value::<StatusReceipt>(status).is_err());
+}
+
+/// `GET /v1/status` prints what the route printed when it added `gateway` to the receipt's JSON
+/// by key, for the whole receipt and for an agent's view, and reads back.
+#[test]
+fn a_gateways_status_prints_the_receipt_with_its_gateway_added_and_reads_back() {
+    let receipt: StatusReceipt = serde_json::from_str(&golden("status.json")).unwrap();
+    let gateway = GatewayViewReport {
+        id: "gw-1".into(),
+        view_generation: 7,
+        view_age_ms: 12,
+        view_degraded: false,
+        notes: vec!["watch lost".into()],
+    };
+    // What the route built before the type (gateway/src/api.rs, status_route).
+    let keyed = |mut body: serde_json::Value| {
+        body["gateway"] = serde_json::json!({
+            "id": "gw-1", "view_generation": 7u64, "view_age_ms": 12i64,
+            "view_degraded": false, "notes": ["watch lost"],
+        });
+        body.to_string()
+    };
+    let whole = GatewayStatus {
+        status: receipt.clone(),
+        gateway: gateway.clone(),
+    };
+    let printed = whole.to_json().to_string();
+    assert_eq!(printed, keyed(receipt.to_json()));
+    let again: GatewayStatus<StatusReceipt> = serde_json::from_str(&printed).unwrap();
+    assert_eq!(again.gateway, gateway);
+    assert_eq!(again.to_json().to_string(), printed);
+
+    let subject = stopline_core::Subject {
+        chain: vec![stopline_core::Name::parse("alice").unwrap()],
+        provable: true,
+        ..Default::default()
+    };
+    let view = AgentStatusView::of(&receipt, &subject);
+    let agent = GatewayStatus {
+        status: view.clone(),
+        gateway,
+    };
+    assert_eq!(agent.to_json().to_string(), keyed(view.to_json()));
 }

@@ -16,8 +16,8 @@ pub use engage::{
 };
 pub use evidence::{EvidenceListReceipt, EvidenceVerifyReceipt};
 pub use status::{
-    AgentStatusView, InitReceipt, OperationLine, OpsCompactReceipt, OpsListReceipt, StatusReceipt,
-    WorkerView,
+    AgentStatusView, GatewayStatus, GatewayViewReport, InitReceipt, OperationLine,
+    OpsCompactReceipt, OpsListReceipt, StatusReceipt, WorkerView,
 };
 pub use stopline_core::ack::UncoveredServer;
 pub use tokens::{MintedReceipt, TokenVerifyReceipt};

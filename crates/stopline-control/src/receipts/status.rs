@@ -145,6 +145,39 @@ impl fmt::Display for AgentStatusView {
     }
 }
 
+/// `GET /v1/status` as a gateway answers it: the status (the whole receipt, or an agent's view
+/// of it) and what the answering gateway says of its own view (docs/reference.md §8).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GatewayStatus<T> {
+    /// The status.
+    #[serde(flatten)]
+    pub status: T,
+    /// The answering gateway.
+    pub gateway: GatewayViewReport,
+}
+
+/// The answering gateway's own view, in `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GatewayViewReport {
+    /// Its registration id.
+    pub id: String,
+    /// The generation of its control view.
+    pub view_generation: u64,
+    /// How old that view is, ms.
+    pub view_age_ms: i64,
+    /// True when only periodic reloads refresh it.
+    pub view_degraded: bool,
+    /// Notes about the view.
+    pub notes: Vec<String>,
+}
+
+impl<T> fmt::Display for GatewayStatus<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Served as JSON only.
+        write!(f, "status from gateway {}", self.gateway.id)
+    }
+}
+
 /// The stable name of a phase (`CONTAINED`, `RECOVERED`, …).
 pub(super) fn phase_name(phase: Phase) -> String {
     match serde_json::to_value(phase) {

@@ -11,11 +11,10 @@
 
 use crate::context::Context;
 use serde::Serialize;
-use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-use stopline_core::ack::{AckReply, AckRequest};
+use stopline_core::ack::{AckReply, AckRequest, UncoveredServer};
 use stopline_core::ControlView;
 
 /// The acknowledgement protocol version this build speaks. A live gateway registered with an
@@ -188,13 +187,13 @@ fn ask(server: &ServerRecord, latch: &str, deadline: Instant) -> std::io::Result
 }
 
 /// Live gateways that leave a latch of `view` unacknowledged or speak an older protocol.
-pub fn uncovered_servers(ctx: &Context, view: &ControlView) -> Vec<Value> {
+pub fn uncovered_servers(ctx: &Context, view: &ControlView) -> Vec<UncoveredServer> {
     uncovered_among(&live_servers(ctx).0, view)
 }
 
 /// Which of the live gateways `servers` do not cover `view`'s latches (as
 /// [`uncovered_servers`]).
-pub fn uncovered_among(servers: &[ServerRecord], view: &ControlView) -> Vec<Value> {
+pub fn uncovered_among(servers: &[ServerRecord], view: &ControlView) -> Vec<UncoveredServer> {
     let mut uncovered = Vec::new();
     for server in servers {
         let missing: Vec<String> = view
@@ -205,14 +204,14 @@ pub fn uncovered_among(servers: &[ServerRecord], view: &ControlView) -> Vec<Valu
             .collect();
         let old = server.protocol < GATEWAY_PROTOCOL;
         if old || !missing.is_empty() {
-            uncovered.push(json!({
-                "id": server.id,
-                "listen": server.listen,
-                "protocol": server.protocol,
-                "older_protocol": old,
-                "unacknowledged_latches": missing,
-                "degraded": server.degraded,
-            }));
+            uncovered.push(UncoveredServer::Lagging {
+                id: server.id.clone(),
+                listen: server.listen.clone(),
+                protocol: server.protocol,
+                older_protocol: old,
+                unacknowledged_latches: missing,
+                degraded: server.degraded,
+            });
         }
     }
     uncovered

@@ -19,11 +19,10 @@
 //! never written to.
 
 use crate::context::Context;
-pub use crate::receipts::GroupReached;
+pub use crate::receipts::{GroupOrder, GroupReached};
 use std::time::{Duration, Instant};
 use stopline_core::latch::LatchRecord;
 use stopline_core::worker::WorkerRegistration;
-use stopline_core::Level;
 use stopline_supervisor::{Group, Hierarchy};
 
 /// How long the engage looks for a killed group to be empty before it leaves the confirmation
@@ -70,7 +69,7 @@ pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
             // A group already removed (its run ended) or a path that is not a supervised group.
             continue;
         };
-        let order = order_name(latch.level);
+        let order = GroupOrder::of(latch.level);
         match write_order(&group, order) {
             Ok(()) => orders.push((
                 group,
@@ -97,7 +96,7 @@ pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
         if !worker.subject().is_covered_by(&latch.scope) {
             continue;
         }
-        let order = order_name(latch.level);
+        let order = GroupOrder::of(latch.level);
         let path = group.path().to_path_buf();
         match write_order(&group, order) {
             Ok(()) => orders.push((
@@ -120,19 +119,10 @@ pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
     reached
 }
 
-/// `kill` at an emergency, `freeze` at the halts.
-fn order_name(level: Level) -> &'static str {
-    if level == Level::Emergency {
-        "kill"
-    } else {
-        "freeze"
-    }
-}
-
-fn write_order(group: &Group, order: &str) -> Result<(), stopline_supervisor::CgroupError> {
+fn write_order(group: &Group, order: GroupOrder) -> Result<(), stopline_supervisor::CgroupError> {
     match order {
-        "kill" => group.kill(),
-        _ => group.order_freeze(),
+        GroupOrder::Kill => group.kill(),
+        GroupOrder::Freeze => group.order_freeze(),
     }
 }
 
@@ -189,17 +179,19 @@ fn confirm(orders: &mut [(Group, GroupReached)]) {
         let mut pending = false;
         for (group, reached) in orders.iter_mut().filter(|(_, r)| !r.confirmed) {
             match group.events() {
-                Ok(events) if reached.order == "kill" && !events.populated => {
+                Ok(events) if reached.order == GroupOrder::Kill && !events.populated => {
                     reached.confirmed = true
                 }
-                Ok(events) if reached.order == "freeze" && events.frozen => {
+                Ok(events) if reached.order == GroupOrder::Freeze && events.frozen => {
                     reached.confirmed = true
                 }
                 // A group gone since the order was written was emptied and removed.
-                Err(_) if !group.path().exists() => reached.confirmed = reached.order == "kill",
+                Err(_) if !group.path().exists() => {
+                    reached.confirmed = reached.order == GroupOrder::Kill
+                }
                 _ => {
                     pending = true;
-                    if reached.order == "kill" {
+                    if reached.order == GroupOrder::Kill {
                         let _ = group.kill();
                     }
                 }

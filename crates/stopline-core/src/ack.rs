@@ -120,3 +120,33 @@ impl BudgetNearLimit {
         limit <= 0.0 || used + reserved >= NEAR_LIMIT * limit
     }
 }
+
+/// A live gateway that does not cover the latches, as `status` names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum UncoveredServer {
+    /// A registered gateway that leaves a latch unacknowledged or speaks an older protocol.
+    Lagging {
+        /// Its registration id.
+        id: String,
+        /// The HTTP address it serves.
+        listen: String,
+        /// Its acknowledgement protocol version.
+        protocol: u32,
+        /// True when that protocol is older than this binary's.
+        older_protocol: bool,
+        /// The latch files it has not acknowledged.
+        unacknowledged_latches: Vec<String>,
+        /// True when only periodic reloads refresh its view.
+        degraded: bool,
+    },
+    /// The gateway answering `/v1/status`, which has had no word from the distributed backend.
+    PermitLapsed {
+        /// Its registration id.
+        id: String,
+        /// Always true.
+        permit_lapsed: bool,
+        /// Why it cannot vouch for stops engaged elsewhere.
+        why: String,
+    },
+}

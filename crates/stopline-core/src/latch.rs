@@ -152,22 +152,108 @@ impl ActiveLatch {
         subject.is_covered_by(&self.scope)
     }
 
-    /// This latch as JSON for receipts: the record (or a fail-closed stand-in) with `file`.
+    /// This latch as JSON for receipts: the record (or a fail-closed stand-in) with `file`
+    /// ([`shown`]).
     pub fn to_json(&self) -> serde_json::Value {
-        let mut value = match &self.record {
-            Some(record) => serde_json::to_value(record).unwrap_or_default(),
-            None => serde_json::json!({
-                "kind": "breakglass_latch",
-                "id": self.id(),
-                "scope": self.scope.to_string(),
-                "level": self.level.as_str(),
-                "problem": self.problem,
-            }),
-        };
-        if let Some(map) = value.as_object_mut() {
-            map.insert("file".into(), self.file.clone().into());
+        serde_json::to_value(Shown::of(self)).unwrap_or_default()
+    }
+}
+
+/// An active latch as receipts show it: the record with its `file`, or for an entry whose body
+/// was not trusted a stand-in naming the scope and level it is enforced as and why.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum Shown {
+    // First: a stand-in lacks the record's `by`, `reason`, `pid`, `session` and `ts`.
+    Trusted {
+        #[serde(flatten)]
+        record: LatchRecord,
+        file: String,
+    },
+    Untrusted {
+        kind: String,
+        id: String,
+        scope: Scope,
+        level: Level,
+        // Required on reading: a stand-in always says why its body was not trusted (a
+        // trusted record missing a field is not a stand-in).
+        #[serde(deserialize_with = "present")]
+        problem: Option<String>,
+        file: String,
+    },
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    String::deserialize(deserializer).map(Some)
+}
+
+impl Shown {
+    fn of(latch: &ActiveLatch) -> Shown {
+        match &latch.record {
+            Some(record) => Shown::Trusted {
+                record: record.clone(),
+                file: latch.file.clone(),
+            },
+            None => Shown::Untrusted {
+                kind: "breakglass_latch".to_string(),
+                id: latch.id(),
+                scope: latch.scope.clone(),
+                level: latch.level,
+                problem: latch.problem.clone(),
+                file: latch.file.clone(),
+            },
         }
-        value
+    }
+
+    fn latch(self) -> ActiveLatch {
+        match self {
+            Shown::Trusted { record, file } => ActiveLatch {
+                file,
+                scope: record.scope.clone(),
+                level: record.level,
+                record: Some(record),
+                problem: None,
+            },
+            Shown::Untrusted {
+                scope,
+                level,
+                problem,
+                file,
+                ..
+            } => ActiveLatch {
+                file,
+                scope,
+                level,
+                record: None,
+                problem,
+            },
+        }
+    }
+}
+
+/// A list of active latches as receipts show them (`latches` of `status`, docs/reference.md §3):
+/// `#[serde(with = "stopline_core::latch::shown")]`. Reading one back that is neither a latch
+/// record with its `file` nor a fail-closed stand-in is an error.
+pub mod shown {
+    use super::{ActiveLatch, Shown};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Write `latches` as shown.
+    pub fn serialize<S: Serializer>(
+        latches: &[ActiveLatch],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(latches.iter().map(Shown::of))
+    }
+
+    /// Read latches as shown.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<ActiveLatch>, D::Error> {
+        Ok(Vec::<Shown>::deserialize(deserializer)?
+            .into_iter()
+            .map(Shown::latch)
+            .collect())
     }
 }
 

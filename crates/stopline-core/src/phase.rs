@@ -4,10 +4,10 @@
 //! from what was just observed, never from the last state written.
 
 use crate::state::ControlState;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The derived phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Phase {
     /// No latch, no fault, state RUNNING.

@@ -11,7 +11,7 @@ use crate::ops::Blocks;
 use crate::refusal::{Refusal, RefusalCode};
 use crate::state::{ControlState, StateRecord};
 use crate::subject::Subject;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// A consistent snapshot of the control state.
@@ -100,6 +100,38 @@ impl Serialize for CheckReceipt {
             error: self.refusal(),
         }
         .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for CheckReceipt {
+    /// What [`Serialize`] writes (an `action` a route adds is ignored): `decision`, `mode`,
+    /// `latches` and `message` must be there; the latch is the `error`'s when it names the
+    /// receipt's code.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            decision: Decision,
+            mode: Mode,
+            code: Option<RefusalCode>,
+            latches: Vec<String>,
+            message: String,
+            #[serde(default)]
+            error: Option<Refusal>,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        let latch = wire
+            .error
+            .filter(|refusal| Some(refusal.code) == wire.code)
+            .and_then(|refusal| refusal.latch)
+            .map(|latch| *latch);
+        Ok(CheckReceipt {
+            decision: wire.decision,
+            mode: wire.mode,
+            code: wire.code,
+            latches: wire.latches,
+            message: wire.message,
+            latch,
+        })
     }
 }
 

@@ -289,18 +289,14 @@ impl Observation {
             effects: matched.effects,
             model_calls_exercised: inputs.model_calls_exercised,
             longest_task_ms: round_ms(inputs.longest_task_ms),
-            time_to_contained_ms: pull.receipt["time_to_contained_us"]
-                .as_f64()
-                .map(|us| round_ms(us / 1000.0)),
-            ack_collect_ms: pull.receipt["ack_collect_us"]
-                .as_f64()
-                .map(|us| round_ms(us / 1000.0)),
-            latch: pull.receipt["latch"]["file"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            acknowledged_by: pull.acknowledged_by(),
-            unacknowledged: pull.unacknowledged(),
+            time_to_contained_ms: Some(round_ms(pull.receipt.time_to_contained_us as f64 / 1000.0)),
+            ack_collect_ms: pull
+                .receipt
+                .ack_collect_us
+                .map(|us| round_ms(us as f64 / 1000.0)),
+            latch: pull.receipt.latch.file.clone(),
+            acknowledged_by: pull.receipt.acknowledged_by.clone(),
+            unacknowledged: pull.receipt.unacknowledged.clone(),
             calls,
             after_trip_examples: matched.examples.clone(),
             breakdown: None,

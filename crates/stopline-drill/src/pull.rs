@@ -8,10 +8,10 @@
 
 use crate::agents::Shared;
 use crate::destination::unix_us;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stopline_control::receipts::Receipt;
+use stopline_control::receipts::EngageReceipt;
 use stopline_control::{engage, Context};
 use stopline_core::{Refusal, RefusalCode};
 
@@ -43,35 +43,14 @@ pub struct Pull {
     /// From the pull to the last gateway acknowledgement (`None`: none acknowledged).
     pub ack: Option<Duration>,
     /// The receipt.
-    pub receipt: Value,
+    pub receipt: EngageReceipt,
 }
 
-impl Pull {
-    /// Gateways that acknowledged.
-    pub fn acknowledged_by(&self) -> Vec<String> {
-        strings(&self.receipt["acknowledged_by"])
-    }
-
-    /// Live gateways that did not acknowledge in time.
-    pub fn unacknowledged(&self) -> Vec<String> {
-        strings(&self.receipt["unacknowledged"])
-    }
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    value
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.as_str().map(String::from))
-        .collect()
-}
-
-fn finish(pulled: Instant, pulled_unix_ms: i64, called: Instant, receipt: Value) -> Pull {
+fn finish(pulled: Instant, pulled_unix_ms: i64, called: Instant, receipt: EngageReceipt) -> Pull {
     let returned = Instant::now();
     let returned_unix_us = unix_us();
-    let ack = receipt["last_ack_us"]
-        .as_u64()
+    let ack = receipt
+        .last_ack_us
         .map(|us| (called - pulled) + Duration::from_micros(us));
     Pull {
         pulled_unix_ms,
@@ -112,8 +91,7 @@ pub async fn pull(
                     let _ = shared.pulled.set(pulled);
                     let called = Instant::now();
                     let receipt = engage::engage(&ctx, &caller, &scope, Some(&level), &reason);
-                    let _ = tx
-                        .send(receipt.map(|r| finish(pulled, pulled_unix_ms, called, r.to_json())));
+                    let _ = tx.send(receipt.map(|r| finish(pulled, pulled_unix_ms, called, r)));
                 })
                 .map_err(|e| Refusal::new(RefusalCode::ControlIo, e.to_string()))?;
             rx.await
@@ -133,11 +111,60 @@ pub async fn pull(
             let refused = |why: String| Refusal::new(RefusalCode::GatewayUnreachable, why);
             let response = request.send().await.map_err(|e| refused(e.to_string()))?;
             let status = response.status();
-            let receipt: Value = response.json().await.map_err(|e| refused(e.to_string()))?;
-            if !status.is_success() || receipt["engaged"] != true {
-                return Err(refused(format!("engage answered {status}: {receipt}")));
-            }
+            let body = response.text().await.map_err(|e| refused(e.to_string()))?;
+            let receipt = engage_answered(status, &body)?;
             Ok(finish(pulled, pulled_unix_ms, called, receipt))
         }
+    }
+}
+
+/// The gateway's answer to `POST /v1/engage` as an engage receipt. A receipt that does not read
+/// as one (a field missing or renamed) is no engage, never an engage nobody acknowledged.
+fn engage_answered(status: reqwest::StatusCode, body: &str) -> Result<EngageReceipt, Refusal> {
+    let refused = |why: String| Refusal::new(RefusalCode::GatewayUnreachable, why);
+    if !status.is_success() {
+        return Err(refused(format!("engage answered {status}: {body}")));
+    }
+    let receipt: EngageReceipt = serde_json::from_str(body).map_err(|e| {
+        refused(format!(
+            "engage answered {status} with no engage receipt ({e}): {body}"
+        ))
+    })?;
+    if !receipt.engaged {
+        return Err(refused(format!("engage answered {status}: {body}")));
+    }
+    Ok(receipt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `stopline engage --json` printed before receipts could be read back.
+    const GOLDEN: &str = include_str!("../../stopline-control/tests/golden/engage.json");
+
+    #[test]
+    fn an_engage_receipt_reads_with_its_acknowledgements() {
+        let receipt = engage_answered(reqwest::StatusCode::OK, GOLDEN).unwrap();
+        assert!(receipt.engaged);
+        assert_eq!(receipt.latch.file, "latch_aa93d383e7ad8202.json");
+    }
+
+    #[test]
+    fn a_receipt_with_a_field_renamed_is_refused_never_read_as_unacknowledged() {
+        let renamed = GOLDEN.replace("\"unacknowledged\"", "\"not_acknowledged\"");
+        let refusal = engage_answered(reqwest::StatusCode::OK, &renamed).unwrap_err();
+        assert_eq!(refusal.code, RefusalCode::GatewayUnreachable);
+        assert!(
+            refusal.message.contains("unacknowledged"),
+            "{}",
+            refusal.message
+        );
+    }
+
+    #[test]
+    fn a_refused_engage_is_an_error() {
+        let body = r#"{"error":{"code":"scope_invalid","message":"no"}}"#;
+        assert!(engage_answered(reqwest::StatusCode::BAD_REQUEST, body).is_err());
     }
 }

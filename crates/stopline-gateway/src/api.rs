@@ -19,7 +19,9 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use stopline_control::receipts::{AgentStatusView, Receipt};
+use stopline_control::receipts::{
+    AgentStatusView, GatewayStatus, GatewayViewReport, Receipt, UncoveredServer,
+};
 use stopline_control::{engage, status};
 use stopline_core::budget::{BudgetKind, Budgets};
 use stopline_core::{AuthorityStatus, Name, Refusal, RefusalCode, Role, TaskClass};
@@ -64,27 +66,36 @@ pub(crate) async fn status_route(
     if let Some(lapsed) = state.gov.permit_lapsed() {
         // No word from the distributed backend: this gateway cannot vouch for stops engaged
         // elsewhere since, so it reports itself uncovered.
-        receipt.uncovered_servers.push(json!({
-            "id": state.gov.server_id(),
-            "permit_lapsed": true,
-            "why": lapsed.message,
-        }));
+        receipt
+            .uncovered_servers
+            .push(UncoveredServer::PermitLapsed {
+                id: state.gov.server_id().to_string(),
+                permit_lapsed: true,
+                why: lapsed.message,
+            });
     }
     // An agent token reads a view built from the receipt with only what concerns it (docs/reference.md
     // §8): never the receipt with fields taken out, so nothing new reaches it by default.
-    let mut body = if sees_everything(caller.role()) {
-        receipt.to_json()
-    } else {
-        AgentStatusView::of(&receipt, caller.subject()).to_json()
+    let gateway = GatewayViewReport {
+        id: state.gov.server_id().to_string(),
+        view_generation: snapshot.generation,
+        view_age_ms: state.gov.now_ms() - snapshot.loaded_ms,
+        view_degraded: state.registry.record().degraded,
+        notes: state.registry.record().notes,
     };
-    body["gateway"] = json!({
-        "id": state.gov.server_id(),
-        "view_generation": snapshot.generation,
-        "view_age_ms": state.gov.now_ms() - snapshot.loaded_ms,
-        "view_degraded": state.registry.record().degraded,
-        "notes": state.registry.record().notes,
-    });
-    Ok(Json(body))
+    Ok(Json(if sees_everything(caller.role()) {
+        GatewayStatus {
+            status: receipt,
+            gateway,
+        }
+        .to_json()
+    } else {
+        GatewayStatus {
+            status: AgentStatusView::of(&receipt, caller.subject()),
+            gateway,
+        }
+        .to_json()
+    }))
 }
 
 #[derive(Deserialize)]

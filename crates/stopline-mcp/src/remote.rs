@@ -12,7 +12,7 @@ use crate::governor::{Admission, Call, Caller, Governor, Outcome, Proof};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use stopline_core::{Decision, Mode, Refusal, RefusalCode, Role};
+use stopline_core::{CheckReceipt, Decision, Mode, Refusal, RefusalCode, Role};
 
 /// How often held calls and the cut watcher ask again.
 const POLL: Duration = Duration::from_millis(250);
@@ -101,8 +101,8 @@ impl RemoteGovernor {
                 )
             }
         };
-        let value: Value = match response.json().await {
-            Ok(value) => value,
+        let body = match response.text().await {
+            Ok(body) => body,
             Err(error) => {
                 return blocked(
                     RefusalCode::GatewayUnreachable,
@@ -110,29 +110,52 @@ impl RemoteGovernor {
                 )
             }
         };
-        let decision = serde_json::from_value(value["decision"].clone()).unwrap_or(Decision::Block);
-        let mode = serde_json::from_value(value["mode"].clone()).unwrap_or(Mode::Emergency);
-        let code = serde_json::from_value(value["code"].clone()).ok();
-        let message = value["message"].as_str().unwrap_or_default().to_string();
-        let refusal = match (decision, code) {
-            (Decision::Allow, _) => None,
-            // The receipt's `error` object is the typed refusal, latch included (docs/reference.md §4).
-            (_, Some(code)) => Some(
-                serde_json::from_value::<Refusal>(value["error"].clone())
-                    .ok()
-                    .filter(|r| r.code == code)
-                    .unwrap_or_else(|| Refusal::new(code, message)),
+        let (decision, mode, refusal) = match answered(&body) {
+            Ok(receipt) => (
+                receipt.decision,
+                receipt.mode,
+                answered_refusal(&receipt, &body),
             ),
-            (_, None) => Some(Refusal::new(
-                RefusalCode::BreakGlassContained,
-                format!("the gateway refused without a code: {value}"),
-            )),
+            Err(refusal) => (Decision::Block, Mode::Emergency, Some(refusal)),
         };
         Receipt {
             decision,
             mode,
             refusal,
         }
+    }
+}
+
+/// The gateway's answer to `POST /v1/check` as a check receipt. An answer that is not JSON is an
+/// unreachable gateway; one that does not read as a check receipt (a field missing or renamed)
+/// is a refusal without a code, never an allow.
+fn answered(body: &str) -> Result<CheckReceipt, Refusal> {
+    serde_json::from_str::<CheckReceipt>(body).map_err(|error| {
+        if serde_json::from_str::<serde::de::IgnoredAny>(body).is_err() {
+            Refusal::new(
+                RefusalCode::GatewayUnreachable,
+                format!("the gateway's answer is not a receipt: {error}"),
+            )
+        } else {
+            Refusal::new(
+                RefusalCode::BreakGlassContained,
+                format!("the gateway refused without a check receipt ({error}): {body}"),
+            )
+        }
+    })
+}
+
+/// Why `receipt` does not allow (`None` when it does): its typed refusal, latch included
+/// (docs/reference.md §4).
+fn answered_refusal(receipt: &CheckReceipt, body: &str) -> Option<Refusal> {
+    match receipt.decision {
+        Decision::Allow => None,
+        _ => Some(receipt.refusal().unwrap_or_else(|| {
+            Refusal::new(
+                RefusalCode::BreakGlassContained,
+                format!("the gateway refused without a code: {body}"),
+            )
+        })),
     }
 }
 
@@ -240,5 +263,72 @@ impl Governor for RemoteGovernor {
                 tokio::time::sleep(POLL).await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stopline_core::latch::LatchRef;
+
+    /// A refusal as the gateway's check route writes it (`action` added by the route).
+    fn refused_answer() -> (Refusal, String) {
+        let latch = LatchRef {
+            by: "owner".into(),
+            engaged_at: Some("2026-12-07T14:03:44.853Z".into()),
+            id: "latch_aa93d383e7ad8202".into(),
+            level: "halt-all".into(),
+            reason: "golden".into(),
+            scope: "agent:alice".into(),
+        };
+        let refusal =
+            Refusal::new(RefusalCode::BreakGlassContained, "stopped").with_latch(Some(latch));
+        let receipt = CheckReceipt::refused(
+            Mode::HaltAll,
+            refusal.clone(),
+            vec!["latch_aa93d383e7ad8202".into()],
+        );
+        let mut value = serde_json::to_value(&receipt).unwrap();
+        value["action"] = "tools/call".into();
+        (refusal, value.to_string())
+    }
+
+    #[test]
+    fn a_refusal_reads_with_its_code_and_latch() {
+        let (refusal, body) = refused_answer();
+        let receipt = answered(&body).unwrap();
+        assert_eq!(receipt.decision, Decision::Block);
+        assert_eq!(answered_refusal(&receipt, &body), Some(refusal));
+    }
+
+    #[test]
+    fn an_allow_reads_as_one() {
+        let receipt = CheckReceipt {
+            decision: Decision::Allow,
+            mode: Mode::Disengaged,
+            code: None,
+            latches: Vec::new(),
+            message: String::new(),
+            latch: None,
+        };
+        let body = serde_json::to_string(&receipt).unwrap();
+        let read = answered(&body).unwrap();
+        assert_eq!(read.decision, Decision::Allow);
+        assert_eq!(answered_refusal(&read, &body), None);
+    }
+
+    #[test]
+    fn an_answer_with_a_field_renamed_is_a_refusal_never_an_allow() {
+        let body =
+            r#"{"decision":"allow","code":null,"latches":[],"message":"","state":"RUNNING"}"#;
+        let refusal = answered(body).unwrap_err();
+        assert_eq!(refusal.code, RefusalCode::BreakGlassContained);
+        assert!(refusal.message.contains("mode"), "{}", refusal.message);
+    }
+
+    #[test]
+    fn an_answer_that_is_not_json_is_an_unreachable_gateway() {
+        let refusal = answered("<html>bad gateway</html>").unwrap_err();
+        assert_eq!(refusal.code, RefusalCode::GatewayUnreachable);
     }
 }

@@ -140,21 +140,32 @@ fn gateway_call(
             .send()
             .await
             .map_err(|e| unreachable(e.to_string()))?;
-        let ok = response.status().is_success();
+        let status = response.status();
         let value: Value = response
             .json()
             .await
             .map_err(|e| unreachable(e.to_string()))?;
-        if ok {
+        if status.is_success() {
             return Ok(value);
         }
-        let code = serde_json::from_value(value["error"]["code"].clone())
-            .unwrap_or(RefusalCode::ControlIo);
-        Err(Refusal::new(
-            code,
-            value["error"]["message"].as_str().unwrap_or_default(),
-        ))
+        Err(refused(status, value))
     })
+}
+
+/// The gateway's refusal (`{"error":{"code","message",…}}`, docs/reference.md §4) as typed; an
+/// answer that is not one is `control_io`, never a success.
+fn refused(status: reqwest::StatusCode, value: Value) -> Refusal {
+    #[derive(serde::Deserialize)]
+    struct Refused {
+        error: Refusal,
+    }
+    match serde_json::from_value::<Refused>(value) {
+        Ok(refused) => refused.error,
+        Err(error) => Refusal::new(
+            RefusalCode::ControlIo,
+            format!("the gateway answered {status} with no refusal: {error}"),
+        ),
+    }
 }
 
 fn tool_result(result: Result<Value, Refusal>) -> Value {
@@ -258,4 +269,25 @@ pub fn run(backend: Backend) -> std::io::Result<i32> {
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gateway_refusal_reads_with_its_code_and_message() {
+        let body = json!({"error": {"code": "disengage_not_permitted", "message": "no"}});
+        let refusal = refused(reqwest::StatusCode::FORBIDDEN, body);
+        assert_eq!(refusal.code, RefusalCode::DisengageNotPermitted);
+        assert_eq!(refusal.message, "no");
+    }
+
+    #[test]
+    fn an_answer_that_is_no_refusal_is_control_io() {
+        let body = json!({"error": {"kode": "disengage_not_permitted"}});
+        let refusal = refused(reqwest::StatusCode::BAD_GATEWAY, body);
+        assert_eq!(refusal.code, RefusalCode::ControlIo);
+        assert!(refusal.message.contains("code"), "{}", refusal.message);
+    }
 }

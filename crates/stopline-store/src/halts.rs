@@ -8,13 +8,13 @@
 
 use crate::error::{IoContext, StoreError};
 use crate::Store;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stopline_core::refusal::require_reason;
 use stopline_core::wal_record::{Disengaged, DrainStarted, WalRecord};
 use stopline_core::{ActiveLatch, ControlState, Level, RefusalCode, Scope, StateRecord};
 
 /// The receipt of a disengage.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DisengageReceipt {
     /// Always true on success.
     pub disengaged: bool,

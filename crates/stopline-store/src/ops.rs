@@ -73,7 +73,7 @@ impl std::future::Future for Durable {
 }
 
 /// The census of unresolved operations (docs/reference.md §3 status `unresolved`).
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Census {
     /// Unresolved file operations.
     pub file: Vec<CensusEntry>,
@@ -86,7 +86,7 @@ pub struct Census {
 }
 
 /// One unresolved operation in a census.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CensusEntry {
     /// The operation.
     #[serde(flatten)]

@@ -2,13 +2,13 @@
 
 use super::compact;
 use crate::acks::AckOutcome;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::PathBuf;
 use stopline_core::LatchRecord;
 
 /// What the engage did to one covered group (`reach.rs`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GroupReached {
     /// The run.
     pub run: String,
@@ -17,13 +17,42 @@ pub struct GroupReached {
     /// The group.
     pub cgroup: PathBuf,
     /// `kill` (cgroup.kill written) or `freeze` (cgroup.freeze written).
-    pub order: &'static str,
+    pub order: GroupOrder,
     /// For a kill: `populated 0` observed within [`crate::reach::CONFIRM_WITHIN`]; for a freeze: `frozen 1`.
     pub confirmed: bool,
 }
 
+/// The order an engage wrote into a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupOrder {
+    /// `cgroup.kill` (an emergency).
+    Kill,
+    /// `cgroup.freeze` (a halt).
+    Freeze,
+}
+
+impl GroupOrder {
+    /// The order a latch of `level` writes.
+    pub fn of(level: stopline_core::Level) -> GroupOrder {
+        if level == stopline_core::Level::Emergency {
+            GroupOrder::Kill
+        } else {
+            GroupOrder::Freeze
+        }
+    }
+
+    /// `kill` or `freeze`: the cgroup file it writes is `cgroup.<name>`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupOrder::Kill => "kill",
+            GroupOrder::Freeze => "freeze",
+        }
+    }
+}
+
 /// The latch an engage published (or coalesced into), with its file name.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EngagedLatch {
     /// The latch record as published.
     #[serde(flatten)]
@@ -33,7 +62,7 @@ pub struct EngagedLatch {
 }
 
 /// The epoch figures of an engage (null when the WAL or epoch could not be trusted).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EngageEpoch {
     /// The global sequence after the engage.
     pub seq: Option<u64>,
@@ -42,7 +71,7 @@ pub struct EngageEpoch {
 }
 
 /// The receipt of `engage`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EngageReceipt {
     /// Always true: a refused engage is an error, never a receipt.
     pub engaged: bool,
@@ -107,7 +136,7 @@ impl fmt::Display for EngageReceipt {
 }
 
 /// The receipt of `disengage` (the plane's, shown to people).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct DisengageReceipt(pub stopline_store::halts::DisengageReceipt);
 

@@ -11,12 +11,15 @@ mod status;
 mod status_text;
 mod tokens;
 
-pub use engage::{DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch, GroupReached};
+pub use engage::{
+    DisengageReceipt, EngageEpoch, EngageReceipt, EngagedLatch, GroupOrder, GroupReached,
+};
 pub use evidence::{EvidenceListReceipt, EvidenceVerifyReceipt};
 pub use status::{
-    AgentStatusView, InitReceipt, OperationLine, OpsCompactReceipt, OpsListReceipt, StatusReceipt,
-    WorkerView,
+    AgentStatusView, GatewayStatus, GatewayViewReport, InitReceipt, OperationLine,
+    OpsCompactReceipt, OpsListReceipt, StatusReceipt, WorkerView,
 };
+pub use stopline_core::ack::UncoveredServer;
 pub use tokens::{MintedReceipt, TokenVerifyReceipt};
 
 use serde::Serialize;

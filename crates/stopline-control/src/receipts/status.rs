@@ -1,9 +1,9 @@
 //! The receipts of `status`, `ops list` and `init` (docs/reference.md §3).
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
-use stopline_core::ack::ServerRecord;
+use stopline_core::ack::{ServerRecord, UncoveredServer};
 use stopline_core::ops::{Blocks, Operation};
 use stopline_core::phase::Phase;
 use stopline_core::text::inert;
@@ -13,7 +13,7 @@ use stopline_store::ops::{Census, CensusEntry};
 
 /// A registered worker as `status` shows it: its registration (docs/reference.md §9), whether
 /// a stop covers it, and whether its supervisor is gone.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerView {
     /// The registration as read.
     #[serde(flatten)]
@@ -26,7 +26,7 @@ pub struct WorkerView {
 }
 
 /// The receipt of `status`: the phase derived from fresh reads, and what it was derived from.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StatusReceipt {
     /// The derived phase.
     pub phase: Phase,
@@ -35,7 +35,7 @@ pub struct StatusReceipt {
     /// `state.json` as recorded.
     pub state_record: StateRecord,
     /// Every active latch, fail-closed entries included.
-    #[serde(serialize_with = "latches_json")]
+    #[serde(with = "stopline_core::latch::shown")]
     pub latches: Vec<ActiveLatch>,
     /// Why the control state cannot be trusted.
     pub faults: Vec<Refusal>,
@@ -48,7 +48,7 @@ pub struct StatusReceipt {
     /// live gateway covers the latches.
     pub affected_worker_quiescence_confirmed: bool,
     /// Live gateways that do not cover the latches.
-    pub uncovered_servers: Vec<Value>,
+    pub uncovered_servers: Vec<UncoveredServer>,
     /// The census of unresolved operations.
     pub unresolved: Census,
     /// Notes.
@@ -71,7 +71,7 @@ pub struct StatusReceipt {
 /// here. The machine's phase and state, the latches covering the agent, the epoch scopes
 /// covering it, the workers and unresolved operations of its own chain; no other agent's
 /// scopes, latches, workers or operations, and no warnings (they name paths of the host).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentStatusView {
     /// The derived phase.
     pub phase: Phase,
@@ -80,7 +80,7 @@ pub struct AgentStatusView {
     /// `state.json` as recorded (machine-wide).
     pub state_record: StateRecord,
     /// The active latches covering the agent.
-    #[serde(serialize_with = "latches_json")]
+    #[serde(with = "stopline_core::latch::shown")]
     pub latches: Vec<ActiveLatch>,
     /// Why the control state cannot be trusted (they cover everyone).
     pub faults: Vec<Refusal>,
@@ -91,7 +91,7 @@ pub struct AgentStatusView {
     /// As in the receipt: covered workers quiescent, census whole, gateways covering.
     pub affected_worker_quiescence_confirmed: bool,
     /// Live gateways that do not cover the latches (ids only concern the host).
-    pub uncovered_servers: Vec<Value>,
+    pub uncovered_servers: Vec<UncoveredServer>,
     /// The unresolved operations of the agent's own chain.
     pub unresolved: Census,
 }
@@ -145,8 +145,37 @@ impl fmt::Display for AgentStatusView {
     }
 }
 
-fn latches_json<S: Serializer>(latches: &[ActiveLatch], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_seq(latches.iter().map(ActiveLatch::to_json))
+/// `GET /v1/status` as a gateway answers it: the status (the whole receipt, or an agent's view
+/// of it) and what the answering gateway says of its own view (docs/reference.md §8).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GatewayStatus<T> {
+    /// The status.
+    #[serde(flatten)]
+    pub status: T,
+    /// The answering gateway.
+    pub gateway: GatewayViewReport,
+}
+
+/// The answering gateway's own view, in `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GatewayViewReport {
+    /// Its registration id.
+    pub id: String,
+    /// The generation of its control view.
+    pub view_generation: u64,
+    /// How old that view is, ms.
+    pub view_age_ms: i64,
+    /// True when only periodic reloads refresh it.
+    pub view_degraded: bool,
+    /// Notes about the view.
+    pub notes: Vec<String>,
+}
+
+impl<T> fmt::Display for GatewayStatus<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Served as JSON only.
+        write!(f, "status from gateway {}", self.gateway.id)
+    }
 }
 
 /// The stable name of a phase (`CONTAINED`, `RECOVERED`, …).
@@ -159,7 +188,7 @@ pub(super) fn phase_name(phase: Phase) -> String {
 
 /// One operation as `ops list` shows it: the operation, and for one without an outcome whether
 /// it is still in flight and whether it blocks anyone now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OperationLine {
     /// The operation.
     #[serde(flatten)]
@@ -173,7 +202,7 @@ pub struct OperationLine {
 }
 
 /// The receipt of `ops list`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpsListReceipt {
     /// The selected operations.
     pub operations: Vec<OperationLine>,
@@ -201,7 +230,7 @@ impl fmt::Display for OpsListReceipt {
 }
 
 /// The receipt of `ops compact`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpsCompactReceipt {
     /// Journal snapshots rewritten.
     pub snapshots_written: usize,
@@ -278,7 +307,7 @@ pub(super) fn operation_text(op: &Operation, in_flight: bool) -> String {
 }
 
 /// The receipt of `init`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InitReceipt {
     /// The control directory.
     pub home: String,

@@ -1,12 +1,12 @@
 //! The receipts of `token issue|delegate|verify` (docs/reference.md §3).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use stopline_core::budget::Budgets;
 use stopline_core::{Name, Role, Subject};
 
 /// The receipt of `token issue` and `token delegate` (`--json`; people get the token alone).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MintedReceipt {
     /// The token.
     pub token: String,
@@ -29,7 +29,7 @@ impl fmt::Display for MintedReceipt {
 }
 
 /// The receipt of `token verify`: validity including epoch standing.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TokenVerifyReceipt {
     /// True when it verifies and its authority stands.
     pub valid: bool,

@@ -152,7 +152,7 @@ impl Store {
         Some(FollowedWal { id, log })
     }
 
-    /// [`Ops::blocked_targets`] for a reader that follows the journals: each journal's bytes
+    /// [`crate::ops_handle::Ops::blocked_targets`] for a reader that follows the journals: each journal's bytes
     /// appended since `follower`'s last census are read, never its history.
     pub fn blocked_targets_following(
         &self,

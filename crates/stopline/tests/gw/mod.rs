@@ -554,7 +554,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 class Allow(BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = b'{"decision":"allow","mode":"RUNNING","code":null,"latches":[],"message":"allowed"}'
+        # A faithful allow, as a real gateway words it: a malformed one is refused by the hook.
+        body = b'{"decision":"allow","mode":"DISENGAGED","code":null,"latches":[],"message":"allowed"}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

@@ -183,10 +183,12 @@ async fn call(
     let named_task = match &request.kind {
         Kind::Send { task, .. } => task.clone(),
         Kind::OnTask { task, .. } => Some(task.clone()),
-        Kind::NotOwnable => return Err(not_owned(format!(
+        Kind::NotOwnable => {
+            return Err(not_owned(format!(
             "{} names no task of this agent's chain (a task list would show other agents' tasks)",
             request.method
-        ))),
+        )))
+        }
         Kind::Other => None,
     };
     if let Some(task) = &named_task {
@@ -507,7 +509,10 @@ async fn send_cancel(
 }
 
 /// `GET /a2a/{name}/.well-known/agent-card.json`: the remote's card, read through the gateway
-/// with its URLs rewritten to this gateway's `/a2a/<name>` (the `Host` the agent called).
+/// with its URLs rewritten to this gateway's `/a2a/<name>` (the `Host` the agent called). It
+/// needs a valid token and nothing more: reading a card asks the remote to do nothing, and a
+/// stopped agent's client must reach the send it is refused, so the agent sees the refusal
+/// rather than a card that cannot be read.
 pub async fn card(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -535,18 +540,6 @@ async fn card_of(gov: &Governor, name: &str, headers: &HeaderMap) -> Result<Valu
             ))
             .into());
     };
-    let plan = Plan {
-        class: gov.class_for(&caller, false),
-        target: None,
-        record: false,
-        blocks: BlockScope::Agent,
-        budget: Budgets::new(),
-        upstream: Some(target(name)),
-        request_id: None,
-        surface: "a2a",
-    };
-    let mut admission = gov.admit(&caller, plan).await?;
-    admission.dispatch()?;
     let mut outgoing = Outgoing::new(
         Method::GET,
         &agent.card_url,
@@ -559,21 +552,14 @@ async fn card_of(gov: &Governor, name: &str, headers: &HeaderMap) -> Result<Valu
             .headers_mut()
             .insert(key.clone(), value.clone());
     }
-    let answer = outgoing.send_whole(gov.upstream_client()).await;
-    let (status, _, body) = match answer {
-        Ok(answer) => answer,
-        Err(why) => {
-            admission.finish(Outcome::UpstreamUnreachable);
-            return Err(GatewayError::Upstream(format!(
+    let (status, _, body) = outgoing
+        .send_whole(gov.upstream_client())
+        .await
+        .map_err(|why| {
+            GatewayError::Upstream(format!(
                 "the card of A2A agent {name} could not be read: {why}"
-            )));
-        }
-    };
-    admission.finish(if status.is_success() {
-        Outcome::Committed
-    } else {
-        Outcome::Failed
-    });
+            ))
+        })?;
     let mut card: Value = match serde_json::from_slice(&body) {
         Ok(card) if status.is_success() => card,
         _ => {

@@ -229,16 +229,23 @@ pub fn task_in_response(response: &Value) -> Option<TaskSeen> {
     Some(TaskSeen { id, state })
 }
 
-/// The JSON-RPC code of a refused request (the MCP proxy's: an implementation-defined server
-/// error; the stopline refusal rides in `data`).
-pub const REFUSED_CODE: i64 = -32001;
+/// The JSON-RPC code of a refused request: JSON-RPC's generic server error. Not the MCP
+/// proxy's -32001, which A2A reserves for `TaskNotFoundError` (an A2A SDK would report a stop
+/// as a missing task).
+pub const REFUSED_CODE: i64 = -32000;
 
-/// `refusal` as the JSON-RPC error answering `id`: `{"code":-32001,"message":…,"data":{refusal}}`.
+/// `refusal` as the JSON-RPC error answering `id`:
+/// `{"code":-32000,"message":"<code>: <message>","data":{refusal}}`. The code leads the message
+/// because A2A SDKs pass on the message of an error they do not know, and drop its `data`.
 pub fn refusal_response(id: &Value, refusal: &Refusal) -> Value {
     json!({
         "jsonrpc": "2.0",
         "id": id,
-        "error": {"code": REFUSED_CODE, "message": refusal.message, "data": refusal},
+        "error": {
+            "code": REFUSED_CODE,
+            "message": format!("{}: {}", refusal.code, refusal.message),
+            "data": refusal,
+        },
     })
 }
 

@@ -135,11 +135,7 @@ pub async fn post(
         ));
         return refused(&request.id, stream, &refusal);
     };
-    match call(
-        gov, &caller, &name, &agent, version, &headers, &request, body,
-    )
-    .await
-    {
+    match call(gov, &caller, &name, &agent, &headers, &request, body).await {
         Ok(Answer::Whole {
             status,
             content_type,
@@ -162,11 +158,11 @@ async fn call(
     caller: &Caller,
     name: &str,
     agent: &A2aAgent,
-    version: Version,
     headers: &HeaderMap,
     request: &a2a_wire::Request,
     body: Bytes,
 ) -> Result<Answer, GatewayError> {
+    let version = request.version;
     let root = chain_root(caller);
     let book = gov.a2a_tasks();
     let not_owned = |what: String| -> GatewayError {
@@ -190,6 +186,16 @@ async fn call(
         )))
         }
         Kind::Other => None,
+        Kind::Unknown => {
+            let refusal = Refusal::new(
+                RefusalCode::BadRequest,
+                format!(
+                    "{:?} is not an A2A method the gateway serves",
+                    request.method
+                ),
+            );
+            return Err(gov.refused(refusal).into());
+        }
     };
     if let Some(task) = &named_task {
         if task.len() > stopline_core::refusal::MAX_RECORDED_BYTES

@@ -3,9 +3,10 @@
 //! speaks of, the refusal as a JSON-RPC error, and the agent card with its URLs rewritten.
 //!
 //! Two versions share the endpoint, as `a2a-sdk` serves them: A2A 1.0 (`SendMessage`,
-//! `SendStreamingMessage`, `GetTask`, `CancelTask`, `SubscribeToTask`, …) and, when the request
-//! carries `A2A-Version: 0.3`, 0.3's (`message/send`, `message/stream`, `tasks/get`,
-//! `tasks/cancel`, `tasks/resubscribe`, …). Only what a decision needs is read (the method, a
+//! `SendStreamingMessage`, `GetTask`, `CancelTask`, `SubscribeToTask`, …) and 0.3's
+//! (`message/send`, `message/stream`, `tasks/get`, `tasks/cancel`, `tasks/resubscribe`, …), which
+//! a 0.3 client selects with `A2A-Version: 0.3`. A method is judged by its name alone (the
+//! names never collide); a name of neither version is refused, never forwarded unjudged. Only what a decision needs is read (the method, a
 //! task id, a task's state); the body goes upstream as the agent wrote it. Pure functions: no
 //! I/O, nothing of admission.
 
@@ -76,6 +77,8 @@ pub enum Kind {
     /// A method that would show other chains' tasks (`ListTasks`), or a task method without a
     /// task id: refused `task_not_owned`.
     NotOwnable,
+    /// A method of neither version: refused (`bad_request`), never forwarded unjudged.
+    Unknown,
 }
 
 /// One JSON-RPC request, as far as the gateway reads it.
@@ -87,14 +90,17 @@ pub struct Request {
     pub method: String,
     /// What it asks.
     pub kind: Kind,
+    /// The version its method belongs to (the task it opens is cancelled in that version).
+    pub version: Version,
 }
 
 /// Why a body is not a request the gateway forwards (answered as a JSON-RPC error).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Malformed(pub String);
 
-/// Read one request of `version` (a batch is refused: A2A has none, and the SDK refuses them).
-pub fn parse_request(body: &[u8], version: Version) -> Result<Request, Malformed> {
+/// Read one request; `header` is the version its `A2A-Version` header names (a batch is
+/// refused: A2A has none, and the SDK refuses them).
+pub fn parse_request(body: &[u8], header: Version) -> Result<Request, Malformed> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| Malformed(format!("the body is not JSON: {e}")))?;
     let Value::Object(object) = &value else {
@@ -115,8 +121,14 @@ pub fn parse_request(body: &[u8], version: Version) -> Result<Request, Malformed
         .ok_or_else(|| Malformed("\"method\" is missing".into()))?
         .to_string();
     let params = object.get("params").cloned().unwrap_or(Value::Null);
-    let kind = classify(&method, &params, version);
-    Ok(Request { id, method, kind })
+    let kind = classify(&method, &params);
+    let version = version_of(&method, header);
+    Ok(Request {
+        id,
+        method,
+        kind,
+        version,
+    })
 }
 
 fn string_at(value: &Value, path: &[&str]) -> Option<String> {
@@ -152,28 +164,48 @@ fn on_task(task: Option<String>, stream: bool, cancel: bool) -> Kind {
     }
 }
 
-fn classify(method: &str, params: &Value, version: Version) -> Kind {
+/// What `method` asks, by its name alone. The two versions' names never collide (1.0's are
+/// `PascalCase`, 0.3's `noun/verb`), and `a2a-sdk`'s server routes a 0.3 name whether or not the
+/// request carries `A2A-Version: 0.3`: judging by the header would let `tasks/get` without it
+/// pass as a method that names no task.
+fn classify(method: &str, params: &Value) -> Kind {
     let send = |stream| Kind::Send {
         stream,
         task: string_at(params, &["message", "taskId"]),
     };
     let id = || string_at(params, &["id"]);
-    match (version, method) {
-        (Version::V1, "SendMessage") | (Version::V03, "message/send") => send(false),
-        (Version::V1, "SendStreamingMessage") | (Version::V03, "message/stream") => send(true),
-        (Version::V1, "GetTask") | (Version::V03, "tasks/get") => on_task(id(), false, false),
-        (Version::V1, "CancelTask") | (Version::V03, "tasks/cancel") => on_task(id(), false, true),
-        (Version::V1, "SubscribeToTask") | (Version::V03, "tasks/resubscribe") => {
-            on_task(id(), true, false)
-        }
-        (Version::V1, m) if m.contains("PushNotificationConfig") => {
-            on_task(push_task(params), false, false)
-        }
-        (Version::V03, m) if m.starts_with("tasks/pushNotificationConfig/") => {
-            on_task(push_task(params), false, false)
-        }
-        (Version::V1, "ListTasks") => Kind::NotOwnable,
-        _ => Kind::Other,
+    match method {
+        "SendMessage" | "message/send" => send(false),
+        "SendStreamingMessage" | "message/stream" => send(true),
+        "GetTask" | "tasks/get" => on_task(id(), false, false),
+        "CancelTask" | "tasks/cancel" => on_task(id(), false, true),
+        "SubscribeToTask" | "tasks/resubscribe" => on_task(id(), true, false),
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig"
+        | "tasks/pushNotificationConfig/set"
+        | "tasks/pushNotificationConfig/get"
+        | "tasks/pushNotificationConfig/list"
+        | "tasks/pushNotificationConfig/delete" => on_task(push_task(params), false, false),
+        "ListTasks" => Kind::NotOwnable,
+        "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => Kind::Other,
+        _ => Kind::Unknown,
+    }
+}
+
+/// The version a method name belongs to (the header decides only for a name of neither).
+fn version_of(method: &str, header: Version) -> Version {
+    if method.contains('/') {
+        Version::V03
+    } else if method
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_uppercase())
+    {
+        Version::V1
+    } else {
+        header
     }
 }
 
@@ -352,10 +384,19 @@ mod tests {
             }
         );
         assert_eq!(
-            kind(stream, Version::V1),
-            Kind::Other,
-            "0.3 names only with the header"
+            kind(stream.clone(), Version::V1),
+            Kind::Send {
+                stream: true,
+                task: Some("t1".into())
+            },
+            "a 0.3 name without the header is judged the same (the SDK's server serves it)"
         );
+        let parsed = parse_request(stream.to_string().as_bytes(), Version::V1).unwrap();
+        assert_eq!(parsed.version, Version::V03);
+        let unknown = json!({"jsonrpc":"2.0","id":2,"method":"tasks/list","params":{}});
+        assert_eq!(kind(unknown, Version::V03), Kind::Unknown);
+        let card = json!({"jsonrpc":"2.0","id":2,"method":"GetExtendedAgentCard"});
+        assert_eq!(kind(card, Version::V1), Kind::Other);
         for (method, version, stream, cancel) in [
             ("GetTask", Version::V1, false, false),
             ("CancelTask", Version::V1, false, true),

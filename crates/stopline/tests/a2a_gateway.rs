@@ -372,6 +372,38 @@ fn one_chains_task_is_refused_to_another_task_not_owned() {
         .expect("run the A2A client");
     let subscribed = String::from_utf8_lossy(&std::mem::take(&mut subscription.stdout)).to_string();
     assert!(subscribed.contains("task_not_owned"), "{subscribed}");
+    // 0.3's name without the A2A-Version header is judged the same: the SDK's server serves it.
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tasks/get", "params": {"id": task}});
+    let raw = http_with(
+        &gateway.addr,
+        "POST",
+        "/a2a/remote",
+        Some(&bob),
+        Some(&body),
+        &[],
+    );
+    assert_eq!(raw.status, 200, "{}", raw.body);
+    assert_eq!(
+        raw.json()["error"]["data"]["code"],
+        "task_not_owned",
+        "{}",
+        raw.body
+    );
+    let unknown_method = json!({"jsonrpc": "2.0", "id": 8, "method": "tasks/list", "params": {}});
+    let raw = http_with(
+        &gateway.addr,
+        "POST",
+        "/a2a/remote",
+        Some(&bob),
+        Some(&unknown_method),
+        &[],
+    );
+    assert_eq!(
+        raw.json()["error"]["data"]["code"],
+        "bad_request",
+        "{}",
+        raw.body
+    );
     // A task id the gateway never saw is refused the same way.
     let unknown = &a2a(&gateway, &alice, "get", Some("no-such-task"))[0];
     assert!(
@@ -390,4 +422,27 @@ fn one_chains_task_is_refused_to_another_task_not_owned() {
     // Its own chain's sub-agent reads it.
     let own = &a2a(&gateway, &helper, "get", Some(&task))[0];
     assert_eq!(own["task"]["id"], json!(task), "{own}");
+}
+
+#[test]
+fn a_send_under_halt_noncritical_is_held_and_reaches_nothing() {
+    let home = Home::new();
+    let (remote, gateway) = start(&home, &[], "queue_timeout_s = 1");
+    let token = home.token(&["--agent", "alice"]);
+    home.engage("agent:alice", "halt-noncritical");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "held"}]}}});
+    let held = http_with(
+        &gateway.addr,
+        "POST",
+        "/a2a/remote",
+        Some(&token),
+        Some(&body),
+        &[],
+    );
+    assert_eq!(held.status, 200, "{}", held.body);
+    let error = &held.json()["error"];
+    assert_eq!(error["data"]["code"], "queued_timeout", "{error}");
+    assert_eq!(error["code"], -32000, "{error}");
+    assert!(executed(&remote).is_empty());
 }

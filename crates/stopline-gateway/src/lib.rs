@@ -27,6 +27,7 @@ pub mod exchange;
 pub use stopline_control::fleet;
 mod a2a;
 mod a2a_book;
+mod a2a_task;
 pub mod a2a_wire;
 mod governor;
 mod hosted;

@@ -59,6 +59,25 @@ fn default_max_output() -> u64 {
     4096
 }
 
+/// One `[a2a.<name>]` remote agent, served at `/a2a/<name>` (docs/reference.md §8).
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct A2aAgentConfig {
+    /// The agent's JSON-RPC endpoint (its card is read at `<url>/.well-known/agent-card.json`,
+    /// unless `card_url` names it).
+    pub url: String,
+    /// Where the agent's card is, when not beside `url`.
+    #[serde(default)]
+    pub card_url: Option<String>,
+    /// Headers the gateway sends to this agent on every request (its own credentials), resolved
+    /// as `[mcp.<server>] headers` are.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Seconds one exchange with the agent may take, a stream included (default 600).
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+}
+
 /// One `[mcp.<server>]` upstream.
 #[derive(Debug, Clone, Deserialize, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -282,6 +301,9 @@ pub struct Config {
     /// `[mcp.<server>]` upstreams by server name.
     #[serde(default)]
     pub mcp: BTreeMap<String, McpServerConfig>,
+    /// `[a2a.<name>]` remote A2A agents by name (docs/reference.md §8).
+    #[serde(default)]
+    pub a2a: BTreeMap<String, A2aAgentConfig>,
     /// The `[model]` upstream.
     #[serde(default)]
     pub model: Option<ModelConfig>,

@@ -32,10 +32,15 @@ pub fn list(ctx: &Context, unresolved: bool, older_than_s: Option<u64>) -> OpsLi
                 in_flight = Some(entry.is_some_and(|e| e.in_flight));
                 blocking = Some(entry.is_some_and(|e| e.blocking));
             }
+            let doubt = operation
+                .is_unresolved()
+                .then(|| operation.doubt.clone())
+                .flatten();
             OperationLine {
                 operation,
                 in_flight,
                 blocking,
+                doubt,
             }
         })
         .collect();

@@ -78,6 +78,42 @@ pub fn must_cut(
     })
 }
 
+/// Why remote work `subject` started at another agent (an A2A task, docs/reference.md §8)
+/// must be ended now, if it must: everything [`must_cut`] cuts for, and a HALT_ALL covering
+/// the subject too. A halt lets the gateway's own calls finish, since they end by themselves;
+/// a remote agent's task runs on for as long as the remote likes, so a halt that let it would
+/// halt nothing. HALT_NONCRITICAL ends nothing (new sends queue).
+pub fn must_end_remote(
+    view: &ControlView,
+    subject: &Subject,
+    authority: Authority,
+    now_ms: i64,
+) -> Option<Refusal> {
+    if let Some(refusal) = must_cut(view, subject, authority, now_ms) {
+        return Some(refusal);
+    }
+    (view.mode_for(subject) == Mode::HaltAll).then(|| {
+        view.decide(
+            subject,
+            crate::TaskClass::Noncritical,
+            Some(authority),
+            None,
+            now_ms,
+        )
+        .to_refusal(Some("the remote task was cut"))
+    })
+}
+
+/// True exactly when [`must_end_remote`] gives a refusal, without wording it.
+pub fn ends_remote(
+    view: &ControlView,
+    subject: &Subject,
+    authority: Authority,
+    now_ms: i64,
+) -> bool {
+    cut_cause(view, subject, authority, now_ms).is_some() || view.mode_for(subject) == Mode::HaltAll
+}
+
 /// What [`must_cut`] cuts for, before it is put in words: whether a view change concerns a call
 /// in flight is decided without building any message, so a gateway can ask it of every call it
 /// holds at each change and wake only those it concerns.
@@ -220,6 +256,41 @@ mod tests {
         let mut recovered = ControlView::empty();
         recovered.epoch = latch_and_epoch.epoch.advanced(&worker).unwrap();
         assert_eq!(code(&recovered, 0), Some(RefusalCode::StaleControlEpoch));
+    }
+
+    /// Remote work ends at what cuts a stream and at a HALT_ALL too, never at HALT_NONCRITICAL.
+    #[test]
+    fn what_ends_remote_work_and_what_does_not() {
+        let ends = |view: &ControlView| {
+            let authority = Authority { issue_epoch: 0 };
+            let worded = must_end_remote(view, &subject(), authority, 0);
+            assert_eq!(
+                worded.is_some(),
+                ends_remote(view, &subject(), authority, 0)
+            );
+            worded
+        };
+        let mut view = ControlView::empty();
+        assert!(ends(&view).is_none(), "a clear view");
+        view.latches
+            .push(latch(Scope::Machine, Level::HaltNoncritical));
+        assert!(
+            ends(&view).is_none(),
+            "a noncritical halt queues sends, ends nothing"
+        );
+        view.latches.push(latch(Scope::Machine, Level::HaltAll));
+        let halted = ends(&view).expect("a halt-all ends remote work");
+        assert_eq!(halted.code, RefusalCode::BreakGlassContained);
+        assert!(
+            halted.message.contains("latch_halt-all"),
+            "{}",
+            halted.message
+        );
+        view.latches.push(latch(
+            Scope::Agent(Name::parse("worker").unwrap()),
+            Level::Emergency,
+        ));
+        assert_eq!(ends(&view).unwrap().code, RefusalCode::BreakGlassContained);
     }
 
     #[test]

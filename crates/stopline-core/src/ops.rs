@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 pub enum OpKind {
     /// `file:<canonical path>`.
     File,
-    /// `mcp:<server>:<tool>`.
+    /// `mcp:<server>:<tool>`, and `a2a:<agent>` (a message send to a remote A2A agent,
+    /// docs/reference.md §8): an effect outside, whose outcome blocks like a tool call's.
     Destination,
     /// `model:<model>`.
     Model,
@@ -45,6 +46,7 @@ pub fn target_kind(target: &str) -> Option<OpKind> {
             Some(OpKind::Destination)
         }
         "model" => Some(OpKind::Model),
+        "a2a" if !rest.contains(':') => Some(OpKind::Destination),
         "hosted"
             if rest
                 .split_once(':')
@@ -236,6 +238,11 @@ pub struct Operation {
     pub outcome: Option<String>,
     /// The journal (writer) it was prepared in.
     pub writer: String,
+    /// Why its writer marked it in doubt (e.g. "remote cancel not confirmed: …"), as the journal
+    /// says. Shown by `ops list` and `status`; never part of a record that carries the
+    /// operation (a recovery plan in the WAL keeps its shape).
+    #[serde(skip)]
+    pub doubt: Option<String>,
 }
 
 impl Operation {
@@ -287,6 +294,7 @@ pub fn fold<'a>(lines: impl IntoIterator<Item = (&'a str, OpLine)>) -> BTreeMap<
                     in_doubt: false,
                     outcome: None,
                     writer: writer.to_string(),
+                    doubt: None,
                 });
             }
             _ => late.push(line),
@@ -299,7 +307,10 @@ pub fn fold<'a>(lines: impl IntoIterator<Item = (&'a str, OpLine)>) -> BTreeMap<
                     op.dispatched = true;
                     op.dispatched_ms = Some(line.ts_ms);
                 }
-                Phase::InDoubt => op.in_doubt = true,
+                Phase::InDoubt => {
+                    op.in_doubt = true;
+                    op.doubt = line.reason.clone().or(op.doubt.take());
+                }
                 Phase::Outcome => op.outcome = line.outcome.clone().or(Some("unknown".into())),
                 Phase::Prepared => {}
             }
@@ -332,7 +343,10 @@ mod tests {
             target_kind("hosted:openai:web_search"),
             Some(OpKind::Hosted)
         );
+        assert_eq!(target_kind("a2a:remote"), Some(OpKind::Destination));
         for bad in [
+            "a2a:",
+            "a2a:x:y",
             "mcp:x",
             "file:rel",
             "model:",

@@ -105,6 +105,10 @@ pub enum RefusalCode {
     /// not price: its spend cannot be bounded, so the call is refused (it was `budget_exhausted`,
     /// which read as if the agent had spent its money).
     PriceMissing,
+    /// A task method names an A2A task the caller's delegation chain did not open through this
+    /// gateway (docs/reference.md §8): one agent cannot read, follow or cancel another's remote
+    /// work.
+    TaskNotOwned,
 }
 
 impl RefusalCode {
@@ -156,6 +160,7 @@ impl RefusalCode {
             HostedToolRefused => "hosted_tool_refused",
             RequestInvalid => "request_invalid",
             PriceMissing => "price_missing",
+            TaskNotOwned => "task_not_owned",
         }
     }
 

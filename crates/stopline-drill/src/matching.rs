@@ -149,6 +149,7 @@ mod tests {
             in_doubt: false,
             outcome: Some("committed".into()),
             writer: "gateway-1-1".into(),
+            doubt: None,
         }
     }
 

@@ -106,12 +106,14 @@ fn census() -> Census {
         in_doubt: true,
         outcome: None,
         writer: "gateway-4200001-1".into(),
+        doubt: None,
     };
     Census {
         file: vec![CensusEntry {
             operation,
             in_flight: false,
             blocking: true,
+            doubt: None,
         }],
         errors: vec!["ops/gateway-4200002-1.jsonl: unreadable".into()],
         ..Census::default()

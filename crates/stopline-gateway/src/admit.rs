@@ -19,7 +19,7 @@ use crate::governor::Governor;
 use crate::waiters::{wait_until, Interest, Registration};
 use std::time::{Duration, Instant};
 use stopline_core::budget::{BudgetKind, Budgets};
-use stopline_core::call::{allowed_tool, must_cut};
+use stopline_core::call::{allowed_tool, must_cut, must_end_remote};
 use stopline_core::ops::{blocks_of, target_kind, BlockScope};
 use stopline_core::view::{Authority, Blocker};
 use stopline_core::{ControlState, Decision, Refusal, RefusalCode, TaskClass};
@@ -334,6 +334,21 @@ impl Governor {
             caller: caller.clone(),
             route: crate::logs::route(),
             since: Instant::now(),
+            remote: false,
+        }
+    }
+
+    /// A watch that resolves when remote work `caller` started must end: what
+    /// [`Governor::subscribe_cuts`] resolves on, and a HALT_ALL covering it too
+    /// (`stopline_core::call::must_end_remote`).
+    pub fn subscribe_remote_cuts(&self, caller: &Caller) -> CutWatch {
+        CutWatch {
+            gov: self.clone(),
+            registration: self.wait_on_view(caller, Interest::EndRemote),
+            caller: caller.clone(),
+            route: crate::logs::route(),
+            since: Instant::now(),
+            remote: true,
         }
     }
 }
@@ -696,6 +711,8 @@ pub struct CutWatch {
     /// The route of the request it watches, and since when (for the cut's log event).
     route: std::sync::Arc<str>,
     since: Instant,
+    /// Remote work: ended at a HALT_ALL too.
+    remote: bool,
 }
 
 impl CutWatch {
@@ -705,7 +722,12 @@ impl CutWatch {
         let authority = Authority {
             issue_epoch: self.caller.claims().epoch,
         };
-        must_cut(
+        let rule = if self.remote {
+            must_end_remote
+        } else {
+            must_cut
+        };
+        rule(
             &snapshot.view,
             self.caller.subject(),
             authority,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 pub use stopline_control::config::{
-    AnthropicConfig, BreakerConfig, Config, McpServerConfig, ModelConfig, Price,
+    A2aAgentConfig, AnthropicConfig, BreakerConfig, Config, McpServerConfig, ModelConfig, Price,
 };
 use stopline_core::Level;
 
@@ -28,6 +28,8 @@ pub struct GatewayConfig {
     /// Each `[mcp.<server>]`'s `headers`, their `${env:…}`/`${file:…}` resolved (only servers
     /// that name some).
     pub mcp_headers: BTreeMap<String, UpstreamHeaders>,
+    /// `[a2a.<name>]` remote agents by name, their headers resolved (`a2a.rs`).
+    pub a2a: BTreeMap<String, A2aAgent>,
     /// The `[model]` section.
     pub model: Option<ModelConfig>,
     /// The `[anthropic]` section.
@@ -109,8 +111,12 @@ impl GatewayConfig {
             }
             mcp_headers.insert(
                 name.clone(),
-                UpstreamHeaders::resolve(name, &server.headers, dir)?,
+                UpstreamHeaders::resolve(&format!("mcp.{name}"), &server.headers, dir)?,
             );
+        }
+        let mut a2a = BTreeMap::new();
+        for (name, agent) in &base.a2a {
+            a2a.insert(name.clone(), A2aAgent::resolve(name, agent, dir)?);
         }
         let model = base.model.clone();
         let anthropic = base.anthropic.clone();
@@ -121,6 +127,7 @@ impl GatewayConfig {
             base,
             mcp,
             mcp_headers,
+            a2a,
             model,
             anthropic,
             breakers,
@@ -220,18 +227,18 @@ const PROXY_HEADERS: [&str; 8] = [
 ];
 
 impl UpstreamHeaders {
-    /// `headers` of `[mcp.<server>]`, each value's `${env:NAME}` and `${file:PATH}` replaced
+    /// `headers` of the section `[<section>]` (`mcp.<server>`, `a2a.<name>`), each value's `${env:NAME}` and `${file:PATH}` replaced
     /// (a file's trailing newline dropped). An error names the header and the reference, never
     /// a value.
     pub fn resolve(
-        server: &str,
+        section: &str,
         headers: &BTreeMap<String, String>,
         dir: Option<&Path>,
     ) -> Result<UpstreamHeaders, String> {
         use axum::http::{HeaderName, HeaderValue};
         let mut out = axum::http::HeaderMap::with_capacity(headers.len());
         for (name, template) in headers {
-            let at = |why: String| format!("[mcp.{server}] headers.{name}: {why}");
+            let at = |why: String| format!("[{section}] headers.{name}: {why}");
             let header = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| at("not a valid header name".into()))?;
             if PROXY_HEADERS.contains(&header.as_str()) {
@@ -244,6 +251,62 @@ impl UpstreamHeaders {
             out.insert(header, value);
         }
         Ok(UpstreamHeaders(out))
+    }
+}
+
+/// One `[a2a.<name>]` remote agent, ready to be called: its endpoint and card parsed, its
+/// headers resolved.
+#[derive(Debug, Clone)]
+pub struct A2aAgent {
+    /// The agent's JSON-RPC endpoint.
+    pub url: String,
+    /// Where its card is read.
+    pub card_url: String,
+    /// Its own credentials, sent to it only.
+    pub headers: UpstreamHeaders,
+    /// How long one exchange may take, a stream included.
+    pub timeout: Duration,
+}
+
+impl A2aAgent {
+    fn resolve(name: &str, agent: &A2aAgentConfig, dir: Option<&Path>) -> Result<A2aAgent, String> {
+        let section = format!("a2a.{name}");
+        let valid_name = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !valid_name {
+            return Err(format!(
+                "[{section}]: a name of letters, digits, `-` and `_` (it is a path segment of /a2a/<name>)"
+            ));
+        }
+        let http = |url: &str, key: &str| -> Result<(), String> {
+            let parsed: axum::http::Uri = url
+                .parse()
+                .map_err(|_| format!("[{section}] {key}: not a URL: {url:?}"))?;
+            match parsed.scheme_str() {
+                Some("http" | "https") if parsed.host().is_some() => Ok(()),
+                _ => Err(format!(
+                    "[{section}] {key}: an http or https URL, not {url:?}"
+                )),
+            }
+        };
+        http(&agent.url, "url")?;
+        let card_url = match &agent.card_url {
+            Some(card) => card.clone(),
+            None => format!(
+                "{}/.well-known/agent-card.json",
+                agent.url.trim_end_matches('/')
+            ),
+        };
+        http(&card_url, "card_url")?;
+        Ok(A2aAgent {
+            url: agent.url.clone(),
+            card_url,
+            headers: UpstreamHeaders::resolve(&section, &agent.headers, dir)?,
+            timeout: Duration::from_secs(agent.timeout_s.unwrap_or(600)),
+        })
     }
 }
 
@@ -419,6 +482,32 @@ mod upstream_header_tests {
                 "{why}"
             );
         }
+        let a2a = load(
+            "[a2a.remote]\nurl = \"http://127.0.0.1:9/rpc/\"\nheaders = { X-Key = \"${file:key}\" }\n",
+            Some(dir.path()),
+        )
+        .unwrap();
+        let remote = &a2a.a2a["remote"];
+        assert_eq!(
+            remote.card_url,
+            "http://127.0.0.1:9/rpc/.well-known/agent-card.json"
+        );
+        assert_eq!(remote.headers.0["x-key"], "from-file");
+        assert_eq!(remote.timeout, Duration::from_secs(600));
+        for (bad, named) in [
+            ("[a2a.remote]\nurl = \"ftp://x/\"\n", "[a2a.remote] url"),
+            ("[a2a.\"a/b\"]\nurl = \"http://x/\"\n", "path segment"),
+            (
+                "[a2a.remote]\nurl = \"http://x/\"\nheaders = { Host = \"h\" }\n",
+                "[a2a.remote] headers.Host",
+            ),
+        ] {
+            let why = load(bad, Some(dir.path())).unwrap_err();
+            assert!(why.contains(named), "{why}");
+        }
+        let typo: Result<Config, _> =
+            toml::from_str("[a2a.remote]\nurl = \"http://x/\"\nheader = {}\n");
+        assert!(typo.is_err(), "an unknown [a2a.<name>] key is refused");
         let stdio = "[mcp.local]\ncommand = [\"x\"]\nheaders = { X-Key = \"k\" }\n";
         assert!(load(stdio, None)
             .unwrap_err()

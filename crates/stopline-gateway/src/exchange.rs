@@ -67,11 +67,28 @@ pub struct DetachedCall {
     /// The route's usage reader.
     pub meter: Box<dyn Meter>,
     /// The bytes that end a stream cut at EMERGENCY: the route's own error event carrying the
-    /// refusal (for OpenAI `data: {"error":{…}}`).
-    pub stream_refusal: fn(&Refusal) -> Bytes,
+    /// refusal (for OpenAI `data: {"error":{…}}`; for A2A the JSON-RPC error answering the
+    /// request's id).
+    pub stream_refusal: StreamRefusal,
     /// The call's hosted-tool and background operations, and its response's book entry
     /// (`responses.rs`): dispatched with it, finished with its outcome.
     pub(crate) companions: Option<Companions>,
+    /// Who finishes the call's own operation when the exchange ends (`None`: the exchange
+    /// does, with the outcome it saw). An A2A send whose task is still open keeps it open
+    /// (`a2a.rs`).
+    pub(crate) keeper: Option<Box<dyn Keeper>>,
+    /// Cut at a HALT_ALL covering the agent too, not only at what cuts a model stream: the
+    /// exchange is remote work that would otherwise run on (`stopline_core::call::must_end_remote`).
+    pub(crate) cut_at_halt: bool,
+}
+
+/// The bytes that end a stream cut at a stop, made from its refusal.
+pub type StreamRefusal = Box<dyn Fn(&Refusal) -> Bytes + Send + Sync>;
+
+/// Finishes an exchange's own operation in its surface's terms (see [`DetachedCall::keeper`]).
+pub(crate) trait Keeper: Send {
+    /// The exchange ended with `outcome` (`used`: what it used, if it said).
+    fn finish(self: Box<Self>, admission: Admission, outcome: Outcome, used: Option<Budgets>);
 }
 
 /// What the agent gets back.
@@ -126,8 +143,14 @@ impl Governor {
             meter,
             stream_refusal,
             mut companions,
+            keeper,
+            cut_at_halt,
         } = call;
-        let cuts = self.subscribe_cuts(caller);
+        let cuts = if cut_at_halt {
+            self.subscribe_remote_cuts(caller)
+        } else {
+            self.subscribe_cuts(caller)
+        };
         if let Some(companions) = companions.as_mut() {
             companions.dispatch()?;
         }
@@ -146,6 +169,7 @@ impl Governor {
             cut_wait: self.config().cut_outcome_wait(),
             stream_refusal,
             companions,
+            keeper,
             seen: None,
         };
         tokio::spawn(task.run(self.upstream_client().clone(), request, stream, meter));
@@ -171,8 +195,9 @@ struct Task {
     /// Set when the agent was answered by a cut: the exchange must end by then.
     cut_deadline: Option<Instant>,
     cut_wait: Duration,
-    stream_refusal: fn(&Refusal) -> Bytes,
+    stream_refusal: StreamRefusal,
     companions: Option<Companions>,
+    keeper: Option<Box<dyn Keeper>>,
     /// The response the answer created, once seen (a whole body's, or the stream's events').
     seen: Option<ResponseSeen>,
 }
@@ -228,7 +253,10 @@ impl Task {
             companions.finish(&outcome, self.seen.take());
         }
         if let Some(admission) = self.admission.take() {
-            admission.finish_with_usage(outcome, used);
+            match self.keeper.take() {
+                Some(keeper) => keeper.finish(admission, outcome, used),
+                None => admission.finish_with_usage(outcome, used),
+            }
         }
     }
 

@@ -74,6 +74,8 @@ struct Inner {
     /// Who created which Responses API response, and the background ones still open
     /// (`responses.rs`).
     responses: crate::response_book::ResponseBook,
+    /// Which A2A tasks each chain opened, and the sends still open on them (`a2a.rs`).
+    a2a_tasks: crate::a2a_book::TaskBook,
     /// Where alerts are queued (`None` for a governor made outside a runtime, which has no
     /// task to deliver them on).
     alerts: Option<crate::alerts::Alerts>,
@@ -158,6 +160,7 @@ impl Governor {
                 server_id,
                 upstream,
                 responses: Default::default(),
+                a2a_tasks: Default::default(),
                 access_log: Default::default(),
             }),
         })
@@ -252,6 +255,11 @@ impl Governor {
     /// The pooled upstream client model exchanges are sent with.
     pub fn upstream_client(&self) -> &crate::client::UpstreamClient {
         &self.inner.upstream
+    }
+
+    /// The A2A task book (`a2a.rs`).
+    pub(crate) fn a2a_tasks(&self) -> &crate::a2a_book::TaskBook {
+        &self.inner.a2a_tasks
     }
 
     /// The Responses API ownership book (`responses.rs`).

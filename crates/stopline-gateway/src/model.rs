@@ -405,8 +405,10 @@ pub(crate) async fn exchange(
         request: outgoing,
         stream,
         meter: Box::new(meter),
-        stream_refusal: cut_frame.unwrap_or(openai_stream_refusal),
+        stream_refusal: Box::new(cut_frame.unwrap_or(openai_stream_refusal)),
         companions,
+        keeper: None,
+        cut_at_halt: false,
     };
     Ok(match gov.model_exchange(caller, detached).await? {
         Answer::Whole {

@@ -79,6 +79,7 @@ pub fn merge(old: &GatewayConfig, new: GatewayConfig) -> (GatewayConfig, Reloade
     restart(o.read_timeout_ms != n.read_timeout_ms, "read_timeout_ms");
     restart(o.permit_ttl_ms != n.permit_ttl_ms, "permit_ttl_ms");
     restart(o.mcp != n.mcp, "mcp");
+    restart(o.a2a != n.a2a, "a2a");
     restart(o.run != n.run, "run");
     restart(o.retention != n.retention, "retention");
     restart(o.etcd != n.etcd, "etcd");

@@ -3,7 +3,7 @@
 //! (`page.rs`). It only mounts; the handlers never reach back here.
 
 use crate::state::AppState;
-use crate::{anthropic, api, model, page, responses};
+use crate::{a2a, anthropic, api, model, page, responses};
 use axum::routing::{get, post};
 use axum::Router;
 
@@ -36,6 +36,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/embeddings", post(model::embeddings))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/a2a/{name}", post(a2a::post))
+        .route("/a2a/{name}/.well-known/agent-card.json", get(a2a::card))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .with_state(state)
 }

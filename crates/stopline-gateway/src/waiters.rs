@@ -27,7 +27,7 @@ use crate::caller::Caller;
 use foldhash::HashMap;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use stopline_core::call::cut_cause;
+use stopline_core::call::{cut_cause, ends_remote};
 use stopline_core::view::Authority;
 use stopline_core::{ControlState, ControlView, Decision, TaskClass};
 use tokio::sync::Notify;
@@ -37,6 +37,8 @@ use tokio::sync::Notify;
 pub(crate) enum Interest {
     /// A call in flight: to be cut.
     Cut,
+    /// Remote work in flight (an A2A task or stream): to be ended, at a HALT_ALL too.
+    EndRemote,
     /// A call still being admitted (waiting for its `prepared` record): to be refused, on its
     /// operation target if it has one.
     Admission { target: Option<String> },
@@ -169,6 +171,7 @@ fn concerns(view: &ControlView, caller: Option<&Caller>, interest: &Interest, no
     let subject = caller.subject();
     match interest {
         Interest::Cut => cut_cause(view, subject, authority, now_ms).is_some(),
+        Interest::EndRemote => ends_remote(view, subject, authority, now_ms),
         Interest::Admission { target } => {
             !view.faults.is_empty()
                 || view.state.effective(now_ms) != ControlState::Running

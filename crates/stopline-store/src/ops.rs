@@ -95,6 +95,9 @@ pub struct CensusEntry {
     pub in_flight: bool,
     /// True when it blocks someone now: in doubt, and not a model request.
     pub blocking: bool,
+    /// Why its writer marked it in doubt, when it said (e.g. "remote cancel not confirmed: …").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doubt: Option<String>,
 }
 
 /// Who an operation is prepared for (docs/reference.md §8): the acting agent, the root of its delegation
@@ -254,6 +257,7 @@ impl Store {
             let entry = CensusEntry {
                 in_flight,
                 blocking: !in_flight && op.blocks != Blocks::Nobody,
+                doubt: op.doubt.clone(),
                 operation: op,
             };
             match entry.operation.kind {

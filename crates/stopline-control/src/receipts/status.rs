@@ -199,6 +199,10 @@ pub struct OperationLine {
     /// Unresolved only: it blocks someone now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocking: Option<bool>,
+    /// Unresolved only: why its writer marked it in doubt, when it said (e.g. "remote cancel
+    /// not confirmed: …").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doubt: Option<String>,
 }
 
 /// The receipt of `ops list`.
@@ -215,7 +219,13 @@ impl fmt::Display for OpsListReceipt {
         let mut lines: Vec<String> = self
             .operations
             .iter()
-            .map(|line| operation_text(&line.operation, line.in_flight == Some(true)))
+            .map(|line| {
+                operation_text(
+                    &line.operation,
+                    line.in_flight == Some(true),
+                    line.doubt.as_deref(),
+                )
+            })
             .collect();
         if lines.is_empty() {
             lines.push("no operations match".to_string());
@@ -284,8 +294,8 @@ impl fmt::Display for OpsCompactReceipt {
 }
 
 /// One operation of `ops list` (and `status`): id, target, agent, outcome, and for one without
-/// an outcome whom it blocks.
-pub(super) fn operation_text(op: &Operation, in_flight: bool) -> String {
+/// an outcome whom it blocks and, when its writer said, why it is in doubt.
+pub(super) fn operation_text(op: &Operation, in_flight: bool, doubt: Option<&str>) -> String {
     let mut line = format!(
         "{} {} by {} {}",
         inert(&op.op),
@@ -302,6 +312,10 @@ pub(super) fn operation_text(op: &Operation, in_flight: bool) -> String {
                 format!(" (blocks {root} and its sub-agents on this target)")
             }
         });
+        if let Some(why) = doubt {
+            line.push_str(": ");
+            line.push_str(&inert(why));
+        }
     }
     line
 }

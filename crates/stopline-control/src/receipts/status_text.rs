@@ -348,7 +348,7 @@ impl fmt::Display for StatusReceipt {
                 let _ = write!(
                     out,
                     "\n  {}\n    reconcile: stopline ops reconcile {} --outcome committed|failed|abandoned --reason … --by <operator>",
-                    operation_text(&entry.operation, entry.in_flight),
+                    operation_text(&entry.operation, entry.in_flight, entry.doubt.as_deref()),
                     entry.operation.op
                 );
             }

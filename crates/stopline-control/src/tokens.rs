@@ -67,6 +67,7 @@ pub fn issue(ctx: &Context, args: &IssueArgs) -> Result<Minted, Refusal> {
     request.project = project;
     request.run = run;
     request.ttl_s = args.ttl_s;
+    request.max_ttl_s = ctx.config.tokens.max_ttl_s.get();
     request.budgets = args.budgets.clone();
     let minted = request.mint(&ctx.issuing_key()?)?;
     ctx.store
@@ -92,14 +93,14 @@ pub fn delegate(
     if let Some(refusal) = claims.standing(&view.epoch).refusal(claims.epoch) {
         return Err(refusal);
     }
-    stopline_token::delegate(
-        &ctx.issuing_key()?,
-        &claims,
-        Name::parse(child)?,
+    let request = stopline_token::DelegateRequest {
+        child: Name::parse(child)?,
         ttl_s,
-        budgets,
-        ctx.now_s(),
-    )
+        budgets: budgets.clone(),
+        max_ttl_s: ctx.config.tokens.max_ttl_s.get(),
+        now_unix_s: ctx.now_s(),
+    };
+    stopline_token::delegate(&ctx.issuing_key()?, &claims, &request)
 }
 
 /// The `token issue`/`delegate` receipt.

@@ -105,6 +105,9 @@ pub enum RefusalCode {
     /// not price: its spend cannot be bounded, so the call is refused (it was `budget_exhausted`,
     /// which read as if the agent had spent its money).
     PriceMissing,
+    /// A token asked to live longer than `[tokens] max_ttl_s` (docs/reference.md §5, "Bounded
+    /// tail"), a delegated one included.
+    TtlTooLong,
 }
 
 impl RefusalCode {
@@ -156,6 +159,7 @@ impl RefusalCode {
             HostedToolRefused => "hosted_tool_refused",
             RequestInvalid => "request_invalid",
             PriceMissing => "price_missing",
+            TtlTooLong => "ttl_too_long",
         }
     }
 

@@ -297,10 +297,13 @@ pub(crate) async fn delegate_route(
     let minted = stopline_token::delegate(
         gov.signing_key()?,
         caller.claims(),
-        child,
-        request.ttl,
-        &budgets,
-        gov.now_s(),
+        &stopline_token::DelegateRequest {
+            child,
+            ttl_s: request.ttl,
+            budgets,
+            max_ttl_s: gov.max_ttl_s(),
+            now_unix_s: gov.now_s(),
+        },
     )?;
     // Counted only once minted (its exp is known) and before anyone sees it; a refused token
     // is dropped unseen.

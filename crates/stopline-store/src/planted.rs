@@ -118,4 +118,10 @@ pub enum PlantedBug {
     /// restored) is acted on, and authority its lost advance revoked is good again ("a plane
     /// below the marks closes the gates" fails, the `plane-marks` scenario).
     MarkAcceptsLowerEpoch,
+    /// An epoch advance folds away revisions `max_ttl_s` old, without the margin: a token
+    /// minted under the epoch read just before an emergency, a moment after it, is still alive
+    /// when the revision that revoked it folds, and the floor refuses a token nothing revoked
+    /// ("the fold revokes nothing alive and refuses nothing unrevoked" fails, the `epoch-fold`
+    /// scenario).
+    FoldWithoutMargin,
 }

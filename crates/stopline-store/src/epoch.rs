@@ -92,6 +92,10 @@ impl Store {
             .map_err(|e| {
                 StoreError::refused(RefusalCode::ControlEpochUnconfirmed, e.to_string())
             })?;
+        #[cfg(feature = "planted-bugs")]
+        if self.planted == crate::planted::PlantedBug::FoldWithoutFloor {
+            next.floor = current.floor;
+        }
         let advance = WalRecord::EpochAdvance(EpochAdvance {
             prior_epoch: current.seq,
             new_epoch: next.seq,

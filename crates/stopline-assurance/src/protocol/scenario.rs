@@ -80,6 +80,29 @@ pub struct Scenario {
     /// How many appends on one path the search may fail as a full disk does (half the bytes
     /// land, then `ENOSPC`), at any append of any process (docs/reference.md §5; 0: none).
     pub append_faults: u8,
+    /// What every observation owes the e0 token whatever the racers do (the fold scenarios).
+    pub gate: GateExpectation,
+}
+
+/// What every gate owes the e0 token, beside what the racers' outcomes oblige.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GateExpectation {
+    /// Only what the racers' outcomes oblige (every scenario but the fold ones).
+    #[default]
+    Judged,
+    /// The setup revoked it: every gate refuses it (`NoPreStopAuthority`).
+    Revoked,
+    /// Nothing revokes it and it is alive: every gate that reads the control state allows it
+    /// (`FoldSparesLiveAuthority`).
+    Unrevoked,
+}
+
+/// How the gate's token of a fold scenario was minted: under `e0`, at `iat_s`, living `ttl_s`.
+#[derive(Debug, Clone, Copy)]
+struct GateToken {
+    e0: u64,
+    iat_s: i64,
+    ttl_s: u64,
 }
 
 struct Setup {
@@ -188,11 +211,31 @@ impl Setup {
             .epoch
             .expect("setup: epoch")
             .seq;
+        let token = GateToken {
+            e0,
+            iat_s: SETUP_MS / 1000,
+            ttl_s: stopline_token::DEFAULT_TTL_S,
+        };
+        self.finish_with(name, title, racers, now_ms, plan, token)
+    }
+
+    /// [`Setup::finish`] with the gate's token minted as `token` says.
+    fn finish_with(
+        self,
+        name: &'static str,
+        title: &'static str,
+        racers: Vec<ProcSpec>,
+        now_ms: i64,
+        plan: Option<(Vec<String>, Scope)>,
+        token: GateToken,
+    ) -> Scenario {
+        let e0 = token.e0;
         let seed = self.store.keys().signing_seed().expect("setup: key");
         let key = stopline_token::keys::signing_key_from_seed(&seed).expect("setup: key seed");
-        let minted = IssueRequest::new(worker(), e0, SETUP_MS / 1000)
-            .mint(&key)
-            .expect("setup: token");
+        let mut request = IssueRequest::new(worker(), e0, token.iat_s);
+        request.ttl_s = token.ttl_s;
+        request.max_ttl_s = token.ttl_s;
+        let minted = request.mint(&key).expect("setup: token");
         self.store
             .keys()
             .note_issued_epoch(e0)
@@ -221,6 +264,7 @@ impl Setup {
             spend_rewrite_bytes: None,
             ops_snapshot_every: None,
             append_faults: 0,
+            gate: GateExpectation::Judged,
         }
     }
 }
@@ -795,6 +839,85 @@ pub fn plane_marks() -> Scenario {
         SETUP_MS + 60_000,
         None,
     )
+}
+
+/// The bounded tail (docs/reference.md §5): an emergency of another agent engaged a day after
+/// the setup's emergency, so its advance may fold the setup's revision away, crashed at every
+/// step. The gate's token was minted under the epoch before the setup's emergency, on a host
+/// whose clock ran 600 s ahead (so its `iat` is after the advance), living `max_ttl_s`: at the
+/// race it is still alive, and nothing revokes it, so the fold must not refuse it — which it
+/// does if the revision folds at `max_ttl_s` without the margin (the planted
+/// `FoldWithoutMargin`).
+pub fn epoch_fold() -> Scenario {
+    let mut s = Setup::new();
+    s.engage(
+        Scope::Agent(Name::parse("old").expect("a valid name")),
+        Level::Emergency,
+        "safety-monitor",
+    );
+    let day = stopline_core::epoch::DEFAULT_MAX_TTL_S;
+    let token = GateToken {
+        e0: 0,
+        iat_s: SETUP_MS / 1000 + 600,
+        ttl_s: day,
+    };
+    let racers = vec![ProcSpec::Engage(engage(
+        Scope::Agent(Name::parse("new").expect("a valid name")),
+        Level::Emergency,
+        "monitor-b",
+    ))];
+    // 300 s before the token expires: a day and 300 s after the setup's advance.
+    let now_ms = SETUP_MS + (day as i64 + 300) * 1000;
+    let mut scenario = s.finish_with(
+        "epoch-fold",
+        "an emergency a day later folds old revisions; a live token nothing revoked stays good",
+        racers,
+        now_ms,
+        None,
+        token,
+    );
+    scenario.gate = GateExpectation::Unrevoked;
+    scenario
+}
+
+/// The bounded tail's floor (docs/reference.md §5): the setup stops agent `worker` and recovers
+/// it, revoking the gate's token (minted under epoch 0 by a stopline before the cap, living two
+/// days); a day and more than the margin later an emergency of another agent folds that
+/// revision away, crashed at every step. The token is still alive, so the floor must refuse
+/// it — which it does not if the fold forgets to raise the floor (the planted
+/// `FoldWithoutFloor`).
+pub fn epoch_fold_floor() -> Scenario {
+    let agent = Scope::Agent(worker());
+    let mut s = Setup::new();
+    let latch = s.engage(agent.clone(), Level::Emergency, "safety-monitor");
+    let (plan, _) = s.plan(&agent);
+    s.store
+        .recover_apply(&plan, "operator")
+        .expect("setup: recover apply");
+    s.latches.remove(&latch);
+    let day = stopline_core::epoch::DEFAULT_MAX_TTL_S;
+    let horizon = stopline_core::epoch::fold_horizon_s(day) as i64;
+    let token = GateToken {
+        e0: 0,
+        iat_s: SETUP_MS / 1000,
+        ttl_s: 2 * day,
+    };
+    let racers = vec![ProcSpec::Engage(engage(
+        Scope::Agent(Name::parse("new").expect("a valid name")),
+        Level::Emergency,
+        "monitor-b",
+    ))];
+    let now_ms = SETUP_MS + (horizon + 60) * 1000;
+    let mut scenario = s.finish_with(
+        "epoch-fold-floor",
+        "an emergency past the horizon folds the revision that revoked a token older than the cap; the floor still refuses it",
+        racers,
+        now_ms,
+        None,
+        token,
+    );
+    scenario.gate = GateExpectation::Revoked;
+    scenario
 }
 
 /// An emergency engage whose WAL record and epoch advance were deferred, raced by a process

@@ -223,6 +223,7 @@ fn key_covers(key: &str, subject: &Subject) -> bool {
         Ok(Scope::Agent(name)) => subject.chain.contains(&name),
         Ok(Scope::Project(root)) => subject.projects.iter().any(|p| path_within(&root, p)),
         Ok(Scope::Run(id)) => subject.runs.contains(&id),
+        Ok(Scope::Label(label)) => subject.labels.contains(&label),
         Err(_) => true,
     }
 }
@@ -331,6 +332,26 @@ mod tests {
         let map: EpochMap = serde_json::from_slice(old).unwrap();
         assert!(map.since.is_empty() && map.floor == 0);
         assert_eq!(serde_json::to_vec(&map).unwrap(), old.to_vec());
+    }
+
+    #[test]
+    fn a_label_revision_revokes_only_the_tokens_that_carry_the_label() {
+        let label = crate::scope::Label::parse("task=ctf-17").unwrap();
+        let e1 = EpochMap::default()
+            .advanced(&Scope::Label(label.clone()))
+            .unwrap();
+        let carrier = agent(&["parent", "child"]).with_labels(vec![label]);
+        assert!(matches!(
+            e1.authority_status(0, &carrier),
+            AuthorityStatus::Stale { .. }
+        ));
+        let other = agent(&["parent", "child"])
+            .with_labels(vec![crate::scope::Label::parse("task=ctf-18").unwrap()]);
+        assert_eq!(e1.authority_status(0, &other), AuthorityStatus::Current);
+        assert_eq!(
+            e1.authority_status(0, &agent(&["x"])),
+            AuthorityStatus::Current
+        );
     }
 
     #[test]

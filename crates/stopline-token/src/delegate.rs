@@ -10,9 +10,10 @@ use crate::claims::{Claims, CLAIMS_VERSION};
 use crate::mint::{check_ttl, fresh_jti, Minted, DEFAULT_TTL_S};
 use crate::wire::issue;
 use ed25519_dalek::SigningKey;
+use std::collections::BTreeMap;
 use stopline_core::budget::{carve, BudgetKind, Budgets};
 use stopline_core::refusal::MAX_DELEGATION_DEPTH;
-use stopline_core::{Name, Refusal, RefusalCode, Role};
+use stopline_core::{Label, Name, Refusal, RefusalCode, Role};
 
 /// What a delegation asks for besides the parent: the child's name, lifetime and budgets.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +24,9 @@ pub struct DelegateRequest {
     pub ttl_s: Option<u64>,
     /// The budgets carved from the parent's.
     pub budgets: Budgets,
+    /// Labels to add to the parent's (docs/reference.md §1, Label): a key the parent carries
+    /// must keep its value.
+    pub labels: Vec<Label>,
     /// The longest lifetime allowed (`[tokens] max_ttl_s`); a longer `ttl_s` is `ttl_too_long`.
     pub max_ttl_s: u64,
     /// The time of issue, unix seconds.
@@ -63,6 +67,7 @@ pub fn delegated_claims(parent: &Claims, request: &DelegateRequest) -> Result<Cl
         child,
         ttl_s,
         budgets: requested_budgets,
+        labels,
         max_ttl_s,
         now_unix_s,
     } = request;
@@ -113,6 +118,7 @@ pub fn delegated_claims(parent: &Claims, request: &DelegateRequest) -> Result<Cl
     let ttl_s = i64::try_from(ttl_s).unwrap_or(i64::MAX);
     let exp = now_unix_s.saturating_add(ttl_s).min(parent.exp);
     let budgets = carve(&remaining_at(parent, now_unix_s), requested_budgets)?;
+    let labels = merge_labels(&parent.labels, labels)?;
     let mut chain = parent.chain.clone();
     chain.push(child);
     Ok(Claims {
@@ -127,7 +133,44 @@ pub fn delegated_claims(parent: &Claims, request: &DelegateRequest) -> Result<Cl
         exp,
         budgets,
         parent: Some(parent.jti.clone()),
+        labels,
     })
+}
+
+/// `inherited` with `added` put in: every inherited label stays as it is (a delegate that
+/// names an inherited key with another value, or the same key twice with two values, is refused
+/// `bad_request`: a label may be added, never removed or changed).
+pub(crate) fn merge_labels(
+    inherited: &BTreeMap<Name, Name>,
+    added: &[Label],
+) -> Result<BTreeMap<Name, Name>, Refusal> {
+    let mut labels = inherited.clone();
+    for label in added {
+        match labels.get(&label.key) {
+            Some(value) if *value != label.value => {
+                return Err(Refusal::new(
+                    RefusalCode::BadRequest,
+                    format!(
+                        "label {} is already {}={value}: a label may be added, never changed or removed",
+                        label.key, label.key
+                    ),
+                ))
+            }
+            _ => {
+                labels.insert(label.key.clone(), label.value.clone());
+            }
+        }
+    }
+    if labels.len() > crate::claims::MAX_LABELS {
+        return Err(Refusal::new(
+            RefusalCode::BadRequest,
+            format!(
+                "a token carries at most {} labels",
+                crate::claims::MAX_LABELS
+            ),
+        ));
+    }
+    Ok(labels)
 }
 
 /// The parent's budgets as seen at `now`: `wall_clock_s` counts from the parent's `iat`.

@@ -42,6 +42,8 @@ pub struct IssueRequest {
     pub max_ttl_s: u64,
     /// Budget limits.
     pub budgets: Budgets,
+    /// Labels signed into the token (docs/reference.md §1, Label).
+    pub labels: Vec<stopline_core::Label>,
     /// The current global epoch `seq`, read from confirmed control state.
     pub epoch: u64,
     /// The time of issue, unix seconds.
@@ -60,6 +62,7 @@ impl IssueRequest {
             ttl_s: DEFAULT_TTL_S,
             max_ttl_s: stopline_core::epoch::DEFAULT_MAX_TTL_S,
             budgets: Budgets::new(),
+            labels: Vec::new(),
             epoch,
             now_unix_s,
         }
@@ -83,6 +86,7 @@ impl IssueRequest {
             exp,
             budgets: self.budgets.clone(),
             parent: None,
+            labels: crate::delegate::merge_labels(&Default::default(), &self.labels)?,
         };
         claims
             .check()

@@ -44,6 +44,7 @@ fn delegate(
         child,
         ttl_s,
         budgets: budgets.clone(),
+        labels: Vec::new(),
         max_ttl_s: stopline_core::epoch::DEFAULT_MAX_TTL_S,
         now_unix_s,
     };

@@ -41,3 +41,23 @@ fn the_real_protocol_passes_every_property() {
     assert!(text.contains("RESULT: ALL PROPERTIES VERIFIED"), "{text}");
     assert!(!text.contains("[FAIL]"), "{text}");
 }
+
+#[test]
+fn a_label_stop_racing_an_agent_stop_revokes_the_delegate_that_added_the_label() {
+    let options = Options {
+        only: Some("label-vs-agent".into()),
+        ..Options::default()
+    };
+    let report = run(&options);
+    assert!(report.ok(), "{}", report.text());
+    let scenario = &report.protocol[0];
+    assert_eq!(scenario.name, "label-vs-agent");
+    let json = report.json();
+    let properties = json["protocol"]["properties"].as_array().unwrap();
+    let pre_stop = properties
+        .iter()
+        .find(|p| p["name"] == Property::NoPreStopAuthority.name())
+        .unwrap();
+    // The label emergency's outcome obliged the gate to refuse the delegate.
+    assert!(pre_stop["checks"].as_u64() > Some(0), "{pre_stop}");
+}

@@ -97,12 +97,16 @@ pub enum GateExpectation {
     Unrevoked,
 }
 
-/// How the gate's token of a fold scenario was minted: under `e0`, at `iat_s`, living `ttl_s`.
-#[derive(Debug, Clone, Copy)]
+/// How the gate's token was minted: under `e0`, at `iat_s`, living `ttl_s`, carrying
+/// `labels`; when `delegated_from` names a parent, it is that parent's root token's delegate
+/// for `worker`, which adds `labels` (the parent carrying none).
+#[derive(Debug, Clone)]
 struct GateToken {
     e0: u64,
     iat_s: i64,
     ttl_s: u64,
+    labels: Vec<stopline_core::Label>,
+    delegated_from: Option<Name>,
 }
 
 struct Setup {
@@ -215,6 +219,8 @@ impl Setup {
             e0,
             iat_s: SETUP_MS / 1000,
             ttl_s: stopline_token::DEFAULT_TTL_S,
+            labels: Vec::new(),
+            delegated_from: None,
         };
         self.finish_with(name, title, racers, now_ms, plan, token)
     }
@@ -232,10 +238,30 @@ impl Setup {
         let e0 = token.e0;
         let seed = self.store.keys().signing_seed().expect("setup: key");
         let key = stopline_token::keys::signing_key_from_seed(&seed).expect("setup: key seed");
-        let mut request = IssueRequest::new(worker(), e0, token.iat_s);
-        request.ttl_s = token.ttl_s;
-        request.max_ttl_s = token.ttl_s;
-        let minted = request.mint(&key).expect("setup: token");
+        let minted = match &token.delegated_from {
+            None => {
+                let mut request = IssueRequest::new(worker(), e0, token.iat_s);
+                request.ttl_s = token.ttl_s;
+                request.max_ttl_s = token.ttl_s;
+                request.labels = token.labels.clone();
+                request.mint(&key).expect("setup: token")
+            }
+            Some(parent) => {
+                let mut request = IssueRequest::new(parent.clone(), e0, token.iat_s);
+                request.ttl_s = token.ttl_s;
+                request.max_ttl_s = token.ttl_s;
+                let parent = request.mint(&key).expect("setup: parent token");
+                let child = stopline_token::DelegateRequest {
+                    child: worker(),
+                    ttl_s: Some(token.ttl_s),
+                    budgets: Default::default(),
+                    labels: token.labels.clone(),
+                    max_ttl_s: token.ttl_s,
+                    now_unix_s: token.iat_s,
+                };
+                stopline_token::delegate(&key, &parent.claims, &child).expect("setup: delegate")
+            }
+        };
         self.store
             .keys()
             .note_issued_epoch(e0)
@@ -841,6 +867,36 @@ pub fn plane_marks() -> Scenario {
     )
 }
 
+/// A label stop racing an agent stop (docs/reference.md §1, Label): an emergency on
+/// `label:task=ctf-17` and a halt-all of `agent:worker`, crashed at every step. The gate's token
+/// is a delegate of `planner` for `worker` that added the label (its parent carries none): the
+/// label emergency covers it and revokes it, the agent halt covers it, and neither may lower
+/// what the other did.
+pub fn label_vs_agent() -> Scenario {
+    let s = Setup::new();
+    let label = stopline_core::Label::parse("task=ctf-17").expect("a valid label");
+    let e0 = s.store.latches().records().epoch.expect("setup: epoch").seq;
+    let token = GateToken {
+        e0,
+        iat_s: SETUP_MS / 1000,
+        ttl_s: stopline_token::DEFAULT_TTL_S,
+        labels: vec![label.clone()],
+        delegated_from: Some(Name::parse("planner").expect("a valid name")),
+    };
+    let racers = vec![
+        ProcSpec::Engage(engage(Scope::Label(label), Level::Emergency, "monitor-a")),
+        ProcSpec::Engage(engage(Scope::Agent(worker()), Level::HaltAll, "monitor-b")),
+    ];
+    s.finish_with(
+        "label-vs-agent",
+        "label emergency engage vs agent halt-all engage; the gate's token a delegate that added the label",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+        token,
+    )
+}
+
 /// The bounded tail (docs/reference.md §5): an emergency of another agent engaged a day after
 /// the setup's emergency, so its advance may fold the setup's revision away, crashed at every
 /// step. The gate's token was minted under the epoch before the setup's emergency, on a host
@@ -860,6 +916,8 @@ pub fn epoch_fold() -> Scenario {
         e0: 0,
         iat_s: SETUP_MS / 1000 + 600,
         ttl_s: day,
+        labels: Vec::new(),
+        delegated_from: None,
     };
     let racers = vec![ProcSpec::Engage(engage(
         Scope::Agent(Name::parse("new").expect("a valid name")),
@@ -901,6 +959,8 @@ pub fn epoch_fold_floor() -> Scenario {
         e0: 0,
         iat_s: SETUP_MS / 1000,
         ttl_s: 2 * day,
+        labels: Vec::new(),
+        delegated_from: None,
     };
     let racers = vec![ProcSpec::Engage(engage(
         Scope::Agent(Name::parse("new").expect("a valid name")),

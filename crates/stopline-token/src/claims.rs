@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use stopline_core::budget::Budgets;
 use stopline_core::view::Authority;
-use stopline_core::{AuthorityStatus, EpochMap, Label, Name, Role, Scope, Subject};
+use stopline_core::{
+    AuthorityStatus, EpochMap, Label, Name, Refusal, RefusalCode, Role, Scope, Subject,
+};
 
 /// The only claims version this crate mints and accepts.
 pub const CLAIMS_VERSION: u32 = 1;
@@ -168,6 +170,39 @@ impl Claims {
             (Some(_), _) => Ok(()),
         }
     }
+}
+
+/// `inherited` with `added` put in: every inherited label stays as it is (a delegate that
+/// names an inherited key with another value, or the same key twice with two values, is refused
+/// `bad_request`: a label may be added, never removed or changed).
+pub(crate) fn merge_labels(
+    inherited: &BTreeMap<Name, Name>,
+    added: &[Label],
+) -> Result<BTreeMap<Name, Name>, Refusal> {
+    let mut labels = inherited.clone();
+    for label in added {
+        match labels.get(&label.key) {
+            Some(value) if *value != label.value => {
+                return Err(Refusal::new(
+                    RefusalCode::BadRequest,
+                    format!(
+                        "label {} is already {}={value}: a label may be added, never changed or removed",
+                        label.key, label.key
+                    ),
+                ))
+            }
+            _ => {
+                labels.insert(label.key.clone(), label.value.clone());
+            }
+        }
+    }
+    if labels.len() > MAX_LABELS {
+        return Err(Refusal::new(
+            RefusalCode::BadRequest,
+            format!("a token carries at most {} labels", MAX_LABELS),
+        ));
+    }
+    Ok(labels)
 }
 
 /// A fresh `jti` from the operating system's random source.

@@ -10,7 +10,6 @@ use crate::claims::{Claims, CLAIMS_VERSION};
 use crate::mint::{check_ttl, fresh_jti, Minted, DEFAULT_TTL_S};
 use crate::wire::issue;
 use ed25519_dalek::SigningKey;
-use std::collections::BTreeMap;
 use stopline_core::budget::{carve, BudgetKind, Budgets};
 use stopline_core::refusal::MAX_DELEGATION_DEPTH;
 use stopline_core::{Label, Name, Refusal, RefusalCode, Role};
@@ -118,7 +117,7 @@ pub fn delegated_claims(parent: &Claims, request: &DelegateRequest) -> Result<Cl
     let ttl_s = i64::try_from(ttl_s).unwrap_or(i64::MAX);
     let exp = now_unix_s.saturating_add(ttl_s).min(parent.exp);
     let budgets = carve(&remaining_at(parent, now_unix_s), requested_budgets)?;
-    let labels = merge_labels(&parent.labels, labels)?;
+    let labels = crate::claims::merge_labels(&parent.labels, labels)?;
     let mut chain = parent.chain.clone();
     chain.push(child);
     Ok(Claims {
@@ -135,42 +134,6 @@ pub fn delegated_claims(parent: &Claims, request: &DelegateRequest) -> Result<Cl
         parent: Some(parent.jti.clone()),
         labels,
     })
-}
-
-/// `inherited` with `added` put in: every inherited label stays as it is (a delegate that
-/// names an inherited key with another value, or the same key twice with two values, is refused
-/// `bad_request`: a label may be added, never removed or changed).
-pub(crate) fn merge_labels(
-    inherited: &BTreeMap<Name, Name>,
-    added: &[Label],
-) -> Result<BTreeMap<Name, Name>, Refusal> {
-    let mut labels = inherited.clone();
-    for label in added {
-        match labels.get(&label.key) {
-            Some(value) if *value != label.value => {
-                return Err(Refusal::new(
-                    RefusalCode::BadRequest,
-                    format!(
-                        "label {} is already {}={value}: a label may be added, never changed or removed",
-                        label.key, label.key
-                    ),
-                ))
-            }
-            _ => {
-                labels.insert(label.key.clone(), label.value.clone());
-            }
-        }
-    }
-    if labels.len() > crate::claims::MAX_LABELS {
-        return Err(Refusal::new(
-            RefusalCode::BadRequest,
-            format!(
-                "a token carries at most {} labels",
-                crate::claims::MAX_LABELS
-            ),
-        ));
-    }
-    Ok(labels)
 }
 
 /// The parent's budgets as seen at `now`: `wall_clock_s` counts from the parent's `iat`.

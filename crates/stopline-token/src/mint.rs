@@ -86,7 +86,7 @@ impl IssueRequest {
             exp,
             budgets: self.budgets.clone(),
             parent: None,
-            labels: crate::delegate::merge_labels(&Default::default(), &self.labels)?,
+            labels: crate::claims::merge_labels(&Default::default(), &self.labels)?,
         };
         claims
             .check()

@@ -164,6 +164,7 @@ fn a_binary_with_broken_refusals_fails_the_battery_naming_the_cases() {
         "delegated_tokens_die_with_their_parent",
         "machine_recovery_clears_the_plan_and_mints_an_epoch",
         "engage_accepts_a_stale_token",
+        "label_stop_revokes_every_carrier",
     ];
     for id in expected {
         assert!(

@@ -25,18 +25,39 @@ fn the_real_protocol_passes_every_property() {
     let properties = protocol["properties"].as_array().unwrap();
     // Every property of the verdict is reported, by name and in order (SpendKept,
     // LiveWorkersReached and DrillGateAsTheLog made 14; RecordReadableIffDurable 15; the etcd
-    // plane's high-water mark, PlaneBelowMarksRefused, 16).
+    // plane's high-water mark, PlaneBelowMarksRefused, 16; the bounded tail's
+    // FoldSparesLiveAuthority, 17).
     let names: Vec<&str> = properties
         .iter()
         .filter_map(|p| p["name"].as_str())
         .collect();
     let expected: Vec<&str> = Property::ALL.iter().map(|p| p.name()).collect();
     assert_eq!(names, expected);
-    assert_eq!(properties.len(), 16);
+    assert_eq!(properties.len(), 17);
     assert!(properties
         .iter()
         .all(|p| p["pass"] == true && p["checks"].as_u64() > Some(0)));
     let text = report.text();
     assert!(text.contains("RESULT: ALL PROPERTIES VERIFIED"), "{text}");
     assert!(!text.contains("[FAIL]"), "{text}");
+}
+
+#[test]
+fn a_label_stop_racing_an_agent_stop_revokes_the_delegate_that_added_the_label() {
+    let options = Options {
+        only: Some("label-vs-agent".into()),
+        ..Options::default()
+    };
+    let report = run(&options);
+    assert!(report.ok(), "{}", report.text());
+    let scenario = &report.protocol[0];
+    assert_eq!(scenario.name, "label-vs-agent");
+    let json = report.json();
+    let properties = json["protocol"]["properties"].as_array().unwrap();
+    let pre_stop = properties
+        .iter()
+        .find(|p| p["name"] == Property::NoPreStopAuthority.name())
+        .unwrap();
+    // The label emergency's outcome obliged the gate to refuse the delegate.
+    assert!(pre_stop["checks"].as_u64() > Some(0), "{pre_stop}");
 }

@@ -322,3 +322,28 @@ fn without_a_planted_bug_the_plane_marks_scenario_passes() {
     let report = check(PlantedBug::None, "plane-marks");
     assert!(report.ok(), "{}", report.text());
 }
+
+#[test]
+fn a_fold_without_the_margin_refuses_a_live_token_nothing_revoked_and_is_found() {
+    found(
+        PlantedBug::FoldWithoutMargin,
+        "epoch-fold",
+        Property::FoldSparesLiveAuthority,
+    );
+}
+
+#[test]
+fn a_fold_that_forgets_the_floor_revives_a_revoked_token_and_is_found() {
+    found(
+        PlantedBug::FoldWithoutFloor,
+        "epoch-fold-floor",
+        Property::NoPreStopAuthority,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_fold_scenarios_pass() {
+    let report = check(PlantedBug::None, "epoch-fold");
+    assert_eq!(report.protocol.len(), 2, "{}", report.text());
+    assert!(report.ok(), "{}", report.text());
+}

@@ -263,6 +263,25 @@ impl Default for RetentionConfig {
     }
 }
 
+/// `[tokens]`: the bounded tail of authority (docs/reference.md §5, "Bounded tail").
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TokensConfig {
+    /// The longest lifetime of any token, delegated ones included (default 86400; 0 is
+    /// refused): a longer `--ttl` is `ttl_too_long`, and an epoch revision older than this plus
+    /// the margin is folded out of `epoch.json`.
+    pub max_ttl_s: std::num::NonZeroU64,
+}
+
+impl Default for TokensConfig {
+    fn default() -> Self {
+        TokensConfig {
+            max_ttl_s: std::num::NonZeroU64::new(stopline_core::epoch::DEFAULT_MAX_TTL_S)
+                .unwrap_or(std::num::NonZeroU64::MIN),
+        }
+    }
+}
+
 /// The configuration file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -319,6 +338,9 @@ pub struct Config {
     /// `[retention]`.
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// `[tokens]`: how long a token may live.
+    #[serde(default)]
+    pub tokens: TokensConfig,
     /// `[etcd]`: how to reach a locked etcd (docs/reference.md §10).
     #[serde(default)]
     pub etcd: EtcdConfig,

@@ -38,6 +38,7 @@ impl Context {
                 .map(std::num::NonZeroU64::get),
         );
         let store = store.with_spend_rewrite_bytes(config.retention.spend_journal_bytes.get());
+        let store = store.with_max_ttl_s(config.tokens.max_ttl_s.get());
         let plane: Arc<dyn ControlPlane> = Arc::new(store.clone());
         Context {
             store,

@@ -8,7 +8,7 @@ use crate::context::Context;
 use crate::receipts::{MintedReceipt, TokenVerifyReceipt};
 use std::path::Path;
 use stopline_core::budget::Budgets;
-use stopline_core::{Name, Refusal, RefusalCode, Role};
+use stopline_core::{Label, Name, Refusal, RefusalCode, Role};
 use stopline_token::{IssueRequest, Minted};
 
 /// What `token issue` asks for.
@@ -26,6 +26,8 @@ pub struct IssueArgs {
     pub ttl_s: u64,
     /// Budgets.
     pub budgets: Budgets,
+    /// Labels signed into the token (docs/reference.md §1, Label).
+    pub labels: Vec<Label>,
 }
 
 impl IssueArgs {
@@ -39,6 +41,7 @@ impl IssueArgs {
             run: None,
             ttl_s,
             budgets: Budgets::default(),
+            labels: Vec::new(),
         }
     }
 }
@@ -67,7 +70,9 @@ pub fn issue(ctx: &Context, args: &IssueArgs) -> Result<Minted, Refusal> {
     request.project = project;
     request.run = run;
     request.ttl_s = args.ttl_s;
+    request.max_ttl_s = ctx.config.tokens.max_ttl_s.get();
     request.budgets = args.budgets.clone();
+    request.labels = args.labels.clone();
     let minted = request.mint(&ctx.issuing_key()?)?;
     ctx.store
         .keys()
@@ -76,13 +81,14 @@ pub fn issue(ctx: &Context, args: &IssueArgs) -> Result<Minted, Refusal> {
     Ok(minted)
 }
 
-/// Mint a child token under `parent`.
+/// Mint a child token under `parent`, carrying the parent's labels and `labels` besides.
 pub fn delegate(
     ctx: &Context,
     parent: &str,
     child: &str,
     ttl_s: Option<u64>,
     budgets: &Budgets,
+    labels: &[Label],
 ) -> Result<Minted, Refusal> {
     let claims = crate::engage::verify_token(ctx, parent)?;
     let view = ctx.plane.load_view();
@@ -92,14 +98,15 @@ pub fn delegate(
     if let Some(refusal) = claims.standing(&view.epoch).refusal(claims.epoch) {
         return Err(refusal);
     }
-    stopline_token::delegate(
-        &ctx.issuing_key()?,
-        &claims,
-        Name::parse(child)?,
+    let request = stopline_token::DelegateRequest {
+        child: Name::parse(child)?,
         ttl_s,
-        budgets,
-        ctx.now_s(),
-    )
+        budgets: budgets.clone(),
+        labels: labels.to_vec(),
+        max_ttl_s: ctx.config.tokens.max_ttl_s.get(),
+        now_unix_s: ctx.now_s(),
+    };
+    stopline_token::delegate(&ctx.issuing_key()?, &claims, &request)
 }
 
 /// The `token issue`/`delegate` receipt.

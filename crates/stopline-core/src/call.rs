@@ -157,7 +157,11 @@ pub fn cut_cause<'a>(
         return Some(CutCause::Emergency);
     }
     let standing = view.epoch.authority_status(authority.issue_epoch, subject);
-    matches!(standing, AuthorityStatus::Stale { .. }).then_some(CutCause::Stale)
+    matches!(
+        standing,
+        AuthorityStatus::Stale { .. } | AuthorityStatus::Folded { .. }
+    )
+    .then_some(CutCause::Stale)
 }
 
 #[cfg(test)]

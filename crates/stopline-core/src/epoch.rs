@@ -4,11 +4,28 @@
 //! to (always ≤ `seq`). An authority minted under epoch `e` is revoked when any scope covering it
 //! — for a delegated token, covering any link of its chain — has a revision greater than `e`, and
 //! refused as unknown lineage when `e > seq`. Unrelated scopes keep their authority.
+//!
+//! The tail is bounded (docs/reference.md §5, "Bounded tail"): every token lives at most
+//! `max_ttl_s`, so a revision older than `max_ttl_s` plus [`FOLD_MARGIN_S`] can no longer revoke
+//! a token that is still alive. An advance folds such revisions away ([`EpochMap::advanced_at`]):
+//! each leaves the map, and `floor` rises to the highest revision folded. An authority minted
+//! under an epoch below `floor` is refused ([`AuthorityStatus::Folded`]) whatever its subject, so
+//! a fold can never revive a token a folded revision revoked, even one minted before the cap
+//! existed or on a host whose clock ran slow: the margin only keeps the floor from refusing a
+//! token that is still alive and that nothing revoked.
 
 use crate::scope::{path_within, Scope};
 use crate::subject::Subject;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// The longest lifetime a token may have when `[tokens] max_ttl_s` is not set: one day.
+pub const DEFAULT_MAX_TTL_S: u64 = 86_400;
+
+/// How much longer than `max_ttl_s` a revision is kept before it is folded away: room for a
+/// token minted a moment after the advance under the epoch read just before it, and for the
+/// clocks of the hosts that mint and verify to disagree.
+pub const FOLD_MARGIN_S: u64 = 3_600;
 
 /// `epoch.json`: the snapshot of the global sequence and per-scope revisions.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -19,6 +36,18 @@ pub struct EpochMap {
     pub scopes: BTreeMap<String, u64>,
     /// The WAL sequence number of the `epoch_advance` record this snapshot confirms (0: none).
     pub wal_seq: u64,
+    /// Scope (stored form) → when it last advanced, unix seconds: what the fold judges a
+    /// revision's age by. A scope advanced before times were kept has none until the next
+    /// advance stamps it with that advance's time (late, so folded late: never early).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub since: BTreeMap<String, i64>,
+    /// The highest revision folded away: an authority minted under an earlier epoch is refused.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub floor: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// The epoch sequence cannot advance further.
@@ -44,6 +73,12 @@ pub enum AuthorityStatus {
         /// The sequence known to the verifier.
         seq: u64,
     },
+    /// The authority was minted under an epoch below the map's `floor`: before a revision that
+    /// was folded away, so more than `max_ttl_s` plus the margin ago.
+    Folded {
+        /// The map's floor.
+        floor: u64,
+    },
 }
 
 impl AuthorityStatus {
@@ -60,6 +95,10 @@ impl AuthorityStatus {
                 RefusalCode::FutureControlEpoch,
                 format!("authority claims epoch {issue_epoch} beyond the issued {seq}"),
             )),
+            AuthorityStatus::Folded { floor } => Some(Refusal::new(
+                RefusalCode::StaleControlEpoch,
+                format!("authority minted under epoch {issue_epoch} predates the folded epoch floor {floor}: it is older than any token may live"),
+            )),
         }
     }
 }
@@ -71,11 +110,47 @@ impl EpochMap {
         let next = self.seq.checked_add(1).ok_or(EpochExhausted)?;
         let mut scopes = self.scopes.clone();
         scopes.insert(scope.to_string(), next);
+        let mut since = self.since.clone();
+        since.remove(&scope.to_string());
         Ok(EpochMap {
             seq: next,
             scopes,
             wal_seq: self.wal_seq,
+            since,
+            floor: self.floor,
         })
+    }
+
+    /// The map after advancing `scope` at `now_s` (unix seconds), folded: `scope` is stamped
+    /// `now_s`, any scope without a time is stamped `now_s` too, and every revision stamped
+    /// `horizon_s` or more before `now_s` leaves the map while `floor` rises to it. The caller
+    /// passes `max_ttl_s + FOLD_MARGIN_S` ([`fold_horizon_s`]). The scope just advanced is
+    /// never folded.
+    pub fn advanced_at(
+        &self,
+        scope: &Scope,
+        now_s: i64,
+        horizon_s: u64,
+    ) -> Result<EpochMap, EpochExhausted> {
+        let mut next = self.advanced(scope)?;
+        for key in next.scopes.keys() {
+            next.since.entry(key.clone()).or_insert(now_s);
+        }
+        next.since.insert(scope.to_string(), now_s);
+        let horizon = i64::try_from(horizon_s).unwrap_or(i64::MAX);
+        let folded: Vec<String> = next
+            .since
+            .iter()
+            .filter(|(_, &at)| now_s.saturating_sub(at) >= horizon)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in folded {
+            next.since.remove(&key);
+            if let Some(revision) = next.scopes.remove(&key) {
+                next.floor = next.floor.max(revision);
+            }
+        }
+        Ok(next)
     }
 
     /// The revision of exactly `scope` (0 when never advanced).
@@ -89,6 +164,9 @@ impl EpochMap {
     pub fn authority_status(&self, issue_epoch: u64, subject: &Subject) -> AuthorityStatus {
         if issue_epoch > self.seq {
             return AuthorityStatus::Future { seq: self.seq };
+        }
+        if issue_epoch < self.floor {
+            return AuthorityStatus::Folded { floor: self.floor };
         }
         let mut worst: Option<(String, u64)> = None;
         for (key, &revision) in &self.scopes {
@@ -119,13 +197,23 @@ impl EpochMap {
                 .map(|(key, revision)| (key.clone(), *revision))
                 .collect(),
             wal_seq: self.wal_seq,
+            since: BTreeMap::new(),
+            floor: self.floor,
         }
     }
 
-    /// Structural check of a parsed snapshot: every revision ≤ seq.
+    /// Structural check of a parsed snapshot: every revision and the floor ≤ seq, and a time
+    /// only for a scope that has a revision.
     pub fn is_consistent(&self) -> bool {
         self.scopes.values().all(|&r| r <= self.seq)
+            && self.floor <= self.seq
+            && self.since.keys().all(|key| self.scopes.contains_key(key))
     }
+}
+
+/// How old a revision is when it is folded away: `max_ttl_s` plus [`FOLD_MARGIN_S`].
+pub fn fold_horizon_s(max_ttl_s: u64) -> u64 {
+    max_ttl_s.saturating_add(FOLD_MARGIN_S)
 }
 
 /// Whether the scope stored as `key` covers `subject` (an unreadable key covers everyone).
@@ -135,6 +223,7 @@ fn key_covers(key: &str, subject: &Subject) -> bool {
         Ok(Scope::Agent(name)) => subject.chain.contains(&name),
         Ok(Scope::Project(root)) => subject.projects.iter().any(|p| path_within(&root, p)),
         Ok(Scope::Run(id)) => subject.runs.contains(&id),
+        Ok(Scope::Label(label)) => subject.labels.contains(&label),
         Err(_) => true,
     }
 }
@@ -185,6 +274,84 @@ mod tests {
             e3.authority_status(2, &agent(&["other"])),
             AuthorityStatus::Current
         ));
+    }
+
+    #[test]
+    fn old_revisions_fold_into_the_floor_and_what_they_revoked_stays_revoked() {
+        let day = DEFAULT_MAX_TTL_S;
+        let horizon = fold_horizon_s(day);
+        let agent_scope = |n: &str| Scope::Agent(Name::parse(n).unwrap());
+        let t0 = 1_800_000_000;
+        let e1 = EpochMap::default()
+            .advanced_at(&agent_scope("old"), t0, horizon)
+            .unwrap();
+        assert_eq!(e1.since[&agent_scope("old").to_string()], t0);
+        // A day and a margin later, less one second: nothing folds yet.
+        let almost = t0 + horizon as i64 - 1;
+        let e2 = e1
+            .advanced_at(&agent_scope("new"), almost, horizon)
+            .unwrap();
+        assert_eq!((e2.scopes.len(), e2.floor), (2, 0));
+        // At the horizon the old revision folds; the floor takes its revision.
+        let e3 = e2
+            .advanced_at(&agent_scope("newer"), t0 + horizon as i64, horizon)
+            .unwrap();
+        assert_eq!(e3.revision(&agent_scope("old")), 0);
+        assert!(!e3.since.contains_key("agent:old"));
+        assert_eq!(e3.floor, 1);
+        assert!(e3.is_consistent());
+        // A token `old`'s emergency revoked stays refused, by the floor now.
+        assert_eq!(
+            e3.authority_status(0, &agent(&["old"])),
+            AuthorityStatus::Folded { floor: 1 }
+        );
+        assert!(e3
+            .authority_status(0, &agent(&["old"]))
+            .refusal(0)
+            .is_some_and(|r| r.code == crate::refusal::RefusalCode::StaleControlEpoch));
+        // Minted after it, nothing covers it.
+        assert_eq!(
+            e3.authority_status(1, &agent(&["old"])),
+            AuthorityStatus::Current
+        );
+        // A scope without a time (an older epoch.json) is stamped at the next advance, never
+        // folded on a guess.
+        let mut legacy = e3.clone();
+        legacy.since.remove("agent:new");
+        let e4 = legacy
+            .advanced_at(&agent_scope("x"), t0 + 10 * horizon as i64, horizon)
+            .unwrap();
+        assert!(e4.scopes.contains_key("agent:new"));
+        assert!(!e4.scopes.contains_key("agent:newer"));
+        assert_eq!(e4.since["agent:new"], t0 + 10 * horizon as i64);
+    }
+
+    #[test]
+    fn an_old_snapshot_reads_without_times_or_floor_and_writes_back_the_same_bytes() {
+        let old = br#"{"seq":2,"scopes":{"agent:x":2,"machine":1},"wal_seq":4}"#;
+        let map: EpochMap = serde_json::from_slice(old).unwrap();
+        assert!(map.since.is_empty() && map.floor == 0);
+        assert_eq!(serde_json::to_vec(&map).unwrap(), old.to_vec());
+    }
+
+    #[test]
+    fn a_label_revision_revokes_only_the_tokens_that_carry_the_label() {
+        let label = crate::scope::Label::parse("task=ctf-17").unwrap();
+        let e1 = EpochMap::default()
+            .advanced(&Scope::Label(label.clone()))
+            .unwrap();
+        let carrier = agent(&["parent", "child"]).with_labels(vec![label]);
+        assert!(matches!(
+            e1.authority_status(0, &carrier),
+            AuthorityStatus::Stale { .. }
+        ));
+        let other = agent(&["parent", "child"])
+            .with_labels(vec![crate::scope::Label::parse("task=ctf-18").unwrap()]);
+        assert_eq!(e1.authority_status(0, &other), AuthorityStatus::Current);
+        assert_eq!(
+            e1.authority_status(0, &agent(&["x"])),
+            AuthorityStatus::Current
+        );
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub use epoch::{AuthorityStatus, EpochMap};
 pub use evidence::{BreakerKind, EvidenceRecord};
 pub use latch::{ActiveLatch, LatchRecord, LatchRef};
 pub use refusal::{Refusal, RefusalCode};
-pub use scope::{Name, Scope};
+pub use scope::{Label, Name, Scope};
 pub use state::{ControlState, StateRecord};
 pub use subject::{Role, Subject};
 pub use view::{CheckReceipt, ControlView};

@@ -109,6 +109,9 @@ pub enum RefusalCode {
     /// gateway (docs/reference.md §8): one agent cannot read, follow or cancel another's remote
     /// work.
     TaskNotOwned,
+    /// A token asked to live longer than `[tokens] max_ttl_s` (docs/reference.md §5, "Bounded
+    /// tail"), a delegated one included.
+    TtlTooLong,
 }
 
 impl RefusalCode {
@@ -161,6 +164,7 @@ impl RefusalCode {
             RequestInvalid => "request_invalid",
             PriceMissing => "price_missing",
             TaskNotOwned => "task_not_owned",
+            TtlTooLong => "ttl_too_long",
         }
     }
 

@@ -1,4 +1,5 @@
-//! Scopes (`machine`, `agent:<name>`, `project:<root>`, `run:<id>`) and the rules that match them.
+//! Scopes (`machine`, `agent:<name>`, `project:<root>`, `run:<id>`, `label:<key>=<value>`) and
+//! the rules that match them.
 //!
 //! Parsing never touches the filesystem: a project root is canonicalized by a function the caller
 //! passes in (the CLI passes the filesystem's canonicalize), and the stored form of a scope is
@@ -67,6 +68,66 @@ impl fmt::Display for Name {
     }
 }
 
+/// A label signed into a token (`KEY=VALUE`, both names): what a workload is — its type, its
+/// agent type, its evaluation task (docs/reference.md §1). A delegated token carries its
+/// parent's labels and may add more, never remove or change one.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Label {
+    /// The key.
+    pub key: Name,
+    /// The value.
+    pub value: Name,
+}
+
+impl Label {
+    /// Parse `KEY=VALUE` (each lowercased and checked as a name); refuse with `scope_invalid`.
+    pub fn parse(input: &str) -> Result<Label, Refusal> {
+        let (key, value) = input.split_once('=').ok_or_else(|| {
+            Refusal::new(
+                RefusalCode::ScopeInvalid,
+                format!("label {input:?} is not KEY=VALUE"),
+            )
+        })?;
+        Ok(Label {
+            key: Name::parse(key)?,
+            value: Name::parse(value)?,
+        })
+    }
+
+    /// Parse the stored form by syntax only (already lowercase).
+    pub fn parse_stored(stored: &str) -> Result<Label, Refusal> {
+        let (key, value) = stored.split_once('=').ok_or_else(|| {
+            Refusal::new(
+                RefusalCode::ScopeInvalid,
+                format!("label {stored:?} is not KEY=VALUE"),
+            )
+        })?;
+        Ok(Label {
+            key: Name::try_from(key.to_string())?,
+            value: Name::try_from(value.to_string())?,
+        })
+    }
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.key, self.value)
+    }
+}
+
+impl Serialize for Label {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Label {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Label::parse_stored(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// What a latch (or an epoch revision) applies to.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Scope {
@@ -78,6 +139,8 @@ pub enum Scope {
     Project(PathBuf),
     /// One evaluation run.
     Run(Name),
+    /// Every subject whose token carries the label (a delegate inherits its parent's).
+    Label(Label),
 }
 
 impl Scope {
@@ -96,12 +159,13 @@ impl Scope {
         let Some((kind, rest)) = trimmed.split_once(':') else {
             return Err(invalid(
                 input,
-                "expected machine, agent:<name>, project:<root> or run:<id>",
+                "expected machine, agent:<name>, project:<root>, run:<id> or label:<key>=<value>",
             ));
         };
         match kind.to_ascii_lowercase().as_str() {
             "agent" => Ok(Scope::Agent(Name::parse(rest)?)),
             "run" => Ok(Scope::Run(Name::parse(rest)?)),
+            "label" => Ok(Scope::Label(Label::parse(rest)?)),
             "project" => {
                 if rest.is_empty() || !rest.starts_with('/') || rest.contains('\0') {
                     return Err(invalid(input, "a project root must be an absolute path"));
@@ -146,6 +210,7 @@ impl Scope {
         let scope = match kind {
             "agent" => Scope::Agent(Name::try_from(rest.to_string())?),
             "run" => Scope::Run(Name::try_from(rest.to_string())?),
+            "label" => Scope::Label(Label::parse_stored(rest)?),
             "project" => {
                 let path = PathBuf::from(rest);
                 if !is_canonical_absolute(&path) || rest.len() > 1 && rest.ends_with('/') {
@@ -165,6 +230,7 @@ impl Scope {
             Scope::Agent(_) => "agent",
             Scope::Project(_) => "project",
             Scope::Run(_) => "run",
+            Scope::Label(_) => "label",
         }
     }
 
@@ -231,6 +297,7 @@ impl fmt::Display for Scope {
             Scope::Agent(name) => write!(f, "agent:{name}"),
             Scope::Project(root) => write!(f, "project:{}", root.display()),
             Scope::Run(id) => write!(f, "run:{id}"),
+            Scope::Label(label) => write!(f, "label:{label}"),
         }
     }
 }
@@ -254,6 +321,26 @@ mod tests {
 
     fn canon(p: &Path) -> std::io::Result<PathBuf> {
         Ok(p.to_path_buf())
+    }
+
+    #[test]
+    fn labels_parse_as_two_names_and_round_trip() {
+        let scope = Scope::parse_input("label:Task=CTF-17", canon).unwrap();
+        assert_eq!(scope.to_string(), "label:task=ctf-17");
+        assert_eq!(Scope::parse_stored("label:task=ctf-17").unwrap(), scope);
+        assert!(Scope::parse_stored("label:Task=ctf-17").is_err());
+        for bad in [
+            "label:task",
+            "label:=x",
+            "label:task=",
+            "label:a=b=c",
+            "label:a b=c",
+        ] {
+            assert!(Scope::parse_input(bad, canon).is_err(), "{bad}");
+        }
+        let label = Label::parse("task=ctf-17").unwrap();
+        assert!(scope.covers_scope(&Scope::Label(label)));
+        assert!(!scope.covers_scope(&Scope::Label(Label::parse("task=ctf-18").unwrap())));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! and its runs. Identity comes only from a verified token; a subject built from a bare claim is
 //! *unprovable*, and every agent latch covers it (docs/reference.md §1).
 
-use crate::scope::{Name, Scope};
+use crate::scope::{Label, Name, Scope};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -46,6 +46,9 @@ pub struct Subject {
     pub projects: Vec<PathBuf>,
     /// Runs the subject belongs to.
     pub runs: Vec<Name>,
+    /// The labels its token carries (a delegate's include every ancestor's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<Label>,
 }
 
 impl Subject {
@@ -56,6 +59,7 @@ impl Subject {
             provable: true,
             projects,
             runs,
+            labels: Vec::new(),
         }
     }
 
@@ -66,7 +70,14 @@ impl Subject {
             provable: false,
             projects,
             runs,
+            labels: Vec::new(),
         }
+    }
+
+    /// This subject carrying `labels`.
+    pub fn with_labels(mut self, labels: Vec<Label>) -> Subject {
+        self.labels = labels;
+        self
     }
 
     /// The acting agent, if known.
@@ -84,6 +95,8 @@ impl Subject {
                 .iter()
                 .any(|p| crate::scope::path_within(root, p)),
             Scope::Run(id) => self.runs.contains(id),
+            // As for an agent: a caller who cannot prove its labels may carry this one.
+            Scope::Label(label) => !self.provable || self.labels.contains(label),
         }
     }
 }

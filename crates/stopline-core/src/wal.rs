@@ -10,7 +10,7 @@ use crate::wal_record::{self, RecoveryIntent, WalRecord};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// The `prev` of the first line.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -99,8 +99,8 @@ pub struct WalLog {
     pub end: Option<(u64, u64)>,
 }
 
-/// The last `epoch_advance` of a log: its seq, `new_epoch` and `scope_epochs`.
-pub type EpochAdvance = (u64, u64, BTreeMap<String, u64>);
+/// The last `epoch_advance` of a log: the epoch map it confirms (its `wal_seq` the line's seq).
+pub type EpochAdvance = crate::EpochMap;
 
 /// What a checkpoint carries: the fold of every line up to and including its anchor, as much of
 /// it as any reader of the log asks.
@@ -422,7 +422,7 @@ impl WalLog {
             .chain(self.entries.iter().filter(|e| e.intent().is_some()))
     }
 
-    /// The last `epoch_advance` entry's `new_epoch` and `scope_epochs`, with its seq.
+    /// The epoch map the last `epoch_advance` entry confirms, its `wal_seq` the entry's seq.
     pub fn last_epoch_advance(&self) -> Option<EpochAdvance> {
         let after = self.last_epoch_advance_after();
         after.or_else(|| {
@@ -434,9 +434,7 @@ impl WalLog {
 
     fn last_epoch_advance_after(&self) -> Option<EpochAdvance> {
         self.entries.iter().rev().find_map(|e| match &e.record {
-            Some(WalRecord::EpochAdvance(advance)) => {
-                Some((e.seq, advance.new_epoch, advance.scope_epochs.clone()))
-            }
+            Some(WalRecord::EpochAdvance(advance)) => Some(advance.epoch_map(e.seq)),
             _ => None,
         })
     }

@@ -122,6 +122,13 @@ pub struct EpochAdvance {
     pub scope: Scope,
     /// Every scope's epoch after.
     pub scope_epochs: BTreeMap<String, u64>,
+    /// When each scope last advanced, unix seconds (`epoch.json`'s `since`; absent in logs
+    /// written before the tail was bounded).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scope_since: BTreeMap<String, i64>,
+    /// The epoch floor after: the highest revision folded away (absent while nothing was).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub floor: u64,
     /// Why.
     pub cause: AdvanceCause,
     /// Who.
@@ -131,6 +138,23 @@ pub struct EpochAdvance {
     /// The advancing process (absent in logs written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+impl EpochAdvance {
+    /// The epoch map this record confirms, written at WAL line `wal_seq`.
+    pub fn epoch_map(&self, wal_seq: u64) -> crate::EpochMap {
+        crate::EpochMap {
+            seq: self.new_epoch,
+            scopes: self.scope_epochs.clone(),
+            wal_seq,
+            since: self.scope_since.clone(),
+            floor: self.floor,
+        }
+    }
 }
 
 /// `disengaged`.

@@ -154,6 +154,14 @@ pub struct Observed {
     /// When the supervisor wrote this registration (RFC 3339).
     #[serde(default, deserialize_with = "lenient")]
     pub updated_at: Option<String>,
+    /// The labels signed into the worker's token (its card's `labels`), so an engage of a
+    /// `label:` scope reaches its group; absent when it has none.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub labels: Option<Vec<crate::Label>>,
 }
 
 /// A worker's ceilings as registered: each limit and how it was applied (`cgroup` or
@@ -269,6 +277,12 @@ impl WorkerRegistration {
             name(&self.agent).into_iter().collect(),
             self.project.iter().map(PathBuf::from).collect(),
             name(&self.run).into_iter().collect(),
+        )
+        .with_labels(
+            self.observed
+                .as_ref()
+                .and_then(|o| o.labels.clone())
+                .unwrap_or_default(),
         )
     }
 }

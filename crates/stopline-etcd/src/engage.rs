@@ -146,7 +146,7 @@ impl EtcdPlane {
         let mut next = epoch.clone();
         let mut warnings = Vec::new();
         if record.level == Level::Emergency {
-            match epoch.advanced(&record.scope) {
+            match self.advance_now(&epoch, &record.scope) {
                 Ok(advanced) => {
                     records.push(self.advance_fields(
                         &epoch,

@@ -28,6 +28,8 @@ impl EtcdPlane {
             new_epoch: next.seq,
             scope: scope.clone(),
             scope_epochs: next.scopes.clone(),
+            scope_since: next.since.clone(),
+            floor: next.floor,
             cause,
             by: by.to_string(),
             reason: reason.to_string(),

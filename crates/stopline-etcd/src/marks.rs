@@ -87,10 +87,17 @@ impl EtcdPlane {
             let seq = current.seq.max(trust.epoch_seq) + 1;
             let mut scopes = current.scopes.clone();
             scopes.insert(Scope::Machine.to_string(), seq);
+            let mut since = current.since.clone();
+            since.insert(
+                Scope::Machine.to_string(),
+                self.local.now_ms().div_euclid(1000),
+            );
             let next = EpochMap {
                 seq,
                 scopes,
                 wal_seq: 0,
+                since,
+                floor: current.floor,
             };
             let advance = self.advance_fields(
                 &current,

@@ -9,6 +9,8 @@
 //! Known limit: a local fallback advance numbers its revision from the local sequence, which is
 //! usually behind etcd's, so it revokes nothing by epoch on its own; the latch it wrote still
 //! blocks every covered call, and the recovery that ends it advances the scope in etcd.
+//! For the same reason the merged epoch floor is etcd's alone: a local floor counts in the local
+//! sequence, and taken as the fleet's it would refuse every token etcd's epochs minted.
 
 use stopline_core::{ControlState, ControlView};
 

@@ -112,6 +112,17 @@ impl EtcdPlane {
     pub(crate) fn ts(&self) -> String {
         stopline_store::env::rfc3339(self.local.now_ms())
     }
+
+    /// The map after advancing `scope` now, with the revisions past `[tokens] max_ttl_s` plus
+    /// the margin folded away, as the local directory folds them (`EpochMap::advanced_at`).
+    pub(crate) fn advance_now(
+        &self,
+        epoch: &stopline_core::EpochMap,
+        scope: &stopline_core::Scope,
+    ) -> Result<stopline_core::EpochMap, stopline_core::epoch::EpochExhausted> {
+        let now_s = self.local.now_ms().div_euclid(1000);
+        epoch.advanced_at(scope, now_s, self.local.fold_horizon_s())
+    }
 }
 
 /// The fault an unreachable etcd means: every gate closes.

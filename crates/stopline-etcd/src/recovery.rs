@@ -117,7 +117,7 @@ impl EtcdPlane {
             });
             let local_planned = local.local_latches;
             let epoch = snapshot.epoch_map(&log)?;
-            let next = epoch.advanced(&scope).map_err(|e| {
+            let next = self.advance_now(&epoch, &scope).map_err(|e| {
                 StoreError::refused(RefusalCode::ControlEpochUnconfirmed, e.to_string())
             })?;
             let mut ops = Vec::new();

@@ -241,6 +241,9 @@ struct DelegateBody {
     ttl: Option<u64>,
     #[serde(default)]
     budgets: BTreeMap<String, f64>,
+    /// Labels to add to the parent's (`{"KEY": "VALUE"}`); a key the parent carries keeps its value.
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 pub(crate) async fn delegate_route(
@@ -293,14 +296,23 @@ pub(crate) async fn delegate_route(
         budgets.insert(kind, *limit);
     }
     gov.register_budgets(caller.claims());
+    let labels = request
+        .labels
+        .iter()
+        .map(|(key, value)| stopline_core::Label::parse(&format!("{key}={value}")))
+        .collect::<Result<Vec<_>, _>>()?;
     let child = Name::parse(&request.agent)?;
     let minted = stopline_token::delegate(
         gov.signing_key()?,
         caller.claims(),
-        child,
-        request.ttl,
-        &budgets,
-        gov.now_s(),
+        &stopline_token::DelegateRequest {
+            child,
+            ttl_s: request.ttl,
+            budgets,
+            labels,
+            max_ttl_s: gov.max_ttl_s(),
+            now_unix_s: gov.now_s(),
+        },
     )?;
     // Counted only once minted (its exp is known) and before anyone sees it; a refused token
     // is dropped unseen.

@@ -625,6 +625,7 @@ mod tests {
             exp: 10,
             budgets: [(BudgetKind::ToolCalls, limit)].into(),
             parent: parent.map(|p| p.to_string().repeat(32)),
+            labels: Default::default(),
         }
     }
 

@@ -275,6 +275,11 @@ impl Governor {
         self.inner.ctx.store.now_ms()
     }
 
+    /// `[tokens] max_ttl_s`: the longest lifetime of a token `/v1/delegate` mints.
+    pub(crate) fn max_ttl_s(&self) -> u64 {
+        self.inner.ctx.config.tokens.max_ttl_s.get()
+    }
+
     /// The key delegated tokens are signed with; refused on a host that does not hold the
     /// control plane's published key (no other host would accept what it signed).
     pub(crate) fn signing_key(&self) -> Result<&SigningKey, Refusal> {

@@ -44,7 +44,7 @@ pub fn tools() -> Value {
             "inputSchema": {
                 "type": "object",
                 "properties": {
-                    "scope": {"type": "string", "description": "machine | agent:<name> | project:<root> | run:<id>"},
+                    "scope": {"type": "string", "description": "machine | agent:<name> | project:<root> | run:<id> | label:<key>=<value>"},
                     "level": {"type": "string", "enum": ["halt-noncritical", "halt-all", "emergency"], "description": "default emergency"},
                     "reason": {"type": "string", "description": "why (required)"}
                 },

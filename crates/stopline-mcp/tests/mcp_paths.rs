@@ -91,6 +91,7 @@ async fn no_path_reaches_the_upstream_unadmitted() {
         run: None,
         ttl_s: 600,
         budgets: Default::default(),
+        labels: Vec::new(),
     };
     let token = tokens::issue(&ctx, &args).expect("token").token;
     let auth = format!("authorization: Bearer {token}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream");

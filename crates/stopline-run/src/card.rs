@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::path::Path;
 use stopline_core::budget::{BudgetKind, Budgets};
 use stopline_core::policy::{self, PolicyCard};
-use stopline_core::{Level, Name, Refusal, RefusalCode};
+use stopline_core::{Label, Level, Name, Refusal, RefusalCode};
 
 /// The token lifetime when the card sets no `wall_clock_s` budget for the agent.
 pub const DEFAULT_TTL_S: u64 = 3600;
@@ -36,6 +36,28 @@ impl LoadedCard {
             .into_iter()
             .flatten()
             .filter_map(|(kind, limit)| BudgetKind::parse(kind).map(|kind| (kind, *limit)))
+            .collect()
+    }
+
+    /// The card's `labels` (`{"KEY": "VALUE", …}`, absent: none), signed into the run's token
+    /// (docs/reference.md §6). A label that is not two names is `policy_card_incomplete`.
+    pub fn labels(&self) -> Result<Vec<Label>, Refusal> {
+        let Some(labels) = self.json.get("labels") else {
+            return Ok(Vec::new());
+        };
+        let invalid = |why: String| Refusal::new(RefusalCode::PolicyCardIncomplete, why);
+        let object = labels
+            .as_object()
+            .ok_or_else(|| invalid("labels must be a table of KEY = \"VALUE\"".into()))?;
+        object
+            .iter()
+            .map(|(key, value)| {
+                let value = value
+                    .as_str()
+                    .ok_or_else(|| invalid(format!("label {key} must be a string")))?;
+                Label::parse(&format!("{key}={value}"))
+                    .map_err(|refusal| invalid(format!("labels: {}", refusal.message)))
+            })
             .collect()
     }
 
@@ -92,12 +114,14 @@ pub fn load(path: &Path, agent: Option<&str>) -> Result<LoadedCard, Refusal> {
     let card = policy::validate(&json)?;
     let run_id = Name::parse(&card.run_id)?;
     let agent = choose_agent(&card, agent)?;
-    Ok(LoadedCard {
+    let loaded = LoadedCard {
         json,
         card,
         run_id,
         agent,
-    })
+    };
+    loaded.labels()?;
+    Ok(loaded)
 }
 
 fn choose_agent(card: &PolicyCard, agent: Option<&str>) -> Result<Name, Refusal> {

@@ -90,6 +90,7 @@ fn measure(ctx: &Context, n: usize, iteration: usize) -> Result<KillSample, Refu
         supervisor_pid: std::process::id(),
         // A throwaway home with no runs.live/ index: read whole, as a home before the index.
         live_entry: None,
+        labels: Vec::new(),
     };
     let mut supervision = Supervision::new(
         ctx.clone(),

@@ -175,7 +175,8 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         vec![card.agent.clone()],
         vec![project.clone()],
         vec![card.run_id.clone()],
-    );
+    )
+    .with_labels(card.labels()?);
     preflight::no_covering_latch(ctx, &subject)?;
     preflight::drills_allow(ctx, &card.card.harness_version, card.card.require_drill)?;
     if !request.share.is_empty() && request.net == NetMode::Host {
@@ -298,6 +299,7 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         net: request.net.as_str().into(),
         supervisor_pid,
         live_entry: live.as_ref().map(|l| l.file.clone()),
+        labels: card.labels()?,
     };
     let wall_clock = card.wall_clock_s().map(|budget_s| WallClock {
         budget_s,

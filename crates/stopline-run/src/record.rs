@@ -106,6 +106,8 @@ pub struct RunFacts {
     pub supervisor_pid: u32,
     /// The run's entry in `runs.live/` (`None` on a home whose index could not be built).
     pub live_entry: Option<String>,
+    /// The labels signed into the worker's token (registered so a `label:` engage reaches it).
+    pub labels: Vec<stopline_core::Label>,
 }
 
 /// Writes registrations and stop evidence for one worker.
@@ -157,6 +159,7 @@ impl Recorder {
                 exit_code: status.exit_code,
                 stop_cause: cause.map(StopCause::to_record),
                 updated_at: None,
+                labels: (!self.facts.labels.is_empty()).then(|| self.facts.labels.clone()),
             }),
         }
     }
@@ -321,6 +324,7 @@ mod tests {
                 net: "gateway-only".into(),
                 supervisor_pid: 24_077,
                 live_entry: live.map(str::to_string),
+                labels: Vec::new(),
             },
         )
     }

@@ -81,6 +81,7 @@ pub fn start(ctx: &Context, plan: &StartPlan<'_>) -> Result<Started, RunError> {
             run: Some(card.run_id.to_string()),
             ttl_s: card.ttl_s(),
             budgets: card.budgets(),
+            labels: card.labels()?,
         },
     )?;
     let namespace = match plan.net {

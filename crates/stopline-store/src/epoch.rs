@@ -21,14 +21,7 @@ fn unconfirmed(detail: impl Into<String>) -> StoreError {
 /// The epoch map the WAL's last `epoch_advance` records (the empty map when there is none): what
 /// repair rebuilds `epoch.json` from. The caller checks it is consistent.
 pub fn rebuild(log: &WalLog) -> EpochMap {
-    match log.last_epoch_advance() {
-        Some((wal_seq, new_epoch, scopes)) => EpochMap {
-            seq: new_epoch,
-            scopes,
-            wal_seq,
-        },
-        None => EpochMap::default(),
-    }
+    log.last_epoch_advance().unwrap_or_default()
 }
 
 /// Compare a snapshot with the WAL's last `epoch_advance`.
@@ -37,8 +30,9 @@ pub fn confirm(snapshot: Option<&[u8]>, log: &WalLog) -> Result<EpochMap, StoreE
     let Some(bytes) = snapshot else {
         return match last {
             None => Ok(EpochMap::default()),
-            Some((seq, _, _)) => Err(unconfirmed(format!(
-                "epoch.json is missing but WAL record {seq} advanced the epoch"
+            Some(advance) => Err(unconfirmed(format!(
+                "epoch.json is missing but WAL record {} advanced the epoch",
+                advance.wal_seq
             ))),
         };
     };
@@ -48,13 +42,13 @@ pub fn confirm(snapshot: Option<&[u8]>, log: &WalLog) -> Result<EpochMap, StoreE
         return Err(unconfirmed("epoch.json has a scope revision above its seq"));
     }
     match last {
-        None if map.seq == 0 && map.scopes.is_empty() && map.wal_seq == 0 => Ok(map),
+        None if map == EpochMap::default() => Ok(map),
         None => Err(unconfirmed(
             "epoch.json claims an epoch the WAL never recorded",
         )),
-        Some((wal_seq, new_epoch, scopes)) => {
-            let scopes_match = map.scopes == scopes;
-            if map.seq == new_epoch && map.wal_seq == wal_seq && scopes_match {
+        Some(recorded) => {
+            let (wal_seq, new_epoch) = (recorded.wal_seq, recorded.seq);
+            if map == recorded {
                 Ok(map)
             } else if new_epoch > map.seq {
                 Err(unconfirmed(format!(
@@ -92,14 +86,23 @@ impl Store {
         fp: &str,
     ) -> Result<(WalLog, EpochMap), StoreError> {
         let current = self.read_confirmed_epoch(log)?;
-        let mut next = current.advanced(scope).map_err(|e| {
-            StoreError::refused(RefusalCode::ControlEpochUnconfirmed, e.to_string())
-        })?;
+        let now_s = self.env.now_ms().div_euclid(1000);
+        let mut next = current
+            .advanced_at(scope, now_s, self.fold_horizon_s())
+            .map_err(|e| {
+                StoreError::refused(RefusalCode::ControlEpochUnconfirmed, e.to_string())
+            })?;
+        #[cfg(feature = "planted-bugs")]
+        if self.planted == crate::planted::PlantedBug::FoldWithoutFloor {
+            next.floor = current.floor;
+        }
         let advance = WalRecord::EpochAdvance(EpochAdvance {
             prior_epoch: current.seq,
             new_epoch: next.seq,
             scope: scope.clone(),
             scope_epochs: next.scopes.clone(),
+            scope_since: next.since.clone(),
+            floor: next.floor,
             cause,
             by: by.to_string(),
             reason: reason.to_string(),

@@ -95,6 +95,9 @@ pub struct Store {
     /// open-set snapshot (`ops_snapshot::SNAPSHOT_EVERY_BYTES`; tests and the model checker
     /// use less).
     ops_snapshot_every: u64,
+    /// The longest lifetime of a token (`[tokens] max_ttl_s`): an epoch advance folds away the
+    /// revisions older than it plus the margin (`stopline_core::epoch::fold_horizon_s`).
+    max_ttl_s: u64,
     #[cfg(feature = "planted-bugs")]
     planted: planted::PlantedBug,
 }
@@ -189,9 +192,32 @@ impl Store {
             spend_compact_after: spend::compact::COMPACT_AFTER,
             spend_rewrite_bytes: spend::REWRITE_BYTES,
             ops_snapshot_every: ops_snapshot::SNAPSHOT_EVERY_BYTES,
+            max_ttl_s: stopline_core::epoch::DEFAULT_MAX_TTL_S,
             #[cfg(feature = "planted-bugs")]
             planted: planted::PlantedBug::None,
         }
+    }
+
+    /// This store with `[tokens] max_ttl_s` = `seconds` (at least 1): its epoch advances fold
+    /// away every revision older than that plus the margin.
+    pub fn with_max_ttl_s(mut self, seconds: u64) -> Store {
+        self.max_ttl_s = seconds.max(1);
+        self
+    }
+
+    /// `[tokens] max_ttl_s` as this store was opened with.
+    pub fn max_ttl_s(&self) -> u64 {
+        self.max_ttl_s
+    }
+
+    /// How old a revision is when this store's advances fold it away: `max_ttl_s` plus the
+    /// margin (without the margin under the planted `FoldWithoutMargin`).
+    pub fn fold_horizon_s(&self) -> u64 {
+        #[cfg(feature = "planted-bugs")]
+        if self.planted == planted::PlantedBug::FoldWithoutMargin {
+            return self.max_ttl_s;
+        }
+        stopline_core::epoch::fold_horizon_s(self.max_ttl_s)
     }
 
     /// This store with a known bug planted in its recovery (model-checker tests only).

@@ -118,4 +118,14 @@ pub enum PlantedBug {
     /// restored) is acted on, and authority its lost advance revoked is good again ("a plane
     /// below the marks closes the gates" fails, the `plane-marks` scenario).
     MarkAcceptsLowerEpoch,
+    /// An epoch advance folds away revisions `max_ttl_s` old, without the margin: a token
+    /// minted under the epoch read just before an emergency, a moment after it, is still alive
+    /// when the revision that revoked it folds, and the floor refuses a token nothing revoked
+    /// ("a fold refuses no live authority that no stop revoked" fails, the `epoch-fold`
+    /// scenario).
+    FoldWithoutMargin,
+    /// An epoch advance folds revisions away without raising the floor: a token minted before
+    /// the cap (living longer than `max_ttl_s`) that a folded revision revoked is good again
+    /// ("no pre-stop authority valid after the stop" fails, the `epoch-fold-floor` scenario).
+    FoldWithoutFloor,
 }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use stopline_core::wal::{self, sha256_hex, WalFold, WalLog};
 
 /// The schema of `breakglass.wal.checkpoint.json`.
-pub const CHECKPOINT_SCHEMA: &str = "stopline.wal-checkpoint.v1";
+pub const CHECKPOINT_SCHEMA: &str = "stopline.wal-checkpoint.v2";
 
 /// Lines after the last checkpoint that make a lock holder write a new one.
 pub const DEFAULT_CHECKPOINT_EVERY: usize = 64;

@@ -7,10 +7,13 @@
 //! epoch map's judgment ([`Claims::standing`]), made by the caller against fresh control state.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use stopline_core::budget::Budgets;
 use stopline_core::view::Authority;
-use stopline_core::{AuthorityStatus, EpochMap, Name, Role, Scope, Subject};
+use stopline_core::{
+    AuthorityStatus, EpochMap, Label, Name, Refusal, RefusalCode, Role, Scope, Subject,
+};
 
 /// The only claims version this crate mints and accepts.
 pub const CLAIMS_VERSION: u32 = 1;
@@ -19,6 +22,9 @@ pub const CLAIMS_VERSION: u32 = 1;
 pub const MAX_CHAIN_LEN: usize = 32;
 /// The longest project root, in bytes, a token may carry (Linux `PATH_MAX`).
 pub const MAX_PROJECT_LEN: usize = 4096;
+/// The most labels a token may carry (each at most 129 bytes, so a token stays far below the
+/// wire limit).
+pub const MAX_LABELS: usize = 16;
 /// Length of a `jti` in hex digits (16 random bytes).
 pub const JTI_HEX_LEN: usize = 32;
 
@@ -53,6 +59,10 @@ pub struct Claims {
     /// The parent token's `jti`; present exactly when the chain has more than one link.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// Labels, key → value (docs/reference.md §1, Label): a delegated token carries every one
+    /// of its parent's, unchanged, and may add more. Absent from tokens without any.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<Name, Name>,
 }
 
 impl Claims {
@@ -64,6 +74,18 @@ impl Claims {
             self.project.iter().cloned().collect(),
             self.run.iter().cloned().collect(),
         )
+        .with_labels(self.label_list())
+    }
+
+    /// The labels as [`Label`]s, in key order.
+    pub fn label_list(&self) -> Vec<Label> {
+        self.labels
+            .iter()
+            .map(|(key, value)| Label {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect()
     }
 
     /// The acting agent: the last link of the chain. `None` only for hand-built claims with an
@@ -105,6 +127,9 @@ impl Claims {
         if let Some(project) = &self.project {
             check_project(project)?;
         }
+        if self.labels.len() > MAX_LABELS {
+            return Err(format!("a token carries at most {MAX_LABELS} labels"));
+        }
         if self.exp <= self.iat {
             return Err("exp must be after iat".into());
         }
@@ -145,6 +170,39 @@ impl Claims {
             (Some(_), _) => Ok(()),
         }
     }
+}
+
+/// `inherited` with `added` put in: every inherited label stays as it is (a delegate that
+/// names an inherited key with another value, or the same key twice with two values, is refused
+/// `bad_request`: a label may be added, never removed or changed).
+pub(crate) fn merge_labels(
+    inherited: &BTreeMap<Name, Name>,
+    added: &[Label],
+) -> Result<BTreeMap<Name, Name>, Refusal> {
+    let mut labels = inherited.clone();
+    for label in added {
+        match labels.get(&label.key) {
+            Some(value) if *value != label.value => {
+                return Err(Refusal::new(
+                    RefusalCode::BadRequest,
+                    format!(
+                        "label {} is already {}={value}: a label may be added, never changed or removed",
+                        label.key, label.key
+                    ),
+                ))
+            }
+            _ => {
+                labels.insert(label.key.clone(), label.value.clone());
+            }
+        }
+    }
+    if labels.len() > MAX_LABELS {
+        return Err(Refusal::new(
+            RefusalCode::BadRequest,
+            format!("a token carries at most {} labels", MAX_LABELS),
+        ));
+    }
+    Ok(labels)
 }
 
 /// A fresh `jti` from the operating system's random source.
@@ -209,6 +267,7 @@ mod tests {
             exp: 20,
             budgets: Budgets::new(),
             parent: None,
+            labels: BTreeMap::new(),
         }
     }
 

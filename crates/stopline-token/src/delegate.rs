@@ -7,23 +7,38 @@
 //! widen anything: not the lifetime, not a budget, not the role (children are always `agent`).
 
 use crate::claims::{Claims, CLAIMS_VERSION};
-use crate::mint::{fresh_jti, Minted, DEFAULT_TTL_S};
+use crate::mint::{check_ttl, fresh_jti, Minted, DEFAULT_TTL_S};
 use crate::wire::issue;
 use ed25519_dalek::SigningKey;
 use stopline_core::budget::{carve, BudgetKind, Budgets};
 use stopline_core::refusal::MAX_DELEGATION_DEPTH;
-use stopline_core::{Name, Refusal, RefusalCode, Role};
+use stopline_core::{Label, Name, Refusal, RefusalCode, Role};
+
+/// What a delegation asks for besides the parent: the child's name, lifetime and budgets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DelegateRequest {
+    /// The sub-agent the child token names.
+    pub child: Name,
+    /// The child's lifetime; [`DEFAULT_TTL_S`] (or `max_ttl_s`, when shorter) when `None`.
+    pub ttl_s: Option<u64>,
+    /// The budgets carved from the parent's.
+    pub budgets: Budgets,
+    /// Labels to add to the parent's (docs/reference.md §1, Label): a key the parent carries
+    /// must keep its value.
+    pub labels: Vec<Label>,
+    /// The longest lifetime allowed (`[tokens] max_ttl_s`); a longer `ttl_s` is `ttl_too_long`.
+    pub max_ttl_s: u64,
+    /// The time of issue, unix seconds.
+    pub now_unix_s: i64,
+}
 
 /// Mint a child token for `child` under `parent` and sign it. See [`delegated_claims`].
 pub fn delegate(
     key: &SigningKey,
     parent: &Claims,
-    child: Name,
-    ttl_s: Option<u64>,
-    requested_budgets: &Budgets,
-    now_unix_s: i64,
+    request: &DelegateRequest,
 ) -> Result<Minted, Refusal> {
-    let claims = delegated_claims(parent, child, ttl_s, requested_budgets, now_unix_s)?;
+    let claims = delegated_claims(parent, request)?;
     let token = issue(key, &claims)?;
     Ok(Minted { token, claims })
 }
@@ -42,16 +57,20 @@ pub fn delegate(
 ///   spent are not known here: the gateway accounts spending along the chain.
 ///
 /// Refuses: an expired parent (`token_expired`); a child deeper than [`MAX_DELEGATION_DEPTH`]
-/// (`delegate_limit`; far below the claims' structural `MAX_CHAIN_LEN`); a child already in
-/// the chain or a zero ttl (`bad_request`); parent claims that break a structural rule
-/// (`token_invalid`); a requested budget above the parent's (`budget_exhausted`).
-pub fn delegated_claims(
-    parent: &Claims,
-    child: Name,
-    ttl_s: Option<u64>,
-    requested_budgets: &Budgets,
-    now_unix_s: i64,
-) -> Result<Claims, Refusal> {
+/// (`delegate_limit`; far below the claims' structural `MAX_CHAIN_LEN`); a ttl above
+/// `max_ttl_s` (`ttl_too_long`); a child already in the chain or a zero ttl (`bad_request`);
+/// parent claims that break a structural rule (`token_invalid`); a requested budget above the
+/// parent's (`budget_exhausted`).
+pub fn delegated_claims(parent: &Claims, request: &DelegateRequest) -> Result<Claims, Refusal> {
+    let DelegateRequest {
+        child,
+        ttl_s,
+        budgets: requested_budgets,
+        labels,
+        max_ttl_s,
+        now_unix_s,
+    } = request;
+    let (child, now_unix_s) = (child.clone(), *now_unix_s);
     parent.check().map_err(|why| {
         Refusal::new(
             RefusalCode::TokenInvalid,
@@ -67,6 +86,8 @@ pub fn delegated_claims(
             ),
         ));
     }
+    let ttl_s = ttl_s.unwrap_or(DEFAULT_TTL_S.min(*max_ttl_s));
+    check_ttl(ttl_s, *max_ttl_s)?;
     if parent.chain.contains(&child) {
         return Err(Refusal::new(
             RefusalCode::BadRequest,
@@ -85,7 +106,6 @@ pub fn delegated_claims(
             ),
         ));
     }
-    let ttl_s = ttl_s.unwrap_or(DEFAULT_TTL_S);
     if ttl_s == 0 {
         return Err(Refusal::new(
             RefusalCode::BadRequest,
@@ -97,6 +117,7 @@ pub fn delegated_claims(
     let ttl_s = i64::try_from(ttl_s).unwrap_or(i64::MAX);
     let exp = now_unix_s.saturating_add(ttl_s).min(parent.exp);
     let budgets = carve(&remaining_at(parent, now_unix_s), requested_budgets)?;
+    let labels = crate::claims::merge_labels(&parent.labels, labels)?;
     let mut chain = parent.chain.clone();
     chain.push(child);
     Ok(Claims {
@@ -111,6 +132,7 @@ pub fn delegated_claims(
         exp,
         budgets,
         parent: Some(parent.jti.clone()),
+        labels,
     })
 }
 

@@ -36,10 +36,14 @@ pub struct IssueRequest {
     pub project: Option<PathBuf>,
     /// The run.
     pub run: Option<Name>,
-    /// Lifetime in seconds; at least 1.
+    /// Lifetime in seconds; at least 1, at most `max_ttl_s`.
     pub ttl_s: u64,
+    /// The longest lifetime allowed (`[tokens] max_ttl_s`).
+    pub max_ttl_s: u64,
     /// Budget limits.
     pub budgets: Budgets,
+    /// Labels signed into the token (docs/reference.md §1, Label).
+    pub labels: Vec<stopline_core::Label>,
     /// The current global epoch `seq`, read from confirmed control state.
     pub epoch: u64,
     /// The time of issue, unix seconds.
@@ -56,15 +60,19 @@ impl IssueRequest {
             project: None,
             run: None,
             ttl_s: DEFAULT_TTL_S,
+            max_ttl_s: stopline_core::epoch::DEFAULT_MAX_TTL_S,
             budgets: Budgets::new(),
+            labels: Vec::new(),
             epoch,
             now_unix_s,
         }
     }
 
-    /// The claims this request mints, with a fresh random `jti`. Refuses (`bad_request`) a zero
-    /// or overflowing ttl and anything [`Claims::check`] refuses.
+    /// The claims this request mints, with a fresh random `jti`. Refuses a ttl above
+    /// `max_ttl_s` (`ttl_too_long`), a zero or overflowing ttl and anything [`Claims::check`]
+    /// refuses (`bad_request`).
     pub fn claims(&self) -> Result<Claims, Refusal> {
+        check_ttl(self.ttl_s, self.max_ttl_s)?;
         let exp = expiry(self.now_unix_s, self.ttl_s)?;
         let claims = Claims {
             v: CLAIMS_VERSION,
@@ -78,6 +86,7 @@ impl IssueRequest {
             exp,
             budgets: self.budgets.clone(),
             parent: None,
+            labels: crate::claims::merge_labels(&Default::default(), &self.labels)?,
         };
         claims
             .check()
@@ -91,6 +100,17 @@ impl IssueRequest {
         let token = issue(key, &claims)?;
         Ok(Minted { token, claims })
     }
+}
+
+/// Refuse (`ttl_too_long`) a lifetime above `max_ttl_s` (docs/reference.md §5, "Bounded tail").
+pub(crate) fn check_ttl(ttl_s: u64, max_ttl_s: u64) -> Result<(), Refusal> {
+    if ttl_s > max_ttl_s {
+        return Err(Refusal::new(
+            RefusalCode::TtlTooLong,
+            format!("--ttl {ttl_s} is longer than max_ttl_s {max_ttl_s} ([tokens] in config.toml)"),
+        ));
+    }
+    Ok(())
 }
 
 /// `now + ttl`, refusing a zero ttl and arithmetic overflow.

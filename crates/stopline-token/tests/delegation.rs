@@ -5,7 +5,7 @@ use stopline_core::budget::{BudgetKind, Budgets};
 use stopline_core::refusal::MAX_DELEGATION_DEPTH;
 use stopline_core::{AuthorityStatus, EpochMap, Name, RefusalCode, Role, Scope};
 use stopline_token::keys::signing_key_from_seed;
-use stopline_token::{delegate, verify, Claims, IssueRequest, SigningKey};
+use stopline_token::{verify, Claims, DelegateRequest, IssueRequest, Minted, SigningKey};
 
 const NOW: i64 = 1_800_000_000;
 
@@ -29,6 +29,26 @@ fn planner() -> Claims {
     ]
     .into();
     request.mint(&key()).unwrap().claims
+}
+
+/// Delegate under the default `max_ttl_s`.
+fn delegate(
+    key: &SigningKey,
+    parent: &Claims,
+    child: Name,
+    ttl_s: Option<u64>,
+    budgets: &Budgets,
+    now_unix_s: i64,
+) -> Result<Minted, stopline_core::Refusal> {
+    let request = DelegateRequest {
+        child,
+        ttl_s,
+        budgets: budgets.clone(),
+        labels: Vec::new(),
+        max_ttl_s: stopline_core::epoch::DEFAULT_MAX_TTL_S,
+        now_unix_s,
+    };
+    stopline_token::delegate(key, parent, &request)
 }
 
 fn child_of(parent: &Claims, child: &str, ttl_s: Option<u64>, budgets: &Budgets) -> Claims {
@@ -112,7 +132,17 @@ fn refusals() {
         refused(&root, "coder", Some(0), NOW),
         RefusalCode::BadRequest
     );
-    assert!(delegate(&key(), &root, name("coder"), Some(u64::MAX), &none, NOW).is_ok());
+    // docs/reference.md §5 "Bounded tail": no child lives longer than max_ttl_s, whatever its
+    // parent's lifetime.
+    assert_eq!(
+        refused(&root, "coder", Some(u64::MAX), NOW),
+        RefusalCode::TtlTooLong
+    );
+    assert_eq!(
+        refused(&root, "coder", Some(86_401), NOW),
+        RefusalCode::TtlTooLong
+    );
+    assert!(delegate(&key(), &root, name("coder"), Some(86_400), &none, NOW).is_ok());
     // docs/reference.md §6: a chain is at most MAX_DELEGATION_DEPTH (8) delegations deep.
     let mut deepest = root.clone();
     for link in 1..=MAX_DELEGATION_DEPTH {

@@ -68,6 +68,7 @@ fn root_claims() -> Claims {
         exp: 4_102_444_800,
         budgets: Default::default(),
         parent: None,
+        labels: Default::default(),
     }
 }
 

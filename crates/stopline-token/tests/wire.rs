@@ -190,10 +190,18 @@ fn unissuable_claims_are_refused_at_mint() {
     assert_eq!(zero.mint(&key()).unwrap_err().code, RefusalCode::BadRequest);
     let mut overflow = request();
     overflow.ttl_s = u64::MAX;
+    overflow.max_ttl_s = u64::MAX;
     assert_eq!(
         overflow.mint(&key()).unwrap_err().code,
         RefusalCode::BadRequest
     );
+    // docs/reference.md §5 "Bounded tail": a lifetime past max_ttl_s is ttl_too_long; max_ttl_s
+    // itself is allowed.
+    let mut long = request();
+    long.ttl_s = long.max_ttl_s + 1;
+    assert_eq!(long.mint(&key()).unwrap_err().code, RefusalCode::TtlTooLong);
+    long.ttl_s = long.max_ttl_s;
+    assert!(long.mint(&key()).is_ok());
     let mut relative = request();
     relative.project = Some("srv/project".into());
     assert_eq!(

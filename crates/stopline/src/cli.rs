@@ -418,6 +418,9 @@ pub enum TokenCommand {
         /// KIND=N (steps, tool_calls, tokens, spend_usd, wall_clock_s).
         #[arg(long)]
         budget: Vec<String>,
+        /// KEY=VALUE signed into the token (repeatable; names' characters).
+        #[arg(long)]
+        label: Vec<String>,
     },
     /// Mint a child token under a parent.
     Delegate {
@@ -436,6 +439,9 @@ pub enum TokenCommand {
         /// KIND=N, carved from the parent's.
         #[arg(long)]
         budget: Vec<String>,
+        /// KEY=VALUE added to the parent's labels (repeatable; never changes one).
+        #[arg(long)]
+        label: Vec<String>,
     },
     /// Verify a token (signature, expiry, epoch standing).
     Verify {

@@ -4,10 +4,14 @@ use crate::cli::{RoleArg, TokenArgs, TokenCommand};
 use crate::output;
 use stopline_control::{tokens, Context};
 use stopline_core::budget::{parse_budget_arg, Budgets};
-use stopline_core::{Refusal, RefusalCode, Role};
+use stopline_core::{Label, Refusal, RefusalCode, Role};
 
 fn budgets(args: &[String]) -> Result<Budgets, Refusal> {
     args.iter().map(|a| parse_budget_arg(a)).collect()
+}
+
+fn labels(args: &[String]) -> Result<Vec<Label>, Refusal> {
+    args.iter().map(|a| Label::parse(a)).collect()
 }
 
 /// Run one token verb.
@@ -20,6 +24,7 @@ pub fn execute(ctx: &Context, command: TokenCommand, json: bool) -> Result<i32, 
             run,
             ttl,
             budget,
+            label,
         } => {
             let role = match role {
                 RoleArg::Agent => Role::Agent,
@@ -34,6 +39,7 @@ pub fn execute(ctx: &Context, command: TokenCommand, json: bool) -> Result<i32, 
                 run,
                 ttl_s: ttl,
                 budgets: budgets(&budget)?,
+                labels: labels(&label)?,
             };
             tokens::issue(ctx, &args)?
         }
@@ -43,9 +49,17 @@ pub fn execute(ctx: &Context, command: TokenCommand, json: bool) -> Result<i32, 
             agent,
             ttl,
             budget,
+            label,
         } => {
             let parent = tokens::parent(parent, parent_file.as_deref())?;
-            tokens::delegate(ctx, &parent, &agent, ttl, &budgets(&budget)?)?
+            tokens::delegate(
+                ctx,
+                &parent,
+                &agent,
+                ttl,
+                &budgets(&budget)?,
+                &labels(&label)?,
+            )?
         }
         TokenCommand::Verify { token, token_file } => {
             let token = crate::stop::presented(&TokenArgs { token, token_file })?

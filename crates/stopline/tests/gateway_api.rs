@@ -488,3 +488,50 @@ fn the_stops_threads_run_above_the_request_load() {
         assert!(log.contains("raising them needs CAP_SYS_NICE"), "{log}");
     }
 }
+
+#[test]
+fn a_label_stop_through_the_api_refuses_every_carrier_and_its_delegates_at_the_gateway() {
+    let home = Home::new();
+    let gateway = Gateway::start(&home, "");
+    let carrier = home.token(&["--agent", "red-a", "--label", "task=ctf-17"]);
+    let plain = home.token(&["--agent", "plain"]);
+    // /v1/delegate: a child of the unlabelled parent that adds the label; one of the carrier
+    // that would change it is refused.
+    let adds = gateway.post(
+        "/v1/delegate",
+        Some(&plain),
+        &json!({"agent": "scout", "labels": {"task": "ctf-17"}}),
+    );
+    assert_eq!(adds.status, 200, "{}", adds.body);
+    let scout = adds.json()["token"].as_str().unwrap().to_string();
+    let changes = gateway.post(
+        "/v1/delegate",
+        Some(&carrier),
+        &json!({"agent": "x", "labels": {"task": "ctf-18"}}),
+    );
+    assert_eq!(
+        (changes.status, changes.code().as_str()),
+        (400, "bad_request"),
+        "{}",
+        changes.body
+    );
+    let r = gateway.post(
+        "/v1/engage",
+        Some(&plain),
+        &json!({"scope": "label:task=ctf-17", "reason": "stop the task"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["latch"]["scope"], "label:task=ctf-17");
+    for token in [&carrier, &scout] {
+        let check = gateway.post("/v1/check", Some(token), &json!({"class": "noncritical"}));
+        assert_eq!(check.json()["decision"], "block", "{}", check.body);
+        assert_eq!(
+            check.json()["code"],
+            "stale_control_epoch",
+            "{}",
+            check.body
+        );
+    }
+    let check = gateway.post("/v1/check", Some(&plain), &json!({"class": "noncritical"}));
+    assert_eq!(check.json()["decision"], "allow", "{}", check.body);
+}

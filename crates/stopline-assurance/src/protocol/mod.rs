@@ -63,6 +63,9 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     all.push(scenario::live_runs());
     all.push(scenario::live_runs_older_home());
     all.push(scenario::plane_marks());
+    all.push(scenario::label_vs_agent());
+    all.push(scenario::epoch_fold());
+    all.push(scenario::epoch_fold_floor());
     all.retain(|s| {
         options
             .only

@@ -9,7 +9,7 @@
 //! returned or seen must not be undercut.
 
 use crate::protocol::process::Outcome;
-use crate::protocol::scenario::Scenario;
+use crate::protocol::scenario::{GateExpectation, Scenario};
 use std::collections::BTreeSet;
 use stopline_core::{Decision, Level, RefusalCode, Scope};
 
@@ -75,14 +75,18 @@ pub enum Property {
     /// hosts: etcd"): once a reader acted on a plane at some WAL and epoch, a plane read later
     /// below either — after any crash — is refused, never acted on.
     PlaneBelowMarksRefused,
+    /// docs/reference.md §5, "Bounded tail": folding old revisions out of `epoch.json` never
+    /// refuses a live token that no stop revoked (the floor rises only past revisions no live
+    /// token can predate: `max_ttl_s` plus the margin).
+    FoldSparesLiveAuthority,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 19;
+pub const COUNT: usize = 20;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 16] = [
+    pub const ALL: [Property; 17] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -99,6 +103,7 @@ impl Property {
         Property::DrillGateAsTheLog,
         Property::RecordReadableIffDurable,
         Property::PlaneBelowMarksRefused,
+        Property::FoldSparesLiveAuthority,
     ];
 
     /// Findings: checked and reported, but not part of docs/reference.md §11's verdict.
@@ -155,6 +160,9 @@ impl Property {
             }
             Property::PlaneBelowMarksRefused => {
                 "a plane below a high-water mark a reader acted on is refused, across crashes"
+            }
+            Property::FoldSparesLiveAuthority => {
+                "folding old epoch revisions refuses no live authority that no stop revoked"
             }
         }
     }
@@ -322,6 +330,29 @@ pub fn obligations(
             )
         },
     );
+    match ctx.scenario.gate {
+        GateExpectation::Judged => {}
+        // The setup revoked the e0 token (a stop of its agent, then that stop's recovery): no
+        // fold may make it good again.
+        GateExpectation::Revoked => out.judge(Property::NoPreStopAuthority, refused, || {
+            format!(
+                "the e0 token, revoked by the setup, got {:?} ({:?})",
+                seen.decision, seen.code
+            )
+        }),
+        // Nothing in the scenario revokes the e0 token and it is alive: every gate that can
+        // read the control state allows it.
+        GateExpectation::Unrevoked => out.judge(
+            Property::FoldSparesLiveAuthority,
+            seen.faulted || seen.decision == Decision::Allow,
+            || {
+                format!(
+                    "the e0 token, alive and revoked by nothing, got {:?} ({:?})",
+                    seen.decision, seen.code
+                )
+            },
+        ),
+    }
     for op in seen.ops.iter().flatten() {
         out.judge(
             Property::DoubtBlocksOnlyItsAgent,

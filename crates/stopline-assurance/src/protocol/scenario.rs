@@ -80,6 +80,33 @@ pub struct Scenario {
     /// How many appends on one path the search may fail as a full disk does (half the bytes
     /// land, then `ENOSPC`), at any append of any process (docs/reference.md §5; 0: none).
     pub append_faults: u8,
+    /// What every observation owes the e0 token whatever the racers do (the fold scenarios).
+    pub gate: GateExpectation,
+}
+
+/// What every gate owes the e0 token, beside what the racers' outcomes oblige.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GateExpectation {
+    /// Only what the racers' outcomes oblige (every scenario but the fold ones).
+    #[default]
+    Judged,
+    /// The setup revoked it: every gate refuses it (`NoPreStopAuthority`).
+    Revoked,
+    /// Nothing revokes it and it is alive: every gate that reads the control state allows it
+    /// (`FoldSparesLiveAuthority`).
+    Unrevoked,
+}
+
+/// How the gate's token was minted: under `e0`, at `iat_s`, living `ttl_s`, carrying
+/// `labels`; when `delegated_from` names a parent, it is that parent's root token's delegate
+/// for `worker`, which adds `labels` (the parent carrying none).
+#[derive(Debug, Clone)]
+struct GateToken {
+    e0: u64,
+    iat_s: i64,
+    ttl_s: u64,
+    labels: Vec<stopline_core::Label>,
+    delegated_from: Option<Name>,
 }
 
 struct Setup {
@@ -188,11 +215,53 @@ impl Setup {
             .epoch
             .expect("setup: epoch")
             .seq;
+        let token = GateToken {
+            e0,
+            iat_s: SETUP_MS / 1000,
+            ttl_s: stopline_token::DEFAULT_TTL_S,
+            labels: Vec::new(),
+            delegated_from: None,
+        };
+        self.finish_with(name, title, racers, now_ms, plan, token)
+    }
+
+    /// [`Setup::finish`] with the gate's token minted as `token` says.
+    fn finish_with(
+        self,
+        name: &'static str,
+        title: &'static str,
+        racers: Vec<ProcSpec>,
+        now_ms: i64,
+        plan: Option<(Vec<String>, Scope)>,
+        token: GateToken,
+    ) -> Scenario {
+        let e0 = token.e0;
         let seed = self.store.keys().signing_seed().expect("setup: key");
         let key = stopline_token::keys::signing_key_from_seed(&seed).expect("setup: key seed");
-        let minted = IssueRequest::new(worker(), e0, SETUP_MS / 1000)
-            .mint(&key)
-            .expect("setup: token");
+        let minted = match &token.delegated_from {
+            None => {
+                let mut request = IssueRequest::new(worker(), e0, token.iat_s);
+                request.ttl_s = token.ttl_s;
+                request.max_ttl_s = token.ttl_s;
+                request.labels = token.labels.clone();
+                request.mint(&key).expect("setup: token")
+            }
+            Some(parent) => {
+                let mut request = IssueRequest::new(parent.clone(), e0, token.iat_s);
+                request.ttl_s = token.ttl_s;
+                request.max_ttl_s = token.ttl_s;
+                let parent = request.mint(&key).expect("setup: parent token");
+                let child = stopline_token::DelegateRequest {
+                    child: worker(),
+                    ttl_s: Some(token.ttl_s),
+                    budgets: Default::default(),
+                    labels: token.labels.clone(),
+                    max_ttl_s: token.ttl_s,
+                    now_unix_s: token.iat_s,
+                };
+                stopline_token::delegate(&key, &parent.claims, &child).expect("setup: delegate")
+            }
+        };
         self.store
             .keys()
             .note_issued_epoch(e0)
@@ -221,6 +290,7 @@ impl Setup {
             spend_rewrite_bytes: None,
             ops_snapshot_every: None,
             append_faults: 0,
+            gate: GateExpectation::Judged,
         }
     }
 }
@@ -795,6 +865,119 @@ pub fn plane_marks() -> Scenario {
         SETUP_MS + 60_000,
         None,
     )
+}
+
+/// A label stop racing an agent stop (docs/reference.md §1, Label): an emergency on
+/// `label:task=ctf-17` and a halt-all of `agent:worker`, crashed at every step. The gate's token
+/// is a delegate of `planner` for `worker` that added the label (its parent carries none): the
+/// label emergency covers it and revokes it, the agent halt covers it, and neither may lower
+/// what the other did.
+pub fn label_vs_agent() -> Scenario {
+    let s = Setup::new();
+    let label = stopline_core::Label::parse("task=ctf-17").expect("a valid label");
+    let e0 = s.store.latches().records().epoch.expect("setup: epoch").seq;
+    let token = GateToken {
+        e0,
+        iat_s: SETUP_MS / 1000,
+        ttl_s: stopline_token::DEFAULT_TTL_S,
+        labels: vec![label.clone()],
+        delegated_from: Some(Name::parse("planner").expect("a valid name")),
+    };
+    let racers = vec![
+        ProcSpec::Engage(engage(Scope::Label(label), Level::Emergency, "monitor-a")),
+        ProcSpec::Engage(engage(Scope::Agent(worker()), Level::HaltAll, "monitor-b")),
+    ];
+    s.finish_with(
+        "label-vs-agent",
+        "label emergency engage vs agent halt-all engage; the gate's token a delegate that added the label",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+        token,
+    )
+}
+
+/// The bounded tail (docs/reference.md §5): an emergency of another agent engaged a day after
+/// the setup's emergency, so its advance may fold the setup's revision away, crashed at every
+/// step. The gate's token was minted under the epoch before the setup's emergency, on a host
+/// whose clock ran 600 s ahead (so its `iat` is after the advance), living `max_ttl_s`: at the
+/// race it is still alive, and nothing revokes it, so the fold must not refuse it — which it
+/// does if the revision folds at `max_ttl_s` without the margin (the planted
+/// `FoldWithoutMargin`).
+pub fn epoch_fold() -> Scenario {
+    let mut s = Setup::new();
+    s.engage(
+        Scope::Agent(Name::parse("old").expect("a valid name")),
+        Level::Emergency,
+        "safety-monitor",
+    );
+    let day = stopline_core::epoch::DEFAULT_MAX_TTL_S;
+    let token = GateToken {
+        e0: 0,
+        iat_s: SETUP_MS / 1000 + 600,
+        ttl_s: day,
+        labels: Vec::new(),
+        delegated_from: None,
+    };
+    let racers = vec![ProcSpec::Engage(engage(
+        Scope::Agent(Name::parse("new").expect("a valid name")),
+        Level::Emergency,
+        "monitor-b",
+    ))];
+    // 300 s before the token expires: a day and 300 s after the setup's advance.
+    let now_ms = SETUP_MS + (day as i64 + 300) * 1000;
+    let mut scenario = s.finish_with(
+        "epoch-fold",
+        "an emergency a day later folds old revisions; a live token nothing revoked stays good",
+        racers,
+        now_ms,
+        None,
+        token,
+    );
+    scenario.gate = GateExpectation::Unrevoked;
+    scenario
+}
+
+/// The bounded tail's floor (docs/reference.md §5): the setup stops agent `worker` and recovers
+/// it, revoking the gate's token (minted under epoch 0 by a stopline before the cap, living two
+/// days); a day and more than the margin later an emergency of another agent folds that
+/// revision away, crashed at every step. The token is still alive, so the floor must refuse
+/// it — which it does not if the fold forgets to raise the floor (the planted
+/// `FoldWithoutFloor`).
+pub fn epoch_fold_floor() -> Scenario {
+    let agent = Scope::Agent(worker());
+    let mut s = Setup::new();
+    let latch = s.engage(agent.clone(), Level::Emergency, "safety-monitor");
+    let (plan, _) = s.plan(&agent);
+    s.store
+        .recover_apply(&plan, "operator")
+        .expect("setup: recover apply");
+    s.latches.remove(&latch);
+    let day = stopline_core::epoch::DEFAULT_MAX_TTL_S;
+    let horizon = stopline_core::epoch::fold_horizon_s(day) as i64;
+    let token = GateToken {
+        e0: 0,
+        iat_s: SETUP_MS / 1000,
+        ttl_s: 2 * day,
+        labels: Vec::new(),
+        delegated_from: None,
+    };
+    let racers = vec![ProcSpec::Engage(engage(
+        Scope::Agent(Name::parse("new").expect("a valid name")),
+        Level::Emergency,
+        "monitor-b",
+    ))];
+    let now_ms = SETUP_MS + (horizon + 60) * 1000;
+    let mut scenario = s.finish_with(
+        "epoch-fold-floor",
+        "an emergency past the horizon folds the revision that revoked a token older than the cap; the floor still refuses it",
+        racers,
+        now_ms,
+        None,
+        token,
+    );
+    scenario.gate = GateExpectation::Revoked;
+    scenario
 }
 
 /// An emergency engage whose WAL record and epoch advance were deferred, raced by a process

@@ -20,6 +20,7 @@ fn scope_words(scope: &Scope) -> String {
         Scope::Agent(name) => format!("the agent {name} and every sub-agent it delegated to"),
         Scope::Project(root) => format!("every agent working under {}", root.display()),
         Scope::Run(id) => format!("the evaluation run {id}"),
+        Scope::Label(label) => format!("every agent whose token carries the label {label}"),
     }
 }
 

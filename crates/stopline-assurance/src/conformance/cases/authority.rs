@@ -39,6 +39,16 @@ pub const CASES: &[Case] = &[
         engage_accepts_a_stale_token,
     ),
     case(
+        "label_stop_revokes_every_carrier",
+        "an emergency on label:KEY=VALUE revokes every token carrying the label across runs, a delegate that inherited it and one that added it, spares other labels, and no delegate can change it",
+        label_stop_revokes_every_carrier,
+    ),
+    case(
+        "ttl_too_long",
+        "a token or a delegate asking to live longer than max_ttl_s (default a day) is refused ttl_too_long",
+        ttl_too_long,
+    ),
+    case(
         "delegation_cannot_widen_budgets",
         "a delegated token cannot carry more budget than its parent (budget_exhausted)",
         delegation_cannot_widen_budgets,
@@ -90,6 +100,84 @@ fn delegated_tokens_die_with_their_parent(s: &Sandbox) -> Verdict {
         "delegating from the stopped parent",
     )?;
     Ok("parent, child, grandchild: stale_control_epoch; other chain allowed; delegate from stale parent refused".into())
+}
+
+fn label_stop_revokes_every_carrier(s: &Sandbox) -> Verdict {
+    let run_a = s.token(&[
+        "--agent",
+        "red-a",
+        "--run",
+        "eval-1",
+        "--label",
+        "task=ctf-17",
+    ])?;
+    let run_b = s.token(&[
+        "--agent",
+        "red-b",
+        "--run",
+        "eval-2",
+        "--label",
+        "task=ctf-17",
+    ])?;
+    let inherited = s.delegate(&run_b, "helper")?;
+    let plain = s.token(&["--agent", "plain", "--run", "eval-1"])?;
+    let adds = s.run(&[
+        "token",
+        "delegate",
+        "--parent",
+        &plain,
+        "--agent",
+        "scout",
+        "--label",
+        "task=ctf-17",
+    ])?;
+    let added = adds.json()["token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    ensure(adds.code == 0 && !added.is_empty(), || {
+        format!("setup: a delegate adding the label: {}", adds.brief())
+    })?;
+    let other = s.token(&["--agent", "red-c", "--label", "task=ctf-18"])?;
+    let changed = s.run(&[
+        "token",
+        "delegate",
+        "--parent",
+        &run_a,
+        "--agent",
+        "x",
+        "--label",
+        "task=ctf-18",
+    ])?;
+    refused(
+        &changed,
+        "bad_request",
+        "a delegate changing an inherited label",
+    )?;
+    s.engage("label:task=ctf-17", "emergency")?;
+    for (name, token) in [
+        ("run eval-1", &run_a),
+        ("run eval-2", &run_b),
+        ("the delegate that inherited it", &inherited),
+        ("the delegate that added it", &added),
+    ] {
+        blocked(&s.check_token(token)?, "stale_control_epoch", name)?;
+    }
+    for (name, token) in [("unlabeled parent", &plain), ("task=ctf-18", &other)] {
+        allowed(&s.check_token(token)?, name)?;
+    }
+    Ok("two runs and both delegates: stale_control_epoch; the unlabeled parent and another label allowed; changing a label: bad_request".into())
+}
+
+fn ttl_too_long(s: &Sandbox) -> Verdict {
+    let long = s.run(&["token", "issue", "--agent", "w", "--ttl", "86401"])?;
+    refused(&long, "ttl_too_long", "token issue --ttl 86401")?;
+    let parent = s.token(&["--agent", "w", "--ttl", "86400"])?;
+    let child = s.run(&[
+        "token", "delegate", "--parent", &parent, "--agent", "c", "--ttl", "86401",
+    ])?;
+    refused(&child, "ttl_too_long", "token delegate --ttl 86401")?;
+    Ok("issue and delegate past 86400 s: ttl_too_long; 86400 s minted".into())
 }
 
 fn future_control_epoch(s: &Sandbox) -> Verdict {

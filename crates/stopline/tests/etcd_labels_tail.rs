@@ -1,0 +1,72 @@
+//! Labels and the bounded tail in etcd mode (docs/reference.md §1 Label, §5 "Bounded tail",
+//! §10): a `label:` emergency engaged on one host revokes every token carrying the label that
+//! another host checks, and the plane's `epoch.json` folds away revisions past `max_ttl_s` plus
+//! the margin as the local directory does. The simulated days need a build with
+//! `--features stopline/failpoints` (the store's test clock); without it nothing folds and the
+//! test fails rather than skips.
+
+#[path = "../../stopline-etcd/tests/cluster/mod.rs"]
+mod cluster;
+mod etcd_support;
+mod gw;
+mod util;
+
+use etcd_support::Host;
+use util::CLOCK_OFFSET;
+
+#[test]
+fn a_label_stop_and_the_fold_hold_across_hosts() {
+    let etcd = cluster::Cluster::start(1);
+    let url = etcd.url("/labels");
+    let a = Host::new(&url, "");
+    let b = Host::new(&url, "");
+    let carrier = a.token("red-a", &["--label", "task=ctf-17", "--run", "eval-1"]);
+    let other = a.token("red-b", &["--label", "task=ctf-18"]);
+    let check = |host: &Host, token: &str| {
+        let run = host.run(&["check", "--class", "noncritical", "--token", token]);
+        (
+            run.code,
+            run.json()["code"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    assert_eq!(check(&b, &carrier).0, 0);
+    a.engage("label:task=ctf-17", "emergency");
+    assert_eq!(check(&b, &carrier), (4, "stale_control_epoch".into()));
+    assert_eq!(check(&b, &other).0, 0);
+
+    // Two days later another emergency: the label's revision folds out of the plane's epoch
+    // and the floor takes it, in one transaction with the WAL record, read back without fault.
+    let later = (2 * 86_400 * 1000_i64).to_string();
+    let run = b.home.run_env(
+        &[
+            "--control",
+            &url,
+            "engage",
+            "--scope",
+            "agent:someone",
+            "--reason",
+            "two days later",
+            "--by",
+            "tester",
+        ],
+        &[(CLOCK_OFFSET, later.as_str())],
+    );
+    run.assert_ok();
+    let status = b.home.run_env(
+        &["--control", &url, "status"],
+        &[(CLOCK_OFFSET, later.as_str())],
+    );
+    let epoch = &status.json()["epoch"];
+    assert!(
+        epoch["scopes"].get("label:task=ctf-17").is_none(),
+        "{epoch}"
+    );
+    assert_eq!(epoch["scopes"]["agent:someone"], 2, "{epoch}");
+    assert_eq!(epoch["floor"], 1, "{epoch}");
+    assert_eq!(
+        status.json()["faults"],
+        serde_json::json!([]),
+        "{}",
+        status.stdout
+    );
+}

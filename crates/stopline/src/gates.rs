@@ -91,7 +91,7 @@ fn run(ctx: &Context, request: &RunRequest, json: bool) -> Result<i32, Refusal> 
         return Err(stopped);
     }
     if json {
-        output::json(&outcome.record);
+        output::json(&outcome.record.to_json());
     }
     Ok(outcome.exit_code)
 }

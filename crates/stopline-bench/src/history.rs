@@ -29,6 +29,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stopline_core::run_record::{Begun, GatewayRecord, RunRecord};
 use stopline_core::worker::{WorkerRegistration, WorkerState};
 use stopline_core::{Decision, Level, Name, Scope, Subject, TaskClass};
 use stopline_gateway::view::ViewHolder;
@@ -320,23 +321,41 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<usize> {
 fn finished_run(store: &Store, run: &str) -> Result<(), stopline_store::StoreError> {
     // A supervisor that has gone (no such process runs).
     let pid = 4_200_001;
-    let live = store.begin_run(
+    let live = store.runs().begin_run(
         run,
         "bench",
         pid,
         &json!({"project": "/bench"}),
         &json!({"schema": "policy-card.v1", "run_id": run}),
-        &json!({"schema": "run-record.v1", "run_id": run, "outcome": "exited"}),
+        &RunRecord::begun(Begun {
+            run_id: run.into(),
+            agent: "bench".into(),
+            harness_version: "bench".into(),
+            command: vec!["bench".into()],
+            project: "/bench".into(),
+            user: None,
+            uid: None,
+            unconfined: true,
+            net: "host".into(),
+            gateway: GatewayRecord {
+                url: "http://127.0.0.1:1".into(),
+                addr: "127.0.0.1:1".into(),
+                config_sha256: None,
+                config_hash_source: "bench".into(),
+            },
+            supervisor_pid: pid,
+            started_at: stopline_store::env::rfc3339(store.now_ms()),
+        }),
     )?;
     for state in ["running", "exited"] {
         let mut registration = WorkerRegistration::new(run, "bench", WorkerState::named(state));
         registration.project = Some("/bench".into());
         registration.supervisor_pid = Some(pid);
         registration.live_entry = live.as_ref().map(|l| l.file.clone());
-        store.register_worker(run, "bench", &registration)?;
+        store.runs().register_worker(run, "bench", &registration)?;
     }
     match live {
-        Some(live) => store.end_run(&live),
+        Some(live) => store.runs().end_run(&live),
         None => Ok(()),
     }
 }
@@ -740,8 +759,11 @@ mod tests {
         age(&aged, sizes).expect("aged");
         // The finished runs are under runs/, none of them in the live-run index.
         let aged_store = Store::open(&aged);
-        assert_eq!(aged_store.live_runs().expect("index"), Some(Vec::new()));
-        assert!(aged_store.live_worker_registrations().is_empty());
+        assert_eq!(
+            aged_store.runs().live_runs().expect("index"),
+            Some(Vec::new())
+        );
+        assert!(aged_store.runs().live_worker_registrations().is_empty());
         assert_eq!(
             std::fs::read_dir(aged.join("runs")).expect("runs").count(),
             3

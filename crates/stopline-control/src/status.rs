@@ -18,6 +18,7 @@ fn registered_workers(ctx: &Context) -> (Vec<WorkerRegistration>, bool) {
     let mut census_ok = true;
     let workers = ctx
         .store
+        .runs()
         .live_worker_registrations()
         .into_iter()
         .filter_map(|registration| match registration {

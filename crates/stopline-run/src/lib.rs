@@ -260,13 +260,14 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     });
     let live = ctx
         .store
+        .runs()
         .begin_run(
             card.run_id.as_str(),
             card.agent.as_str(),
             supervisor_pid,
             &entry,
             &card.json,
-            &record.to_json(),
+            &record,
         )
         .map_err(|e| e.to_refusal())?;
 
@@ -390,7 +391,7 @@ fn conclude(
     mut record: RunRecord,
     supervision: Supervision,
     progress: Progress,
-    live: Option<&stopline_store::live_runs::LiveRun>,
+    live: Option<&stopline_store::runs::live::LiveRun>,
 ) -> Result<RunOutcome, RunError> {
     let status = supervision.worker.status();
     let warnings = supervision.recorder.warnings.clone();
@@ -521,16 +522,17 @@ fn finish_record(
     ctx: &Context,
     card: &LoadedCard,
     record: &RunRecord,
-    live: Option<&stopline_store::live_runs::LiveRun>,
+    live: Option<&stopline_store::runs::live::LiveRun>,
 ) {
     if let Err(error) = ctx
         .store
-        .update_run_record(card.run_id.as_str(), &record.to_json())
+        .runs()
+        .update_run_record(card.run_id.as_str(), record)
     {
         tracing::error!(%error, "the run record could not be updated");
     }
     if let Some(live) = live {
-        if let Err(error) = ctx.store.end_run(live) {
+        if let Err(error) = ctx.store.runs().end_run(live) {
             tracing::error!(%error, "the run's entry in runs.live/ stays for the census");
         }
     }

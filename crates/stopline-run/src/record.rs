@@ -173,6 +173,7 @@ impl Recorder {
         }
         match self
             .store
+            .runs()
             .register_worker(&status.run_id, &status.agent, &record)
         {
             Ok(()) => self.last = Some(body),

@@ -360,14 +360,8 @@ struct Bench {
 
 impl Bench {
     async fn start(mount: Option<MountFn>, home: PathBuf) -> Result<Bench, BenchError> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(err)?;
-        let upstream_addr = listener.local_addr().map_err(err)?;
-        let upstream_server = tokio::spawn(async move {
-            axum::serve(listener, Router::new().route("/mcp", post(upstream))).await
-        });
-        let upstream_url = format!("http://{upstream_addr}/mcp");
+        let upstream = crate::procs::start_upstream().await?;
+        let (upstream_url, upstream_server) = (upstream.url, upstream.server);
         std::fs::create_dir_all(&home).map_err(err)?;
         #[allow(clippy::disallowed_methods)] // the config of the benchmark's own throwaway home
         std::fs::write(

@@ -344,6 +344,7 @@ fn finished_run(store: &Store, run: &str) -> Result<(), stopline_store::StoreErr
                 config_sha256: None,
                 config_hash_source: "bench".into(),
             },
+            gateway_config_sha256: None,
             supervisor_pid: pid,
             started_at: stopline_store::env::rfc3339(store.now_ms()),
         }),

@@ -28,32 +28,9 @@ pub const SCHEMA: &str = "run-record.v1";
 pub struct RunRecord {
     /// [`SCHEMA`].
     pub schema: String,
-    /// The card's run id.
-    pub run_id: String,
-    /// The card's agent.
-    pub agent: String,
-    /// The card's harness version.
-    pub harness_version: String,
-    /// The command and its arguments (lossy UTF-8).
-    pub command: Vec<String>,
-    /// The canonical project root.
-    pub project: String,
-    /// The user the agent runs as (`null` when unconfined).
-    pub user: Option<String>,
-    /// Its uid (`null` when unconfined).
-    pub uid: Option<u32>,
-    /// True when the agent runs as the caller (`--unconfined`).
-    pub unconfined: bool,
-    /// `host` or `gateway-only`.
-    pub net: String,
-    /// The gateway the agent was handed.
-    pub gateway: GatewayRecord,
-    /// The gateway's configuration hash, when one could be learned.
-    pub gateway_config_sha256: Option<String>,
-    /// The supervising `stopline run` process.
-    pub supervisor_pid: u32,
-    /// RFC 3339 time the run record was first written.
-    pub started_at: String,
+    /// What the record says from the start.
+    #[serde(flatten)]
+    pub begun: Begun,
     /// The agent as started; absent until it is.
     #[serde(flatten)]
     pub started: Option<StartedAgent>,
@@ -148,19 +125,7 @@ impl RunRecord {
     pub fn begun(begun: Begun) -> RunRecord {
         RunRecord {
             schema: SCHEMA.into(),
-            run_id: begun.run_id,
-            agent: begun.agent,
-            harness_version: begun.harness_version,
-            command: begun.command,
-            project: begun.project,
-            user: begun.user,
-            uid: begun.uid,
-            unconfined: begun.unconfined,
-            net: begun.net,
-            gateway_config_sha256: begun.gateway.config_sha256.clone(),
-            gateway: begun.gateway,
-            supervisor_pid: begun.supervisor_pid,
-            started_at: begun.started_at,
+            begun,
             started: None,
             end: None,
         }
@@ -198,8 +163,8 @@ impl RunRecord {
     }
 }
 
-/// What a run record starts with ([`RunRecord::begun`]).
-#[derive(Debug, Clone)]
+/// What a run record says from the start ([`RunRecord::begun`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Begun {
     /// The card's run id.
     pub run_id: String,
@@ -207,22 +172,24 @@ pub struct Begun {
     pub agent: String,
     /// The card's harness version.
     pub harness_version: String,
-    /// The command and its arguments.
+    /// The command and its arguments (lossy UTF-8).
     pub command: Vec<String>,
     /// The canonical project root.
     pub project: String,
-    /// The user the agent runs as.
+    /// The user the agent runs as (`null` when unconfined).
     pub user: Option<String>,
-    /// Its uid.
+    /// Its uid (`null` when unconfined).
     pub uid: Option<u32>,
-    /// True when the agent runs as the caller.
+    /// True when the agent runs as the caller (`--unconfined`).
     pub unconfined: bool,
     /// `host` or `gateway-only`.
     pub net: String,
-    /// The gateway (its hash is also the record's `gateway_config_sha256`).
+    /// The gateway the agent was handed.
     pub gateway: GatewayRecord,
-    /// The supervising process.
+    /// The gateway's configuration hash, when one could be learned (the same as `gateway`'s).
+    pub gateway_config_sha256: Option<String>,
+    /// The supervising `stopline run` process.
     pub supervisor_pid: u32,
-    /// RFC 3339 now.
+    /// RFC 3339 time the run record was first written.
     pub started_at: String,
 }

@@ -238,6 +238,7 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         unconfined: identity.is_none(),
         net: request.net.as_str().into(),
         gateway: gateway.record(),
+        gateway_config_sha256: gateway.config_sha256.clone(),
         supervisor_pid: std::process::id(),
         started_at: stopline_store::env::rfc3339(ctx.store.now_ms()),
     });

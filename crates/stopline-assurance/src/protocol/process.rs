@@ -659,6 +659,7 @@ pub fn run_record(run: &str, agent: &str) -> stopline_core::run_record::RunRecor
             config_sha256: None,
             config_hash_source: "unknown".into(),
         },
+        gateway_config_sha256: None,
         supervisor_pid: 4242,
         started_at: "2026-12-07T00:00:00.000Z".into(),
     })

@@ -226,6 +226,7 @@ pub(crate) mod tests {
                 config_sha256: None,
                 config_hash_source: "unknown".into(),
             },
+            gateway_config_sha256: None,
             supervisor_pid: 1,
             started_at: "2026-12-07T00:00:00.000Z".into(),
         })

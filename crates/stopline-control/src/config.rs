@@ -176,6 +176,48 @@ pub struct BreakerConfig {
     /// A command run for every trip and every latch change, with the record as JSON on stdin
     /// (exit 0: delivered; otherwise retried with backoff).
     pub alert_command: Option<Vec<String>>,
+    /// `[breakers.mode]`: which agent breakers only observe (docs/reference.md §8).
+    pub mode: BreakerModes,
+}
+
+/// `[breakers.mode]`: `enforce` (the default) or `observe` for each agent breaker that counts.
+/// A budget's breaker always enforces (`budget_exhausted` is not a key here).
+#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BreakerModes {
+    /// Unauthorized calls.
+    pub unauthorized_calls: stopline_core::policy::ConditionMode,
+    /// Refused egress.
+    pub refused_egress: stopline_core::policy::ConditionMode,
+    /// A monitor's anomaly score.
+    pub anomaly_score: stopline_core::policy::ConditionMode,
+}
+
+impl BreakerModes {
+    /// The mode of `kind`'s breaker (a budget's always enforces).
+    pub fn of(&self, kind: stopline_core::BreakerKind) -> stopline_core::policy::ConditionMode {
+        use stopline_core::BreakerKind;
+        match kind {
+            BreakerKind::UnauthorizedCalls => self.unauthorized_calls,
+            BreakerKind::RefusedEgress => self.refused_egress,
+            BreakerKind::AnomalyScore => self.anomaly_score,
+            BreakerKind::BudgetExhausted => stopline_core::policy::ConditionMode::Enforce,
+        }
+    }
+
+    /// `breakers.<kind>` of every breaker that only observes (empty when all enforce).
+    pub fn observe_only(&self) -> Vec<String> {
+        use stopline_core::policy::ConditionMode::Observe;
+        [
+            ("unauthorized_calls", self.unauthorized_calls),
+            ("refused_egress", self.refused_egress),
+            ("anomaly_score", self.anomaly_score),
+        ]
+        .into_iter()
+        .filter(|(_, mode)| *mode == Observe)
+        .map(|(name, _)| format!("breakers.{name}"))
+        .collect()
+    }
 }
 
 impl Default for BreakerConfig {
@@ -189,6 +231,7 @@ impl Default for BreakerConfig {
             adapter_cooldown_ms: 5000,
             alert_webhook: None,
             alert_command: None,
+            mode: BreakerModes::default(),
         }
     }
 }

@@ -37,6 +37,10 @@ pub struct RunRecord {
     /// How the run ended; absent until it has.
     #[serde(flatten)]
     pub end: Option<RunEnd>,
+    /// The card's conditions and breakers that only observe
+    /// ([`crate::policy::PolicyCard::observe_only`]); absent when every one enforces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observe_only: Vec<String>,
 }
 
 /// The run record's `gateway` object.
@@ -128,6 +132,7 @@ impl RunRecord {
             begun,
             started: None,
             end: None,
+            observe_only: Vec::new(),
         }
     }
 

@@ -242,6 +242,7 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
         supervisor_pid: std::process::id(),
         started_at: stopline_store::env::rfc3339(ctx.store.now_ms()),
     });
+    record.observe_only = card.card.observe_only();
     // The worker's entry in runs.live/ first, then the card and run record: nothing starts
     // before all three are durable, so a stop's reach never misses a worker that may run.
     for warning in stopline_control::live::retire(ctx) {

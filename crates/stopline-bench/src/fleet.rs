@@ -19,8 +19,9 @@
 #![allow(clippy::disallowed_methods)] // `bench fleet`: its own etcd, gateways and throwaway homes, never a real home
 
 use crate::gateway::{call, handshake, latencies, rpc_text, BenchError, Target};
-use crate::procs::{free_port, serve, start_upstream, within, BenchHome, Children};
+use crate::procs::{free_port, serve, within, BenchHome, Children};
 use crate::stats::{median, percentile};
+use crate::upstream::start_upstream;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::{Command, Stdio};

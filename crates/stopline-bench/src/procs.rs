@@ -144,32 +144,3 @@ pub fn serve(
     children.0.push(child);
     up
 }
-
-/// The in-process MCP upstream of the gateway benches: where it listens, its `/mcp` URL and
-/// its task (aborted by the caller when done).
-pub(crate) struct Upstream {
-    pub addr: std::net::SocketAddr,
-    pub url: String,
-    pub server: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-/// The in-process MCP upstream every gateway bench proxies to ([`crate::gateway::upstream`]),
-/// on a free loopback port.
-pub(crate) async fn start_upstream() -> Result<Upstream, BenchError> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(err)?;
-    let addr = listener.local_addr().map_err(err)?;
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            axum::Router::new().route("/mcp", axum::routing::post(crate::gateway::upstream)),
-        )
-        .await
-    });
-    Ok(Upstream {
-        addr,
-        url: format!("http://{addr}/mcp"),
-        server,
-    })
-}

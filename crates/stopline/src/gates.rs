@@ -29,6 +29,7 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
             access_log,
             ..
         } => {
+            crate::scheduled::spawn(ctx);
             let options = stopline_gateway::ServeOptions {
                 home: ctx.store.layout().home().to_path_buf(),
                 config,

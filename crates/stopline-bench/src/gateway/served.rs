@@ -13,8 +13,9 @@
 #![allow(clippy::disallowed_methods)] // `bench gateway`: its own gateway, proxies and throwaway homes, never a real home
 
 use super::{handshake, latencies, ratio, throughput, BenchError, Target};
-use crate::procs::{free_port, serve, start_upstream, within, BenchHome, Children};
+use crate::procs::{free_port, serve, within, BenchHome, Children};
 use crate::stats::{median, median_present, percentile};
+use crate::upstream::start_upstream;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

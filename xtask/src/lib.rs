@@ -143,7 +143,7 @@ pub fn check() -> Vec<String> {
     // (clippy.toml), allowed at each owner with its reason, not a search of the source text.
 
     // Only the store reads the control directory: the verbs, gates and the drill see runs,
-    // workers and cards through `Store` (`worker_registrations`, `run_card`, …), never by
+    // workers and cards through the store (`runs()`: `live_worker_registrations`, `run_card`, …), never by
     // walking `runs/` or listing a directory themselves.
     for crate_dir in [
         "crates/stopline-control/src",

@@ -3,7 +3,7 @@
 //! lock (docs/reference.md §5), and one admission decision (c). Figures, never assertions.
 
 use crate::stats::quantile;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -12,6 +12,72 @@ use std::time::{Duration, Instant};
 use stopline_core::view::Authority;
 use stopline_core::{ActiveLatch, ControlView, Level, Name, Scope, Subject, TaskClass};
 use stopline_store::{EngageRequest, Store};
+
+/// `bench engage`: every figure in microseconds, p50/p99/max over `iterations`, side by side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngageReport {
+    /// Iterations of each measure.
+    pub iterations: usize,
+    /// A bare create, write, fsync and directory fsync of one file.
+    pub bare_fsync_create_p50_us: f64,
+    /// p99 of the same.
+    pub bare_fsync_create_p99_us: f64,
+    /// The slowest.
+    pub bare_fsync_create_max_us: f64,
+    /// Time to contained of a machine engage.
+    pub contained_machine_p50_us: f64,
+    /// p99 of the same.
+    pub contained_machine_p99_us: f64,
+    /// The slowest.
+    pub contained_machine_max_us: f64,
+    /// Time to contained of an agent engage.
+    pub contained_agent_p50_us: f64,
+    /// p99 of the same.
+    pub contained_agent_p99_us: f64,
+    /// The slowest.
+    pub contained_agent_max_us: f64,
+    /// The full receipt of an emergency agent engage (latch, WAL, epoch advance).
+    pub engage_receipt_emergency_p50_us: f64,
+    /// p99 of the same.
+    pub engage_receipt_emergency_p99_us: f64,
+    /// The slowest.
+    pub engage_receipt_emergency_max_us: f64,
+    /// Machine time to contained over the bare create, at p50.
+    pub ratio_contained_machine_p50: f64,
+    /// Agent time to contained over the bare create, at p50.
+    pub ratio_contained_agent_p50: f64,
+    /// The receipt with the WAL lock free.
+    pub engage_receipt_unobstructed_p50_us: f64,
+    /// p99 of the same.
+    pub engage_receipt_unobstructed_p99_us: f64,
+    /// The slowest.
+    pub engage_receipt_unobstructed_max_us: f64,
+    /// The receipt (`wal_deferred`) beside a reader frozen holding the WAL's shared lock.
+    pub engage_receipt_frozen_reader_p50_us: f64,
+    /// p99 of the same.
+    pub engage_receipt_frozen_reader_p99_us: f64,
+    /// The slowest.
+    pub engage_receipt_frozen_reader_max_us: f64,
+    /// Frozen over unobstructed, at p50.
+    pub ratio_frozen_reader_p50: f64,
+    /// Frozen over unobstructed, at p99.
+    pub ratio_frozen_reader_p99: f64,
+}
+
+/// `bench admission`: one admission decision, in nanoseconds (batches of 1000 timed together).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdmissionReport {
+    /// Decisions taken.
+    pub decisions: usize,
+    /// How many allowed (all of them: the subject is covered by nothing).
+    pub allowed: usize,
+    /// p50 of one decision.
+    pub decision_p50_ns: f64,
+    /// p99.
+    pub decision_p99_ns: f64,
+    /// The slowest batch's mean.
+    pub decision_max_ns: f64,
+}
 
 /// p50/p99/max of durations, in microseconds ([`quantile`]: nearest rank).
 fn percentiles_us(samples: &mut [Duration]) -> (f64, f64, f64) {
@@ -42,7 +108,7 @@ fn bare_create(dir: &Path, i: usize, bytes: &[u8]) -> std::io::Result<Duration> 
 /// Time to contained (machine and agent scope) beside a bare create+write+fsync+dir-fsync of one
 /// file, interleaved A B A B in one run on the filesystem of `home`, plus the full receipt time of
 /// an emergency engage (latch, WAL, epoch advance).
-pub fn engage(home: &Path, iterations: usize) -> std::io::Result<Value> {
+pub fn engage(home: &Path, iterations: usize) -> std::io::Result<EngageReport> {
     let parent = home.parent().unwrap_or(Path::new("/tmp"));
     std::fs::create_dir_all(parent)?;
     let scratch = parent.join(format!(".stopline-bench-{}", std::process::id()));
@@ -90,19 +156,31 @@ pub fn engage(home: &Path, iterations: usize) -> std::io::Result<Value> {
     let (m50, m99, mmax) = percentiles_us(&mut machine);
     let (a50, a99, amax) = percentiles_us(&mut agent);
     let (f50, f99, fmax) = percentiles_us(&mut full);
-    Ok(json!({
-        "iterations": iterations,
-        "bare_fsync_create_p50_us": b50, "bare_fsync_create_p99_us": b99, "bare_fsync_create_max_us": bmax,
-        "contained_machine_p50_us": m50, "contained_machine_p99_us": m99, "contained_machine_max_us": mmax,
-        "contained_agent_p50_us": a50, "contained_agent_p99_us": a99, "contained_agent_max_us": amax,
-        "engage_receipt_emergency_p50_us": f50, "engage_receipt_emergency_p99_us": f99, "engage_receipt_emergency_max_us": fmax,
-        "ratio_contained_machine_p50": m50 / b50,
-        "ratio_contained_agent_p50": a50 / b50,
-        "engage_receipt_unobstructed_p50_us": c50, "engage_receipt_unobstructed_p99_us": c99, "engage_receipt_unobstructed_max_us": cmax,
-        "engage_receipt_frozen_reader_p50_us": o50, "engage_receipt_frozen_reader_p99_us": o99, "engage_receipt_frozen_reader_max_us": omax,
-        "ratio_frozen_reader_p50": o50 / c50,
-        "ratio_frozen_reader_p99": o99 / c99,
-    }))
+    Ok(EngageReport {
+        iterations,
+        bare_fsync_create_p50_us: b50,
+        bare_fsync_create_p99_us: b99,
+        bare_fsync_create_max_us: bmax,
+        contained_machine_p50_us: m50,
+        contained_machine_p99_us: m99,
+        contained_machine_max_us: mmax,
+        contained_agent_p50_us: a50,
+        contained_agent_p99_us: a99,
+        contained_agent_max_us: amax,
+        engage_receipt_emergency_p50_us: f50,
+        engage_receipt_emergency_p99_us: f99,
+        engage_receipt_emergency_max_us: fmax,
+        ratio_contained_machine_p50: m50 / b50,
+        ratio_contained_agent_p50: a50 / b50,
+        engage_receipt_unobstructed_p50_us: c50,
+        engage_receipt_unobstructed_p99_us: c99,
+        engage_receipt_unobstructed_max_us: cmax,
+        engage_receipt_frozen_reader_p50_us: o50,
+        engage_receipt_frozen_reader_p99_us: o99,
+        engage_receipt_frozen_reader_max_us: omax,
+        ratio_frozen_reader_p50: o50 / c50,
+        ratio_frozen_reader_p99: o99 / c99,
+    })
 }
 
 /// The receipt of an emergency agent engage in a home whose WAL lock is free, beside the same
@@ -150,7 +228,7 @@ fn receipts_beside_a_frozen_reader(
 
 /// One admission decision against an in-memory view with a realistic handful of latches,
 /// timed in batches of 1000 so the clock's own cost does not dominate.
-pub fn admission(decisions: usize) -> Value {
+pub fn admission(decisions: usize) -> AdmissionReport {
     let mut view = ControlView::empty();
     for i in 0..8 {
         view.latches.push(ActiveLatch {
@@ -199,11 +277,11 @@ pub fn admission(decisions: usize) -> Value {
         samples.push(started.elapsed() / batch as u32);
     }
     let (p50, p99, max) = percentiles_us(&mut samples);
-    json!({
-        "decisions": batches * batch,
-        "allowed": allowed,
-        "decision_p50_ns": p50 * 1000.0,
-        "decision_p99_ns": p99 * 1000.0,
-        "decision_max_ns": max * 1000.0,
-    })
+    AdmissionReport {
+        decisions: batches * batch,
+        allowed,
+        decision_p50_ns: p50 * 1000.0,
+        decision_p99_ns: p99 * 1000.0,
+        decision_max_ns: max * 1000.0,
+    }
 }

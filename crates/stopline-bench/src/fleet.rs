@@ -18,9 +18,10 @@
 //! set up once per connection; auth adds a token check per request on etcd's side).
 #![allow(clippy::disallowed_methods)] // `bench fleet`: its own etcd, gateways and throwaway homes, never a real home
 
-use crate::gateway::{call, handshake, latencies, rpc_text, upstream, BenchError, Target};
+use crate::gateway::{call, handshake, latencies, rpc_text, BenchError, Target};
 use crate::procs::{free_port, serve, within, BenchHome, Children};
-use crate::stats::{percentile, quantile};
+use crate::stats::{median, percentile};
+use crate::upstream::start_upstream;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -108,16 +109,6 @@ fn ratio(a: i64, b: i64) -> f64 {
     (a as f64 / b.max(1) as f64 * 100.0).round() / 100.0
 }
 
-fn median_i64(mut values: Vec<i64>) -> i64 {
-    values.sort_unstable();
-    quantile(&values, 0.5)
-}
-
-fn median_f64(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    quantile(&values, 0.5)
-}
-
 /// Start an etcd member on loopback in `dir`; its client URL.
 fn start_etcd(etcd: &Path, dir: &Path, children: &mut Children) -> Result<String, BenchError> {
     let (client, peer) = (free_port()?, free_port()?);
@@ -185,18 +176,8 @@ async fn run(
     rounds: usize,
     children: &mut Children,
 ) -> Result<FleetReport, BenchError> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(err)?;
-    let upstream_addr = listener.local_addr().map_err(err)?;
-    let upstream_server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            axum::Router::new().route("/mcp", axum::routing::post(upstream)),
-        )
-        .await
-    });
-    let upstream_url = format!("http://{upstream_addr}/mcp");
+    let upstream = start_upstream().await?;
+    let (upstream_url, upstream_server) = (upstream.url, upstream.server);
     let url = start_etcd(etcd, base, children)?;
     let local = BenchHome {
         dir: base.join("local"),
@@ -284,7 +265,7 @@ async fn run(
     }
     for level in &mut levels {
         let added: Vec<PathFigures> = level.rounds.iter().map(FleetRound::added_p50).collect();
-        let of = |f: fn(&PathFigures) -> i64| median_i64(added.iter().map(f).collect());
+        let of = |f: fn(&PathFigures) -> i64| median(added.iter().map(f));
         level.median_added_p50_us = PathFigures {
             direct: 0,
             local: of(|a| a.local),
@@ -292,14 +273,13 @@ async fn run(
             etcd: of(|a| a.etcd),
             etcd_budgeted: of(|a| a.etcd_budgeted),
         };
-        level.median_ratio_etcd_vs_local_budgeted = median_f64(
+        level.median_ratio_etcd_vs_local_budgeted = median(
             added
                 .iter()
-                .map(|a| ratio(a.etcd_budgeted, a.local_budgeted))
-                .collect(),
+                .map(|a| ratio(a.etcd_budgeted, a.local_budgeted)),
         );
         level.median_ratio_etcd_vs_local_unbudgeted =
-            median_f64(added.iter().map(|a| ratio(a.etcd, a.local)).collect());
+            median(added.iter().map(|a| ratio(a.etcd, a.local)));
     }
     // The budgets were spent exactly: one more call on each budgeted path is refused (a
     // refusal is an HTTP error or a JSON-RPC error in the body; either names the code).

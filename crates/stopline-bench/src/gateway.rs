@@ -33,27 +33,6 @@ fn err(e: impl std::fmt::Display) -> BenchError {
     BenchError::new(format!("bench gateway: {e}"))
 }
 
-pub(crate) async fn upstream(body: Bytes) -> Response {
-    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
-    let id = request.get("id").cloned().unwrap_or(Value::Null);
-    let result = match request["method"].as_str() {
-        Some("initialize") => {
-            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "bench", "version": "1"}})
-        }
-        Some("tools/list") => {
-            json!({"tools": [
-                {"name": "echo", "description": "echo", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
-                {"name": "record", "description": "echo, not read-only", "inputSchema": {"type": "object"}},
-            ]})
-        }
-        Some("tools/call") => {
-            json!({"content": [{"type": "text", "text": request["params"]["arguments"]["text"].clone()}]})
-        }
-        _ => return StatusCode::ACCEPTED.into_response(),
-    };
-    axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
-}
-
 /// The built-in governed passthrough (used when no MCP proxy is mounted).
 async fn passthrough(
     State((gov, url)): State<(Governor, String)>,
@@ -360,14 +339,8 @@ struct Bench {
 
 impl Bench {
     async fn start(mount: Option<MountFn>, home: PathBuf) -> Result<Bench, BenchError> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(err)?;
-        let upstream_addr = listener.local_addr().map_err(err)?;
-        let upstream_server = tokio::spawn(async move {
-            axum::serve(listener, Router::new().route("/mcp", post(upstream))).await
-        });
-        let upstream_url = format!("http://{upstream_addr}/mcp");
+        let upstream = crate::upstream::start_upstream().await?;
+        let (upstream_url, upstream_server) = (upstream.url, upstream.server);
         std::fs::create_dir_all(&home).map_err(err)?;
         #[allow(clippy::disallowed_methods)] // the config of the benchmark's own throwaway home
         std::fs::write(

@@ -22,6 +22,7 @@
 #![allow(clippy::disallowed_methods)] // `bench history`: throwaway homes it built itself and the binary it times, never a real home
 
 use crate::stats::quantile;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stopline_core::run_record::{Begun, GatewayRecord, RunRecord};
 use stopline_core::worker::{WorkerRegistration, WorkerState};
 use stopline_core::{Decision, Level, Name, Scope, Subject, TaskClass};
 use stopline_gateway::view::ViewHolder;
@@ -320,23 +322,42 @@ fn age(home: &Path, sizes: HistorySizes) -> io::Result<usize> {
 fn finished_run(store: &Store, run: &str) -> Result<(), stopline_store::StoreError> {
     // A supervisor that has gone (no such process runs).
     let pid = 4_200_001;
-    let live = store.begin_run(
+    let live = store.runs().begin_run(
         run,
         "bench",
         pid,
         &json!({"project": "/bench"}),
         &json!({"schema": "policy-card.v1", "run_id": run}),
-        &json!({"schema": "run-record.v1", "run_id": run, "outcome": "exited"}),
+        &RunRecord::begun(Begun {
+            run_id: run.into(),
+            agent: "bench".into(),
+            harness_version: "bench".into(),
+            command: vec!["bench".into()],
+            project: "/bench".into(),
+            user: None,
+            uid: None,
+            unconfined: true,
+            net: "host".into(),
+            gateway: GatewayRecord {
+                url: "http://127.0.0.1:1".into(),
+                addr: "127.0.0.1:1".into(),
+                config_sha256: None,
+                config_hash_source: "bench".into(),
+            },
+            gateway_config_sha256: None,
+            supervisor_pid: pid,
+            started_at: stopline_store::env::rfc3339(store.now_ms()),
+        }),
     )?;
     for state in ["running", "exited"] {
         let mut registration = WorkerRegistration::new(run, "bench", WorkerState::named(state));
         registration.project = Some("/bench".into());
         registration.supervisor_pid = Some(pid);
         registration.live_entry = live.as_ref().map(|l| l.file.clone());
-        store.register_worker(run, "bench", &registration)?;
+        store.runs().register_worker(run, "bench", &registration)?;
     }
     match live {
-        Some(live) => store.end_run(&live),
+        Some(live) => store.runs().end_run(&live),
         None => Ok(()),
     }
 }
@@ -368,23 +389,115 @@ fn run_binary(exe: &Path, home: &Path, args: &[&str]) -> io::Result<Duration> {
     Ok(elapsed)
 }
 
+/// `bench history`: each measure on a fresh, a live and an aged home, side by side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryReport {
+    /// What the aged home holds.
+    pub aged: AgedHome,
+    /// What the live home holds.
+    pub live: LiveHome,
+    /// Samples per measure and home.
+    pub samples: usize,
+    /// Samples of the in-process reload per home.
+    pub reload_samples: usize,
+    /// One line per measure.
+    pub runs: Vec<MeasuredLine>,
+    /// An idle gateway on each home.
+    pub idle_gateway: IdleGateway,
+}
+
+/// The aged home's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgedHome {
+    /// Operations recorded.
+    pub operations: usize,
+    /// Engage/disengage cycles.
+    pub cycles: usize,
+    /// Evidence records.
+    pub evidence: usize,
+    /// Of them, drills.
+    pub drills: usize,
+    /// Finished runs.
+    pub runs: usize,
+    /// Its size on disk.
+    pub disk_mb: f64,
+    /// How long building it took.
+    pub build_s: f64,
+    /// Gone writers' spending journals.
+    pub spend_journals: usize,
+    /// Reservations in them.
+    pub spend_reservations: usize,
+}
+
+/// The live home's unresolved state (the aged home's too).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveHome {
+    /// Operations in doubt.
+    pub unresolved_operations: usize,
+    /// Reservations in doubt.
+    pub spend_in_doubt: usize,
+}
+
+/// One measure's p50 on each home, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredLine {
+    /// Its name.
+    pub measure: String,
+    /// On the fresh home.
+    pub fresh_p50_ms: f64,
+    /// On the live home.
+    pub live_p50_ms: f64,
+    /// On the aged home.
+    pub aged_p50_ms: f64,
+    /// Aged over fresh.
+    pub ratio: f64,
+    /// Aged over live.
+    pub ratio_vs_live: f64,
+}
+
+/// An idle gateway's CPU and resident set on one home.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct IdleSample {
+    cpu_pct: f64,
+    rss_mb: f64,
+}
+
+/// An idle gateway on the aged home, beside the fresh and live ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleGateway {
+    /// CPU on the aged home, percent of one core.
+    pub cpu_pct: f64,
+    /// Resident set on the aged home.
+    pub rss_mb: f64,
+    /// The window sampled.
+    pub window_s: f64,
+    /// CPU on the fresh home.
+    pub fresh_cpu_pct: f64,
+    /// Resident set on the fresh home.
+    pub fresh_rss_mb: f64,
+    /// CPU on the live home.
+    pub live_cpu_pct: f64,
+    /// Resident set on the live home.
+    pub live_rss_mb: f64,
+}
+
 /// The homes in the order every measure alternates them.
 const FRESH: usize = 0;
 const LIVE: usize = 1;
 const AGED: usize = 2;
 
 /// One measure's line from its samples per home (indexed [`FRESH`], [`LIVE`], [`AGED`]).
-fn measured(name: &str, mut samples: [Vec<Duration>; 3]) -> Value {
+fn measured(name: &str, mut samples: [Vec<Duration>; 3]) -> MeasuredLine {
     let [fresh, live, aged] = samples.each_mut().map(|s| p50_ms(s));
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-    json!({
-        "measure": name,
-        "fresh_p50_ms": fresh,
-        "live_p50_ms": live,
-        "aged_p50_ms": aged,
-        "ratio": ratio(aged, fresh),
-        "ratio_vs_live": ratio(aged, live),
-    })
+    MeasuredLine {
+        measure: name.into(),
+        fresh_p50_ms: fresh,
+        live_p50_ms: live,
+        aged_p50_ms: aged,
+        ratio: ratio(aged, fresh),
+        ratio_vs_live: ratio(aged, live),
+    }
 }
 
 /// One measure, alternating fresh, live and aged `samples` times each (`measure` gets the
@@ -397,7 +510,7 @@ fn side_by_side(
     name: &str,
     samples: usize,
     mut measure: impl FnMut(usize, usize) -> io::Result<Duration>,
-) -> io::Result<Value> {
+) -> io::Result<MeasuredLine> {
     let mut taken: [Vec<Duration>; 3] = Default::default();
     for i in 0..samples.max(1) {
         for (slot, samples) in taken.iter_mut().enumerate() {
@@ -483,7 +596,7 @@ fn clock_ticks() -> f64 {
 }
 
 /// Start `stopline serve` on `home`, let it settle, and sample its CPU and RSS over `window`.
-fn idle_gateway(exe: &Path, home: &Path, window: Duration) -> io::Result<Value> {
+fn idle_gateway(exe: &Path, home: &Path, window: Duration) -> io::Result<IdleSample> {
     let mut child = Command::new(exe)
         .arg("--home")
         .arg(home)
@@ -515,7 +628,10 @@ fn idle_gateway(exe: &Path, home: &Path, window: Duration) -> io::Result<Value> 
         let (after, rss_kb) = proc_usage(pid)?;
         let seconds = started.elapsed().as_secs_f64();
         let cpu_pct = (after - before) as f64 / clock_ticks() / seconds * 100.0;
-        Ok(json!({"cpu_pct": cpu_pct, "rss_mb": rss_kb as f64 / 1024.0}))
+        Ok(IdleSample {
+            cpu_pct,
+            rss_mb: rss_kb as f64 / 1024.0,
+        })
     })();
     // The child this function started, ended by its own handle.
     let _ = child.kill();
@@ -530,7 +646,7 @@ pub fn history(
     sizes: HistorySizes,
     samples: usize,
     idle_window: Duration,
-) -> io::Result<Value> {
+) -> io::Result<HistoryReport> {
     let base: PathBuf = std::env::temp_dir().join(format!(
         "stopline-bench-history-{}-{}",
         std::process::id(),
@@ -547,7 +663,7 @@ fn history_in(
     sizes: HistorySizes,
     samples: usize,
     window: Duration,
-) -> io::Result<Value> {
+) -> io::Result<HistoryReport> {
     let fresh = base.join("fresh");
     let live = base.join("live");
     let aged = base.join("aged");
@@ -565,7 +681,7 @@ fn history_in(
     let idle = homes
         .iter()
         .map(|home| idle_gateway(exe, home, window))
-        .collect::<io::Result<Vec<Value>>>()?;
+        .collect::<io::Result<Vec<IdleSample>>>()?;
     let mut runs = Vec::new();
     runs.push(side_by_side("check", samples, |slot, _| {
         run_binary(
@@ -666,35 +782,37 @@ fn history_in(
     runs.push(side_by_side("evidence_whole_read", samples, |slot, _| {
         evidence_whole_read(&stores[slot])
     })?);
-    Ok(json!({
-        "aged": {
-            "operations": sizes.operations,
-            "cycles": sizes.cycles,
-            "evidence": sizes.evidence,
-            "drills": (0..sizes.evidence).filter(|i| is_drill_at(*i, sizes.evidence)).count(),
-            "runs": sizes.runs,
-            "disk_mb": disk_bytes as f64 / 1048576.0,
-            "build_s": build_s,
-            "spend_journals": spend_journals,
-            "spend_reservations": spend_reservations(sizes),
+    Ok(HistoryReport {
+        aged: AgedHome {
+            operations: sizes.operations,
+            cycles: sizes.cycles,
+            evidence: sizes.evidence,
+            drills: (0..sizes.evidence)
+                .filter(|i| is_drill_at(*i, sizes.evidence))
+                .count(),
+            runs: sizes.runs,
+            disk_mb: disk_bytes as f64 / 1048576.0,
+            build_s,
+            spend_journals,
+            spend_reservations: spend_reservations(sizes),
         },
-        "live": {
-            "unresolved_operations": UNRESOLVED_WRITERS,
-            "spend_in_doubt": UNRESOLVED_WRITERS,
+        live: LiveHome {
+            unresolved_operations: UNRESOLVED_WRITERS,
+            spend_in_doubt: UNRESOLVED_WRITERS,
         },
-        "samples": samples.max(1),
-        "reload_samples": samples.max(1) * IN_PROCESS_SAMPLES,
-        "runs": runs,
-        "idle_gateway": {
-            "cpu_pct": idle[AGED]["cpu_pct"],
-            "rss_mb": idle[AGED]["rss_mb"],
-            "window_s": window.as_secs_f64(),
-            "fresh_cpu_pct": idle[FRESH]["cpu_pct"],
-            "fresh_rss_mb": idle[FRESH]["rss_mb"],
-            "live_cpu_pct": idle[LIVE]["cpu_pct"],
-            "live_rss_mb": idle[LIVE]["rss_mb"],
+        samples: samples.max(1),
+        reload_samples: samples.max(1) * IN_PROCESS_SAMPLES,
+        runs,
+        idle_gateway: IdleGateway {
+            cpu_pct: idle[AGED].cpu_pct,
+            rss_mb: idle[AGED].rss_mb,
+            window_s: window.as_secs_f64(),
+            fresh_cpu_pct: idle[FRESH].cpu_pct,
+            fresh_rss_mb: idle[FRESH].rss_mb,
+            live_cpu_pct: idle[LIVE].cpu_pct,
+            live_rss_mb: idle[LIVE].rss_mb,
         },
-    }))
+    })
 }
 
 /// Bytes under `dir` (regular files).
@@ -740,8 +858,11 @@ mod tests {
         age(&aged, sizes).expect("aged");
         // The finished runs are under runs/, none of them in the live-run index.
         let aged_store = Store::open(&aged);
-        assert_eq!(aged_store.live_runs().expect("index"), Some(Vec::new()));
-        assert!(aged_store.live_worker_registrations().is_empty());
+        assert_eq!(
+            aged_store.runs().live_runs().expect("index"),
+            Some(Vec::new())
+        );
+        assert!(aged_store.runs().live_worker_registrations().is_empty());
         assert_eq!(
             std::fs::read_dir(aged.join("runs")).expect("runs").count(),
             3

@@ -17,3 +17,4 @@ pub mod measure;
 pub mod procs;
 pub mod sessions;
 pub mod stats;
+mod upstream;

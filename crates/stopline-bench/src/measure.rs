@@ -83,9 +83,9 @@ pub fn run(
     } = settings;
     let failed = |error: String| named("error", error.into());
     match which {
-        Some(Measure::History) => {
-            crate::history::history(exe, sizes, samples.unwrap_or(15), idle).map_err(io)
-        }
+        Some(Measure::History) => crate::history::history(exe, sizes, samples.unwrap_or(15), idle)
+            .map_err(io)
+            .and_then(to_value),
         Some(Measure::Fleet) => {
             crate::fleet::fleet(exe, etcd.as_deref(), iterations, samples.unwrap_or(5))
                 .map_err(io)
@@ -107,21 +107,21 @@ pub fn run(
         }
         Some(Measure::Engage) => Ok(named(
             "engage",
-            crate::engage::engage(home, iterations).map_err(io)?,
+            to_value(crate::engage::engage(home, iterations).map_err(io)?)?,
         )),
-        Some(Measure::Sessions) => {
-            crate::sessions::sessions(server_command.as_deref(), iterations).map_err(io)
-        }
+        Some(Measure::Sessions) => crate::sessions::sessions(server_command.as_deref(), iterations)
+            .map_err(io)
+            .and_then(to_value),
         Some(Measure::Admission) => Ok(named(
             "admission",
-            crate::engage::admission(iterations.max(1) * 1000),
+            to_value(crate::engage::admission(iterations.max(1) * 1000))?,
         )),
         None => {
             let mut runs = Map::new();
             let engage = crate::engage::engage(home, iterations).map_err(io)?;
-            runs.insert("engage".into(), engage);
+            runs.insert("engage".into(), to_value(engage)?);
             let admission = crate::engage::admission(iterations.max(1) * 1000);
-            runs.insert("admission".into(), admission);
+            runs.insert("admission".into(), to_value(admission)?);
             let gateway =
                 crate::gateway::gateway(exe, iterations, samples.unwrap_or(3), nginx.as_deref())
                     .map_err(io)

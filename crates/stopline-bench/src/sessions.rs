@@ -11,10 +11,39 @@
 //! cost of a session (a uid, a cgroup, a process); with a real server they show its start-up.
 
 use crate::stats::percentile;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use stopline_gateway::server::{start, ServeOptions};
+
+/// `bench sessions`: its figures under one `sessions` key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionsReport {
+    /// The figures.
+    pub sessions: SessionsFigures,
+}
+
+/// Session opening times, warm spare beside cold start, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionsFigures {
+    /// The tool server's command.
+    pub command: Vec<String>,
+    /// Sessions of each kind.
+    pub iterations: usize,
+    /// The pause between sessions ([`PAUSE`]).
+    pub pause_ms: u64,
+    /// A session on the server with a warm spare, p50.
+    pub warm_p50_ms: f64,
+    /// p99 of the same.
+    pub warm_p99_ms: f64,
+    /// A session whose server starts for it, p50.
+    pub cold_p50_ms: f64,
+    /// p99 of the same.
+    pub cold_p99_ms: f64,
+    /// Warm over cold at p50, two decimals (0 when cold is 0).
+    pub warm_vs_cold: f64,
+}
 
 /// How long the bench waits between sessions.
 pub const PAUSE: Duration = Duration::from_millis(300);
@@ -38,7 +67,7 @@ pub fn command(server_command: Option<&str>) -> Vec<String> {
 }
 
 /// Run `iterations` sessions of each kind (5 to 50) against [`command`]`(server_command)`.
-pub fn sessions(server_command: Option<&str>, iterations: usize) -> Result<Value, String> {
+pub fn sessions(server_command: Option<&str>, iterations: usize) -> Result<SessionsReport, String> {
     let command = command(server_command);
     let iterations = iterations.clamp(5, 50);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -52,7 +81,11 @@ pub fn sessions(server_command: Option<&str>, iterations: usize) -> Result<Value
     runtime.block_on(run(command, iterations, home.path().to_path_buf()))
 }
 
-async fn run(command: Vec<String>, iterations: usize, home: PathBuf) -> Result<Value, String> {
+async fn run(
+    command: Vec<String>,
+    iterations: usize,
+    home: PathBuf,
+) -> Result<SessionsReport, String> {
     // A JSON array of strings is a TOML array of basic strings.
     let listed = serde_json::to_string(&command).map_err(|e| e.to_string())?;
     #[allow(clippy::disallowed_methods)] // the config of the benchmark's own throwaway home
@@ -93,22 +126,22 @@ async fn run(command: Vec<String>, iterations: usize, home: PathBuf) -> Result<V
     warm.sort_unstable();
     cold.sort_unstable();
     let (warm_p50, cold_p50) = (percentile(&warm, 50.0), percentile(&cold, 50.0));
-    Ok(json!({
-        "sessions": {
-            "command": command,
-            "iterations": iterations,
-            "pause_ms": PAUSE.as_millis() as u64,
-            "warm_p50_ms": ms(warm_p50),
-            "warm_p99_ms": ms(percentile(&warm, 99.0)),
-            "cold_p50_ms": ms(cold_p50),
-            "cold_p99_ms": ms(percentile(&cold, 99.0)),
-            "warm_vs_cold": if cold_p50 > 0 {
+    Ok(SessionsReport {
+        sessions: SessionsFigures {
+            command,
+            iterations,
+            pause_ms: PAUSE.as_millis() as u64,
+            warm_p50_ms: ms(warm_p50),
+            warm_p99_ms: ms(percentile(&warm, 99.0)),
+            cold_p50_ms: ms(cold_p50),
+            cold_p99_ms: ms(percentile(&cold, 99.0)),
+            warm_vs_cold: if cold_p50 > 0 {
                 (warm_p50 as f64 / cold_p50 as f64 * 100.0).round() / 100.0
             } else {
                 0.0
             },
-        }
-    }))
+        },
+    })
 }
 
 /// One session: `initialize` to the end of its answer (µs), then `DELETE`.

@@ -49,10 +49,18 @@ pub fn summarize(samples: &[f64]) -> Summary {
 }
 
 /// The median of `values` (any order): [`quantile`] at ½, the lower middle of an even count.
-pub fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
+/// The one median of every bench (per-round figures, ratios, the drill's sweep).
+pub fn median<T: Copy + Default + PartialOrd>(values: impl IntoIterator<Item = T>) -> T {
+    let mut sorted: Vec<T> = values.into_iter().collect();
+    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     quantile(&sorted, 0.5)
+}
+
+/// The [`median`] of figures a round may lack (nginx where it is not installed): `None` when
+/// any round lacks it.
+pub fn median_present(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    let present: Option<Vec<f64>> = values.into_iter().collect();
+    present.map(median)
 }
 
 /// p50, p99 and max of integer samples (µs, any order), by [`quantile`].
@@ -89,8 +97,8 @@ mod tests {
         assert_eq!((s.p50, s.p99, s.max), (50.0, 99.0, 100.0));
         assert_eq!(summarize(&[3.0]).p99, 3.0);
         assert_eq!(summarize(&[]).p50, 0.0);
-        assert_eq!(median(&[5.0, 1.0, 3.0]), 3.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.0);
+        assert_eq!(median([5.0, 1.0, 3.0]), 3.0);
+        assert_eq!(median([4.0, 1.0, 3.0, 2.0]), 2.0);
     }
 
     #[test]

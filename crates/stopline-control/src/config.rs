@@ -195,6 +195,48 @@ pub struct BreakerConfig {
     /// A command run for every trip and every latch change, with the record as JSON on stdin
     /// (exit 0: delivered; otherwise retried with backoff).
     pub alert_command: Option<Vec<String>>,
+    /// `[breakers.mode]`: which agent breakers only observe (docs/reference.md §8).
+    pub mode: BreakerModes,
+}
+
+/// `[breakers.mode]`: `enforce` (the default) or `observe` for each agent breaker that counts.
+/// A budget's breaker always enforces (`budget_exhausted` is not a key here).
+#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BreakerModes {
+    /// Unauthorized calls.
+    pub unauthorized_calls: stopline_core::policy::ConditionMode,
+    /// Refused egress.
+    pub refused_egress: stopline_core::policy::ConditionMode,
+    /// A monitor's anomaly score.
+    pub anomaly_score: stopline_core::policy::ConditionMode,
+}
+
+impl BreakerModes {
+    /// The mode of `kind`'s breaker (a budget's always enforces).
+    pub fn of(&self, kind: stopline_core::BreakerKind) -> stopline_core::policy::ConditionMode {
+        use stopline_core::BreakerKind;
+        match kind {
+            BreakerKind::UnauthorizedCalls => self.unauthorized_calls,
+            BreakerKind::RefusedEgress => self.refused_egress,
+            BreakerKind::AnomalyScore => self.anomaly_score,
+            BreakerKind::BudgetExhausted => stopline_core::policy::ConditionMode::Enforce,
+        }
+    }
+
+    /// `breakers.<kind>` of every breaker that only observes (empty when all enforce).
+    pub fn observe_only(&self) -> Vec<String> {
+        use stopline_core::policy::ConditionMode::Observe;
+        [
+            ("unauthorized_calls", self.unauthorized_calls),
+            ("refused_egress", self.refused_egress),
+            ("anomaly_score", self.anomaly_score),
+        ]
+        .into_iter()
+        .filter(|(_, mode)| *mode == Observe)
+        .map(|(name, _)| format!("breakers.{name}"))
+        .collect()
+    }
 }
 
 impl Default for BreakerConfig {
@@ -208,6 +250,7 @@ impl Default for BreakerConfig {
             adapter_cooldown_ms: 5000,
             alert_webhook: None,
             alert_command: None,
+            mode: BreakerModes::default(),
         }
     }
 }
@@ -347,11 +390,71 @@ pub struct Config {
     /// `[telemetry]`: OpenTelemetry export of the gateway's spans.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// `[drill]`: the gateway's scheduled drill of itself (docs/reference.md §8).
+    #[serde(default)]
+    pub drill: DrillConfig,
     /// The `Origin`s whose requests the MCP proxy serves (e.g. `"http://localhost:6274"`);
     /// a request with any other `Origin` is refused 403 (docs/reference.md §8). Absent: the
     /// loopback origins (`http`/`https` on `localhost`, `127.0.0.1`, `[::1]`, any port).
     #[serde(default)]
     pub allowed_origins: Option<Vec<String>>,
+}
+
+/// `[drill]`: `serve` drills its own gateway on a synthetic run every `every` (absent: never),
+/// recorded as any drill against `harness_version`; a failed one closes that harness version's
+/// drill gate and is alerted through `[breakers] alert_webhook` / `alert_command`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DrillConfig {
+    /// How often: a number with `ms`, `s`, `m`, `h` or `d` (`"24h"`).
+    pub every: Option<Interval>,
+    /// The harness version the drills are recorded against (default `drill`).
+    pub harness_version: String,
+    /// The p99 time to first rejection above which a drill fails (default 1000).
+    pub target_ms: u64,
+}
+
+impl Default for DrillConfig {
+    fn default() -> Self {
+        DrillConfig {
+            every: None,
+            harness_version: "drill".into(),
+            target_ms: 1000,
+        }
+    }
+}
+
+/// A positive duration written as a number and a unit: `500ms`, `90s`, `15m`, `24h`, `7d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct Interval(pub std::time::Duration);
+
+impl TryFrom<String> for Interval {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Interval, String> {
+        let text = text.trim();
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let ms_per: u64 = match unit {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => 0,
+        };
+        match number.parse::<u64>() {
+            Ok(n) if n > 0 && ms_per > 0 => Ok(Interval(std::time::Duration::from_millis(
+                n.saturating_mul(ms_per),
+            ))),
+            _ => Err(format!(
+                "{text:?} is not an interval (a positive number with ms, s, m, h or d: \"24h\")"
+            )),
+        }
+    }
 }
 
 /// `[telemetry]`: where `serve` exports its spans (admission, dispatch, refusal) over

@@ -162,7 +162,7 @@ pub fn verify(ctx: &Context, all: bool) -> EvidenceVerifyReceipt {
     }
     // The whole WAL, not the lines after its checkpoint: a trip's latch may have been cleared
     // long before it.
-    let wal = match ctx.store.read_wal_whole() {
+    let wal = match ctx.store.wal().read_whole() {
         Ok(log) => log.entries,
         Err(_) => Vec::new(),
     };

@@ -1,7 +1,7 @@
-//! The census of `runs.live/` (the store's live-run index, `stopline_store::live_runs`): who
+//! The census of `runs.live/` (the store's live-run index, `stopline_store::runs::live`): who
 //! removes the entry of a worker whose supervisor cannot.
 //!
-//! A supervisor removes its own entry when its run ends ([`stopline_store::Store::end_run`]).
+//! A supervisor removes its own entry when its run ends ([`stopline_store::runs::Runs::end_run`]).
 //! When it crashed, its entry stays — and must, while anything of its run may be live: a stop
 //! has to reach the agent it left behind. This census (run by `status` and by every
 //! `stopline run` before it starts) removes an entry only when
@@ -18,7 +18,7 @@ use crate::context::Context;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use stopline_core::worker::WorkerRegistration;
-use stopline_store::live_runs::{finished, LiveRun};
+use stopline_store::runs::live::{finished, LiveRun};
 use stopline_supervisor::proc::read_stat;
 use stopline_supervisor::{Group, Hierarchy};
 
@@ -27,12 +27,13 @@ use stopline_supervisor::{Group, Hierarchy};
 pub fn retire(ctx: &Context) -> Vec<String> {
     let store = &ctx.store;
     let mut warnings: Vec<String> = store
+        .runs()
         .retire_finished_live_runs()
         .errors
         .into_iter()
         .map(|e| format!("live_run_census: {e}"))
         .collect();
-    let names = match store.live_runs() {
+    let names = match store.runs().live_runs() {
         Ok(Some(names)) => names,
         Ok(None) => return warnings,
         Err(error) => {
@@ -46,7 +47,7 @@ pub fn retire(ctx: &Context) -> Vec<String> {
             continue;
         };
         // A body that cannot be read names no start time: the pid alone decides.
-        let body = store.live_run_body(&name).ok();
+        let body = store.runs().live_run_body(&name).ok();
         let start = body
             .as_ref()
             .and_then(|b| b.get("supervisor_start"))
@@ -54,7 +55,7 @@ pub fn retire(ctx: &Context) -> Vec<String> {
         if supervisor_may_run(live.supervisor_pid, start) {
             continue;
         }
-        let registration = match store.worker_registration(&live.run, &live.agent) {
+        let registration = match store.runs().worker_registration(&live.run, &live.agent) {
             Ok(registration) => registration.filter(|r| live.owns(r)),
             Err(error) => {
                 warnings.push(format!("live_run_census: {name}: {error}"));
@@ -72,7 +73,7 @@ pub fn retire(ctx: &Context) -> Vec<String> {
         ) {
             continue;
         }
-        if let Err(error) = store.remove_live_run(&name) {
+        if let Err(error) = store.runs().remove_live_run(&name) {
             warnings.push(format!("live_run_census: {name}: {error}"));
         }
     }
@@ -93,7 +94,7 @@ pub fn supervisor_gone(ctx: &Context, worker: &WorkerRegistration) -> bool {
     let start = worker
         .live_entry
         .as_deref()
-        .and_then(|entry| ctx.store.live_run_body(entry).ok())
+        .and_then(|entry| ctx.store.runs().live_run_body(entry).ok())
         .and_then(|body| body.get("supervisor_start").and_then(Value::as_u64));
     !supervisor_may_run(pid, start)
 }

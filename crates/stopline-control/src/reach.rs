@@ -11,7 +11,7 @@
 //!
 //! Only groups registered under `runs/*/workers/*.json` (read through the store) and lying
 //! exactly under stopline's parent group are ever written to. The registrations read are those
-//! of the live-run index (`runs.live/`, `Store::live_worker_registrations`), never every run
+//! of the live-run index (`runs.live/`, `Runs::live_worker_registrations`), never every run
 //! that ever ran; and since an agent able to write the home could remove its own entry, the
 //! populated groups under stopline's parent that no entry named are looked up too: one whose
 //! registration in this home names it and is not finished is reached as well (warning
@@ -41,7 +41,7 @@ pub struct Reached {
 /// Write the latch's order into every registered group it covers.
 pub fn covered_groups(ctx: &Context, latch: &LatchRecord) -> Reached {
     let mut reached = Reached::default();
-    let registrations = ctx.store.live_worker_registrations();
+    let registrations = ctx.store.runs().live_worker_registrations();
     let hierarchy = match Hierarchy::discover() {
         Ok(hierarchy) => hierarchy,
         // No cgroup2: the subreaper fallback has no group to write to.
@@ -159,6 +159,7 @@ fn unindexed_groups(
         let registration = name.match_indices('.').find_map(|(at, _)| {
             let worker = ctx
                 .store
+                .runs()
                 .worker_registration(&name[..at], &name[at + 1..])
                 .ok()
                 .flatten()?;

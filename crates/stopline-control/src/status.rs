@@ -18,6 +18,7 @@ fn registered_workers(ctx: &Context) -> (Vec<WorkerRegistration>, bool) {
     let mut census_ok = true;
     let workers = ctx
         .store
+        .runs()
         .live_worker_registrations()
         .into_iter()
         .filter_map(|registration| match registration {
@@ -118,7 +119,9 @@ pub fn status(ctx: &Context) -> StatusReceipt {
             ),
         )
     }));
+    let observe_only = observe_only(ctx, &workers);
     StatusReceipt {
+        observe_only,
         phase,
         state: state.as_str().into(),
         state_record: view.state,
@@ -134,4 +137,26 @@ pub fn status(ctx: &Context) -> StatusReceipt {
         gateways,
         gateway_notes,
     }
+}
+
+/// What only observes: the configuration's breakers, then each listed worker's run card's
+/// conditions (a card that cannot be read or validated names nothing here: `run` refused it).
+fn observe_only(ctx: &Context, workers: &[crate::receipts::WorkerView]) -> Vec<String> {
+    let mut names = ctx.config.breakers.mode.observe_only();
+    let runs: std::collections::BTreeSet<&str> = workers
+        .iter()
+        .map(|w| w.registration.run.as_str())
+        .collect();
+    for run in runs {
+        let card = ctx.store.runs().run_card(run).ok().flatten();
+        let Some(card) = card.and_then(|c| stopline_core::policy::validate(&c).ok()) else {
+            continue;
+        };
+        names.extend(
+            card.observe_only()
+                .into_iter()
+                .map(|condition| format!("run {run}: {condition}")),
+        );
+    }
+    names
 }

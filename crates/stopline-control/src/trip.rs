@@ -11,6 +11,7 @@
 
 use crate::context::Context;
 use stopline_core::evidence::SCHEMA;
+use stopline_core::policy::ConditionMode;
 use stopline_core::{BreakerKind, EvidenceRecord, Level};
 use stopline_store::StoreError;
 
@@ -42,6 +43,8 @@ pub struct Trip {
     pub level: Level,
     /// Who trips.
     pub surface: Surface,
+    /// `Observe`: file the record (and let the caller alert), engage nothing.
+    pub mode: ConditionMode,
 }
 
 impl Trip {
@@ -80,24 +83,29 @@ pub struct Tripped {
     pub evidence_error: Option<StoreError>,
 }
 
-/// Carry out `trip`: the latch first, then the evidence record (see the module comment).
+/// Carry out `trip`: the latch first, then the evidence record (see the module comment). A trip
+/// that only observes engages nothing: its record names no latch and says `mode: observe`.
 pub fn trip(ctx: &Context, trip: &Trip) -> Tripped {
+    let observe = trip.mode == ConditionMode::Observe;
     let caller = crate::engage::Caller {
         token: None,
         by: Some(trip.by()),
         local: true,
     };
     let scope = format!("agent:{}", trip.agent);
-    let engaged = crate::engage::engage(
-        ctx,
-        &caller,
-        &scope,
-        Some(trip.level.as_str()),
-        &trip.reason(),
-    );
+    let engaged = (!observe).then(|| {
+        crate::engage::engage(
+            ctx,
+            &caller,
+            &scope,
+            Some(trip.level.as_str()),
+            &trip.reason(),
+        )
+    });
     let latch = match engaged {
-        Ok(receipt) => Some(receipt.latch.record.id),
-        Err(refusal) => {
+        None => None,
+        Some(Ok(receipt)) => Some(receipt.latch.record.id),
+        Some(Err(refusal)) => {
             tracing::error!(agent = %trip.agent, breaker = trip.breaker.as_str(), %refusal, "a breaker trip could not engage its latch");
             None
         }
@@ -119,6 +127,7 @@ pub fn trip(ctx: &Context, trip: &Trip) -> Tripped {
         level: trip.level,
         gateway,
         run,
+        mode: observe.then_some(ConditionMode::Observe),
         ts: stopline_store::env::rfc3339(ctx.store.now_ms()),
     };
     let evidence_error = ctx

@@ -1,5 +1,5 @@
 //! The golden receipts in `tests/golden/`, printed with `--json` by `stopline` before its
-//! receipts could be read back (main at 96ce1a1, against a scratch home): each reads as its
+//! receipts could be read back (main at 96ce1a1, against a scratch home; the evidence receipts at 3e38b13, from a home whose run the wall clock stopped): each reads as its
 //! type and prints again byte for byte (docs/reference.md §9), so a client reading a receipt
 //! with the type reads every field the product writes, and the type writes nothing new.
 
@@ -129,4 +129,27 @@ fn a_gateways_status_prints_the_receipt_with_its_gateway_added_and_reads_back() 
         gateway,
     };
     assert_eq!(agent.to_json().to_string(), keyed(view.to_json()));
+}
+
+/// `evidence list` and `evidence verify` (newest segments, `--all`, and a chain broken by an
+/// altered line), printed by the binary before these receipts could be read back (a home whose
+/// run the wall clock stopped: a trip and two stop observations).
+#[test]
+fn evidence_list_and_verify_whole_and_broken_read_and_print_back() {
+    use stopline_control::receipts::{EvidenceListReceipt, EvidenceVerifyReceipt};
+    let list: EvidenceListReceipt = round_trip("evidence-list.json");
+    assert_eq!(list.records.len(), 3);
+    let verify: EvidenceVerifyReceipt = round_trip("evidence-verify.json");
+    assert!(verify.ok && verify.drill_index.is_none());
+    let segments = verify.segments.unwrap();
+    assert_eq!(
+        (segments[0].segment.as_str(), segments[0].records),
+        ("log.jsonl", 3)
+    );
+    let all: EvidenceVerifyReceipt = round_trip("evidence-verify-all.json");
+    assert_eq!(all.drill_index.as_deref(), Some("agrees"));
+    let broken: EvidenceVerifyReceipt = round_trip("evidence-verify-broken.json");
+    assert!(!broken.ok && broken.segments.is_none() && broken.records.is_none());
+    assert_eq!(broken.first_break["fault"], "broken_link");
+    assert_eq!(broken.exit_code(), 1);
 }

@@ -5,6 +5,7 @@ use serde_json::Value;
 use stopline_control::config::Config;
 use stopline_control::trip::{trip, Surface, Trip};
 use stopline_control::Context;
+use stopline_core::policy::ConditionMode;
 use stopline_core::{BreakerKind, Level};
 use stopline_store::Store;
 
@@ -38,6 +39,7 @@ fn order(agent: &str, breaker: BreakerKind, trigger: &str, surface: Surface) -> 
         observed: 4.0,
         level: Level::HaltAll,
         surface,
+        mode: ConditionMode::Enforce,
     }
 }
 
@@ -115,4 +117,27 @@ fn every_surface_trips_the_same_latch_and_files_the_same_record() {
     assert_eq!(lines[0]["gateway"], "gw_1");
     assert!(lines[1].get("gateway").is_none() && lines[1].get("run").is_none());
     assert_eq!(lines[2]["run"], "run-1");
+}
+
+/// A trip that only observes files its record (`mode: observe`, no latch) and engages nothing.
+#[test]
+fn an_observed_trip_files_its_record_and_engages_nothing() {
+    let (_dir, ctx) = home();
+    let mut observed = order(
+        "watched",
+        BreakerKind::RefusedEgress,
+        "egress example.com",
+        Surface::Gateway("gw_1".into()),
+    );
+    observed.mode = ConditionMode::Observe;
+    let tripped = trip(&ctx, &observed);
+    assert_eq!(tripped.latch, None);
+    assert!(tripped.evidence_error.is_none());
+    let lines = log_lines(&ctx);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(
+        (lines[0]["mode"].as_str(), lines[0]["latch"].as_str()),
+        (Some("observe"), Some(""))
+    );
+    assert!(ctx.store.latches().active(None).0.is_empty());
 }

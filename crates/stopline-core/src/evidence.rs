@@ -82,6 +82,10 @@ pub struct EvidenceRecord {
     /// The supervised run whose wall clock ran out (run-loop trips only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<String>,
+    /// `observe` when the breaker only observes: the record and the alert, no latch (`latch`
+    /// is empty). Absent for a breaker that enforces, as every record before modes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::policy::ConditionMode>,
     /// RFC 3339 time of the record.
     pub ts: String,
 }

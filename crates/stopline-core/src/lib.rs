@@ -23,6 +23,7 @@ pub mod ops;
 pub mod phase;
 pub mod policy;
 pub mod refusal;
+pub mod run_record;
 pub mod scope;
 pub mod state;
 pub mod subject;

@@ -17,6 +17,36 @@ pub const STOP_CONDITION_KINDS: [&str; 5] = [
     "wall_clock",
     "manual",
 ];
+/// The conditions that always stop: a card may not set them to observe (docs/reference.md §6).
+pub const ALWAYS_ENFORCED: [&str; 2] = ["wall_clock", "budget_exhausted"];
+/// The breakers whose mode a card's `breakers.mode` (and the gateway's `[breakers.mode]`) sets.
+pub const MODAL_BREAKERS: [&str; 3] = ["unauthorized_calls", "refused_egress", "anomaly_score"];
+
+/// What a met stop condition or tripped breaker does (docs/reference.md §6, §8).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConditionMode {
+    /// Engage its latch and stop (the default).
+    #[default]
+    Enforce,
+    /// Write its evidence record and raise the alert; engage nothing.
+    Observe,
+}
+
+impl ConditionMode {
+    /// `enforce` or `observe`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionMode::Enforce => "enforce",
+            ConditionMode::Observe => "observe",
+        }
+    }
+
+    fn parse(value: &Value) -> Option<ConditionMode> {
+        serde_json::from_value(value.clone()).ok()
+    }
+}
+
 /// The stop handle's levels.
 pub const HANDLE_LEVELS: [&str; 3] = ["pause", "trip_breaker", "revoke_identity"];
 
@@ -44,6 +74,35 @@ pub struct PolicyCard {
     /// Process and memory ceilings of each agent (optional; `pids` defaults to 4096).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
+}
+
+impl PolicyCard {
+    /// The card's conditions and breakers that only observe, by name: `stop_conditions[i]:<kind>`
+    /// and `breakers.<breaker>`, in the card's order (empty when everything enforces).
+    pub fn observe_only(&self) -> Vec<String> {
+        let observe = |mode: Option<&Value>| {
+            mode.and_then(ConditionMode::parse) == Some(ConditionMode::Observe)
+        };
+        let mut names: Vec<String> = self
+            .stop_conditions
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| observe(c.get("mode")))
+            .map(|(i, c)| {
+                let kind = c.get("kind").and_then(Value::as_str).unwrap_or("?");
+                format!("stop_conditions[{i}]:{kind}")
+            })
+            .collect();
+        if let Some(modes) = self.breakers.get("mode").and_then(Value::as_object) {
+            names.extend(
+                modes
+                    .iter()
+                    .filter(|(_, mode)| observe(Some(mode)))
+                    .map(|(breaker, _)| format!("breakers.{breaker}")),
+            );
+        }
+        names
+    }
 }
 
 /// The card's `limits`: ceilings the supervisor sets on each agent's processes.
@@ -106,6 +165,19 @@ pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
                 if kind == Some("anomaly") && c.get("threshold").and_then(Value::as_f64).is_none() {
                     missing.push(format!("stop_conditions[{i}].threshold"));
                 }
+                match c.get("mode").map(ConditionMode::parse) {
+                    None | Some(Some(ConditionMode::Enforce)) => {}
+                    Some(Some(ConditionMode::Observe)) => {
+                        if let Some(kind) = kind.filter(|k| ALWAYS_ENFORCED.contains(k)) {
+                            missing.push(format!(
+                                "stop_conditions[{i}].mode ({kind} always enforces: a run must stop when it is met)"
+                            ));
+                        }
+                    }
+                    Some(None) => {
+                        missing.push(format!("stop_conditions[{i}].mode (enforce or observe)"))
+                    }
+                }
             }
         }
         _ => missing.push("stop_conditions".into()),
@@ -141,6 +213,23 @@ pub fn validate(card: &Value) -> Result<PolicyCard, Refusal> {
                 if !b.get(field).is_some_and(Value::is_number) {
                     missing.push(format!("breakers.{field}"));
                 }
+            }
+            match b.get("mode") {
+                None => {}
+                Some(Value::Object(modes)) => {
+                    for (breaker, mode) in modes {
+                        if !MODAL_BREAKERS.contains(&breaker.as_str()) {
+                            missing.push(format!(
+                                "breakers.mode.{breaker} (one of {}; budget_exhausted always enforces)",
+                                MODAL_BREAKERS.join(", ")
+                            ));
+                        } else if ConditionMode::parse(mode).is_none() {
+                            missing.push(format!("breakers.mode.{breaker} (enforce or observe)"));
+                        }
+                    }
+                }
+                Some(_) => missing
+                    .push("breakers.mode (a table of breaker = \"enforce\" or \"observe\")".into()),
             }
             if let Some(level) = b.get("trip_level") {
                 if level
@@ -233,6 +322,51 @@ mod tests {
     #[test]
     fn the_spec_example_is_complete() {
         assert_eq!(validate(&example()).unwrap().run_id, "eval-88220");
+    }
+
+    /// What must stop is never only observed; anything else may be, and is named.
+    #[test]
+    fn modes_observe_anything_but_the_wall_clock_and_budgets() {
+        let mut card = example();
+        assert!(validate(&card).unwrap().observe_only().is_empty());
+        card["stop_conditions"][2]["mode"] = "observe".into();
+        card["stop_conditions"][1]["mode"] = "enforce".into();
+        card["breakers"]["mode"] = serde_json::json!({"anomaly_score": "observe"});
+        assert_eq!(
+            validate(&card).unwrap().observe_only(),
+            ["stop_conditions[2]:anomaly", "breakers.anomaly_score"]
+        );
+        for (condition, mode, named) in [
+            (
+                0,
+                "observe",
+                "stop_conditions[0].mode (budget_exhausted always enforces",
+            ),
+            (
+                3,
+                "observe",
+                "stop_conditions[3].mode (wall_clock always enforces",
+            ),
+            (4, "watch", "stop_conditions[4].mode (enforce or observe)"),
+        ] {
+            let mut bad = card.clone();
+            bad["stop_conditions"][condition]["mode"] = mode.into();
+            let refusal = validate(&bad).unwrap_err();
+            assert_eq!(refusal.code, RefusalCode::PolicyCardIncomplete);
+            assert!(refusal.message.contains(named), "{}", refusal.message);
+        }
+        let mut loud = card.clone();
+        loud["breakers"]["mode"]["anomaly_score"] = "loud".into();
+        assert!(validate(&loud)
+            .unwrap_err()
+            .message
+            .contains("breakers.mode.anomaly_score (enforce or observe)"));
+        let mut budget = card.clone();
+        budget["breakers"]["mode"] = serde_json::json!({"budget_exhausted": "observe"});
+        assert!(validate(&budget)
+            .unwrap_err()
+            .message
+            .contains("breakers.mode.budget_exhausted"));
     }
 
     #[test]

@@ -261,3 +261,65 @@ fn a_malformed_field_never_hides_the_group_of_a_registration() {
     assert!(observed.stop_cause.is_none() && observed.limits.is_none());
     assert_eq!((read.supervisor_pid, read.project), (None, None));
 }
+
+/// The run record of each phase `stopline run` writes (begun; the agent could not start; it
+/// exited; stopped by a latch, the wall clock, a control state that could not be trusted, the
+/// operator), read with the type and written again the way the store writes it (through
+/// `Value`, pretty, one newline): byte for byte.
+#[test]
+fn run_records_of_every_phase_read_as_their_type_and_write_back_byte_for_byte() {
+    use stopline_core::run_record::{Outcome, RunRecord};
+    let phases = [
+        ("begun", None),
+        ("start-failed", Some(Outcome::StartFailed)),
+        ("exited", Some(Outcome::Exited)),
+        ("stopped-latch", Some(Outcome::Stopped)),
+        ("stopped-wall-clock", Some(Outcome::Stopped)),
+        ("stopped-control-state", Some(Outcome::Stopped)),
+        ("stopped-operator", Some(Outcome::Stopped)),
+    ];
+    for (phase, outcome) in phases {
+        let name = format!("run-record-{phase}.json");
+        let bytes = golden(&name).concat();
+        let record: RunRecord = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(record.end.as_ref().map(|e| e.outcome), outcome, "{name}");
+        assert_eq!(
+            record.started.is_some(),
+            !matches!(phase, "begun" | "start-failed")
+        );
+        let mut again = serde_json::to_vec_pretty(&record.to_json()).unwrap();
+        again.push(b'\n');
+        let written = std::fs::read(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/golden")
+                .join(&name),
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(again).unwrap(),
+            String::from_utf8(written).unwrap(),
+            "{name}"
+        );
+    }
+}
+
+/// A run whose root exited leaving processes records `stragglers_killed: true`, and the
+/// operator's stop its signal; neither key appears otherwise (the exited golden has neither).
+#[test]
+fn run_record_flags_appear_only_when_set() {
+    use stopline_core::run_record::RunRecord;
+    let exited: RunRecord =
+        serde_json::from_slice(&golden("run-record-exited.json").concat()).unwrap();
+    let text = exited.to_json().to_string();
+    assert!(!text.contains("stragglers_killed") && !text.contains("stopped_by_operator"));
+    let mut stragglers = exited.clone();
+    let end = stragglers.end.as_mut().unwrap();
+    end.concluded.as_mut().unwrap().stragglers_killed = true;
+    assert_eq!(stragglers.to_json()["stragglers_killed"], true);
+    let back: RunRecord = serde_json::from_value(stragglers.to_json()).unwrap();
+    assert_eq!(back, stragglers);
+    let operator: RunRecord =
+        serde_json::from_slice(&golden("run-record-stopped-operator.json").concat()).unwrap();
+    let concluded = operator.end.unwrap().concluded.unwrap();
+    assert_eq!(concluded.stopped_by_operator.unwrap().signal, "SIGINT");
+}

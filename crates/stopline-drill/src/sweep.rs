@@ -29,7 +29,7 @@ impl Series {
 
     fn medians(&self, f: impl Fn(&Observation) -> Option<f64>) -> Option<f64> {
         let values: Vec<f64> = self.observations.iter().filter_map(f).collect();
-        (!values.is_empty()).then(|| median(&values))
+        (!values.is_empty()).then(|| median(values.iter().copied()))
     }
 
     /// The series as JSON: medians, totals and one line per drill.

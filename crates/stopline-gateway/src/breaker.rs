@@ -30,6 +30,9 @@ pub struct TripOrder {
     pub observed: f64,
     /// The route of the request that tripped it (for the log).
     pub route: std::sync::Arc<str>,
+    /// True when the breaker only observes (`[breakers.mode]`): record and alert, engage
+    /// nothing, keep admitting the agent.
+    pub observe: bool,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -120,7 +123,18 @@ impl AgentBreakers {
         if observed < threshold {
             return None;
         }
-        counters.tripped = Some(String::new());
+        let observe = config.mode.of(kind) == stopline_core::policy::ConditionMode::Observe;
+        if observe {
+            // Met, and only observed: the count starts again, so the next crossing is
+            // recorded too, and the agent is never refused for it.
+            match kind {
+                BreakerKind::UnauthorizedCalls => counters.unauthorized = 0,
+                BreakerKind::RefusedEgress => counters.refused_egress = 0,
+                BreakerKind::AnomalyScore | BreakerKind::BudgetExhausted => {}
+            }
+        } else {
+            counters.tripped = Some(String::new());
+        }
         Some(TripOrder {
             agent: agent.to_string(),
             kind,
@@ -128,6 +142,7 @@ impl AgentBreakers {
             threshold,
             observed,
             route: crate::logs::route(),
+            observe,
         })
     }
 

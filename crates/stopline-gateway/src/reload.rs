@@ -84,6 +84,7 @@ pub fn merge(old: &GatewayConfig, new: GatewayConfig) -> (GatewayConfig, Reloade
     restart(o.retention != n.retention, "retention");
     restart(o.etcd != n.etcd, "etcd");
     restart(o.telemetry != n.telemetry, "telemetry");
+    restart(o.drill != n.drill, "drill");
     restart(o.allowed_origins != n.allowed_origins, "allowed_origins");
     let mut merged = old.clone();
     let mut live = |changed: bool, key: &'static str| {

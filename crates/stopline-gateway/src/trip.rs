@@ -15,6 +15,7 @@ use std::sync::Arc;
 use stopline_control::trip::Surface;
 use stopline_control::Context;
 use stopline_core::budget::BudgetKind;
+use stopline_core::policy::ConditionMode;
 
 /// What a gateway's trip needs, and nothing of the governor: the governor owns one and hands
 /// it orders (so this module never reaches back into the governor).
@@ -94,6 +95,11 @@ impl Tripper {
             observed: order.observed,
             level: self.config.load().trip_level,
             surface: Surface::Gateway(self.server_id.clone()),
+            mode: if order.observe {
+                ConditionMode::Observe
+            } else {
+                ConditionMode::Enforce
+            },
         };
         let tripped = stopline_control::trip::trip(&self.ctx, &trip);
         let latch = tripped.latch.clone().unwrap_or_default();
@@ -102,7 +108,11 @@ impl Tripper {
             self.view.refresh_fast();
         }
         let kind = order.kind.as_str();
-        tracing::warn!(agent = %order.agent, route = %order.route, kind, latch, trigger = %order.trigger, "ALERT: breaker tripped");
+        if order.observe {
+            tracing::warn!(agent = %order.agent, route = %order.route, kind, trigger = %order.trigger, "ALERT: breaker met (observe only: nothing engaged)");
+        } else {
+            tracing::warn!(agent = %order.agent, route = %order.route, kind, latch, trigger = %order.trigger, "ALERT: breaker tripped");
+        }
         self.alert(&tripped.record.to_json());
     }
 

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use stopline_control::trip::{Surface, Trip};
 use stopline_control::Context;
 use stopline_core::budget::BudgetKind;
+use stopline_core::policy::ConditionMode;
 use stopline_core::{BreakerKind, Level, Refusal, RefusalCode};
 use stopline_token::Claims;
 
@@ -18,6 +19,8 @@ use stopline_token::Claims;
 pub struct Breakers {
     ctx: Context,
     unauthorized_threshold: u64,
+    /// `[breakers.mode] unauthorized_calls`.
+    unauthorized_mode: ConditionMode,
     trip_level: Level,
     tool_calls: Mutex<HashMap<String, u64>>,
     unauthorized: Mutex<HashMap<String, u64>>,
@@ -25,11 +28,17 @@ pub struct Breakers {
 }
 
 impl Breakers {
-    /// Breakers over `ctx` with the `[breakers]` threshold and trip level.
-    pub fn new(ctx: Context, unauthorized_threshold: u64, trip_level: Level) -> Breakers {
+    /// Breakers over `ctx` with the `[breakers]` threshold, its mode and the trip level.
+    pub fn new(
+        ctx: Context,
+        unauthorized_threshold: u64,
+        unauthorized_mode: ConditionMode,
+        trip_level: Level,
+    ) -> Breakers {
         Breakers {
             ctx,
             unauthorized_threshold,
+            unauthorized_mode,
             trip_level,
             tool_calls: Mutex::default(),
             unauthorized: Mutex::default(),
@@ -87,7 +96,17 @@ impl Breakers {
             let mut counts = self.unauthorized.lock().unwrap_or_else(|e| e.into_inner());
             let count = counts.entry(agent.to_string()).or_default();
             *count += 1;
-            *count
+            let observed = *count;
+            if observed >= self.unauthorized_threshold
+                && self.unauthorized_mode == ConditionMode::Observe
+            {
+                // Only observed: recorded and alerted at each crossing, never tripped.
+                *count = 0;
+                drop(counts);
+                self.observe(agent, observed);
+                return;
+            }
+            observed
         };
         if observed >= self.unauthorized_threshold {
             self.trip(
@@ -98,6 +117,25 @@ impl Breakers {
                 observed as f64,
             );
         }
+    }
+
+    /// An unauthorized-calls breaker that only observes, met: its evidence record, no latch.
+    fn observe(&self, agent: &str, observed: u64) {
+        if agent.is_empty() {
+            return;
+        }
+        tracing::warn!(%agent, breaker = "unauthorized_calls", observed, "breaker met (observe only: nothing engaged)");
+        let trip = Trip {
+            agent: agent.to_string(),
+            breaker: BreakerKind::UnauthorizedCalls,
+            trigger: "unauthorized_calls".into(),
+            threshold: self.unauthorized_threshold as f64,
+            observed: observed as f64,
+            level: self.trip_level,
+            surface: Surface::Stdio,
+            mode: ConditionMode::Observe,
+        };
+        stopline_control::trip::trip(&self.ctx, &trip);
     }
 
     /// Trip `agent`'s breaker once per trigger: the latch first, then the evidence
@@ -128,6 +166,7 @@ impl Breakers {
             observed,
             level: self.trip_level,
             surface: Surface::Stdio,
+            mode: ConditionMode::Enforce,
         };
         stopline_control::trip::trip(&self.ctx, &trip);
     }

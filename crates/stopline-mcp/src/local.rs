@@ -57,6 +57,7 @@ impl LocalGovernor {
         let breakers = Breakers::new(
             ctx.clone(),
             config.breakers.unauthorized_calls.into(),
+            config.breakers.mode.unauthorized_calls,
             config.trip_level,
         );
         Ok(LocalGovernor {

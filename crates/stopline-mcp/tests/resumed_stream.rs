@@ -58,35 +58,13 @@ async fn settled(ctx: &Context, id: &str) -> Option<String> {
 
 async fn call(world: &World, id: u64, session: &str) -> String {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "work", "arguments": {}}});
-    let answer = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .post(world.mcp_url("rec"))
-        .bearer_auth(&world.token)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", session)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let answer = world.post_rpc("rec", Some(session), &body).await;
     assert_eq!(answer.status(), 200);
     answer.text().await.unwrap()
 }
 
 async fn resume(world: &World, session: &str, last: &str) -> String {
-    let answer = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .get(world.mcp_url("rec"))
-        .bearer_auth(&world.token)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", session)
-        .header("last-event-id", last)
-        .send()
-        .await
-        .unwrap();
+    let answer = world.open_stream("rec", session, Some(last)).await;
     assert_eq!(answer.status(), 200);
     answer.text().await.unwrap()
 }

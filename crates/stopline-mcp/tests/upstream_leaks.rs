@@ -52,18 +52,11 @@ async fn twenty_agents_that_vanish_leave_no_upstream_stream_open() {
 
     for session in 0..20 {
         // Each agent its own client (its own connection), gone once it has its stream.
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let stream = client
-            .get(world.mcp_url("rec"))
-            .bearer_auth(&world.token)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", format!("s-{session}"))
-            .send()
-            .await
-            .unwrap();
+        let stream = world
+            .open_stream("rec", &format!("s-{session}"), None)
+            .await;
         assert_eq!(stream.status(), 200);
         drop(stream);
-        drop(client);
     }
     let gets = upstream
         .received()
@@ -111,15 +104,7 @@ async fn sessions_left_without_delete_are_ended_upstream_once_idle() {
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     let mut sessions = Vec::new();
     for _ in 0..21 {
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let answer = client
-            .post(world.mcp_url("rec"))
-            .bearer_auth(&world.token)
-            .header("accept", "application/json, text/event-stream")
-            .json(&initialize)
-            .send()
-            .await
-            .unwrap();
+        let answer = world.post_rpc("rec", None, &initialize).await;
         assert_eq!(answer.status(), 200);
         sessions.push(
             answer.headers()["mcp-session-id"]
@@ -130,17 +115,7 @@ async fn sessions_left_without_delete_are_ended_upstream_once_idle() {
     }
     // The last agent keeps the server's stream of its session open (and is quiet otherwise).
     let held = sessions.pop().unwrap();
-    let stream = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .get(world.mcp_url("rec"))
-        .bearer_auth(&world.token)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &held)
-        .send()
-        .await
-        .unwrap();
+    let stream = world.open_stream("rec", &held, None).await;
     assert_eq!(stream.status(), 200);
 
     let deleted = || -> Vec<String> {

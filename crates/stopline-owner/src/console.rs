@@ -82,6 +82,7 @@ pub fn ancestry(pid: u32) -> Vec<u32> {
 /// supervised caller by its group.
 fn registered_agent_pids(ctx: &Context) -> BTreeSet<u32> {
     ctx.store
+        .runs()
         .live_worker_registrations()
         .into_iter()
         .flatten()

@@ -26,7 +26,7 @@ use stopline_core::{Refusal, Scope};
 /// The run's `who_may_approve_restart`, from its recorded policy card (`runs/<id>/policy-card.json`).
 pub fn run_approvers(ctx: &Context, scope: &Scope) -> Option<Vec<String>> {
     let Scope::Run(id) = scope else { return None };
-    let card = ctx.store.run_card(id.as_str()).ok().flatten()?;
+    let card = ctx.store.runs().run_card(id.as_str()).ok().flatten()?;
     Some(
         card.pointer("/stop_handle/who_may_approve_restart")
             .and_then(Value::as_array)

@@ -7,11 +7,12 @@
 //! reports one, else the `config_hash` of the live registration in `servers/` that `/healthz`
 //! names (`server`), else `null` with the reason recorded. This module never sends a token.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 use stopline_control::context::Context;
+use stopline_core::run_record::GatewayRecord;
 use stopline_core::{Refusal, RefusalCode};
 
 /// How long connecting to, and reading from, the gateway may take.
@@ -32,13 +33,13 @@ pub struct Gateway {
 
 impl Gateway {
     /// The run record's `gateway` object.
-    pub fn record(&self) -> Value {
-        json!({
-            "url": self.url,
-            "addr": self.addr.to_string(),
-            "config_sha256": self.config_sha256,
-            "config_hash_source": self.config_hash_source,
-        })
+    pub fn record(&self) -> GatewayRecord {
+        GatewayRecord {
+            url: self.url.clone(),
+            addr: self.addr.to_string(),
+            config_sha256: self.config_sha256.clone(),
+            config_hash_source: self.config_hash_source.clone(),
+        }
     }
 }
 

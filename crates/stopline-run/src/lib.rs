@@ -31,11 +31,12 @@ pub use record::StopCause;
 pub use supervise::{order_from_view, Order, Progress};
 
 use record::{Recorder, RunFacts};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use stopline_control::context::Context;
+use stopline_core::run_record::{Begun, Concluded, OperatorStop, Outcome, RunRecord, StartedAgent};
 use stopline_core::{Level, Refusal, RefusalCode, Subject};
 use stopline_supervisor::{Group, Hierarchy};
 use supervise::{Supervision, WallClock};
@@ -119,7 +120,7 @@ pub struct RunRequest {
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
     /// The run record as finally written.
-    pub record: Value,
+    pub record: RunRecord,
     /// The agent's exit code when it ended by itself (128 + signal for a signal).
     pub exit_code: i32,
     /// Set when the run was stopped: the refusal to report (exit 1).
@@ -223,22 +224,26 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     let url = gateway::choose_url(ctx, request.gateway.as_deref(), env_url.as_deref());
     let gateway = gateway::probe(ctx, &url)?;
 
-    let mut record = json!({
-        "schema": "run-record.v1",
-        "run_id": card.run_id,
-        "agent": card.agent,
-        "harness_version": card.card.harness_version,
-        "command": request.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
-        "project": project,
-        "user": identity.as_ref().map(|i| i.name.clone()),
-        "uid": identity.as_ref().map(|i| i.uid),
-        "unconfined": identity.is_none(),
-        "net": request.net.as_str(),
-        "gateway": gateway.record(),
-        "gateway_config_sha256": gateway.config_sha256,
-        "supervisor_pid": std::process::id(),
-        "started_at": stopline_store::env::rfc3339(ctx.store.now_ms()),
+    let mut record = RunRecord::begun(Begun {
+        run_id: card.run_id.to_string(),
+        agent: card.agent.to_string(),
+        harness_version: card.card.harness_version.clone(),
+        command: request
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        project: project.to_string_lossy().into_owned(),
+        user: identity.as_ref().map(|i| i.name.clone()),
+        uid: identity.as_ref().map(|i| i.uid),
+        unconfined: identity.is_none(),
+        net: request.net.as_str().into(),
+        gateway: gateway.record(),
+        gateway_config_sha256: gateway.config_sha256.clone(),
+        supervisor_pid: std::process::id(),
+        started_at: stopline_store::env::rfc3339(ctx.store.now_ms()),
     });
+    record.observe_only = card.card.observe_only();
     // The worker's entry in runs.live/ first, then the card and run record: nothing starts
     // before all three are durable, so a stop's reach never misses a worker that may run.
     for warning in stopline_control::live::retire(ctx) {
@@ -258,6 +263,7 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     });
     let live = ctx
         .store
+        .runs()
         .begin_run(
             card.run_id.as_str(),
             card.agent.as_str(),
@@ -284,15 +290,19 @@ pub fn run(ctx: &Context, request: &RunRequest) -> Result<RunOutcome, RunError> 
     let started = match start::start(ctx, &plan) {
         Ok(started) => started,
         Err(error) => {
-            record["outcome"] = "start_failed".into();
-            record["error"] = json!(error.to_refusal());
-            finish_record(ctx, &card, &mut record, live.as_ref());
+            record.start_failed(
+                error.to_refusal(),
+                stopline_store::env::rfc3339(ctx.store.now_ms()),
+            );
+            finish_record(ctx, &card, &record, live.as_ref());
             return Err(error);
         }
     };
-    record["pid"] = started.worker.pid().into();
-    record["method"] = started.worker.method().as_str().into();
-    record["agent_url"] = started.agent_url.clone().into();
+    let record = record.with_started(StartedAgent {
+        pid: started.worker.pid(),
+        method: started.worker.method().as_str().into(),
+        agent_url: started.agent_url.clone(),
+    });
     let facts = RunFacts {
         project: project.display().to_string(),
         user: identity.as_ref().map(|i| i.name.clone()),
@@ -382,10 +392,10 @@ fn react(ctx: &Context, supervision: &mut Supervision) -> Progress {
 fn conclude(
     ctx: &Context,
     card: &LoadedCard,
-    mut record: Value,
+    mut record: RunRecord,
     supervision: Supervision,
     progress: Progress,
-    live: Option<&stopline_store::live_runs::LiveRun>,
+    live: Option<&stopline_store::runs::live::LiveRun>,
 ) -> Result<RunOutcome, RunError> {
     let status = supervision.worker.status();
     let warnings = supervision.recorder.warnings.clone();
@@ -393,9 +403,7 @@ fn conclude(
     if let Err(error) = supervision.worker.release() {
         tracing::warn!(%error, "the agent's group could not be removed");
     }
-    record["kill_issued_at"] = json!(status.kill_issued_at);
-    record["quiescent_observed_at"] = json!(status.quiescent_observed_at);
-    record["warnings"] = json!(warnings);
+    let mut stragglers_killed = false;
     let (exit_code, stopped) = match &progress {
         Progress::Stopped(cause) => (1, Some(stop_refusal(cause, &status, ctx.store.now_ms()))),
         Progress::Exited(exit) => {
@@ -403,27 +411,38 @@ fn conclude(
             let code = exit
                 .code()
                 .unwrap_or_else(|| 128 + exit.signal().unwrap_or(0));
-            if cause == Some(StopCause::AgentExited) {
-                record["stragglers_killed"] = true.into();
-            }
+            stragglers_killed = cause == Some(StopCause::AgentExited);
             (code, None)
         }
         _ => (1, None),
     };
-    record["outcome"] = match (&stopped, &progress) {
-        (Some(_), _) => "stopped",
+    let outcome = match (&stopped, &progress) {
+        (Some(_), _) => Outcome::Stopped,
         // The operator's stop ran out of its wait: the kill is issued, quiescence unobserved
         // (the registration says `killing`, so its entry in runs.live/ stays for the census).
-        (None, Progress::Stopping) => "stop_unconfirmed",
-        (None, _) => "exited",
-    }
-    .into();
-    if let Some(StopCause::Operator { signal }) = &cause {
-        record["stopped_by_operator"] = json!({ "signal": signal });
-    }
-    record["exit_code"] = exit_code.into();
-    record["stop"] = json!(stopped);
-    finish_record(ctx, card, &mut record, live);
+        (None, Progress::Stopping) => Outcome::StopUnconfirmed,
+        (None, _) => Outcome::Exited,
+    };
+    let stopped_by_operator = match &cause {
+        Some(StopCause::Operator { signal }) => Some(OperatorStop {
+            signal: signal.clone(),
+        }),
+        _ => None,
+    };
+    record.concluded(
+        outcome,
+        Concluded {
+            exit_code,
+            kill_issued_at: status.kill_issued_at.map(record::timestamp),
+            quiescent_observed_at: status.quiescent_observed_at.map(record::timestamp),
+            warnings,
+            stop: stopped.clone(),
+            stragglers_killed,
+            stopped_by_operator,
+        },
+        stopline_store::env::rfc3339(ctx.store.now_ms()),
+    );
+    finish_record(ctx, card, &record, live);
     Ok(RunOutcome {
         record,
         exit_code,
@@ -506,15 +525,18 @@ fn stop_refusal(
 fn finish_record(
     ctx: &Context,
     card: &LoadedCard,
-    record: &mut Value,
-    live: Option<&stopline_store::live_runs::LiveRun>,
+    record: &RunRecord,
+    live: Option<&stopline_store::runs::live::LiveRun>,
 ) {
-    record["ended_at"] = stopline_store::env::rfc3339(ctx.store.now_ms()).into();
-    if let Err(error) = ctx.store.update_run_record(card.run_id.as_str(), record) {
+    if let Err(error) = ctx
+        .store
+        .runs()
+        .update_run_record(card.run_id.as_str(), record)
+    {
         tracing::error!(%error, "the run record could not be updated");
     }
     if let Some(live) = live {
-        if let Err(error) = ctx.store.end_run(live) {
+        if let Err(error) = ctx.store.runs().end_run(live) {
             tracing::error!(%error, "the run's entry in runs.live/ stays for the census");
         }
     }

@@ -176,6 +176,7 @@ impl Recorder {
         }
         match self
             .store
+            .runs()
             .register_worker(&status.run_id, &status.agent, &record)
         {
             Ok(()) => self.last = Some(body),
@@ -257,7 +258,7 @@ fn limit_method(method: stopline_supervisor::LimitMethod) -> String {
 
 /// A supervisor's instant as registrations have always written it (chrono's serde form:
 /// RFC 3339 in UTC, `Z`, as many fractional digits as the instant needs).
-fn timestamp(at: chrono::DateTime<chrono::Utc>) -> String {
+pub(crate) fn timestamp(at: chrono::DateTime<chrono::Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 

@@ -686,6 +686,8 @@ impl Supervision {
             observed: elapsed.as_secs_f64(),
             level,
             surface: stopline_control::trip::Surface::RunWallClock(status.run_id),
+            // The wall clock always stops (a card that sets it to observe is refused).
+            mode: stopline_core::policy::ConditionMode::Enforce,
         };
         // A failed engage is logged by the trip; the run is killed anyway.
         let tripped = stopline_control::trip::trip(&self.ctx, &trip);

@@ -600,7 +600,7 @@ pub(crate) mod tests {
         assert!(outcome.wal_deferred, "{:?}", outcome.warnings);
         drop(held);
         assert_eq!(store.finish_deferred_following(&follower).unwrap(), 1);
-        let whole = store.read_wal_whole().unwrap();
+        let whole = store.wal().read_whole().unwrap();
         assert!(whole
             .recorded_latches()
             .contains(&outcome.latch.file_name()));

@@ -83,7 +83,7 @@ impl Layout {
     pub fn runs(&self) -> PathBuf {
         self.home.join("runs")
     }
-    /// `runs.live/`: the index of supervised workers that may be live (`live_runs.rs`).
+    /// `runs.live/`: the index of supervised workers that may be live (`runs/live.rs`).
     pub fn runs_live(&self) -> PathBuf {
         self.home.join("runs.live")
     }

@@ -28,7 +28,6 @@ pub mod halts;
 pub mod journal_repair;
 pub mod keys;
 pub mod layout;
-pub mod live_runs;
 pub mod marks;
 pub mod ops;
 pub mod ops_archive;
@@ -44,7 +43,7 @@ pub mod runs;
 pub mod spend;
 pub mod state;
 pub mod view;
-pub mod wal_checkpoint;
+pub mod wal;
 pub mod watch;
 
 pub use engage::{EngageOutcome, EngageRequest};
@@ -185,7 +184,7 @@ impl Store {
             env,
             lock_wait: None,
             read_timeout: None,
-            wal_checkpoint_every: wal_checkpoint::DEFAULT_CHECKPOINT_EVERY,
+            wal_checkpoint_every: wal::checkpoint::DEFAULT_CHECKPOINT_EVERY,
             gone_journals: ops_archive::GoneJournals::Archive,
             evidence_segment_records: evidence::DEFAULT_SEGMENT_RECORDS,
             evidence_keep_segments: None,

@@ -29,6 +29,7 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
             access_log,
             ..
         } => {
+            crate::scheduled::spawn(ctx);
             let options = stopline_gateway::ServeOptions {
                 home: ctx.store.layout().home().to_path_buf(),
                 config,
@@ -91,7 +92,7 @@ fn run(ctx: &Context, request: &RunRequest, json: bool) -> Result<i32, Refusal> 
         return Err(stopped);
     }
     if json {
-        output::json(&outcome.record);
+        output::json(&outcome.record.to_json());
     }
     Ok(outcome.exit_code)
 }

@@ -13,6 +13,7 @@ mod logs;
 mod manual;
 mod output;
 mod owner;
+mod scheduled;
 mod stop;
 mod tokens;
 mod wiring;

@@ -40,6 +40,67 @@ fn check_refused(home: &Home, card: &serde_json::Value, flags: &[&str], code: &s
     stderr
 }
 
+/// "Observe, then enforce" never reaches what must stop: a card whose `wall_clock` or
+/// `budget_exhausted` condition only observes is `policy_card_incomplete` and starts nothing,
+/// and a card whose anomaly condition and breaker only observe runs with its run record
+/// naming them (docs/reference.md §6).
+#[test]
+fn a_card_that_only_observes_what_must_stop_is_refused() {
+    let home = Home::new();
+    let gateway = TestGateway::start();
+    for kind in ["wall_clock", "budget_exhausted"] {
+        let mut observing = card(&run_id("observe"), "a");
+        observing["stop_conditions"] =
+            json!([{"kind": "manual"}, {"kind": kind, "mode": "observe"}]);
+        let stderr = check_refused(
+            &home,
+            &observing,
+            &["--unconfined", "--gateway", &gateway.url()],
+            "policy_card_incomplete",
+        );
+        assert!(
+            stderr.contains(&format!("stop_conditions[1].mode ({kind} always enforces")),
+            "{stderr}"
+        );
+    }
+    let mut breaker = card(&run_id("observe"), "a");
+    breaker["breakers"]["mode"] = json!({"budget_exhausted": "observe"});
+    check_refused(
+        &home,
+        &breaker,
+        &["--unconfined", "--gateway", &gateway.url()],
+        "policy_card_incomplete",
+    );
+    assert!(!home.file("runs").exists(), "a refused card left a record");
+
+    let run = run_id("watching");
+    let mut watching = card(&run, "a");
+    watching["stop_conditions"] =
+        json!([{"kind": "wall_clock"}, {"kind": "anomaly", "threshold": 0.9, "mode": "observe"}]);
+    watching["breakers"]["mode"] =
+        json!({"refused_egress": "observe", "unauthorized_calls": "enforce"});
+    let path = write_card(&home, &watching);
+    let ran = home.run(&[
+        "run",
+        "--policy",
+        path.to_str().unwrap(),
+        "--unconfined",
+        "--gateway",
+        &gateway.url(),
+        "--",
+        "/bin/true",
+    ]);
+    ran.assert_ok();
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(home.file(&format!("runs/{run}/run.json"))).unwrap())
+            .unwrap();
+    assert_eq!(
+        record["observe_only"],
+        json!(["stop_conditions[1]:anomaly", "breakers.refused_egress"]),
+        "{record}"
+    );
+}
+
 #[test]
 fn an_incomplete_card_starts_nothing_and_records_nothing() {
     let home = Home::new();

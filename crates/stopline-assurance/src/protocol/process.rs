@@ -126,10 +126,10 @@ pub enum ProcSpec {
     /// `stopline run`'s drill gate (and `GET /v1/drills`): `Evidence::drills`, which
     /// builds the drill index of an older home.
     DrillGate,
-    /// `stopline run`'s store steps for one worker, in order: `Store::begin_run` (the entry in
+    /// `stopline run`'s store steps for one worker, in order: `Runs::begin_run` (the entry in
     /// `runs.live/`, then the card and run record), the registration `running` (the agent was
     /// started once `begin_run` returned), the registration `exited` (its end observed), then
-    /// `Store::end_run`.
+    /// `Runs::end_run`.
     Supervise {
         /// The run.
         run: String,
@@ -137,9 +137,9 @@ pub enum ProcSpec {
         agent: String,
     },
     /// An engage's reach (and `status`, the owner console's pid list): the registrations of
-    /// what may be live, `Store::live_worker_registrations`.
+    /// what may be live, `Runs::live_worker_registrations`.
     Reach,
-    /// The census of `runs.live/` by the store's rule (`Store::retire_finished_live_runs`, run
+    /// The census of `runs.live/` by the store's rule (`Runs::retire_finished_live_runs`, run
     /// by `status` and by every `stopline run`).
     RetireLiveRuns,
     /// A gateway admission: `Store::load_view`, verify the token, `ControlView::decide`.
@@ -582,15 +582,17 @@ impl ProcSpec {
                 let steps = || -> Result<(), stopline_store::StoreError> {
                     let entry = serde_json::json!({"project": "/project"});
                     let card = serde_json::json!({"schema": "policy-card.v1", "run_id": run});
-                    let record = serde_json::json!({"schema": "run-record.v1", "run_id": run});
-                    let live = store.begin_run(run, agent, 4242, &entry, &card, &record)?;
+                    let record = run_record(run, agent);
+                    let live = store
+                        .runs()
+                        .begin_run(run, agent, 4242, &entry, &card, &record)?;
                     let entry = live.as_ref().map(|l| l.file.clone());
                     for state in ["running", "exited"] {
                         let registration = worker_registration(run, agent, state, entry.as_deref());
-                        store.register_worker(run, agent, &registration)?;
+                        store.runs().register_worker(run, agent, &registration)?;
                     }
                     match live {
-                        Some(live) => store.end_run(&live),
+                        Some(live) => store.runs().end_run(&live),
                         None => Ok(()),
                     }
                 };
@@ -603,7 +605,7 @@ impl ProcSpec {
                 workers: reached(store),
             },
             ProcSpec::RetireLiveRuns => {
-                let retired = store.retire_finished_live_runs();
+                let retired = store.runs().retire_finished_live_runs();
                 if retired.errors.is_empty() {
                     Outcome::Compacted
                 } else {
@@ -638,6 +640,31 @@ pub fn tool_calls(n: u64) -> stopline_core::budget::Budgets {
     [(stopline_core::budget::BudgetKind::ToolCalls, n as f64)].into()
 }
 
+/// A run record as the supervisor writes it before its agent starts.
+pub fn run_record(run: &str, agent: &str) -> stopline_core::run_record::RunRecord {
+    use stopline_core::run_record::{Begun, GatewayRecord, RunRecord};
+    RunRecord::begun(Begun {
+        run_id: run.into(),
+        agent: agent.into(),
+        harness_version: "harness".into(),
+        command: vec!["agent".into()],
+        project: "/project".into(),
+        user: None,
+        uid: None,
+        unconfined: true,
+        net: "host".into(),
+        gateway: GatewayRecord {
+            url: "http://127.0.0.1:8700".into(),
+            addr: "127.0.0.1:8700".into(),
+            config_sha256: None,
+            config_hash_source: "unknown".into(),
+        },
+        gateway_config_sha256: None,
+        supervisor_pid: 4242,
+        started_at: "2026-12-07T00:00:00.000Z".into(),
+    })
+}
+
 /// A worker registration as the supervisor writes it (the fields the readers look at).
 pub fn worker_registration(
     run: &str,
@@ -652,10 +679,11 @@ pub fn worker_registration(
     registration
 }
 
-/// `<run>/<agent>` of every registration `Store::live_worker_registrations` returns that is not
+/// `<run>/<agent>` of every registration `Runs::live_worker_registrations` returns that is not
 /// finished, in order; an error (a hole) is `?`.
 pub fn reached(store: &Store) -> Vec<String> {
     let mut workers: Vec<String> = store
+        .runs()
         .live_worker_registrations()
         .into_iter()
         .map(|found| match found {

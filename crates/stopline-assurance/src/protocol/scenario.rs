@@ -761,8 +761,8 @@ pub const SPEND_SETUP_TOTAL: u64 = 7;
 
 /// The live-run index (`runs.live/`). The setup ran run `r1` of agent `worker` to its
 /// end (its registration says `exited`, its entry is gone); the run id is then started again
-/// (`Store::begin_run`: the entry, the card, the record; the registrations `running` and
-/// `exited`; `Store::end_run`), raced by an engage's reach and by the census of finished entries,
+/// (`Runs::begin_run`: the entry, the card, the record; the registrations `running` and
+/// `exited`; `Runs::end_run`), raced by an engage's reach and by the census of finished entries,
 /// crashed at every step: a worker that may be running is in every reach that spans it and in
 /// the reach after any crash — the earlier instance's `exited` registration never hides it, and
 /// no entry leaves the index while its worker runs.
@@ -770,13 +770,14 @@ pub fn live_runs() -> Scenario {
     let s = Setup::new();
     let live = s
         .store
+        .runs()
         .begin_run(
             "r1",
             "worker",
             4241,
             &serde_json::json!({"project": "/project"}),
             &serde_json::json!({"schema": "policy-card.v1"}),
-            &serde_json::json!({"schema": "run-record.v1"}),
+            &crate::protocol::process::run_record("r1", "worker"),
         )
         .expect("setup: begin_run")
         .expect("setup: the index");
@@ -784,10 +785,11 @@ pub fn live_runs() -> Scenario {
         let registration =
             crate::protocol::process::worker_registration("r1", "worker", state, Some(&live.file));
         s.store
+            .runs()
             .register_worker("r1", "worker", &registration)
             .expect("setup: registration");
     }
-    s.store.end_run(&live).expect("setup: end_run");
+    s.store.runs().end_run(&live).expect("setup: end_run");
     let racers = vec![
         ProcSpec::Supervise {
             run: "r1".into(),
@@ -808,18 +810,24 @@ pub fn live_runs() -> Scenario {
 /// An older home gets its live-run index. The setup is a home an older stopline
 /// wrote: no `runs.live/`, run `r0` of `worker` registered running (no `live_entry`; its
 /// supervisor runs throughout) and run `old` of `worker` finished. A new run `r1` starts
-/// (`Store::begin_run` builds the index: `runs.live/`, a legacy entry for `r0`, the marker, then
+/// (`Runs::begin_run` builds the index: `runs.live/`, a legacy entry for `r0`, the marker, then
 /// its own entry), raced by an engage's reach, crashed at every step: `r0` is in every reach
 /// and after every crash, whether the index was built, half built or not at all.
 pub fn live_runs_older_home() -> Scenario {
     let s = Setup::new();
     for (run, state) in [("old", "exited"), ("r0", "running")] {
         s.store
-            .record_run(run, &serde_json::json!({}), &serde_json::json!({}))
+            .runs()
+            .record_run(
+                run,
+                &serde_json::json!({}),
+                &crate::protocol::process::run_record(run, "worker"),
+            )
             .expect("setup: record");
         let registration =
             crate::protocol::process::worker_registration(run, "worker", state, None);
         s.store
+            .runs()
             .register_worker(run, "worker", &registration)
             .expect("setup: registration");
     }

@@ -12,9 +12,10 @@
 //! Figures are reported, never asserted.
 #![allow(clippy::disallowed_methods)] // `bench gateway`: its own gateway, proxies and throwaway homes, never a real home
 
-use super::{handshake, latencies, ratio, throughput, upstream, BenchError, Target};
+use super::{handshake, latencies, ratio, throughput, BenchError, Target};
 use crate::procs::{free_port, serve, within, BenchHome, Children};
-use crate::stats::{percentile, quantile};
+use crate::stats::{median, median_present, percentile};
+use crate::upstream::start_upstream;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -124,15 +125,6 @@ pub struct ThroughputRound {
     pub rps: Proxies,
     /// The gateway's recorded tool.
     pub recorded_rps: f64,
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    quantile(&values, 0.5)
-}
-
-fn median_opt(values: Vec<Option<f64>>) -> Option<f64> {
-    values.into_iter().collect::<Option<Vec<f64>>>().map(median)
 }
 
 /// The nginx binary to measure: `--nginx PATH`, else Debian's when it exists.
@@ -282,18 +274,9 @@ async fn run(
     rounds: usize,
     children: &mut Children,
 ) -> Result<GatewayReport, BenchError> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(err)?;
-    let upstream_addr = listener.local_addr().map_err(err)?;
-    let upstream_server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            axum::Router::new().route("/mcp", axum::routing::post(upstream)),
-        )
-        .await
-    });
-    let upstream_url = format!("http://{upstream_addr}/mcp");
+    let upstream = start_upstream().await?;
+    let (upstream_addr, upstream_url, upstream_server) =
+        (upstream.addr, upstream.url, upstream.server);
     let target = |url: String, token: Option<String>| Target {
         url,
         session: None,
@@ -424,9 +407,9 @@ fn summarize_latency(concurrency: usize, rounds: Vec<LatencyRound>) -> LatencyLe
     let medians = |p50: bool| {
         let all: Vec<Proxies> = rounds.iter().map(|r| added(r, p50)).collect();
         Proxies {
-            bare: median(all.iter().map(|a| a.bare).collect()),
-            nginx: median_opt(all.iter().map(|a| a.nginx).collect()),
-            gateway: median(all.iter().map(|a| a.gateway).collect()),
+            bare: median(all.iter().map(|a| a.bare)),
+            nginx: median_present(all.iter().map(|a| a.nginx)),
+            gateway: median(all.iter().map(|a| a.gateway)),
         }
     };
     let added_p50: Vec<Proxies> = rounds.iter().map(|r| added(r, true)).collect();
@@ -434,38 +417,31 @@ fn summarize_latency(concurrency: usize, rounds: Vec<LatencyRound>) -> LatencyLe
         concurrency,
         added_p50_us: medians(true),
         added_p99_us: medians(false),
-        ratio_vs_bare: median(
+        ratio_vs_bare: median(added_p50.iter().map(|a| ratio(a.gateway, a.bare.max(1.0)))),
+        ratio_vs_nginx: median_present(
             added_p50
                 .iter()
-                .map(|a| ratio(a.gateway, a.bare.max(1.0)))
-                .collect(),
-        ),
-        ratio_vs_nginx: median_opt(
-            added_p50
-                .iter()
-                .map(|a| a.nginx.map(|n| ratio(a.gateway, n.max(1.0))))
-                .collect(),
+                .map(|a| a.nginx.map(|n| ratio(a.gateway, n.max(1.0)))),
         ),
         per_round: rounds,
     }
 }
 
 fn summarize_rates(rounds: Vec<ThroughputRound>) -> ThroughputSummary {
-    let of = |f: &dyn Fn(&ThroughputRound) -> f64| median(rounds.iter().map(f).collect());
+    let of = |f: &dyn Fn(&ThroughputRound) -> f64| median(rounds.iter().map(f));
     ThroughputSummary {
         concurrency: THROUGHPUT_CONCURRENCY,
         direct_rps: of(&|r| r.direct_rps),
         rps: Proxies {
             bare: of(&|r| r.rps.bare),
-            nginx: median_opt(rounds.iter().map(|r| r.rps.nginx).collect()),
+            nginx: median_present(rounds.iter().map(|r| r.rps.nginx)),
             gateway: of(&|r| r.rps.gateway),
         },
         recorded_rps: of(&|r| r.recorded_rps),
-        gateway_vs_nginx: median_opt(
+        gateway_vs_nginx: median_present(
             rounds
                 .iter()
-                .map(|r| r.rps.nginx.map(|n| ratio(r.rps.gateway, n)))
-                .collect(),
+                .map(|r| r.rps.nginx.map(|n| ratio(r.rps.gateway, n))),
         ),
         gateway_vs_bare: of(&|r| ratio(r.rps.gateway, r.rps.bare)),
         recorded_vs_read_only: of(&|r| ratio(r.recorded_rps, r.rps.gateway)),

@@ -1,13 +1,13 @@
 //! The receipts of `evidence list` and `evidence verify` (docs/reference.md §9).
 
 use super::compact;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 use stopline_core::text::inert;
 
 /// The receipt of `evidence list`: every record as written.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EvidenceListReceipt {
     /// The log's lines, in order.
     pub records: Vec<Value>,
@@ -52,7 +52,7 @@ fn record_text(record: &Value) -> String {
 }
 
 /// The receipt of `evidence verify`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EvidenceVerifyReceipt {
     /// True only when the chain is whole, anchored (at most the newest line unanchored), the
     /// registries were read, and no operation was admitted after a trip.

@@ -53,6 +53,11 @@ pub struct StatusReceipt {
     pub unresolved: Census,
     /// Notes.
     pub warnings: Vec<String>,
+    /// The stop conditions and breakers that only observe (docs/reference.md §6, §8): this
+    /// home's `breakers.<kind>` from `[breakers.mode]`, and each listed run's card's as
+    /// `run <id>: <condition>`. Absent when everything enforces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observe_only: Vec<String>,
     /// When it was observed (unix ms): the text's latch ages are measured from it.
     #[serde(skip)]
     pub observed_ms: i64,

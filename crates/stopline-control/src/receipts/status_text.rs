@@ -298,6 +298,13 @@ impl fmt::Display for StatusReceipt {
         for fault in &self.faults {
             let _ = write!(out, "\nfault {}: {}", fault.code, fault.message);
         }
+        if !self.observe_only.is_empty() {
+            let _ = write!(
+                out,
+                "\nobserve only (recorded and alerted, never stopped): {}",
+                inert(&self.observe_only.join(", "))
+            );
+        }
         if self.latches.is_empty() {
             out.push_str("\nlatches: none");
         } else {

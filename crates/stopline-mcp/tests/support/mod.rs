@@ -58,6 +58,43 @@ impl World {
         format!("http://{}/mcp/{server}", self.gateway.addr)
     }
 
+    /// `POST` a JSON-RPC `body` to `server` as the world's agent (in `session` when given),
+    /// accepting JSON or an event stream, on a client of its own (its own connection).
+    pub async fn post_rpc(
+        &self,
+        server: &str,
+        session: Option<&str>,
+        body: &serde_json::Value,
+    ) -> reqwest::Response {
+        let mut request = client()
+            .post(self.mcp_url(server))
+            .bearer_auth(&self.token)
+            .header("accept", "application/json, text/event-stream");
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.json(body).send().await.unwrap()
+    }
+
+    /// Open the server's event stream of `session` on `server` (`GET`), resuming after
+    /// `last_event_id` when given, on a client of its own (its own connection).
+    pub async fn open_stream(
+        &self,
+        server: &str,
+        session: &str,
+        last_event_id: Option<&str>,
+    ) -> reqwest::Response {
+        let mut request = client()
+            .get(self.mcp_url(server))
+            .bearer_auth(&self.token)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", session);
+        if let Some(last) = last_event_id {
+            request = request.header("last-event-id", last);
+        }
+        request.send().await.unwrap()
+    }
+
     /// Engage an emergency of `scope` from the console (off the async workers), as `tester`.
     pub async fn emergency(&self, scope: &str, reason: &str) -> EngageReceipt {
         let (ctx, scope, reason) = (self.ctx.clone(), scope.to_string(), reason.to_string());
@@ -78,4 +115,9 @@ impl World {
     pub async fn shutdown(self) {
         self.gateway.shutdown().await;
     }
+}
+
+/// A client that never goes through a proxy of the environment.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
 }

@@ -9,7 +9,7 @@ use std::io;
 use stopline_core::wal::WalFault;
 
 /// One segment of the evidence log as a whole read found it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SegmentSummary {
     /// Its file name under `evidence/`.
     pub segment: String,

@@ -5,30 +5,31 @@
 //! (`@` is in no valid name, so the name alone says whose entry it is even when its body cannot
 //! be read). The rules:
 //!
-//! - **Written before the run exists.** [`Store::begin_run`] creates the entry (create-new,
+//! - **Written before the run exists.** [`Runs::begin_run`](super::Runs::begin_run) creates the entry (create-new,
 //!   fsync, fsync of `runs.live/`) before the policy card and run record, and the supervisor
 //!   starts nothing before both returned: a worker that may be running always has its entry.
-//! - **Removed only when nothing of it is live.** [`Store::end_run`] (the supervisor, after its
-//!   worker's last registration) and [`Store::retire_finished_live_runs`] (a census) remove an
+//! - **Removed only when nothing of it is live.** [`Runs::end_run`](crate::runs::Runs::end_run) (the supervisor, after its
+//!   worker's last registration) and [`Runs::retire_finished_live_runs`](crate::runs::Runs::retire_finished_live_runs) (a census) remove an
 //!   entry only when the registration *naming that entry* (`live_entry`) says `quiescent` or
 //!   `exited`; a registration of another instance of the same run and agent never counts. A
 //!   census that proved a crashed supervisor's worker gone (supervisor and group both gone)
-//!   uses [`Store::remove_live_run`].
+//!   uses [`Runs::remove_live_run`](crate::runs::Runs::remove_live_run).
 //! - **Read fail-closed.** A home with no `runs.live/complete` marker (an older home, or one
 //!   whose index is being built) is read whole, as before the index. An entry whose name does
 //!   not parse makes the read whole; one whose body cannot be read makes its run's workers read
 //!   whole; both also return an error beside the registrations, so a census knows it has a
 //!   hole. An entry whose registration does not name it (not yet written, or another
 //!   instance's) stands for a worker `starting`, with the entry's cgroup and project.
-//! - **Built once for an older home.** The first [`Store::begin_run`] on a home with `runs/` but
+//! - **Built once for an older home.** The first [`Runs::begin_run`](super::Runs::begin_run) on a home with `runs/` but
 //!   no marker indexes every registration that is not finished (legacy entries, which accept a
 //!   registration without `live_entry`), then writes the marker: a crash before the marker
 //!   leaves the home read whole, and the next run builds the index again.
 
 use crate::error::{IoContext, StoreError};
-use crate::Store;
+use crate::runs::Runs;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use stopline_core::run_record::RunRecord;
 use stopline_core::worker::WorkerRegistration;
 use stopline_core::{Name, RefusalCode};
 
@@ -108,14 +109,14 @@ pub struct Retired {
 /// One listing of `runs.live/`: `None` when the index is not trusted (no marker).
 pub type LiveListing = Option<Vec<String>>;
 
-impl Store {
+impl Runs<'_> {
     /// `runs.live/<file>`.
     fn live_path(&self, file: &str) -> std::path::PathBuf {
-        self.layout.runs_live().join(file)
+        self.store.layout.runs_live().join(file)
     }
 
     /// Record a run before it starts: its entry in `runs.live/` first (durable), then its policy
-    /// card and run record ([`Store::record_run`]). `entry` is the entry's body (an object: the
+    /// card and run record ([`Runs::record_run`](super::Runs::record_run)). `entry` is the entry's body (an object: the
     /// caller puts `project` and the expected `cgroup` in it); the run, agent and supervisor pid
     /// are added. Returns the entry, or `None` when the home has no trusted index and one could
     /// not be built (then every reader reads `runs/` whole, this run included).
@@ -126,13 +127,13 @@ impl Store {
         supervisor_pid: u32,
         entry: &Value,
         card: &Value,
-        record: &Value,
+        record: &RunRecord,
     ) -> Result<Option<LiveRun>, StoreError> {
         let run = Name::parse(run_id).map_err(StoreError::Refused)?;
         let agent = Name::parse(agent).map_err(StoreError::Refused)?;
         let live = match self.ensure_live_index() {
             Ok(()) => {
-                let nonce = self.env.random_hex(8);
+                let nonce = self.store.env.random_hex(8);
                 let file = format!(
                     "{}@{}@{supervisor_pid}@{nonce}.json",
                     run.as_str(),
@@ -181,14 +182,15 @@ impl Store {
     /// Remove `runs.live/<file>` (and fsync the directory). Only for an entry whose worker was
     /// observed finished, or proved gone with its supervisor.
     pub fn remove_live_run(&self, file: &str) -> Result<(), StoreError> {
-        let dir = self.layout.runs_live();
+        let dir = self.store.layout.runs_live();
         let path = dir.join(file);
-        match self.fs.remove_file(&path, "runs.live.remove") {
+        match self.store.fs.remove_file(&path, "runs.live.remove") {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(error) => return Err(error).context(|| format!("removing {}", path.display())),
         }
-        self.fs
+        self.store
+            .fs
             .sync_dir(&dir, "runs.live.remove.dirsync")
             .context(|| format!("syncing {}", dir.display()))
     }
@@ -196,8 +198,8 @@ impl Store {
     /// The entries of a trusted `runs.live/` (the marker left out), `None` when the home has no
     /// trusted index (read `runs/` whole), an error when it cannot be listed.
     pub fn live_runs(&self) -> Result<LiveListing, StoreError> {
-        let dir = self.layout.runs_live();
-        match self.fs.read_dir(&dir) {
+        let dir = self.store.layout.runs_live();
+        match self.store.fs.read_dir(&dir) {
             Ok(names) if names.iter().any(|n| n == COMPLETE) => {
                 Ok(Some(names.into_iter().filter(|n| n != COMPLETE).collect()))
             }
@@ -210,7 +212,7 @@ impl Store {
     /// The body of one entry.
     pub fn live_run_body(&self, file: &str) -> Result<Value, StoreError> {
         let path = self.live_path(file);
-        let bytes = self.read_optional(&path)?.unwrap_or_default();
+        let bytes = self.store.read_optional(&path)?.unwrap_or_default();
         serde_json::from_slice::<Value>(&bytes)
             .ok()
             .filter(Value::is_object)
@@ -223,7 +225,7 @@ impl Store {
     }
 
     /// The worker registrations of what may be live: through `runs.live/` when the home has a
-    /// trusted index, else every registration under `runs/` ([`Store::worker_registrations`]).
+    /// trusted index, else every registration under `runs/` ([`Runs::worker_registrations`](crate::runs::Runs::worker_registrations)).
     /// Same shape as that: an entry or registration that cannot be read is an error beside the
     /// others, and what it hides is read whole (see the module docs).
     pub fn live_worker_registrations(&self) -> Vec<Result<WorkerRegistration, StoreError>> {
@@ -290,7 +292,7 @@ impl Store {
     /// The reader's rule of ownership (a planted bug may drop it).
     fn owns_registration(&self, live: &LiveRun, registration: &WorkerRegistration) -> bool {
         #[cfg(feature = "planted-bugs")]
-        if self.planted == crate::planted::PlantedBug::LiveEntryTrustsAnyRegistration {
+        if self.store.planted == crate::planted::PlantedBug::LiveEntryTrustsAnyRegistration {
             return true;
         }
         live.owns(registration)
@@ -338,7 +340,7 @@ impl Store {
             Ok(dir) => dir.join("workers"),
             Err(error) => return vec![Err(error)],
         };
-        let names = match self.fs.read_dir(&workers) {
+        let names = match self.store.fs.read_dir(&workers) {
             Ok(names) => names,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
             Err(error) => {
@@ -348,15 +350,16 @@ impl Store {
         names
             .into_iter()
             .filter(|n| n.ends_with(".json"))
-            .map(|name| self.registration_at(&workers.join(name)))
+            .map(|name| self.store.registration_at(&workers.join(name)))
             .collect()
     }
 
     /// Make `runs.live/` the trusted index: create it, and on a home that has `runs/` but no
     /// marker, index every registration that is not finished before writing the marker.
     fn ensure_live_index(&self) -> Result<(), StoreError> {
-        let dir = self.layout.runs_live();
+        let dir = self.store.layout.runs_live();
         if self
+            .store
             .fs
             .read_dir(&dir)
             .is_ok_and(|names| names.iter().any(|n| n == COMPLETE))
@@ -364,18 +367,21 @@ impl Store {
             return Ok(());
         }
         let runs_existed = self
+            .store
             .fs
-            .exists(&self.layout.runs())
-            .context(|| format!("checking {}", self.layout.runs().display()))?;
-        self.ensure_dirs(&[])?;
-        self.fs
+            .exists(&self.store.layout.runs())
+            .context(|| format!("checking {}", self.store.layout.runs().display()))?;
+        self.store.ensure_dirs(&[])?;
+        self.store
+            .fs
             .create_dir_all(&dir, "runs.live.mkdir")
             .context(|| format!("creating {}", dir.display()))?;
-        self.fs
-            .sync_dir(self.layout.home(), "runs.live.mkdir.dirsync")
-            .context(|| format!("syncing {}", self.layout.home().display()))?;
+        self.store
+            .fs
+            .sync_dir(self.store.layout.home(), "runs.live.mkdir.dirsync")
+            .context(|| format!("syncing {}", self.store.layout.home().display()))?;
         #[cfg(feature = "planted-bugs")]
-        if self.planted == crate::planted::PlantedBug::LiveIndexMarkedFirst {
+        if self.store.planted == crate::planted::PlantedBug::LiveIndexMarkedFirst {
             self.mark_live_index()?;
         }
         if runs_existed {
@@ -390,7 +396,7 @@ impl Store {
                 let pid = registration.supervisor_pid.unwrap_or(0);
                 let file = format!(
                     "{run}@{agent}@{pid}@{LEGACY}{}.json",
-                    self.env.random_hex(4)
+                    self.store.env.random_hex(4)
                 );
                 if LiveRun::parse(&file).is_none() {
                     return Err(StoreError::corrupt(
@@ -412,9 +418,9 @@ impl Store {
     /// Write the marker `runs.live/complete` (create-new, fsync, fsync of the directory): from
     /// here on readers trust the index.
     fn mark_live_index(&self) -> Result<(), StoreError> {
-        let dir = self.layout.runs_live();
+        let dir = self.store.layout.runs_live();
         let marker = dir.join(COMPLETE);
-        match self.fs.write_new(
+        match self.store.fs.write_new(
             &marker,
             b"{\"schema\":\"live-run-index.v1\"}\n",
             "runs.live.complete",
@@ -423,7 +429,8 @@ impl Store {
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(error) => return Err(error).context(|| format!("writing {}", marker.display())),
         }
-        self.fs
+        self.store
+            .fs
             .sync_dir(&dir, "runs.live.complete.dirsync")
             .context(|| format!("syncing {}", dir.display()))
     }
@@ -434,17 +441,20 @@ impl Store {
         let mut bytes = serde_json::to_vec(body).unwrap_or_default();
         bytes.push(b'\n');
         #[cfg(feature = "planted-bugs")]
-        if self.planted == crate::planted::PlantedBug::LiveEntryUnsynced {
+        if self.store.planted == crate::planted::PlantedBug::LiveEntryUnsynced {
             return self
+                .store
                 .fs
                 .append(&path, &bytes, false, fp)
                 .context(|| format!("writing {}", path.display()));
         }
-        self.fs
+        self.store
+            .fs
             .write_new(&path, &bytes, fp)
             .context(|| format!("writing {}", path.display()))?;
-        let dir = self.layout.runs_live();
-        self.fs
+        let dir = self.store.layout.runs_live();
+        self.store
+            .fs
             .sync_dir(&dir, &format!("{fp}.dirsync"))
             .context(|| format!("syncing {}", dir.display()))
     }
@@ -468,6 +478,7 @@ fn starting(live: &LiveRun, body: &Value) -> WorkerRegistration {
 mod tests {
     use super::*;
     use crate::follow::tests::Counting;
+    use crate::Store;
     use std::sync::Arc;
 
     fn home() -> (tempfile::TempDir, Store, Arc<Counting>) {
@@ -500,6 +511,7 @@ mod tests {
     fn finished_run(store: &Store, run: &str, agent: &str) {
         let live = begin(store, run, agent);
         store
+            .runs()
             .register_worker(
                 run,
                 agent,
@@ -507,20 +519,21 @@ mod tests {
             )
             .unwrap();
         store
+            .runs()
             .register_worker(run, agent, &registration(Some(&live), run, agent, "exited"))
             .unwrap();
-        store.end_run(&live).unwrap();
+        store.runs().end_run(&live).unwrap();
     }
 
     fn begin(store: &Store, run: &str, agent: &str) -> LiveRun {
         store
-            .begin_run(
+            .runs().begin_run(
                 run,
                 agent,
                 4_200_001,
                 &json!({"project": "/p", "cgroup": format!("/sys/fs/cgroup/stopline/run-{run}.{agent}")}),
                 &json!({"schema": "policy-card.v1"}),
-                &json!({"run_id": run}),
+                &crate::runs::tests::stand_in_record(run),
             )
             .unwrap()
             .expect("an index")
@@ -570,6 +583,7 @@ mod tests {
         }
         let live = begin(&store, "now", "a");
         store
+            .runs()
             .register_worker(
                 "now",
                 "a",
@@ -577,7 +591,7 @@ mod tests {
             )
             .unwrap();
         counting.reset();
-        let found = store.live_worker_registrations();
+        let found = store.runs().live_worker_registrations();
         assert_eq!(
             states(&found),
             [("now/a".to_string(), "running".to_string())]
@@ -587,8 +601,8 @@ mod tests {
             assert_eq!(counting.take(&path), 0, "{} was read", path.display());
         }
         // The whole walk, by contrast, reads every one of them.
-        assert_eq!(store.worker_registrations().len(), 41);
-        assert!(store.live_runs().unwrap().unwrap().len() == 1);
+        assert_eq!(store.runs().worker_registrations().len(), 41);
+        assert!(store.runs().live_runs().unwrap().unwrap().len() == 1);
     }
 
     #[test]
@@ -599,23 +613,25 @@ mod tests {
         let live = begin(&store, "r1", "a");
         // Not registered yet: the earlier instance's registration must not hide it.
         assert_eq!(
-            states(&store.live_worker_registrations()),
+            states(&store.runs().live_worker_registrations()),
             [("r1/a".into(), "starting".into())]
         );
-        assert!(store.retire_finished_live_runs().removed.is_empty());
+        assert!(store.runs().retire_finished_live_runs().removed.is_empty());
         store
+            .runs()
             .register_worker("r1", "a", &registration(Some(&live), "r1", "a", "running"))
             .unwrap();
         assert_eq!(
-            states(&store.live_worker_registrations()),
+            states(&store.runs().live_worker_registrations()),
             [("r1/a".into(), "running".into())]
         );
         assert!(
-            store.end_run(&live).is_err(),
+            store.runs().end_run(&live).is_err(),
             "removed while the worker runs"
         );
-        assert!(store.retire_finished_live_runs().removed.is_empty());
+        assert!(store.runs().retire_finished_live_runs().removed.is_empty());
         store
+            .runs()
             .register_worker(
                 "r1",
                 "a",
@@ -623,12 +639,12 @@ mod tests {
             )
             .unwrap();
         assert_eq!(
-            store.retire_finished_live_runs().removed,
+            store.runs().retire_finished_live_runs().removed,
             vec![live.file.clone()]
         );
-        assert!(store.live_worker_registrations().is_empty());
+        assert!(store.runs().live_worker_registrations().is_empty());
         // Ending twice is not an error (the census got there first).
-        store.end_run(&live).unwrap();
+        store.runs().end_run(&live).unwrap();
     }
 
     #[test]
@@ -637,15 +653,16 @@ mod tests {
         finished_run(&store, "old", "a");
         let live = begin(&store, "r1", "a");
         store
+            .runs()
             .register_worker("r1", "a", &registration(Some(&live), "r1", "a", "running"))
             .unwrap();
         std::fs::write(store.layout.runs_live().join(&live.file), b"{torn").unwrap();
-        let found = store.live_worker_registrations();
+        let found = store.runs().live_worker_registrations();
         assert!(found.iter().any(Result::is_err), "a hole must be reported");
         assert_eq!(states(&found), [("r1/a".into(), "running".into())]);
         // A name that is no entry's: the whole of runs/ is read, and the hole reported.
         std::fs::write(store.layout.runs_live().join("junk"), b"{}").unwrap();
-        let found = store.live_worker_registrations();
+        let found = store.runs().live_worker_registrations();
         assert!(found.iter().any(Result::is_err));
         let mut seen = states(&found);
         seen.sort();
@@ -659,25 +676,45 @@ mod tests {
         // An unreadable registration of an entry: a hole, and the entry still stands.
         std::fs::remove_file(store.layout.runs_live().join("junk")).unwrap();
         std::fs::write(store.layout.runs().join("r1/workers/a.json"), b"[").unwrap();
-        let found = store.live_worker_registrations();
+        let found = store.runs().live_worker_registrations();
         assert!(found.iter().any(Result::is_err));
     }
 
     #[test]
     fn an_older_home_is_read_whole_then_indexed_by_the_first_run() {
         let (_dir, store, _) = home();
-        store.record_run("old", &json!({}), &json!({})).unwrap();
         store
+            .runs()
+            .record_run(
+                "old",
+                &json!({}),
+                &crate::runs::tests::stand_in_record("old"),
+            )
+            .unwrap();
+        store
+            .runs()
             .register_worker("old", "a", &registration(None, "old", "a", "exited"))
             .unwrap();
-        store.record_run("legacy", &json!({}), &json!({})).unwrap();
         store
+            .runs()
+            .record_run(
+                "legacy",
+                &json!({}),
+                &crate::runs::tests::stand_in_record("legacy"),
+            )
+            .unwrap();
+        store
+            .runs()
             .register_worker("legacy", "b", &registration(None, "legacy", "b", "running"))
             .unwrap();
-        assert_eq!(store.live_runs().unwrap(), None);
-        assert_eq!(store.live_worker_registrations().len(), 2, "read whole");
+        assert_eq!(store.runs().live_runs().unwrap(), None);
+        assert_eq!(
+            store.runs().live_worker_registrations().len(),
+            2,
+            "read whole"
+        );
         let live = begin(&store, "new", "c");
-        let mut seen = states(&store.live_worker_registrations());
+        let mut seen = states(&store.runs().live_worker_registrations());
         seen.sort();
         assert_eq!(
             seen,
@@ -687,10 +724,11 @@ mod tests {
             ]
         );
         store
+            .runs()
             .register_worker("legacy", "b", &registration(None, "legacy", "b", "exited"))
             .unwrap();
-        assert_eq!(store.retire_finished_live_runs().removed.len(), 1);
-        assert_eq!(store.live_runs().unwrap().unwrap(), [live.file]);
+        assert_eq!(store.runs().retire_finished_live_runs().removed.len(), 1);
+        assert_eq!(store.runs().live_runs().unwrap().unwrap(), [live.file]);
     }
 
     /// A clock and randomness that stand still, so the entry's name is the golden's.
@@ -727,6 +765,7 @@ mod tests {
             Arc::new(Still),
         );
         let live = store
+            .runs()
             .begin_run(
                 "r1",
                 "coder",
@@ -738,14 +777,14 @@ mod tests {
                     "since": "2026-12-07T03:08:29.638Z",
                 }),
                 &json!({"schema": "policy-card.v1"}),
-                &json!({"run_id": "r1"}),
+                &crate::runs::tests::stand_in_record("r1"),
             )
             .unwrap()
             .unwrap();
         assert_eq!(live.file, "r1@coder@24077@abababababababab.json");
         let entry = std::fs::read_to_string(store.layout.runs_live().join(&live.file)).unwrap();
         assert_eq!(entry, golden("live-run-entry.json"));
-        let found = store.live_worker_registrations();
+        let found = store.runs().live_worker_registrations();
         let [Ok(starting)] = found.as_slice() else {
             panic!("{found:?}")
         };

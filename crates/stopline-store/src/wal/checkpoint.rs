@@ -55,14 +55,6 @@ impl Store {
         )
     }
 
-    /// The whole WAL verified from its first line, under the shared lock: for the verbs that
-    /// judge history (evidence), never the hot path.
-    pub fn read_wal_whole(&self) -> Result<WalLog, crate::StoreError> {
-        let wal = self.layout.wal();
-        let _guard = self.lock_log_shared(&wal)?;
-        self.read_log(&wal, stopline_core::RefusalCode::ControlWalCorrupt)
-    }
-
     fn read_wal_from_checkpoint(&self) -> Option<WalLog> {
         let bytes = self.read_optional(&self.layout.wal_checkpoint()).ok()??;
         let checkpoint: Checkpoint = serde_json::from_slice(&bytes).ok()?;
@@ -115,6 +107,17 @@ impl Store {
         {
             tracing::warn!(%error, "cannot write the WAL checkpoint");
         }
+    }
+}
+
+impl super::Wal<'_> {
+    /// The whole WAL verified from its first line, under the shared lock: for the verbs that
+    /// judge history (evidence), never the hot path.
+    pub fn read_whole(&self) -> Result<WalLog, crate::StoreError> {
+        let wal = self.store.layout.wal();
+        let _guard = self.store.lock_log_shared(&wal)?;
+        self.store
+            .read_log(&wal, stopline_core::RefusalCode::ControlWalCorrupt)
     }
 }
 

@@ -258,9 +258,10 @@ fn watch(
 
 /// Rebuild the task book from `ops` (the journals' open operations, read at the gateway's
 /// start): each `a2a:<name>` send with a `task` record has its task owned again by the chain
-/// its `prepared` record names. A send still unresolved keeps its task open: it is parked on
-/// it, and a watcher cancels it at a stop covering that chain, as for a task seen live. How
-/// many open tasks were rebuilt.
+/// its `prepared` record names. A send still unresolved whose writer is gone keeps its task
+/// open: it is parked on it, and a watcher cancels it at a stop covering that chain, as for a
+/// task seen live (a live writer's sends are its own to follow). How many open tasks were
+/// rebuilt.
 pub(crate) fn rebuild(gov: &Governor, ops: &BTreeMap<String, Operation>) -> usize {
     let authority = Authority {
         issue_epoch: gov.snapshot().view.epoch.seq,
@@ -288,6 +289,11 @@ pub(crate) fn rebuild(gov: &Governor, ops: &BTreeMap<String, Operation>) -> usiz
         };
         if let Some(how) = ended {
             book.ended(name, task, how);
+            continue;
+        }
+        // Another gateway over this home, still running, follows its own sends (and cancels
+        // their tasks at a stop): this one only knows whose task it is.
+        if stopline_store::ops::writer_alive(&op.writer) {
             continue;
         }
         let recovered = Recovered {

@@ -17,7 +17,7 @@ use crate::waiters::{wait_until, Interest};
 use axum::body::Bytes;
 use axum::http::{HeaderValue, Method};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stopline_core::budget::{BudgetKind, Budgets};
@@ -258,42 +258,37 @@ fn watch(
 
 /// Rebuild the task book from `ops` (the journals' open operations, read at the gateway's
 /// start): each `a2a:<name>` send with a `task` record has its task owned again by the chain
-/// its `prepared` record names. A send still unresolved whose writer is gone keeps its task
-/// open: it is parked on it, and a watcher cancels it at a stop covering that chain, as for a
-/// task seen live (a live writer's sends are its own to follow). How many open tasks were
-/// rebuilt.
+/// its `prepared` record names. A send still unresolved whose writer is gone is parked on its
+/// task, and the task is watched and cancelled at a stop covering that chain, as a task seen
+/// live is (a live writer's sends are its own to follow). A send's outcome does not say its
+/// task ended (the owner may have reconciled it), so a finished send's task is only owned
+/// again. How many open tasks are watched.
 pub(crate) fn rebuild(gov: &Governor, ops: &BTreeMap<String, Operation>) -> usize {
     let authority = Authority {
         issue_epoch: gov.snapshot().view.epoch.seq,
     };
     let book = gov.a2a_tasks();
-    let mut open = 0;
-    for op in ops.values() {
-        let Some(name) = op.target.strip_prefix("a2a:") else {
-            continue;
-        };
-        let Some((task, version)) = &op.task else {
-            continue;
-        };
-        let Some(root) = op.root.as_deref().or(op.agent.as_deref()) else {
-            continue;
-        };
-        let Some(task_ended) = book.opened(name, task, root) else {
-            continue;
-        };
-        let ended = match op.outcome.as_deref() {
-            None => None,
-            Some("committed") => Some(Ended::Completed),
-            Some("cancelled") => Some(Ended::Canceled),
-            Some(_) => Some(Ended::Failed),
-        };
-        if let Some(how) = ended {
-            book.ended(name, task, how);
-            continue;
+    let sends = || {
+        ops.values().filter_map(|op| {
+            let name = op.target.strip_prefix("a2a:")?;
+            let (task, version) = op.task.as_ref()?;
+            let root = op.root.as_deref().or(op.agent.as_deref())?;
+            Some((op, name, task, version, root))
+        })
+    };
+    // First every task's owner, then the sends left open on them.
+    let mut fresh = HashMap::new();
+    for (_, name, task, _, root) in sends() {
+        if let Some(task_ended) = book.opened(name, task, root) {
+            fresh.insert((name.to_string(), task.clone()), task_ended);
         }
-        // Another gateway over this home, still running, follows its own sends (and cancels
-        // their tasks at a stop): this one only knows whose task it is.
-        if stopline_store::ops::writer_alive(&op.writer) {
+    }
+    let mut open = 0;
+    for (op, name, task, version, root) in sends() {
+        if op.outcome.is_some()
+            || !book.owned_by(name, task, root)
+            || stopline_store::ops::writer_alive(&op.writer)
+        {
             continue;
         }
         let recovered = Recovered {
@@ -304,18 +299,20 @@ pub(crate) fn rebuild(gov: &Governor, ops: &BTreeMap<String, Operation>) -> usiz
             finish_open(send, result);
             continue;
         }
+        let Some(task_ended) = fresh.remove(&(name.to_string(), task.clone())) else {
+            continue; // already watched, for another send on it
+        };
         let mut chain: Vec<Name> = Name::parse(root).into_iter().collect();
         if let Some(agent) = op.agent.as_deref().filter(|a| *a != root) {
             chain.extend(Name::parse(agent));
         }
         let subject = Subject::proven(chain, Vec::new(), Vec::new());
-        let version = Version::from_label(version.as_deref());
         tracing::info!(task, agent = %name, op = %op.op, root, "an open remote A2A task rebuilt from the journal");
         watch(
             gov.clone(),
             Watched::Rebuilt(subject, authority),
             name.to_string(),
-            version,
+            Version::from_label(version.as_deref()),
             task.clone(),
             task_ended,
         );

@@ -144,6 +144,9 @@ pub enum Phase {
     InDoubt,
     /// Its outcome.
     Outcome,
+    /// The remote task a send opened (`a2a:<agent>` operations, docs/reference.md §8): the
+    /// A2A task id, so a restarted gateway knows which chain owns it and can cancel it.
+    Task,
 }
 
 /// One line of an operation journal.
@@ -181,6 +184,12 @@ pub struct OpLine {
     /// `outcome` by reconciliation, or `in_doubt`: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// `task`: the remote A2A task id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// `task`: the A2A version the task was opened in (`1.0` or `0.3`; its cancel method).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 impl OpLine {
@@ -200,6 +209,8 @@ impl OpLine {
             outcome: None,
             by: None,
             reason: None,
+            task: None,
+            version: None,
         }
     }
 }
@@ -243,6 +254,11 @@ pub struct Operation {
     /// operation (a recovery plan in the WAL keeps its shape).
     #[serde(skip)]
     pub doubt: Option<String>,
+    /// The remote A2A task its send opened, and the A2A version it spoke (its `task` line):
+    /// what a restarted gateway rebuilds its task book from. Never part of a record that
+    /// carries the operation.
+    #[serde(skip)]
+    pub task: Option<(String, Option<String>)>,
 }
 
 impl Operation {
@@ -295,6 +311,7 @@ pub fn fold<'a>(lines: impl IntoIterator<Item = (&'a str, OpLine)>) -> BTreeMap<
                     outcome: None,
                     writer: writer.to_string(),
                     doubt: None,
+                    task: None,
                 });
             }
             _ => late.push(line),
@@ -312,6 +329,11 @@ pub fn fold<'a>(lines: impl IntoIterator<Item = (&'a str, OpLine)>) -> BTreeMap<
                     op.doubt = line.reason.clone().or(op.doubt.take());
                 }
                 Phase::Outcome => op.outcome = line.outcome.clone().or(Some("unknown".into())),
+                Phase::Task => {
+                    if op.task.is_none() {
+                        op.task = line.task.clone().map(|t| (t, line.version.clone()));
+                    }
+                }
                 Phase::Prepared => {}
             }
         }
@@ -369,6 +391,33 @@ mod tests {
         ]);
         assert!(!ops["a"].is_unresolved());
         assert!(ops["b"].is_unresolved());
+    }
+
+    /// A send's `task` line names the remote task it opened, the first one wins, and a line
+    /// written before this field existed still reads (no task).
+    #[test]
+    fn a_task_line_names_the_remote_task_of_its_send() {
+        let mut task = line("s", Phase::Task, None);
+        task.task = Some("t-1".into());
+        task.version = Some("0.3".into());
+        let mut later = line("s", Phase::Task, None);
+        later.task = Some("t-2".into());
+        let written = serde_json::to_string(&task).unwrap();
+        assert!(written.contains(r#""phase":"task""#), "{written}");
+        assert!(written.contains(r#""task":"t-1""#), "{written}");
+        let read: OpLine = serde_json::from_str(&written).unwrap();
+        let ops = fold([
+            ("gw", line("s", Phase::Prepared, Some("a2a:remote"))),
+            ("gw", read),
+            ("gw", later),
+            ("gw", line("p", Phase::Prepared, Some("a2a:remote"))),
+        ]);
+        assert_eq!(ops["s"].task, Some(("t-1".into(), Some("0.3".into()))));
+        assert_eq!(ops["p"].task, None);
+        assert!(ops["s"].is_unresolved());
+        let old: OpLine =
+            serde_json::from_str(r#"{"op":"o","phase":"prepared","ts":"t","ts_ms":1}"#).unwrap();
+        assert_eq!(old.task, None);
     }
 
     #[test]

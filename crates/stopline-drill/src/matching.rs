@@ -150,6 +150,7 @@ mod tests {
             outcome: Some("committed".into()),
             writer: "gateway-1-1".into(),
             doubt: None,
+            task: None,
         }
     }
 

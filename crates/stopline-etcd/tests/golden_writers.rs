@@ -130,6 +130,7 @@ fn census() -> Census {
         outcome: None,
         writer: "gateway-4200001-1".into(),
         doubt: None,
+        task: None,
     };
     Census {
         file: vec![CensusEntry {

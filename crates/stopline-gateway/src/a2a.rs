@@ -30,9 +30,14 @@
 //! This file judges and hands on requests; `a2a_task.rs` follows the tasks (meter, keeper,
 //! watcher, the cancel at a stop), `a2a_book.rs` remembers them, `a2a_wire.rs` reads the wire.
 //!
-//! The book is memory: a gateway that restarts forgets it, so every earlier task is refused
-//! `task_not_owned` (fail closed), and a send it left open is found unresolved (its writer is
-//! gone) until reconciled. A send that blocks until its task ends (`SendMessage` without
+//! The book is durable: the task a send opens is recorded on its operation (a `task` journal
+//! line, queued before the answer naming it is handed on), and a gateway starting on the home
+//! rebuilds the book from the journals' open operations (`a2a_task::rebuild`): the tasks are
+//! their chains' again, and those whose sends are still unresolved (in doubt, their writer
+//! gone) are watched and cancelled at a stop covering the chain, as if seen live. A task the
+//! journals no longer name is refused `task_not_owned` (fail closed).
+//!
+//! A send that blocks until its task ends (`SendMessage` without
 //! `returnImmediately`) shows its task id only in its answer: cut before it, the gateway
 //! cannot name the task to cancel, and the operation is in doubt after `cut_outcome_wait_s`
 //! unless the answer arrives; streaming sends name their task in their first event.
@@ -250,7 +255,8 @@ async fn call(
             out.insert(key.clone(), value.clone());
         }
     }
-    let (meter, keeper) = crate::a2a_task::follow(gov, caller, name, version, is_send);
+    let (meter, keeper) =
+        crate::a2a_task::follow(gov, caller, name, version, is_send, admission.op_id());
     let id = request.id.clone();
     let stream = matches!(
         request.kind,

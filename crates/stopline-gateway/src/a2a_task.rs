@@ -13,12 +13,18 @@ use crate::exchange::{Keeper, Meter};
 use crate::governor::Governor;
 use crate::outgoing::Outgoing;
 use crate::response_book::chain_root;
+use crate::waiters::{wait_until, Interest};
 use axum::body::Bytes;
 use axum::http::{HeaderValue, Method};
 use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stopline_core::budget::{BudgetKind, Budgets};
+use stopline_core::call::must_end_remote;
+use stopline_core::ops::Operation;
+use stopline_core::view::Authority;
+use stopline_core::{Name, Subject};
 
 /// Reads every answer and stream event for the task it speaks of: writes a task a send opened
 /// in the book (and starts its watcher), and settles the sends parked on a task seen ending.
@@ -29,6 +35,8 @@ pub(crate) struct A2aMeter {
     version: Version,
     /// A send's exchange: the tasks it shows are the caller's.
     opens: bool,
+    /// The send's operation, until its `task` record is written.
+    op: Mutex<Option<String>>,
     buffer: Vec<u8>,
     /// The last task seen, for the send's keeper.
     seen: Arc<Mutex<Option<TaskSeen>>>,
@@ -56,11 +64,22 @@ impl A2aMeter {
         }
         let book = self.gov.a2a_tasks();
         if self.opens {
-            if let Some(task_ended) = book.opened(&self.name, &seen.id, &chain_root(&self.caller)) {
+            let root = chain_root(&self.caller);
+            let opened = book.opened(&self.name, &seen.id, &root);
+            // Every send that speaks of its chain's task records it once (a send that
+            // continues a task too: its operation may outlive the one that opened it).
+            let mut op = self.op.lock().unwrap_or_else(|e| e.into_inner());
+            if op.is_some() && (opened.is_some() || book.owned_by(&self.name, &seen.id, &root)) {
+                if let Some(op) = op.take() {
+                    record_task(&self.gov, &op, &seen.id, self.version);
+                }
+            }
+            drop(op);
+            if let Some(task_ended) = opened {
                 if !seen.is_terminal() {
                     watch(
                         self.gov.clone(),
-                        self.caller.clone(),
+                        Watched::Caller(self.caller.clone()),
                         self.name.clone(),
                         self.version,
                         seen.id.clone(),
@@ -141,33 +160,165 @@ fn outcome_of(result: Result<Ended, String>) -> Outcome {
     }
 }
 
-/// Finish a send the book held. Only this module puts sends in the book, each an `Admission`.
+/// Write the `task` record of send `op`, which opened `task`: queued at once (before the
+/// answer that names the task is handed on), not waited for. Waiting is not needed for safety:
+/// the remote task exists from the send's dispatch, so a crash before the record is durable
+/// loses nothing a record could have saved that a crash one instant before the answer came
+/// would not also lose — the send's operation, prepared before dispatch, is then found in
+/// doubt, and the agent's later use of the task id is refused `task_not_owned` (fail closed).
+fn record_task(gov: &Governor, op: &str, task: &str, version: Version) {
+    let durable = gov
+        .journal()
+        .submit_task(op, task, version.header_value().unwrap_or("1.0"));
+    let (op, task) = (op.to_string(), task.to_string());
+    tokio::spawn(async move {
+        if let Err(error) = durable.await {
+            tracing::warn!(%error, op, task, "cannot record the remote A2A task a send opened: a restart will not know it");
+        }
+    });
+}
+
+/// A send a restarted gateway found open in a journal, with the task it opened: finished by
+/// recording its outcome (or its doubt) in this gateway's journal.
+struct Recovered {
+    gov: Governor,
+    op: String,
+}
+
+impl Recovered {
+    fn finish(self, result: Result<Ended, String>) {
+        let journal = self.gov.journal();
+        let durable = match result {
+            Ok(Ended::Completed) => journal.submit_outcome(&self.op, "committed"),
+            Ok(Ended::Failed) => journal.submit_outcome(&self.op, "failed"),
+            Ok(Ended::Canceled) => journal.submit_outcome(&self.op, "cancelled"),
+            Err(why) => journal.submit_in_doubt(&self.op, &why),
+        };
+        let op = self.op;
+        tokio::spawn(async move {
+            if let Err(error) = durable.await {
+                tracing::warn!(%error, op, "cannot record what became of a recovered A2A send");
+            }
+        });
+    }
+}
+
+/// Finish a send the book held. Only this module puts sends in the book: the `Admission`s
+/// a2a.rs admitted, and the sends [`rebuild`] recovered from the journals.
 fn finish_open(send: OpenSend, result: Result<Ended, String>) {
-    let admission = send
-        .downcast::<Admission>()
-        .expect("the A2A task book holds only the admissions a2a.rs put in it");
-    admission.finish(outcome_of(result));
+    match send.downcast::<Admission>() {
+        Ok(admission) => admission.finish(outcome_of(result)),
+        Err(send) => send
+            .downcast::<Recovered>()
+            .expect("the A2A task book holds only admissions and recovered sends")
+            .finish(result),
+    }
+}
+
+/// Whose remote work a watcher watches.
+enum Watched {
+    /// The caller whose send opened the task.
+    Caller(Caller),
+    /// A task rebuilt from the journals: the chain its send's record names, judged with the
+    /// authority current when the gateway started.
+    Rebuilt(Subject, Authority),
 }
 
 /// While `task` is open, wait for a stop that ends the caller's remote work; then cancel it.
 fn watch(
     gov: Governor,
-    caller: Caller,
+    watched: Watched,
     name: String,
     version: Version,
     task: String,
     task_ended: tokio::sync::oneshot::Receiver<()>,
 ) {
     tokio::spawn(async move {
-        let mut cuts = gov.subscribe_remote_cuts(&caller);
+        let cut = async {
+            match &watched {
+                Watched::Caller(caller) => gov.subscribe_remote_cuts(caller).cut().await,
+                Watched::Rebuilt(subject, authority) => {
+                    let registration = gov.wait_on_view_uncalled(Interest::EndRemote);
+                    wait_until(&registration, || {
+                        must_end_remote(&gov.snapshot().view, subject, *authority, gov.now_ms())
+                    })
+                    .await
+                }
+            }
+        };
         tokio::select! {
-            refusal = cuts.cut() => {
+            refusal = cut => {
                 tracing::info!(task, agent = %name, code = %refusal.code, "cancelling a remote A2A task at a stop");
                 cancel_at_stop(&gov, &name, version, &task).await;
             }
             _ = task_ended => {}
         }
     });
+}
+
+/// Rebuild the task book from `ops` (the journals' open operations, read at the gateway's
+/// start): each `a2a:<name>` send with a `task` record has its task owned again by the chain
+/// its `prepared` record names. A send still unresolved whose writer is gone is parked on its
+/// task, and the task is watched and cancelled at a stop covering that chain, as a task seen
+/// live is (a live writer's sends are its own to follow). A send's outcome does not say its
+/// task ended (the owner may have reconciled it), so a finished send's task is only owned
+/// again. How many open tasks are watched.
+pub(crate) fn rebuild(gov: &Governor, ops: &BTreeMap<String, Operation>) -> usize {
+    let authority = Authority {
+        issue_epoch: gov.snapshot().view.epoch.seq,
+    };
+    let book = gov.a2a_tasks();
+    let sends = || {
+        ops.values().filter_map(|op| {
+            let name = op.target.strip_prefix("a2a:")?;
+            let (task, version) = op.task.as_ref()?;
+            let root = op.root.as_deref().or(op.agent.as_deref())?;
+            Some((op, name, task, version, root))
+        })
+    };
+    // First every task's owner, then the sends left open on them.
+    let mut fresh = HashMap::new();
+    for (_, name, task, _, root) in sends() {
+        if let Some(task_ended) = book.opened(name, task, root) {
+            fresh.insert((name.to_string(), task.clone()), task_ended);
+        }
+    }
+    let mut open = 0;
+    for (op, name, task, version, root) in sends() {
+        if op.outcome.is_some()
+            || !book.owned_by(name, task, root)
+            || stopline_store::ops::writer_alive(&op.writer)
+        {
+            continue;
+        }
+        let recovered = Recovered {
+            gov: gov.clone(),
+            op: op.op.clone(),
+        };
+        if let Settle::Now(send, result) = book.settle_or_park(name, task, Box::new(recovered)) {
+            finish_open(send, result);
+            continue;
+        }
+        let Some(task_ended) = fresh.remove(&(name.to_string(), task.clone())) else {
+            continue; // already watched, for another send on it
+        };
+        let mut chain: Vec<Name> = Name::parse(root).into_iter().collect();
+        if let Some(agent) = op.agent.as_deref().filter(|a| *a != root) {
+            chain.extend(Name::parse(agent));
+        }
+        let subject = Subject::proven(chain, Vec::new(), Vec::new());
+        tracing::info!(task, agent = %name, op = %op.op, root, "an open remote A2A task rebuilt from the journal");
+        watch(
+            gov.clone(),
+            Watched::Rebuilt(subject, authority),
+            name.to_string(),
+            Version::from_label(version.as_deref()),
+            task.clone(),
+            task_ended,
+        );
+        open += 1;
+    }
+    open
 }
 
 /// Send the cancel method for `task` (bounded by `cut_outcome_wait_s`) and settle the sends on
@@ -254,6 +405,7 @@ pub(crate) fn follow(
     name: &str,
     version: Version,
     opens: bool,
+    op: Option<&str>,
 ) -> (A2aMeter, Option<Box<dyn Keeper>>) {
     let seen = Arc::new(Mutex::new(None));
     let meter = A2aMeter {
@@ -262,6 +414,7 @@ pub(crate) fn follow(
         name: name.to_string(),
         version,
         opens,
+        op: Mutex::new(op.map(String::from)),
         buffer: Vec::new(),
         seen: seen.clone(),
     };

@@ -34,6 +34,11 @@ impl Version {
         }
     }
 
+    /// The version a journal's `task` record names (`header_value`'s form); 1.0 otherwise.
+    pub fn from_label(label: Option<&str>) -> Version {
+        Version::from_header(label)
+    }
+
     /// The method that cancels a task in this version.
     pub fn cancel_method(self) -> &'static str {
         match self {

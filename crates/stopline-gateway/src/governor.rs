@@ -501,6 +501,11 @@ impl Governor {
         self.inner.view.waiters().register(caller, interest)
     }
 
+    /// Register a wait on the view with no caller for `interest` (woken at every change).
+    pub(crate) fn wait_on_view_uncalled(&self, interest: Interest) -> Registration {
+        self.inner.view.waiters().register_uncalled(interest)
+    }
+
     /// Block `target` in the view at once: an operation this gateway marked in doubt.
     pub(crate) fn block_target(&self, target: &str, blocker: Blocker) {
         self.inner.view.block_target(target, blocker);

@@ -182,6 +182,19 @@ pub async fn start_with(
         fleet,
     )?;
     gov.set_access_log(options.access_log);
+    // The A2A task book is durable (docs/reference.md §8 "A2A"): the tasks earlier gateways
+    // recorded are owned again, and those still open are cancelled at a stop covering their
+    // chain. A journal that cannot be read is reported by the census, as everywhere.
+    if !gov.config().a2a.is_empty() {
+        let (ops, _) = store.ops().open();
+        let open = crate::a2a_task::rebuild(&gov, &ops);
+        if open > 0 {
+            tracing::info!(
+                open,
+                "open remote A2A tasks rebuilt from the operation journals"
+            );
+        }
+    }
     if let Some(alerts) = gov.alerts() {
         crate::alerts::watch_latches(view.clone(), alerts, id.clone());
     }

@@ -81,6 +81,12 @@ impl Waiters {
         self.enter(Some(caller.clone()), interest)
     }
 
+    /// Register a wait with no caller (remote work a restarted gateway rebuilt from its
+    /// journal): woken at every change, to judge itself.
+    pub fn register_uncalled(self: &Arc<Self>, interest: Interest) -> Registration {
+        self.enter(None, interest)
+    }
+
     /// Register an acknowledgement of `held` as waiting for the view to hold another set of
     /// latches. Register before comparing the view with `held`.
     pub fn register_latches(self: &Arc<Self>, held: BTreeSet<String>) -> Registration {

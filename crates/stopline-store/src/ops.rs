@@ -511,6 +511,16 @@ impl OpsJournal {
         self.submit(&line, true, "ops.in_doubt")
     }
 
+    /// Queue the `task` record of a send (an `a2a:<agent>` operation) that opened remote task
+    /// `task` in A2A `version`: resolves once it is durable. What a restarted gateway rebuilds
+    /// its task book from (docs/reference.md §8 "A2A").
+    pub fn submit_task(&self, op: &str, task: &str, version: &str) -> Durable {
+        let mut line = self.line(op, Phase::Task);
+        line.task = Some(task.to_string());
+        line.version = Some(version.to_string());
+        self.submit(&line, true, "ops.task")
+    }
+
     /// Batches the group commit has written so far (each one append and at most one fsync).
     pub fn batches(&self) -> u64 {
         self.queue.batches()

@@ -409,6 +409,35 @@ mod tests {
         assert!(census.destination[0].in_flight, "its writer is alive");
     }
 
+    /// The `task` record of an open A2A send is one of its lines: a snapshot keeps it with
+    /// them, so the hot read a restarted gateway rebuilds its task book from still names the
+    /// task; once the send has its outcome the snapshot drops it with them.
+    #[test]
+    fn an_open_sends_task_record_survives_the_snapshot() {
+        let (_dir, store, name, _open) = aged(20);
+        let journal = store.ops().journal("gateway").unwrap();
+        let owner = OpOwner::agent("alice");
+        let send = journal.prepare_for("a2a:remote", &owner, None).unwrap();
+        journal.dispatched(&send).unwrap();
+        journal.submit_task(&send, "task-1", "1.0").wait().unwrap();
+        let done = journal.prepare_for("a2a:remote", &owner, None).unwrap();
+        journal.submit_task(&done, "task-2", "0.3").wait().unwrap();
+        journal.outcome(&done, "committed").unwrap();
+        store.ops().snapshot_journal(&name, 1).unwrap();
+        let snapshot: Snapshot =
+            serde_json::from_slice(&std::fs::read(store.snapshot_path(&name)).unwrap()).unwrap();
+        assert!(snapshot
+            .lines
+            .iter()
+            .any(|l| l.op == send && l.phase == Phase::Task));
+        assert!(snapshot.lines.iter().all(|l| l.op != done));
+        let (hot, errors) = store.ops().open();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(hot[&send].task, Some(("task-1".into(), Some("1.0".into()))));
+        assert!(hot[&send].is_unresolved());
+        assert!(!hot.contains_key(&done));
+    }
+
     #[test]
     fn lines_after_the_snapshot_are_read_and_an_untrusted_snapshot_means_the_whole_journal() {
         let (_dir, store, name, open) = aged(20);

@@ -5,7 +5,9 @@
 //! card URL. Send, stream, get and cancel go through; the card names only the gateway; a stop
 //! mid-stream ends the agent's stream with the refusal, cancels the remote task, and lets no
 //! new message reach the remote; a remote that does not confirm its cancel leaves the send
-//! unresolved and says so; and one chain's task is refused to another (`task_not_owned`).
+//! unresolved and says so; one chain's task is refused to another (`task_not_owned`); and the
+//! task book outlives the gateway: one restarted on the same home still knows whose each task
+//! is, and cancels the tasks left open at a stop.
 #![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
@@ -24,13 +26,18 @@ const REMOTE_SECRET: &str = "remote-secret-credential";
 /// credential in `headers`, from the gateway's environment).
 fn start(home: &Home, remote_env: &[(&str, &str)], top: &str) -> (Upstream, Gateway) {
     let remote = Upstream::start_script_with(home, "a2a_remote_agent.py", remote_env);
+    let gateway = serve(home, &remote, top);
+    (remote, gateway)
+}
+
+/// A gateway on `home` serving `remote` as `[a2a.remote]`.
+fn serve(home: &Home, remote: &Upstream, top: &str) -> Gateway {
     let config = format!(
         "{top}\n[a2a.remote]\nurl = \"http://127.0.0.1:{}/rpc\"\n\
          headers = {{ Authorization = \"Bearer ${{env:REMOTE_SECRET}}\" }}\n",
         remote.port
     );
-    let gateway = Gateway::start_with_env(home, &config, &[("REMOTE_SECRET", REMOTE_SECRET)]);
-    (remote, gateway)
+    Gateway::start_with_env(home, &config, &[("REMOTE_SECRET", REMOTE_SECRET)])
 }
 
 fn client(gateway: &Gateway, token: &str, mode: &str, arg: Option<&str>) -> Command {
@@ -445,4 +452,77 @@ fn a_send_under_halt_noncritical_is_held_and_reaches_nothing() {
     assert_eq!(error["data"]["code"], "queued_timeout", "{error}");
     assert_eq!(error["code"], -32000, "{error}");
     assert!(executed(&remote).is_empty());
+}
+
+/// The task book is durable: a gateway killed mid-stream and started again on the same home
+/// still lets the agent read its own task, still refuses it to another chain, and at a
+/// HALT_ALL of the agent sends the cancel of the task its predecessor saw opened (the remote
+/// kept working meanwhile), recording the remote's answer on the send's operation.
+#[test]
+fn a_restarted_gateway_still_knows_whose_task_it_is_and_cancels_it_at_a_stop() {
+    let home = Home::new();
+    let (remote, gateway) = start(&home, &[], "");
+    let alice = home.token(&["--agent", "alice"]);
+    let bob = home.token(&["--agent", "bob"]);
+    let mut stream = Streaming::start(&gateway, &alice, "long before the restart");
+    let task = stream.first_artifact();
+
+    // The send's operation names its task in the journal (queued as the task was first seen,
+    // not waited for), ...
+    let recorded = gw::within(Duration::from_secs(20), || {
+        std::fs::read_dir(home.file("ops"))
+            .unwrap()
+            .flatten()
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .any(|text| {
+                text.lines().any(|l| {
+                    serde_json::from_str::<Value>(l)
+                        .is_ok_and(|l| l["phase"] == "task" && l["task"] == json!(task))
+                })
+            })
+            .then_some(())
+    });
+    assert!(recorded.is_some(), "the send's task record");
+    // ... then the gateway ends (killed by its pid: `Proc`'s drop); the remote task runs on.
+    drop(gateway);
+    drop(stream);
+    let gateway = serve(&home, &remote, "");
+    let artifacts = |remote: &Upstream| {
+        remote_lines(remote)
+            .iter()
+            .filter(|l| l["task"] == json!(task) && l.get("artifact").is_some())
+            .count()
+    };
+    let before = artifacts(&remote);
+    assert!(
+        gw::within(Duration::from_secs(20), || (artifacts(&remote) > before)
+            .then_some(()))
+        .is_some(),
+        "the remote task keeps running after the gateway is gone"
+    );
+
+    // Its owner still reads it; another chain is still refused it.
+    let own = &a2a(&gateway, &alice, "get", Some(&task))[0];
+    assert_eq!(own["task"]["id"], json!(task), "{own}");
+    let theirs = &a2a(&gateway, &bob, "get", Some(&task))[0];
+    assert_eq!(theirs["ok"], false, "{theirs}");
+    assert!(
+        theirs["error"].as_str().unwrap().contains("task_not_owned"),
+        "{theirs}"
+    );
+    assert!(cancels(&remote).is_empty());
+
+    // A HALT_ALL of the agent: the new gateway cancels the old task, and the send is cancelled.
+    home.engage("agent:alice", "halt-all");
+    let cancelled = gw::within(Duration::from_secs(20), || {
+        let ops = ops_on(&home, "a2a:remote");
+        (ops.len() == 1 && ops[0]["outcome"] == "cancelled").then_some(ops)
+    });
+    assert!(
+        cancelled.is_some(),
+        "{:?} {:?}",
+        ops_on(&home, "a2a:remote"),
+        cancels(&remote)
+    );
+    assert_eq!(cancels(&remote), [task]);
 }

@@ -32,6 +32,23 @@ impl Store {
         })
     }
 
+    /// A JSON file of a run parsed as `T`: `None` when it is missing, corrupt when it does not
+    /// parse.
+    fn json_at<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &Path,
+    ) -> Result<Option<T>, StoreError> {
+        match self.read_optional(path)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                StoreError::corrupt(
+                    RefusalCode::ControlStateCorrupt,
+                    format!("{}: {e}", path.display()),
+                )
+            }),
+        }
+    }
+
     /// Create `dir` (and its parents under the home) and fsync each parent whose entries
     /// changed, so the new directory entries survive a crash.
     pub(crate) fn ensure_durable_dir(&self, dir: &Path) -> Result<(), StoreError> {
@@ -140,15 +157,7 @@ impl Runs<'_> {
     /// run has none.
     pub fn run_card(&self, run_id: &str) -> Result<Option<Value>, StoreError> {
         let path = self.run_dir(run_id)?.join("policy-card.json");
-        match self.store.read_optional(&path)? {
-            None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                StoreError::corrupt(
-                    RefusalCode::ControlStateCorrupt,
-                    format!("{}: {e}", path.display()),
-                )
-            }),
-        }
+        self.store.json_at(&path)
     }
 
     /// The registration of one worker, `None` when there is none.
@@ -162,15 +171,7 @@ impl Runs<'_> {
             .run_dir(run_id)?
             .join("workers")
             .join(format!("{}.json", agent.as_str()));
-        match self.store.read_optional(&path)? {
-            None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                StoreError::corrupt(
-                    RefusalCode::ControlStateCorrupt,
-                    format!("{}: {e}", path.display()),
-                )
-            }),
-        }
+        self.store.json_at(&path)
     }
 
     /// Every worker registration under `runs/*/workers/*.json`, in name order: the whole

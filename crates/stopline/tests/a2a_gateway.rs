@@ -126,6 +126,22 @@ fn ops_on(home: &Home, target: &str) -> Vec<Value> {
 }
 
 /// A streamed send running in the client: its events as they come.
+/// The remote received exactly one cancel, of `task`, and the one send on `a2a:remote` was
+/// finished `cancelled`.
+fn assert_cancelled_once(home: &Home, remote: &Upstream, task: &str) {
+    let cancelled = gw::within(Duration::from_secs(20), || {
+        let ops = ops_on(home, "a2a:remote");
+        (ops.len() == 1 && ops[0]["outcome"] == "cancelled").then_some(ops)
+    });
+    assert!(
+        cancelled.is_some(),
+        "{:?} {:?}",
+        ops_on(home, "a2a:remote"),
+        cancels(remote)
+    );
+    assert_eq!(cancels(remote), [task]);
+}
+
 struct Streaming {
     _proc: Proc,
     lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
@@ -280,17 +296,7 @@ fn a_halt_mid_stream_ends_the_agents_stream_cancels_the_remote_task_and_nothing_
     );
 
     // The remote received the cancel of that task, and confirmed it: the send is cancelled.
-    let cancelled = gw::within(Duration::from_secs(20), || {
-        let ops = ops_on(&home, "a2a:remote");
-        (ops.len() == 1 && ops[0]["outcome"] == "cancelled").then_some(ops)
-    });
-    assert!(
-        cancelled.is_some(),
-        "{:?} {:?}",
-        ops_on(&home, "a2a:remote"),
-        cancels(&remote)
-    );
-    assert_eq!(cancels(&remote), [task]);
+    assert_cancelled_once(&home, &remote, &task);
 
     // A new send is refused, and reaches nothing.
     let refused = a2a(&gateway, &token, "send", Some("after the stop"));
@@ -514,15 +520,5 @@ fn a_restarted_gateway_still_knows_whose_task_it_is_and_cancels_it_at_a_stop() {
 
     // A HALT_ALL of the agent: the new gateway cancels the old task, and the send is cancelled.
     home.engage("agent:alice", "halt-all");
-    let cancelled = gw::within(Duration::from_secs(20), || {
-        let ops = ops_on(&home, "a2a:remote");
-        (ops.len() == 1 && ops[0]["outcome"] == "cancelled").then_some(ops)
-    });
-    assert!(
-        cancelled.is_some(),
-        "{:?} {:?}",
-        ops_on(&home, "a2a:remote"),
-        cancels(&remote)
-    );
-    assert_eq!(cancels(&remote), [task]);
+    assert_cancelled_once(&home, &remote, &task);
 }

@@ -156,16 +156,7 @@ fn a_card_whose_supervisor_died_runs_again_once_its_agent_is_gone() {
     running.child.wait().unwrap();
     // While the orphan runs, the card is refused.
     let card = write_card(&home, &card(&run, "agent-r"));
-    let refused = home.run(&[
-        "run",
-        "--policy",
-        card.to_str().unwrap(),
-        "--unconfined",
-        "--gateway",
-        &gateway.url(),
-        "--",
-        "/bin/true",
-    ]);
+    let refused = run_true(&home, &card, &gateway.url());
     assert_eq!(refused.code, 1, "{}", refused.stdout);
     assert!(
         refused.stdout.contains("already running"),

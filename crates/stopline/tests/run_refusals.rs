@@ -80,16 +80,7 @@ fn a_card_that_only_observes_what_must_stop_is_refused() {
     watching["breakers"]["mode"] =
         json!({"refused_egress": "observe", "unauthorized_calls": "enforce"});
     let path = write_card(&home, &watching);
-    let ran = home.run(&[
-        "run",
-        "--policy",
-        path.to_str().unwrap(),
-        "--unconfined",
-        "--gateway",
-        &gateway.url(),
-        "--",
-        "/bin/true",
-    ]);
+    let ran = run_true(&home, &path, &gateway.url());
     ran.assert_ok();
     let record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(home.file(&format!("runs/{run}/run.json"))).unwrap())

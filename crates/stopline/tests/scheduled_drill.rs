@@ -87,16 +87,7 @@ fn a_failed_scheduled_drill_closes_the_gate_and_alerts() {
     let mut card = run_support::card(&run, "agent-g");
     card["harness_version"] = json!("sched-fail");
     let path = run_support::write_card(&home, &card);
-    let refused = home.run(&[
-        "run",
-        "--policy",
-        path.to_str().unwrap(),
-        "--unconfined",
-        "--gateway",
-        &gateway.url(),
-        "--",
-        "/bin/true",
-    ]);
+    let refused = run_support::run_true(&home, &path, &gateway.url());
     assert_eq!(refused.code, 1, "{}", refused.stdout);
     assert!(
         format!("{}{}", refused.stdout, refused.stderr).contains("drill_required"),

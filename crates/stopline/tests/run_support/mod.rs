@@ -387,3 +387,18 @@ pub fn counter(out: &Path) -> u64 {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
 }
+
+/// `stopline run --policy CARD --unconfined --gateway URL -- /bin/true`: a card run through to
+/// its end (or refused) by an agent that does nothing.
+pub fn run_true(home: &Home, card: &Path, gateway_url: &str) -> crate::util::Run {
+    home.run(&[
+        "run",
+        "--policy",
+        card.to_str().unwrap(),
+        "--unconfined",
+        "--gateway",
+        gateway_url,
+        "--",
+        "/bin/true",
+    ])
+}

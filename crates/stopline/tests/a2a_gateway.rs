@@ -544,6 +544,38 @@ fn a_restarted_gateway_still_knows_whose_task_it_is_and_cancels_it_at_a_stop() {
     assert_cancelled_once(&home, &remote, &task);
 }
 
+/// A stop by what the agent works in, not by its name, reaches a task rebuilt after a restart
+/// too: the task's record keeps the whole subject whose send opened it (chain, projects, runs,
+/// labels), so a HALT_ALL of the agent's project (or of its run) covers it as it covered the
+/// live send.
+#[test]
+fn a_project_or_run_stop_reaches_a_task_rebuilt_after_a_restart() {
+    for (scope_of, args) in [
+        ("project", vec!["--project"]),
+        ("run", vec!["--run", "eval-7"]),
+    ] {
+        let home = Home::new();
+        let project = home.dir.path().join("work/repo");
+        std::fs::create_dir_all(&project).unwrap();
+        let project = project.to_str().unwrap().to_string();
+        let (remote, gateway) = start(&home, &[], "");
+        let mut token_args = vec!["--agent", "alice"];
+        token_args.extend(&args);
+        if scope_of == "project" {
+            token_args.push(&project);
+        }
+        let alice = home.token(&token_args);
+        let (_gateway, task) = restart_with_an_open_task(&home, &remote, gateway, &alice);
+        assert!(cancels(&remote).is_empty());
+        let scope = match scope_of {
+            "project" => format!("project:{project}"),
+            _ => "run:eval-7".to_string(),
+        };
+        home.engage(&scope, "halt-all");
+        assert_cancelled_once(&home, &remote, &task);
+    }
+}
+
 /// The JavaScript SDK's client (`tests/js/a2a_client.mjs`) as `token`, in `mode`.
 fn js_client(gateway: &Gateway, token: &str, mode: &str, text: Option<&str>) -> Command {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");

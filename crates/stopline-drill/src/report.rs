@@ -34,14 +34,21 @@ fn one(o: &Value) -> String {
         o["a2a_messages_after_trip"], o["in_flight_at_trip"], o["effects"],
     );
     if let Some(long) = o.get("a2a_long_task") {
-        let end = &long["end"];
+        let detail = long["end"]["detail"].as_str().unwrap_or_default();
+        let after = num(&long["ended_after_pull_ms"]);
+        let stream = match long["end"]["how"].as_str().unwrap_or_default() {
+            "refused" => format!("stream cut with {detail} {after} ms after the pull"),
+            "ended" => format!("stream ended without a refusal {after} ms after the pull"),
+            "error" => format!("stream failed: {detail}"),
+            _ => "stream still open when the drill ended".to_string(),
+        };
         text.push_str(&format!(
-            "\n  long A2A task {}: stream ended {}{} after {} ms; remote cancel {} ({} cancel(s) received)",
+            "\n  long A2A task {}: {stream}; remote cancel {} ({} cancel(s) received)",
             long["task"].as_str().unwrap_or("(none)"),
-            end["how"].as_str().unwrap_or_default(),
-            end["detail"].as_str().map(|d| format!(" ({d})")).unwrap_or_default(),
-            num(&long["ended_after_pull_ms"]),
-            long["cancel"].as_str().unwrap_or_default().replace('_', " "),
+            long["cancel"]
+                .as_str()
+                .unwrap_or_default()
+                .replace('_', " "),
             o["a2a_cancels_received"],
         ));
     }

@@ -190,6 +190,12 @@ pub struct OpLine {
     /// `task`: the A2A version the task was opened in (`1.0` or `0.3`; its cancel method).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// `task`: the subject whose send opened the task (its chain, projects, runs and labels),
+    /// so that a gateway rebuilding the task after a restart cancels it at every stop that
+    /// covered the send, a project's or a run's too. Absent in lines written before it was
+    /// recorded: the chain is then rebuilt from `prepared`'s root and agent alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<crate::subject::Subject>,
 }
 
 impl OpLine {
@@ -211,6 +217,7 @@ impl OpLine {
             reason: None,
             task: None,
             version: None,
+            subject: None,
         }
     }
 }
@@ -254,11 +261,21 @@ pub struct Operation {
     /// operation (a recovery plan in the WAL keeps its shape).
     #[serde(skip)]
     pub doubt: Option<String>,
-    /// The remote A2A task its send opened, and the A2A version it spoke (its `task` line):
-    /// what a restarted gateway rebuilds its task book from. Never part of a record that
-    /// carries the operation.
+    /// The remote A2A task its send opened (its `task` line): what a restarted gateway
+    /// rebuilds its task book from. Never part of a record that carries the operation.
     #[serde(skip)]
-    pub task: Option<(String, Option<String>)>,
+    pub task: Option<RemoteTask>,
+}
+
+/// The remote A2A task a send opened, as its `task` line records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteTask {
+    /// The task id at the remote.
+    pub id: String,
+    /// The A2A version it was opened in (`1.0` or `0.3`), when recorded.
+    pub version: Option<String>,
+    /// The subject whose send opened it, when recorded (lines of older gateways have none).
+    pub subject: Option<crate::subject::Subject>,
 }
 
 impl Operation {
@@ -331,7 +348,11 @@ pub fn fold<'a>(lines: impl IntoIterator<Item = (&'a str, OpLine)>) -> BTreeMap<
                 Phase::Outcome => op.outcome = line.outcome.clone().or(Some("unknown".into())),
                 Phase::Task => {
                     if op.task.is_none() {
-                        op.task = line.task.clone().map(|t| (t, line.version.clone()));
+                        op.task = line.task.clone().map(|id| RemoteTask {
+                            id,
+                            version: line.version.clone(),
+                            subject: line.subject.clone(),
+                        });
                     }
                 }
                 Phase::Prepared => {}
@@ -412,12 +433,47 @@ mod tests {
             ("gw", later),
             ("gw", line("p", Phase::Prepared, Some("a2a:remote"))),
         ]);
-        assert_eq!(ops["s"].task, Some(("t-1".into(), Some("0.3".into()))));
+        assert_eq!(
+            ops["s"].task,
+            Some(RemoteTask {
+                id: "t-1".into(),
+                version: Some("0.3".into()),
+                subject: None
+            })
+        );
         assert_eq!(ops["p"].task, None);
         assert!(ops["s"].is_unresolved());
         let old: OpLine =
             serde_json::from_str(r#"{"op":"o","phase":"prepared","ts":"t","ts_ms":1}"#).unwrap();
         assert_eq!(old.task, None);
+        assert!(
+            !written.contains("subject"),
+            "no subject, no field: {written}"
+        );
+    }
+
+    /// A `task` line may carry the subject whose send opened the task (projects and runs
+    /// included), read back whole; a line without one still reads.
+    #[test]
+    fn a_task_line_keeps_the_subject_of_its_send() {
+        use crate::scope::Name;
+        let subject = crate::subject::Subject::proven(
+            vec![
+                Name::parse("alice").unwrap(),
+                Name::parse("alice-helper").unwrap(),
+            ],
+            vec!["/srv/repo".into()],
+            vec![Name::parse("eval-7").unwrap()],
+        );
+        let mut task = line("s", Phase::Task, None);
+        task.task = Some("t-1".into());
+        task.subject = Some(subject.clone());
+        let read: OpLine = serde_json::from_str(&serde_json::to_string(&task).unwrap()).unwrap();
+        let ops = fold([
+            ("gw", line("s", Phase::Prepared, Some("a2a:remote"))),
+            ("gw", read),
+        ]);
+        assert_eq!(ops["s"].task.as_ref().unwrap().subject, Some(subject));
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! `metadata.stopline_request_id` of a model call), so the destination's record of what it
 //! executed can be matched against the operation registry; every call also names it in
 //! `x-request-id`, by which the in-process gateway's timeline marks it (`crate::breakdown`).
+//! A caller with an A2A agent to reach also sends it messages (`SendMessage`, a JSON-RPC id
+//! like a tool call's); one agent keeps a long streaming task open besides (`crate::long_task`).
 //! A caller notes the moment it first
 //! sees a refusal at or after the pull, and the longest successful call it made before the pull
 //! (the drill's window must be longer than the longest task). A caller never retries and never
@@ -41,6 +43,8 @@ pub struct Endpoints {
     pub mcp_server: String,
     /// The model to call, when model calls reach the drill's destination.
     pub model: Option<String>,
+    /// The A2A agent on the gateway (`/a2a/<name>`), when A2A sends reach the drill's remote.
+    pub a2a: Option<String>,
 }
 
 /// What every call goes to, parsed once for the whole drill (not on every call).
@@ -50,6 +54,8 @@ pub struct Targets {
     mcp: Result<Uri, String>,
     /// `POST /v1/chat/completions` and the model's name as JSON text, when model calls are made.
     model: Option<(Result<Uri, String>, String)>,
+    /// `POST /a2a/<name>`, when A2A sends are made.
+    pub(crate) a2a: Option<Result<Uri, String>>,
 }
 
 impl Targets {
@@ -67,6 +73,10 @@ impl Targets {
                     Value::from(model.as_str()).to_string(),
                 )
             }),
+            a2a: endpoints
+                .a2a
+                .as_ref()
+                .map(|name| uri(format!("{}/a2a/{name}", endpoints.gateway))),
         }
     }
 }
@@ -84,6 +94,9 @@ pub struct Shared {
     pub longest_task_us: AtomicU64,
     /// Calls answered so far (for the progress bar).
     pub answered: AtomicU64,
+    /// Set when the long A2A task's agent has seen its task open (`crate::long_task`): the
+    /// pull waits for it, so the stop always finds the task open.
+    pub long_task_open: AtomicBool,
 }
 
 /// What one caller saw.
@@ -143,6 +156,7 @@ enum Action {
     Tool,
     Write,
     Model,
+    A2a,
 }
 
 /// Run one caller until `shared.stop`.
@@ -156,6 +170,9 @@ pub async fn run_caller(
     let mut actions = vec![Action::Tool, Action::Write];
     if targets.model.is_some() {
         actions.push(Action::Model);
+    }
+    if targets.a2a.is_some() {
+        actions.push(Action::A2a);
     }
     // A token is header-safe text (base64url and dots); one that is not fails every call.
     let authorization = HeaderValue::from_str(&format!("Bearer {}", caller.token))
@@ -227,8 +244,9 @@ async fn call(
     if let Ok(value) = HeaderValue::from_str(&id.to_string()) {
         extra.push((HeaderName::from_static("x-request-id"), value));
     }
-    let (uri, body) = match (action, &targets.model) {
-        (Action::Model, Some((uri, model))) => {
+    let (uri, body) = match (action, &targets.model, &targets.a2a) {
+        (Action::A2a, _, Some(uri)) => (uri, a2a_send(id, false)),
+        (Action::Model, Some((uri, model)), _) => {
             let body = format!(
                 r#"{{"max_tokens":1,"messages":[{{"content":"drill","role":"user"}}],"metadata":{{"stopline_request_id":"{id}"}},"model":{model}}}"#
             );
@@ -257,6 +275,18 @@ async fn call(
         Ok(reply) => classify(reply.status, &reply.body),
         Err(why) => Answer::Error(why),
     }
+}
+
+/// An A2A 1.0 message send with JSON-RPC id `id` (`SendStreamingMessage` when `stream`).
+pub(crate) fn a2a_send(id: u64, stream: bool) -> String {
+    let method = if stream {
+        "SendStreamingMessage"
+    } else {
+        "SendMessage"
+    };
+    format!(
+        r#"{{"id":{id},"jsonrpc":"2.0","method":"{method}","params":{{"message":{{"messageId":"drill-{id}","parts":[{{"text":"drill"}}],"role":"ROLE_USER"}}}}}}"#
+    )
 }
 
 /// The few fields of an answer a caller classifies it by (the rest is skipped, not built: the

@@ -62,19 +62,7 @@ impl CallerClient {
         extra: &[(HeaderName, HeaderValue)],
         body: Vec<u8>,
     ) -> Result<Reply, String> {
-        let mut request = Request::new(Full::new(Bytes::from(body)));
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = uri.clone();
-        let headers = request.headers_mut();
-        headers.insert(AUTHORIZATION, authorization.clone());
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(
-            ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
-        for (name, value) in extra {
-            headers.insert(name.clone(), value.clone());
-        }
+        let request = request(uri, authorization, extra, body);
         let exchange = async {
             let response = self
                 .inner
@@ -95,4 +83,44 @@ impl CallerClient {
             Err(_) => Err(format!("no answer within {} s", CALL_TIMEOUT.as_secs())),
         }
     }
+
+    /// `POST` as [`CallerClient::post`] does, but hand back the answer's body to be read as it
+    /// comes (a stream): its status and body. The bound holds only until the answer's head.
+    pub async fn open(
+        &self,
+        uri: &Uri,
+        authorization: &HeaderValue,
+        extra: &[(HeaderName, HeaderValue)],
+        body: Vec<u8>,
+    ) -> Result<(u16, hyper::body::Incoming), String> {
+        let request = request(uri, authorization, extra, body);
+        match tokio::time::timeout(CALL_TIMEOUT, self.inner.request(request)).await {
+            Ok(Ok(response)) => Ok((response.status().as_u16(), response.into_body())),
+            Ok(Err(e)) => Err(error_chain(&e)),
+            Err(_) => Err(format!("no answer within {} s", CALL_TIMEOUT.as_secs())),
+        }
+    }
+}
+
+/// A JSON `POST` of `body` to `uri` as `authorization`, with `extra` headers.
+fn request(
+    uri: &Uri,
+    authorization: &HeaderValue,
+    extra: &[(HeaderName, HeaderValue)],
+    body: Vec<u8>,
+) -> Request<Full<Bytes>> {
+    let mut request = Request::new(Full::new(Bytes::from(body)));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = uri.clone();
+    let headers = request.headers_mut();
+    headers.insert(AUTHORIZATION, authorization.clone());
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        ACCEPT,
+        HeaderValue::from_static("application/json, text/event-stream"),
+    );
+    for (name, value) in extra {
+        headers.insert(name.clone(), value.clone());
+    }
+    request
 }

@@ -7,8 +7,10 @@
 //! call) and `write` (a write to its storage). `POST /v1/chat/completions` is an
 //! OpenAI-compatible model. The request id of a tool call is its JSON-RPC id, exactly as the
 //! gateway records it; a model call carries its id in `metadata.stopline_request_id`, since the
-//! gateway forwards the body and not the caller's headers. The destination only records; it
-//! never judges, and it records an effect *before* answering, so nothing it executed is missed.
+//! gateway forwards the body and not the caller's headers. `POST /a2a` is a remote A2A agent
+//! (`crate::remote_agent`): a message it receives is an effect by its JSON-RPC id, and it keeps
+//! the cancels it received. The destination only records; it never judges, and it records an
+//! effect *before* answering, so nothing it executed is missed.
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -30,6 +32,8 @@ pub enum EffectKind {
     Write,
     /// A model call.
     Model,
+    /// A message received by the remote A2A agent (a send, streamed or not).
+    A2aMessage,
 }
 
 /// One executed effect.
@@ -50,7 +54,15 @@ pub fn unix_us() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
-type Log = Arc<Mutex<Vec<Effect>>>;
+/// What the destination keeps: the effects, and the remote A2A agent's tasks and cancels.
+#[derive(Debug, Default)]
+pub struct Records {
+    effects: Mutex<Vec<Effect>>,
+    /// The remote A2A agent's own records.
+    pub(crate) remote: crate::remote_agent::RemoteAgent,
+}
+
+type Log = Arc<Records>;
 
 /// A running destination.
 #[derive(Debug)]
@@ -70,6 +82,7 @@ impl Destination {
         let router = Router::new()
             .route("/mcp", post(mcp))
             .route("/v1/chat/completions", post(model))
+            .route("/a2a", post(crate::remote_agent::rpc))
             .with_state(log.clone());
         let server = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {
@@ -89,9 +102,23 @@ impl Destination {
         format!("http://{}/v1", self.addr)
     }
 
+    /// The remote A2A agent's JSON-RPC endpoint, for `[a2a.<name>] url`.
+    pub fn a2a_url(&self) -> String {
+        format!("http://{}/a2a", self.addr)
+    }
+
     /// Every effect executed so far.
     pub fn effects(&self) -> Vec<Effect> {
-        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.log
+            .effects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Every cancel the remote A2A agent received so far.
+    pub fn a2a_cancels(&self) -> Vec<crate::remote_agent::A2aCancel> {
+        self.log.remote.cancels()
     }
 
     /// Stop serving.
@@ -100,13 +127,17 @@ impl Destination {
     }
 }
 
-fn record(log: &Log, request_id: String, kind: EffectKind) {
+/// Record one effect, stamped now.
+pub(crate) fn record(log: &Records, request_id: String, kind: EffectKind) {
     let effect = Effect {
         request_id,
         kind,
         at_unix_us: unix_us(),
     };
-    log.lock().unwrap_or_else(|p| p.into_inner()).push(effect);
+    log.effects
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(effect);
 }
 
 const TOOLS: &str = r#"[

@@ -22,6 +22,7 @@ pub mod breakdown;
 pub mod client;
 pub mod destination;
 mod local;
+pub mod long_task;
 pub mod matching;
 pub mod observation;
 pub mod options;
@@ -29,6 +30,7 @@ pub mod plot;
 pub mod progress;
 pub mod pull;
 mod remote;
+pub mod remote_agent;
 pub mod report;
 mod run;
 

@@ -1,6 +1,7 @@
 //! The drill's own world: a throwaway control directory, the recording destination, and an
 //! in-process gateway (the same `stopline_gateway::start` that `stopline serve` runs, with the
-//! MCP proxy mounted) on a loopback port, configured to reach only the destination.
+//! MCP proxy mounted) on a loopback port, configured to reach only the destination (its MCP
+//! server, its model and its remote A2A agent).
 //!
 //! Nothing here touches the real home: the throwaway directory is removed when the drill ends.
 //! The one knob a real gateway never has, a deliberately late view swap, is applied here only
@@ -19,6 +20,8 @@ use stopline_store::Store;
 pub(crate) const MCP_SERVER: &str = "drill";
 /// The model name of drill model calls.
 pub(crate) const MODEL: &str = "drill-model";
+/// The A2A agent name the drill's gateway routes to its destination's remote agent.
+pub(crate) const A2A_AGENT: &str = "drill";
 
 /// Start the throwaway world on the current runtime.
 pub(crate) async fn start(options: &DrillOptions) -> Result<Env, DrillError> {
@@ -35,9 +38,10 @@ pub(crate) async fn start(options: &DrillOptions) -> Result<Env, DrillError> {
     let config = format!(
         "listen = \"127.0.0.1:0\"\nack_timeout_ms = 250\nqueue_timeout_s = 1\n\
          reload_interval_ms = 1000\n\n[mcp.{MCP_SERVER}]\nurl = \"{}\"\n\n\
-         [model]\nbase_url = \"{}\"\n",
+         [model]\nbase_url = \"{}\"\n\n[a2a.{A2A_AGENT}]\nurl = \"{}\"\n",
         destination.mcp_url(),
-        destination.model_base_url()
+        destination.model_base_url(),
+        destination.a2a_url()
     );
     std::fs::create_dir_all(&home)?;
     #[allow(clippy::disallowed_methods)] // the config of the drill's own throwaway home
@@ -68,6 +72,7 @@ pub(crate) async fn start(options: &DrillOptions) -> Result<Env, DrillError> {
             gateway: gateway_url.clone(),
             mcp_server: MCP_SERVER.into(),
             model: Some(MODEL.into()),
+            a2a: Some(A2A_AGENT.into()),
         },
         gateway_url,
         puller: Puller::Local(ctx.clone()),

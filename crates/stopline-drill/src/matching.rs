@@ -25,6 +25,8 @@ pub struct Matched {
     pub writes_after_trip: u64,
     /// Model calls executed after the trip.
     pub model_calls_after_trip: u64,
+    /// Messages the remote A2A agent received after the trip.
+    pub a2a_messages_after_trip: u64,
     /// Effects admitted before the trip that executed after it.
     pub in_flight_at_trip: u64,
     /// Effects with no operation at all (counted in the after-trip figures too).
@@ -42,7 +44,10 @@ pub struct Matched {
 impl Matched {
     /// Effects after the trip, of every kind.
     pub fn after_trip(&self) -> u64 {
-        self.tool_calls_after_trip + self.writes_after_trip + self.model_calls_after_trip
+        self.tool_calls_after_trip
+            + self.writes_after_trip
+            + self.model_calls_after_trip
+            + self.a2a_messages_after_trip
     }
 }
 
@@ -112,6 +117,7 @@ pub fn match_effects(
                 EffectKind::ToolCall => matched.tool_calls_after_trip += 1,
                 EffectKind::Write => matched.writes_after_trip += 1,
                 EffectKind::Model => matched.model_calls_after_trip += 1,
+                EffectKind::A2aMessage => matched.a2a_messages_after_trip += 1,
             }
             if matched.examples.len() < 10 {
                 matched.examples.push(json!({
@@ -170,6 +176,8 @@ mod tests {
             op("op_b", "2", 9_998, Some(10_000)), // admitted in the trip's ms, executed after
             op("op_c", "3", 9_999, Some(10_001)), // admitted after: a violation
             op("op_d", "4", 10_002, Some(10_003)), // admitted after, no effect seen
+            op("op_e", "5", 9_997, Some(9_999)), // an A2A send admitted before the trip
+            op("op_f", "6", 10_000, Some(10_004)), // an A2A send admitted after: a violation
         ]
         .into_iter()
         .map(|o| (o.op.clone(), o))
@@ -179,6 +187,8 @@ mod tests {
             effect("2", EffectKind::Write, 10_000_900),
             effect("3", EffectKind::ToolCall, 10_001_200),
             effect("99", EffectKind::Model, 10_002_000), // no operation: a bypass
+            effect("5", EffectKind::A2aMessage, 9_999_500),
+            effect("6", EffectKind::A2aMessage, 10_004_100),
         ];
         let m = match_effects(&effects, &ops, "drill-x-", trip_us);
         assert_eq!(m.in_flight_at_trip, 1);
@@ -186,8 +196,9 @@ mod tests {
         assert_eq!(m.model_calls_after_trip, 1);
         assert_eq!(m.writes_after_trip, 0);
         assert_eq!(m.bypass, 1);
-        assert_eq!(m.operations_admitted_after_trip, 2);
-        assert_eq!(m.after_trip(), 2);
+        assert_eq!(m.a2a_messages_after_trip, 1);
+        assert_eq!(m.operations_admitted_after_trip, 3);
+        assert_eq!(m.after_trip(), 3);
     }
 
     /// A gateway queues its `dispatched` records; one not (yet) written when the registry is

@@ -1,12 +1,15 @@
 //! The drill's record, `control-observation.v1` (docs/reference.md §9), its verdict, and its filing in the
 //! evidence log of the home, where `stopline run` reads drills by `harness_version` and `pass`.
 //!
-//! The drill fails when any effect executed after the trip, when any operation of its agents
-//! was admitted after the trip, when a caller was never refused during the window, or when the
-//! p99 time to first rejection is above `target_ms`. Each failure is named in `reasons`.
+//! The drill fails when any effect executed after the trip (A2A messages the remote agent
+//! received included), when the long A2A task open at a HALT_ALL or EMERGENCY was not cut with
+//! the refusal, when any operation of its agents was admitted after the trip, when a caller was
+//! never refused during the window, or when the p99 time to first rejection is above
+//! `target_ms`. Each failure is named in `reasons`.
 
 use crate::agents::CallerReport;
 use crate::breakdown::Breakdown;
+use crate::long_task::{LongTaskObserved, StreamEnd};
 use crate::matching::Matched;
 use crate::pull::Pull;
 use serde::Serialize;
@@ -71,6 +74,8 @@ pub struct Observation {
     pub writes_after_trip: u64,
     /// Model calls executed after the trip.
     pub model_calls_after_trip: u64,
+    /// Messages the remote A2A agent received after the trip.
+    pub a2a_messages_after_trip: u64,
     /// Effects admitted before the trip that executed after it.
     pub in_flight_at_trip: u64,
     /// The window watched after the trip (engage returned).
@@ -97,6 +102,13 @@ pub struct Observation {
     pub effects: u64,
     /// Whether model calls reached the drill's destination (always locally).
     pub model_calls_exercised: bool,
+    /// Whether A2A sends reached the drill's remote A2A agent (always locally).
+    pub a2a_exercised: bool,
+    /// Cancels the remote A2A agent received (the gateway's, at the stop).
+    pub a2a_cancels_received: u64,
+    /// The long streaming A2A task one agent kept open (absent when A2A is not exercised).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub a2a_long_task: Option<LongTaskObserved>,
     /// Longest successful call before the pull.
     pub longest_task_ms: f64,
     /// Engage start → latch durable, from the receipt.
@@ -189,6 +201,12 @@ pub struct Inputs<'a> {
     pub longest_task_ms: f64,
     /// Whether model calls were made.
     pub model_calls_exercised: bool,
+    /// Whether A2A sends were made.
+    pub a2a_exercised: bool,
+    /// Cancels the remote A2A agent received.
+    pub a2a_cancels_received: u64,
+    /// The long A2A task, when there was one.
+    pub a2a_long_task: Option<LongTaskObserved>,
 }
 
 impl Observation {
@@ -231,10 +249,25 @@ impl Observation {
         let mut reasons = Vec::new();
         if matched.after_trip() > 0 {
             reasons.push(format!(
-                "{} effect(s) executed after the trip ({} tool calls, {} writes, {} model calls; {} with no operation at all)",
+                "{} effect(s) executed after the trip ({} tool calls, {} writes, {} model calls, {} A2A messages; {} with no operation at all)",
                 matched.after_trip(), matched.tool_calls_after_trip, matched.writes_after_trip,
-                matched.model_calls_after_trip, matched.bypass
+                matched.model_calls_after_trip, matched.a2a_messages_after_trip, matched.bypass
             ));
+        }
+        let ends_remote_work = matches!(
+            stopline_core::Level::parse(&options.level),
+            Ok(stopline_core::Level::HaltAll | stopline_core::Level::Emergency)
+        );
+        if let Some(long) = inputs.a2a_long_task.as_ref() {
+            if ends_remote_work
+                && long.open_before_pull
+                && !matches!(long.end, StreamEnd::Refused(_))
+            {
+                reasons.push(format!(
+                    "the long A2A task open at the stop was not cut with a refusal (its stream: {:?})",
+                    long.end
+                ));
+            }
         }
         if matched.operations_admitted_after_trip > 0 {
             reasons.push(format!(
@@ -275,6 +308,7 @@ impl Observation {
             tool_calls_after_trip: matched.tool_calls_after_trip,
             writes_after_trip: matched.writes_after_trip,
             model_calls_after_trip: matched.model_calls_after_trip,
+            a2a_messages_after_trip: matched.a2a_messages_after_trip,
             in_flight_at_trip: matched.in_flight_at_trip,
             window_ms: inputs.window_ms,
             target_ms: options.target_ms,
@@ -288,6 +322,9 @@ impl Observation {
             operations_admitted_after_trip: matched.operations_admitted_after_trip,
             effects: matched.effects,
             model_calls_exercised: inputs.model_calls_exercised,
+            a2a_exercised: inputs.a2a_exercised,
+            a2a_cancels_received: inputs.a2a_cancels_received,
+            a2a_long_task: inputs.a2a_long_task.clone(),
             longest_task_ms: round_ms(inputs.longest_task_ms),
             time_to_contained_ms: Some(round_ms(pull.receipt.time_to_contained_us as f64 / 1000.0)),
             ack_collect_ms: pull

@@ -5,8 +5,10 @@
 //! the home's `config.toml`) to a loopback URL ending in `/mcp`; the drill's destination binds
 //! that address, so it sees every effect the gateway lets through. Model calls are made only
 //! when the gateway's `[model] base_url` is that same address (a gateway dedicated to drills);
-//! a real model upstream is never called by a drill. Tokens are minted with the home's key and
-//! the operation registry matched is the home's, so the gateway must run over the drill's home.
+//! a real model upstream is never called by a drill. A2A sends and the long A2A task likewise,
+//! only when `[a2a.stopline-drill] url` is `http://<that address>/a2a`. Tokens are minted with
+//! the home's key and the operation registry matched is the home's, so the gateway must run
+//! over the drill's home.
 
 use crate::agents::Endpoints;
 use crate::destination::Destination;
@@ -24,6 +26,8 @@ use stopline_store::Store;
 pub(crate) const MCP_SERVER: &str = "stopline-drill";
 /// The model name of drill model calls.
 pub(crate) const MODEL: &str = "stopline-drill";
+/// The A2A agent a live gateway may route to the drill's remote A2A agent.
+pub(crate) const A2A_AGENT: &str = "stopline-drill";
 
 /// `http://127.0.0.1:PORT/mcp` → `127.0.0.1:PORT`, only for loopback addresses.
 fn loopback_addr(url: &str, path: &str) -> Option<String> {
@@ -78,6 +82,12 @@ pub(crate) async fn start(home: &Path, url: &str, drill_id: &str) -> Result<Env,
         .and_then(|m| loopback_addr(m.base_url.trim_end_matches('/'), "/v1"))
         .filter(|model_addr| model_addr == &addr)
         .map(|_| MODEL.to_string());
+    let a2a = gateway_config
+        .a2a
+        .get(A2A_AGENT)
+        .and_then(|a| loopback_addr(a.url.trim_end_matches('/'), "/a2a"))
+        .filter(|a2a_addr| a2a_addr == &addr)
+        .map(|_| A2A_AGENT.to_string());
     let config = Config::load(&config_path).map_err(|e| against(e.to_string()))?;
     let ctx = Context::new(Store::open(home), config);
     let puller_ctx = ctx.clone();
@@ -95,6 +105,7 @@ pub(crate) async fn start(home: &Path, url: &str, drill_id: &str) -> Result<Env,
             gateway: url.clone(),
             mcp_server: MCP_SERVER.into(),
             model,
+            a2a,
         },
         gateway_url: url.clone(),
         puller: Puller::Remote {

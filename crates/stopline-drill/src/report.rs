@@ -21,7 +21,7 @@ fn num(value: &Value) -> String {
 fn one(o: &Value) -> String {
     let t = &o["time_to_first_rejection_ms"];
     let mut text = format!(
-        "drill {} {}: {} agents x {} sub-agents, {} at {}\n  time to first rejection: p50 {} ms, p99 {} ms, max {} ms (target {} ms)\n    of which: waiting for the call in flight p99 {} ms; the refused call itself p99 {} ms\n  engage returned after {} ms; last gateway acknowledgement after {} ms\n  after the trip: {} tool calls, {} writes, {} model calls; in flight at the trip: {}; effects: {}",
+        "drill {} {}: {} agents x {} sub-agents, {} at {}\n  time to first rejection: p50 {} ms, p99 {} ms, max {} ms (target {} ms)\n    of which: waiting for the call in flight p99 {} ms; the refused call itself p99 {} ms\n  engage returned after {} ms; last gateway acknowledgement after {} ms\n  after the trip: {} tool calls, {} writes, {} model calls, {} A2A messages; in flight at the trip: {}; effects: {}",
         o["drill_id"].as_str().unwrap_or_default(),
         verdict(&o["pass"]),
         o["agents"], o["subagents"],
@@ -31,8 +31,27 @@ fn one(o: &Value) -> String {
         num(&o["in_flight_wait_ms"]["p99"]), num(&o["first_refused_call_ms"]["p99"]),
         num(&o["engage_returned_ms"]), num(&o["ack_ms"]),
         o["tool_calls_after_trip"], o["writes_after_trip"], o["model_calls_after_trip"],
-        o["in_flight_at_trip"], o["effects"],
+        o["a2a_messages_after_trip"], o["in_flight_at_trip"], o["effects"],
     );
+    if let Some(long) = o.get("a2a_long_task") {
+        let detail = long["end"]["detail"].as_str().unwrap_or_default();
+        let after = num(&long["ended_after_pull_ms"]);
+        let stream = match long["end"]["how"].as_str().unwrap_or_default() {
+            "refused" => format!("stream cut with {detail} {after} ms after the pull"),
+            "ended" => format!("stream ended without a refusal {after} ms after the pull"),
+            "error" => format!("stream failed: {detail}"),
+            _ => "stream still open when the drill ended".to_string(),
+        };
+        text.push_str(&format!(
+            "\n  long A2A task {}: {stream}; remote cancel {} ({} cancel(s) received)",
+            long["task"].as_str().unwrap_or("(none)"),
+            long["cancel"]
+                .as_str()
+                .unwrap_or_default()
+                .replace('_', " "),
+            o["a2a_cancels_received"],
+        ));
+    }
     text.push_str(&format!(
         "\n  gate closed (pull → last admission) after {} ms",
         num(&o["gate_closed_ms"])

@@ -10,6 +10,7 @@
 use crate::agents::{run_caller, Caller, CallerReport, Endpoints, Shared, Targets};
 use crate::client::CallerClient;
 use crate::destination::Destination;
+use crate::long_task::{run_long_task, LongTask};
 use crate::matching::match_effects;
 use crate::observation::{Floor, Inputs, Observation};
 use crate::options::resolve_scope;
@@ -45,6 +46,9 @@ pub(crate) struct Env {
 /// How long the drill waits for a `dispatched` record of an executed effect to be written
 /// (a live gateway writes them from its journal's queue, milliseconds after the dispatch).
 const DISPATCHED_WAIT: Duration = Duration::from_secs(2);
+
+/// How long past its moment the pull waits for the long A2A task to open.
+const LONG_TASK_OPEN_WAIT: Duration = Duration::from_secs(10);
 
 impl Env {
     /// Start the gateway's timeline, if there is one (just before the callers start).
@@ -210,12 +214,12 @@ async fn drive_floor(
     let shared = Arc::new(Shared::default());
     env.start_timeline();
     let started = Instant::now();
-    let tasks = start_callers(env, callers, &shared);
+    let running = start_callers(env, callers, &shared, false);
     let pull_at = pull_at_ms(options);
     tokio::time::sleep(Duration::from_millis(pull_at).saturating_sub(started.elapsed())).await;
     let _ = shared.pulled.set(Instant::now());
     tokio::time::sleep(Duration::from_millis(options.window_ms.unwrap_or(1000))).await;
-    let reports = stop_callers(&shared, tasks).await;
+    let (reports, _) = stop_callers(&shared, running).await;
     let breakdown = env.breakdown(&shared, &reports, false);
     let ops = env.registry_of(&env.destination.effects()).await?;
     let prefix = format!("drill-{drill_id}-");
@@ -266,22 +270,44 @@ async fn prepare(
     })
 }
 
-/// Start every caller on the current runtime, all through one pooled client.
+/// The callers running, and the long A2A task one of them keeps open.
+struct Running {
+    callers: Vec<tokio::task::JoinHandle<CallerReport>>,
+    long_task: Option<tokio::task::JoinHandle<Option<LongTask>>>,
+}
+
+/// Start every caller on the current runtime, all through one pooled client; with
+/// `long_task`, the first top-level agent also opens the long A2A task (`crate::long_task`).
 fn start_callers(
     env: &Env,
     callers: Vec<Caller>,
     shared: &Arc<Shared>,
-) -> Vec<tokio::task::JoinHandle<CallerReport>> {
+    long_task: bool,
+) -> Running {
     let client = CallerClient::new(callers.len() + 8);
     let targets = Arc::new(Targets::new(&env.endpoints));
-    callers
+    let long_task = callers
+        .iter()
+        .find(|c| !c.delegated)
+        .filter(|_| long_task)
+        .cloned()
+        .map(|caller| {
+            tokio::spawn(run_long_task(
+                client.clone(),
+                targets.clone(),
+                caller,
+                shared.clone(),
+            ))
+        });
+    let callers = callers
         .into_iter()
         .enumerate()
         .map(|(i, caller)| {
             let task = run_caller(client.clone(), targets.clone(), caller, i, shared.clone());
             tokio::spawn(task)
         })
-        .collect()
+        .collect();
+    Running { callers, long_task }
 }
 
 /// When the stop is pulled, ms after the callers started: `pull_after_ms` and a random part of
@@ -291,17 +317,19 @@ fn pull_at_ms(options: &DrillOptions) -> u64 {
     options.pull_after_ms + rand::thread_rng().gen_range(0..=jitter)
 }
 
-/// Tell the callers to end after their current call, and gather what each saw.
-async fn stop_callers(
-    shared: &Shared,
-    tasks: Vec<tokio::task::JoinHandle<CallerReport>>,
-) -> Vec<CallerReport> {
+/// Tell the callers to end after their current call, and gather what each saw (and the long
+/// A2A task's agent, what it saw).
+async fn stop_callers(shared: &Shared, running: Running) -> (Vec<CallerReport>, Option<LongTask>) {
     shared.stop.store(true, Ordering::SeqCst);
-    let mut reports = Vec::with_capacity(tasks.len());
-    for task in tasks {
+    let mut reports = Vec::with_capacity(running.callers.len());
+    for task in running.callers {
         reports.push(task.await.unwrap_or_default());
     }
-    reports
+    let long_task = match running.long_task {
+        Some(task) => task.await.ok().flatten(),
+        None => None,
+    };
+    (reports, long_task)
 }
 
 async fn mint(ctx: &Context, agent: String, run: &str) -> Result<String, DrillError> {
@@ -406,7 +434,7 @@ async fn drive(
     let shared = Arc::new(Shared::default());
     env.start_timeline();
     let started = Instant::now();
-    let tasks = start_callers(env, callers, &shared);
+    let running = start_callers(env, callers, &shared, true);
     let pull_at = pull_at_ms(options);
     let tick = |label: &str| {
         progress.set_position(started.elapsed().as_millis() as u64);
@@ -422,6 +450,17 @@ async fn drive(
                 .min(Duration::from_millis(pull_at).saturating_sub(started.elapsed())),
         )
         .await;
+    }
+    // The stop must find the long A2A task open (its agent has seen the task): on a loaded
+    // machine its first event may come after `pull_at`. Waited for a bounded time only; a task
+    // still not open then is reported as such (`open_before_pull: false`).
+    let long_task_bound = Duration::from_millis(pull_at) + LONG_TASK_OPEN_WAIT;
+    while running.long_task.is_some()
+        && !shared.long_task_open.load(Ordering::SeqCst)
+        && started.elapsed() < long_task_bound
+    {
+        tick("waiting for the long A2A task to open");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let pulled = pull(&env.puller, &shared, &scope, level.as_str()).await;
     let longest_ms = shared.longest_task_us.load(Ordering::Relaxed) as f64 / 1000.0;
@@ -442,18 +481,18 @@ async fn drive(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     progress.message("stopping the callers and matching effects");
-    let reports = stop_callers(&shared, tasks).await;
+    let (reports, long_task) = stop_callers(&shared, running).await;
     let breakdown = env.breakdown(&shared, &reports, true);
     progress.finish();
     let pull = pulled?;
     let effects = env.destination.effects();
     let ops = env.registry_of(&effects).await?;
-    let matched = match_effects(
-        &effects,
-        &ops,
-        &format!("drill-{drill_id}-"),
-        pull.returned_unix_us,
-    );
+    let prefix = format!("drill-{drill_id}-");
+    let matched = match_effects(&effects, &ops, &prefix, pull.returned_unix_us);
+    let cancels = env.destination.a2a_cancels();
+    let a2a_long_task = long_task.as_ref().map(|task| {
+        crate::long_task::observe(task, shared.pulled.get().copied(), &cancels, &ops, &prefix)
+    });
     let mut observation = Observation::build(Inputs {
         options,
         scope,
@@ -465,6 +504,9 @@ async fn drive(
         window_ms,
         longest_task_ms: longest_ms,
         model_calls_exercised: env.endpoints.model.is_some(),
+        a2a_exercised: env.endpoints.a2a.is_some(),
+        a2a_cancels_received: cancels.len() as u64,
+        a2a_long_task,
     });
     observation.breakdown = breakdown;
     Ok(observation)

@@ -1,8 +1,10 @@
 //! Drills run in-process against their own gateway: a few small drills in a row leave nothing
-//! executed after the trip, and a gateway that swaps its view in late fails the drill and says
+//! executed after the trip (no tool call, write, model call or A2A message; the long A2A task
+//! open at the stop cut with the refusal and cancelled at its remote), and a gateway that swaps its view in late fails the drill and says
 //! why. (The 20 × (100 × 2) figures are a manual run, recorded in BENCHMARKS.md; these stay
 //! small to keep CI time low.)
 
+use stopline_drill::long_task::{RemoteCancel, StreamEnd};
 use stopline_drill::{DrillOptions, Observation};
 
 fn options(home: &std::path::Path, agents: usize, subagents: usize) -> DrillOptions {
@@ -18,7 +20,10 @@ fn options(home: &std::path::Path, agents: usize, subagents: usize) -> DrillOpti
 }
 
 fn after_trip(o: &Observation) -> u64 {
-    o.tool_calls_after_trip + o.writes_after_trip + o.model_calls_after_trip
+    o.tool_calls_after_trip
+        + o.writes_after_trip
+        + o.model_calls_after_trip
+        + o.a2a_messages_after_trip
 }
 
 #[test]
@@ -37,6 +42,28 @@ fn three_drills_in_a_row_leave_no_effect_after_the_trip() {
             "every caller, sub-agents included, is refused"
         );
         assert!(o.model_calls_exercised);
+        // The long A2A task was open at the stop: its stream was cut with the refusal, and the
+        // remote received the cancel of it (the one task open: plain sends open none), whose
+        // answer the send's operation records.
+        assert!(o.a2a_exercised);
+        let long = o
+            .a2a_long_task
+            .as_ref()
+            .expect("a local drill keeps a long A2A task");
+        assert!(long.open_before_pull && long.task.is_some(), "{long:?}");
+        assert_eq!(
+            long.end,
+            StreamEnd::Refused("break_glass_contained".into()),
+            "{long:?}"
+        );
+        assert_eq!(o.a2a_cancels_received, 1, "{long:?}");
+        assert!(
+            matches!(
+                long.cancel,
+                RemoteCancel::Confirmed | RemoteCancel::NotConfirmed
+            ),
+            "{long:?}"
+        );
         // Acknowledged within ack_timeout_ms or named as unacknowledged, never lost.
         assert_eq!(o.acknowledged_by.len() + o.unacknowledged.len(), 1);
         assert!(o.ack_ms.is_none_or(|a| a <= o.engage_returned_ms));

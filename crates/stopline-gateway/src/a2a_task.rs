@@ -71,7 +71,7 @@ impl A2aMeter {
             let mut op = self.op.lock().unwrap_or_else(|e| e.into_inner());
             if op.is_some() && (opened.is_some() || book.owned_by(&self.name, &seen.id, &root)) {
                 if let Some(op) = op.take() {
-                    record_task(&self.gov, &op, &seen.id, self.version);
+                    record_task(&self.gov, &op, &seen.id, self.version, &self.caller);
                 }
             }
             drop(op);
@@ -160,16 +160,20 @@ fn outcome_of(result: Result<Ended, String>) -> Outcome {
     }
 }
 
-/// Write the `task` record of send `op`, which opened `task`: queued at once (before the
-/// answer that names the task is handed on), not waited for. Waiting is not needed for safety:
+/// Write the `task` record of send `op`, which `caller` made and which opened `task`, with the
+/// caller's whole subject (chain, projects, runs, labels: whom a stop covering the send covers):
+/// queued at once (before the answer that names the task is handed on), not waited for. Waiting is not needed for safety:
 /// the remote task exists from the send's dispatch, so a crash before the record is durable
 /// loses nothing a record could have saved that a crash one instant before the answer came
 /// would not also lose — the send's operation, prepared before dispatch, is then found in
 /// doubt, and the agent's later use of the task id is refused `task_not_owned` (fail closed).
-fn record_task(gov: &Governor, op: &str, task: &str, version: Version) {
-    let durable = gov
-        .journal()
-        .submit_task(op, task, version.header_value().unwrap_or("1.0"));
+fn record_task(gov: &Governor, op: &str, task: &str, version: Version, caller: &Caller) {
+    let durable = gov.journal().submit_task(
+        op,
+        task,
+        version.header_value().unwrap_or("1.0"),
+        caller.subject(),
+    );
     let (op, task) = (op.to_string(), task.to_string());
     tokio::spawn(async move {
         if let Err(error) = durable.await {
@@ -219,7 +223,8 @@ fn finish_open(send: OpenSend, result: Result<Ended, String>) {
 enum Watched {
     /// The caller whose send opened the task.
     Caller(Caller),
-    /// A task rebuilt from the journals: the chain its send's record names, judged with the
+    /// A task rebuilt from the journals: the subject its `task` record names (or, in a record
+    /// of an older gateway, the chain its send's `prepared` record names), judged with the
     /// authority current when the gateway started.
     Rebuilt(Subject, Authority),
 }
@@ -259,8 +264,9 @@ fn watch(
 /// Rebuild the task book from `ops` (the journals' open operations, read at the gateway's
 /// start): each `a2a:<name>` send with a `task` record has its task owned again by the chain
 /// its `prepared` record names. A send still unresolved whose writer is gone is parked on its
-/// task, and the task is watched and cancelled at a stop covering that chain, as a task seen
-/// live is (a live writer's sends are its own to follow). A send's outcome does not say its
+/// task, and the task is watched and cancelled at a stop covering the subject the `task` record
+/// names (its chain, projects, runs and labels: a project's or a run's stop too), as a task
+/// seen live is (a live writer's sends are its own to follow). A send's outcome does not say its
 /// task ended (the owner may have reconciled it), so a finished send's task is only owned
 /// again. How many open tasks are watched.
 pub(crate) fn rebuild(gov: &Governor, ops: &BTreeMap<String, Operation>) -> usize {
@@ -271,20 +277,21 @@ pub(crate) fn rebuild(gov: &Governor, ops: &BTreeMap<String, Operation>) -> usiz
     let sends = || {
         ops.values().filter_map(|op| {
             let name = op.target.strip_prefix("a2a:")?;
-            let (task, version) = op.task.as_ref()?;
+            let remote = op.task.as_ref()?;
             let root = op.root.as_deref().or(op.agent.as_deref())?;
-            Some((op, name, task, version, root))
+            Some((op, name, remote, root))
         })
     };
     // First every task's owner, then the sends left open on them.
     let mut fresh = HashMap::new();
-    for (_, name, task, _, root) in sends() {
-        if let Some(task_ended) = book.opened(name, task, root) {
-            fresh.insert((name.to_string(), task.clone()), task_ended);
+    for (_, name, remote, root) in sends() {
+        if let Some(task_ended) = book.opened(name, &remote.id, root) {
+            fresh.insert((name.to_string(), remote.id.clone()), task_ended);
         }
     }
     let mut open = 0;
-    for (op, name, task, version, root) in sends() {
+    for (op, name, remote, root) in sends() {
+        let task = &remote.id;
         if op.outcome.is_some()
             || !book.owned_by(name, task, root)
             || stopline_store::ops::writer_alive(&op.writer)
@@ -302,17 +309,19 @@ pub(crate) fn rebuild(gov: &Governor, ops: &BTreeMap<String, Operation>) -> usiz
         let Some(task_ended) = fresh.remove(&(name.to_string(), task.clone())) else {
             continue; // already watched, for another send on it
         };
-        let mut chain: Vec<Name> = Name::parse(root).into_iter().collect();
-        if let Some(agent) = op.agent.as_deref().filter(|a| *a != root) {
-            chain.extend(Name::parse(agent));
-        }
-        let subject = Subject::proven(chain, Vec::new(), Vec::new());
+        let subject = remote.subject.clone().unwrap_or_else(|| {
+            let mut chain: Vec<Name> = Name::parse(root).into_iter().collect();
+            if let Some(agent) = op.agent.as_deref().filter(|a| *a != root) {
+                chain.extend(Name::parse(agent));
+            }
+            Subject::proven(chain, Vec::new(), Vec::new())
+        });
         tracing::info!(task, agent = %name, op = %op.op, root, "an open remote A2A task rebuilt from the journal");
         watch(
             gov.clone(),
             Watched::Rebuilt(subject, authority),
             name.to_string(),
-            Version::from_label(version.as_deref()),
+            Version::from_label(remote.version.as_deref()),
             task.clone(),
             task_ended,
         );

@@ -512,12 +512,20 @@ impl OpsJournal {
     }
 
     /// Queue the `task` record of a send (an `a2a:<agent>` operation) that opened remote task
-    /// `task` in A2A `version`: resolves once it is durable. What a restarted gateway rebuilds
-    /// its task book from (docs/reference.md §8 "A2A").
-    pub fn submit_task(&self, op: &str, task: &str, version: &str) -> Durable {
+    /// `task` in A2A `version`, made by `subject`: resolves once it is durable. What a restarted
+    /// gateway rebuilds its task book from, and whom a stop must cover to cancel the task
+    /// (docs/reference.md §8 "A2A").
+    pub fn submit_task(
+        &self,
+        op: &str,
+        task: &str,
+        version: &str,
+        subject: &stopline_core::Subject,
+    ) -> Durable {
         let mut line = self.line(op, Phase::Task);
         line.task = Some(task.to_string());
         line.version = Some(version.to_string());
+        line.subject = Some(subject.clone());
         self.submit(&line, true, "ops.task")
     }
 

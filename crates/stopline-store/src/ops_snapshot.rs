@@ -419,9 +419,20 @@ mod tests {
         let owner = OpOwner::agent("alice");
         let send = journal.prepare_for("a2a:remote", &owner, None).unwrap();
         journal.dispatched(&send).unwrap();
-        journal.submit_task(&send, "task-1", "1.0").wait().unwrap();
+        let alice = stopline_core::Subject::proven(
+            vec![stopline_core::Name::parse("alice").unwrap()],
+            vec!["/srv/repo".into()],
+            Vec::new(),
+        );
+        journal
+            .submit_task(&send, "task-1", "1.0", &alice)
+            .wait()
+            .unwrap();
         let done = journal.prepare_for("a2a:remote", &owner, None).unwrap();
-        journal.submit_task(&done, "task-2", "0.3").wait().unwrap();
+        journal
+            .submit_task(&done, "task-2", "0.3", &alice)
+            .wait()
+            .unwrap();
         journal.outcome(&done, "committed").unwrap();
         store.ops().snapshot_journal(&name, 1).unwrap();
         let snapshot: Snapshot =
@@ -433,7 +444,11 @@ mod tests {
         assert!(snapshot.lines.iter().all(|l| l.op != done));
         let (hot, errors) = store.ops().open();
         assert!(errors.is_empty(), "{errors:?}");
-        assert_eq!(hot[&send].task, Some(("task-1".into(), Some("1.0".into()))));
+        let task = hot[&send].task.clone().unwrap();
+        assert_eq!(
+            (task.id.as_str(), task.version.as_deref(), task.subject),
+            ("task-1", Some("1.0"), Some(alice))
+        );
         assert!(hot[&send].is_unresolved());
         assert!(!hot.contains_key(&done));
     }

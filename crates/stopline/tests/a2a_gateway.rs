@@ -7,7 +7,9 @@
 //! new message reach the remote; a remote that does not confirm its cancel leaves the send
 //! unresolved and says so; one chain's task is refused to another (`task_not_owned`); and the
 //! task book outlives the gateway: one restarted on the same home still knows whose each task
-//! is, and cancels the tasks left open at a stop.
+//! is, and cancels the tasks left open at a stop. The JavaScript SDK's client (`@a2a-js/sdk`,
+//! `tests/js/a2a_client.mjs`) is a second client: card, send and stream through the gateway,
+//! cut at a stop with the refusal.
 #![allow(clippy::disallowed_methods)] // a test writes its own fixtures and starts processes
 
 mod gw;
@@ -149,7 +151,12 @@ struct Streaming {
 
 impl Streaming {
     fn start(gateway: &Gateway, token: &str, text: &str) -> Streaming {
-        let mut child = client(gateway, token, "stream", Some(text))
+        Streaming::spawn(client(gateway, token, "stream", Some(text)))
+    }
+
+    /// `command` (a client in its `stream` mode) running, its lines read as they come.
+    fn spawn(mut command: Command) -> Streaming {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -464,17 +471,19 @@ fn a_send_under_halt_noncritical_is_held_and_reaches_nothing() {
 /// still lets the agent read its own task, still refuses it to another chain, and at a
 /// HALT_ALL of the agent sends the cancel of the task its predecessor saw opened (the remote
 /// kept working meanwhile), recording the remote's answer on the send's operation.
-#[test]
-fn a_restarted_gateway_still_knows_whose_task_it_is_and_cancels_it_at_a_stop() {
-    let home = Home::new();
-    let (remote, gateway) = start(&home, &[], "");
-    let alice = home.token(&["--agent", "alice"]);
-    let bob = home.token(&["--agent", "bob"]);
-    let mut stream = Streaming::start(&gateway, &alice, "long before the restart");
+/// `token`'s long streamed task opened through `gateway`, its `task` record written, then the
+/// gateway killed (by its pid: `Proc`'s drop) and a new one started on the same home: the new
+/// gateway, and the task (the remote keeps working on it meanwhile).
+fn restart_with_an_open_task(
+    home: &Home,
+    remote: &Upstream,
+    gateway: Gateway,
+    token: &str,
+) -> (Gateway, String) {
+    let mut stream = Streaming::start(&gateway, token, "long before the restart");
     let task = stream.first_artifact();
-
     // The send's operation names its task in the journal (queued as the task was first seen,
-    // not waited for), ...
+    // not waited for).
     let recorded = gw::within(Duration::from_secs(20), || {
         std::fs::read_dir(home.file("ops"))
             .unwrap()
@@ -489,10 +498,22 @@ fn a_restarted_gateway_still_knows_whose_task_it_is_and_cancels_it_at_a_stop() {
             .then_some(())
     });
     assert!(recorded.is_some(), "the send's task record");
-    // ... then the gateway ends (killed by its pid: `Proc`'s drop); the remote task runs on.
     drop(gateway);
     drop(stream);
-    let gateway = serve(&home, &remote, "");
+    (serve(home, remote, ""), task)
+}
+
+/// The task book is durable: a gateway killed mid-stream and started again on the same home
+/// still lets the agent read its own task, still refuses it to another chain, and at a
+/// HALT_ALL of the agent sends the cancel of the task its predecessor saw opened (the remote
+/// kept working meanwhile), recording the remote's answer on the send's operation.
+#[test]
+fn a_restarted_gateway_still_knows_whose_task_it_is_and_cancels_it_at_a_stop() {
+    let home = Home::new();
+    let (remote, gateway) = start(&home, &[], "");
+    let alice = home.token(&["--agent", "alice"]);
+    let bob = home.token(&["--agent", "bob"]);
+    let (gateway, task) = restart_with_an_open_task(&home, &remote, gateway, &alice);
     let artifacts = |remote: &Upstream| {
         remote_lines(remote)
             .iter()
@@ -521,4 +542,143 @@ fn a_restarted_gateway_still_knows_whose_task_it_is_and_cancels_it_at_a_stop() {
     // A HALT_ALL of the agent: the new gateway cancels the old task, and the send is cancelled.
     home.engage("agent:alice", "halt-all");
     assert_cancelled_once(&home, &remote, &task);
+}
+
+/// A stop by what the agent works in, not by its name, reaches a task rebuilt after a restart
+/// too: the task's record keeps the whole subject whose send opened it (chain, projects, runs,
+/// labels), so a HALT_ALL of the agent's project (or of its run) covers it as it covered the
+/// live send.
+#[test]
+fn a_project_or_run_stop_reaches_a_task_rebuilt_after_a_restart() {
+    for (scope_of, args) in [
+        ("project", vec!["--project"]),
+        ("run", vec!["--run", "eval-7"]),
+    ] {
+        let home = Home::new();
+        let project = home.dir.path().join("work/repo");
+        std::fs::create_dir_all(&project).unwrap();
+        let project = project.to_str().unwrap().to_string();
+        let (remote, gateway) = start(&home, &[], "");
+        let mut token_args = vec!["--agent", "alice"];
+        token_args.extend(&args);
+        if scope_of == "project" {
+            token_args.push(&project);
+        }
+        let alice = home.token(&token_args);
+        let (_gateway, task) = restart_with_an_open_task(&home, &remote, gateway, &alice);
+        assert!(cancels(&remote).is_empty());
+        let scope = match scope_of {
+            "project" => format!("project:{project}"),
+            _ => "run:eval-7".to_string(),
+        };
+        home.engage(&scope, "halt-all");
+        assert_cancelled_once(&home, &remote, &task);
+    }
+}
+
+/// The JavaScript SDK's client (`tests/js/a2a_client.mjs`) as `token`, in `mode`.
+fn js_client(gateway: &Gateway, token: &str, mode: &str, text: Option<&str>) -> Command {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    assert!(
+        repo.join("node_modules/@a2a-js/sdk/package.json").exists(),
+        "node_modules/@a2a-js/sdk is missing: run `npm ci` (scripts/setup-test-deps.sh does)"
+    );
+    let mut command = Command::new("node");
+    command
+        .arg(repo.join("crates/stopline/tests/js/a2a_client.mjs"))
+        .arg(gateway.url())
+        .arg("remote")
+        .arg(mode)
+        .args(text)
+        .env_clear()
+        .env("STOPLINE_TEST_TOKEN", token)
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    command
+}
+
+/// The one JSON line the JS client printed for `mode`.
+fn js(gateway: &Gateway, token: &str, mode: &str, text: Option<&str>) -> Value {
+    let out = js_client(gateway, token, mode, text)
+        .output()
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().next().unwrap_or_default()).unwrap_or_else(|e| {
+        panic!(
+            "the JS client printed no JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The second client: `@a2a-js/sdk` reads the gateway's card (which names only the gateway),
+/// sends, streams, and its stream is cut at a HALT_ALL with the refusal; the remote receives the
+/// cancel of the streamed task, and nothing new reaches it.
+#[test]
+fn the_js_sdk_client_reads_the_card_sends_streams_and_is_cut_at_a_stop() {
+    let home = Home::new();
+    let (remote, gateway) = start(&home, &[], "");
+    let token = home.token(&["--agent", "alice"]);
+
+    let card = js(&gateway, &token, "card", None);
+    assert_eq!(card["ok"], true, "{card}");
+    assert_eq!(
+        card["card"]["supportedInterfaces"],
+        json!([{"url": format!("{}/a2a/remote", gateway.url()),
+            "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]),
+        "{card}"
+    );
+    assert!(
+        !card.to_string().contains(&format!(":{}", remote.port)),
+        "{card}"
+    );
+
+    let sent = js(&gateway, &token, "send", Some("hello from js"));
+    assert!(
+        sent.to_string().contains("echo: hello from js"),
+        "the remote's answer came back: {sent}"
+    );
+    assert_eq!(executed(&remote), ["hello from js"]);
+
+    let mut stream = Streaming::spawn(js_client(&gateway, &token, "stream", Some("long js")));
+    let task = loop {
+        let event = stream.next().expect("the stream ended before any artifact");
+        assert!(event.get("end").is_none(), "{event}");
+        let payload = &event["event"]["payload"];
+        if payload["$case"] == "artifactUpdate" {
+            break payload["value"]["taskId"].as_str().unwrap().to_string();
+        }
+    };
+
+    home.engage("agent:alice", "halt-all");
+    let end = stream.end();
+    assert_eq!(end["end"], "error", "{end}");
+    let error = end["error"].as_str().unwrap();
+    assert!(
+        error.contains("break_glass_contained") && error.contains("halt-all"),
+        "{end}"
+    );
+    let cancelled = gw::within(Duration::from_secs(20), || {
+        ops_on(&home, "a2a:remote")
+            .iter()
+            .any(|o| o["outcome"] == "cancelled")
+            .then_some(())
+    });
+    assert!(
+        cancelled.is_some(),
+        "{:?} {:?}",
+        ops_on(&home, "a2a:remote"),
+        cancels(&remote)
+    );
+    assert_eq!(cancels(&remote), [task]);
+
+    let refused = js(&gateway, &token, "send", Some("after the stop"));
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("break_glass_contained"),
+        "{refused}"
+    );
+    assert_eq!(executed(&remote), ["hello from js", "long js"]);
 }

@@ -78,7 +78,7 @@ fn an_observed_breaker_records_and_alerts_and_engages_nothing() {
     let own = gateway.get("/v1/status", Some(&agent));
     assert_eq!(own.status, 200, "{}", own.body);
     assert_eq!(
-        own.json()["status"]["observe_only"],
+        own.json()["observe_only"],
         json!(["breakers.unauthorized_calls"]),
         "{}",
         own.body

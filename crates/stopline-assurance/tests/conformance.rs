@@ -165,6 +165,7 @@ fn a_binary_with_broken_refusals_fails_the_battery_naming_the_cases() {
         "machine_recovery_clears_the_plan_and_mints_an_epoch",
         "engage_accepts_a_stale_token",
         "label_stop_revokes_every_carrier",
+        "revoke_one_token",
     ];
     for id in expected {
         assert!(

@@ -347,3 +347,19 @@ fn without_a_planted_bug_the_fold_scenarios_pass() {
     assert_eq!(report.protocol.len(), 2, "{}", report.text());
     assert!(report.ok(), "{}", report.text());
 }
+
+#[test]
+fn a_revocation_that_forgets_its_delegates_leaves_a_delegate_working_and_is_found() {
+    found(
+        PlantedBug::RevokeForgetsDelegates,
+        "revoke-delegates",
+        Property::RevokeRefusesOnlyItsTokens,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_revoke_scenarios_pass() {
+    let report = check(PlantedBug::None, "revoke-");
+    assert_eq!(report.protocol.len(), 2, "{}", report.text());
+    assert!(report.ok(), "{}", report.text());
+}

@@ -52,6 +52,9 @@ pub struct HistorySizes {
     /// Supervised runs that ran to their end (their card, record and `exited` registration
     /// under `runs/`, their `runs.live/` entry gone), as `stopline run` leaves them.
     pub runs: usize,
+    /// Token revocations on record for the authority measure (beside 16 label revisions and a
+    /// token carrying 16 labels).
+    pub revocations: usize,
 }
 
 impl Default for HistorySizes {
@@ -61,6 +64,7 @@ impl Default for HistorySizes {
             cycles: 10_000,
             evidence: 10_000,
             runs: 10_000,
+            revocations: 1_000,
         }
     }
 }
@@ -404,6 +408,8 @@ pub struct HistoryReport {
     pub runs: Vec<MeasuredLine>,
     /// An idle gateway on each home.
     pub idle_gateway: IdleGateway,
+    /// `check` and admission with labels and revocations on record, beside none.
+    pub authority: crate::authority::AuthorityCost,
 }
 
 /// The aged home's history.
@@ -758,6 +764,19 @@ fn history_in(
         engage_to_refusal(&holders[slot], &stores[slot], i)
     })?);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (plain, loaded) = (base.join("plain"), base.join("loaded"));
+    for home in [&plain, &loaded] {
+        prepare(home)?;
+    }
+    let authority = crate::authority::authority_cost(
+        exe,
+        &plain,
+        &loaded,
+        stopline_token::MAX_LABELS,
+        sizes.revocations,
+        samples,
+        samples * IN_PROCESS_SAMPLES,
+    )?;
     // A reservation on a budget limit: a new gateway's first (its journal opened afresh each
     // time, so it folds every other writer's spending), then a running gateway's next.
     runs.push(side_by_side("spend_reserve_fresh", samples, |slot, _| {
@@ -812,6 +831,7 @@ fn history_in(
             live_cpu_pct: idle[LIVE].cpu_pct,
             live_rss_mb: idle[LIVE].rss_mb,
         },
+        authority,
     })
 }
 
@@ -854,6 +874,7 @@ mod tests {
             cycles: 2,
             runs: 3,
             evidence: 2,
+            revocations: 0,
         };
         age(&aged, sizes).expect("aged");
         // The finished runs are under runs/, none of them in the live-run index.

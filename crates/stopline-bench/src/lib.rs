@@ -7,6 +7,7 @@
 //! `stopline_run::kill_probe::sample` (a latch through `run`'s reaction loop). Nothing of this
 //! crate is linked by the gateway or the MCP proxy.
 
+pub mod authority;
 pub mod engage;
 pub mod error;
 pub mod fleet;

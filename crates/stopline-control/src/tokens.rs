@@ -5,9 +5,10 @@
 //! current: a stopped agent hands out no fresh-looking tokens.
 
 use crate::context::Context;
-use crate::receipts::{MintedReceipt, TokenVerifyReceipt};
+use crate::receipts::{MintedReceipt, TokenListReceipt, TokenRevokeReceipt, TokenVerifyReceipt};
 use std::path::Path;
 use stopline_core::budget::Budgets;
+use stopline_core::minted::MintedToken;
 use stopline_core::{Label, Name, Refusal, RefusalCode, Role};
 use stopline_token::{IssueRequest, Minted};
 
@@ -78,7 +79,119 @@ pub fn issue(ctx: &Context, args: &IssueArgs) -> Result<Minted, Refusal> {
         .keys()
         .note_issued_epoch(epoch)
         .map_err(|e| e.to_refusal())?;
+    record(&ctx.store, &minted.claims)?;
     Ok(minted)
+}
+
+/// Put a freshly minted token in the registry (`keys/minted.jsonl`), fsynced, before its text is
+/// handed to anyone: a token that was handed out is always listed and revocable by its id.
+pub fn record(
+    store: &stopline_store::Store,
+    claims: &stopline_token::Claims,
+) -> Result<(), Refusal> {
+    store
+        .record_minted(&minted_record(claims))
+        .map_err(|e| e.to_refusal())
+}
+
+/// The registry's record of `claims`.
+pub fn minted_record(claims: &stopline_token::Claims) -> MintedToken {
+    MintedToken {
+        jti: claims.jti.clone(),
+        parent: claims.parent.clone(),
+        chain: claims.chain.clone(),
+        run: claims.run.clone(),
+        labels: claims.label_list(),
+        role: claims.role,
+        epoch: claims.epoch,
+        iat: claims.iat,
+        exp: claims.exp,
+    }
+}
+
+/// `token list`: the live tokens minted here (and their delegates, a gateway's included).
+pub fn list(ctx: &Context) -> Result<TokenListReceipt, Refusal> {
+    let tokens = ctx.store.live_minted().map_err(|e| e.to_refusal())?;
+    Ok(TokenListReceipt { tokens })
+}
+
+/// `token revoke ID [--with-delegates]` (docs/reference.md §5, "Revoking one token"): refuse
+/// the token `jti` from now on (with `with_delegates`, every token delegated under it, at any
+/// depth), durably before this answers.
+///
+/// Who may: `--by NAME` naming a configured operator, or a current operator token. An agent's,
+/// critical or monitor token is refused `owner_control_required`, and so is a `--by` that names
+/// no operator. An id no live token minted here carries is `bad_request`, and nothing changes.
+pub fn revoke(
+    ctx: &Context,
+    jti: &str,
+    with_delegates: bool,
+    reason: &str,
+    by: Option<&str>,
+    presented: Option<&str>,
+) -> Result<TokenRevokeReceipt, Refusal> {
+    let reason = stopline_core::refusal::require_reason(reason)?;
+    let not_permitted = |why: String| Refusal::new(RefusalCode::OwnerControlRequired, why);
+    let mut admitted_as: Option<String> = None;
+    if let Some(token) = presented {
+        let claims = crate::engage::verify_token(ctx, token)?;
+        if claims.role != Role::Operator {
+            return Err(not_permitted(
+                "token revoke needs an operator: an agent, critical or monitor token revokes nothing"
+                    .into(),
+            ));
+        }
+        let view = ctx.plane.load_view();
+        if let Some(refusal) = claims.standing(&view.epoch).refusal(claims.epoch) {
+            return Err(refusal);
+        }
+        admitted_as = claims.agent().map(|a| a.to_string());
+    }
+    if admitted_as.is_none() {
+        match by.map(str::trim).filter(|b| !b.is_empty()) {
+            Some(name) if ctx.is_operator(name) => admitted_as = Some(name.to_string()),
+            Some(name) => {
+                return Err(not_permitted(format!(
+                    "{name:?} is not a configured operator"
+                )))
+            }
+            None => return Err(not_permitted(
+                "token revoke needs --by NAME (a configured operator) or a current operator token"
+                    .into(),
+            )),
+        }
+    }
+    let by = admitted_as.unwrap_or_default();
+    let jti = jti.trim().to_ascii_lowercase();
+    if !stopline_core::scope::is_jti(&jti) {
+        return Err(Refusal::new(
+            RefusalCode::BadRequest,
+            format!("{jti:?} is not a token id (32 hex digits; see stopline token list)"),
+        ));
+    }
+    let live = ctx.store.live_minted().map_err(|e| e.to_refusal())?;
+    if !live.iter().any(|t| t.jti == jti) {
+        return Err(Refusal::new(
+            RefusalCode::BadRequest,
+            format!("no live token minted here has id {jti} (see stopline token list)"),
+        ));
+    }
+    let scope = stopline_core::Scope::Token {
+        jti: jti.clone(),
+        delegates: with_delegates,
+    };
+    let epoch = ctx
+        .plane
+        .revoke_token(&scope, &by, &reason)
+        .map_err(|e| e.to_refusal())?;
+    Ok(TokenRevokeReceipt {
+        revoked: true,
+        jti,
+        with_delegates,
+        scope: scope.to_string(),
+        epoch_seq: epoch.seq,
+        by,
+    })
 }
 
 /// Mint a child token under `parent`, carrying the parent's labels and `labels` besides.
@@ -106,7 +219,9 @@ pub fn delegate(
         max_ttl_s: ctx.config.tokens.max_ttl_s.get(),
         now_unix_s: ctx.now_s(),
     };
-    stopline_token::delegate(&ctx.issuing_key()?, &claims, &request)
+    let minted = stopline_token::delegate(&ctx.issuing_key()?, &claims, &request)?;
+    record(&ctx.store, &minted.claims)?;
+    Ok(minted)
 }
 
 /// The `token issue`/`delegate` receipt.
@@ -118,6 +233,7 @@ pub fn minted_receipt(minted: &Minted) -> MintedReceipt {
         issue_epoch: minted.claims.epoch,
         exp: minted.claims.exp,
         budgets: minted.claims.budgets.clone(),
+        jti: minted.claims.jti.clone(),
     }
 }
 

@@ -224,6 +224,7 @@ fn key_covers(key: &str, subject: &Subject) -> bool {
         Ok(Scope::Project(root)) => subject.projects.iter().any(|p| path_within(&root, p)),
         Ok(Scope::Run(id)) => subject.runs.contains(&id),
         Ok(Scope::Label(label)) => subject.labels.contains(&label),
+        Ok(Scope::Token { jti, delegates }) => subject.is_revoked_by(&jti, delegates),
         Err(_) => true,
     }
 }

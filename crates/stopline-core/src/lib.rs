@@ -19,6 +19,7 @@ pub mod evidence;
 pub mod failpoints;
 pub mod fourmode;
 pub mod latch;
+pub mod minted;
 pub mod ops;
 pub mod phase;
 pub mod policy;

@@ -141,7 +141,30 @@ pub enum Scope {
     Run(Name),
     /// Every subject whose token carries the label (a delegate inherits its parent's).
     Label(Label),
+    /// One token, by its id (`stopline token revoke`, docs/reference.md §5 "Revoking one
+    /// token"): only ever an epoch revision's scope, never a latch's (no command parses it from
+    /// input). `delegates`: every token minted under it, at any depth, too.
+    Token {
+        /// The token's `jti`: 32 lowercase hex digits.
+        jti: String,
+        /// True for `--with-delegates`.
+        delegates: bool,
+    },
 }
+
+/// Length of a token id (`jti`) in hex digits.
+pub const JTI_LEN: usize = 32;
+
+/// True for a well-formed token id: [`JTI_LEN`] lowercase hex digits.
+pub fn is_jti(text: &str) -> bool {
+    text.len() == JTI_LEN
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The suffix of a `token:` scope that reaches the token's delegates.
+const DELEGATES_SUFFIX: &str = "+delegates";
 
 impl Scope {
     /// Parse user input. `canonicalize` resolves a project root (symlinks, existence); the
@@ -211,6 +234,19 @@ impl Scope {
             "agent" => Scope::Agent(Name::try_from(rest.to_string())?),
             "run" => Scope::Run(Name::try_from(rest.to_string())?),
             "label" => Scope::Label(Label::parse_stored(rest)?),
+            "token" => {
+                let (jti, delegates) = match rest.strip_suffix(DELEGATES_SUFFIX) {
+                    Some(jti) => (jti, true),
+                    None => (rest, false),
+                };
+                if !is_jti(jti) {
+                    return Err(invalid(stored, "a token id is 32 lowercase hex digits"));
+                }
+                Scope::Token {
+                    jti: jti.to_string(),
+                    delegates,
+                }
+            }
             "project" => {
                 let path = PathBuf::from(rest);
                 if !is_canonical_absolute(&path) || rest.len() > 1 && rest.ends_with('/') {
@@ -231,6 +267,7 @@ impl Scope {
             Scope::Project(_) => "project",
             Scope::Run(_) => "run",
             Scope::Label(_) => "label",
+            Scope::Token { .. } => "token",
         }
     }
 
@@ -298,6 +335,13 @@ impl fmt::Display for Scope {
             Scope::Project(root) => write!(f, "project:{}", root.display()),
             Scope::Run(id) => write!(f, "run:{id}"),
             Scope::Label(label) => write!(f, "label:{label}"),
+            Scope::Token { jti, delegates } => {
+                write!(f, "token:{jti}")?;
+                if *delegates {
+                    f.write_str(DELEGATES_SUFFIX)?;
+                }
+                Ok(())
+            }
         }
     }
 }

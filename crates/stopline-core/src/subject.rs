@@ -49,6 +49,11 @@ pub struct Subject {
     /// The labels its token carries (a delegate's include every ancestor's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub labels: Vec<Label>,
+    /// The ids (`jti`) of its token's lineage: the ancestors' root first (as far as the token
+    /// names them), its own last. Empty for a subject without a token. Never written: a subject
+    /// read back from a record has none, so judge a token's standing by its own claims.
+    #[serde(skip)]
+    pub tokens: Vec<String>,
 }
 
 impl Subject {
@@ -60,6 +65,7 @@ impl Subject {
             projects,
             runs,
             labels: Vec::new(),
+            tokens: Vec::new(),
         }
     }
 
@@ -71,6 +77,24 @@ impl Subject {
             projects,
             runs,
             labels: Vec::new(),
+            tokens: Vec::new(),
+        }
+    }
+
+    /// This subject proven by the token whose lineage is `tokens` (ancestors root first, its own
+    /// id last).
+    pub fn with_tokens(mut self, tokens: Vec<String>) -> Subject {
+        self.tokens = tokens;
+        self
+    }
+
+    /// True when a revocation of the token `jti` covers this subject: `jti` is its own token's
+    /// id, or (`delegates`) any id of its lineage.
+    pub fn is_revoked_by(&self, jti: &str, delegates: bool) -> bool {
+        match self.tokens.split_last() {
+            Some((own, _)) if own == jti => true,
+            Some((_, ancestors)) => delegates && ancestors.iter().any(|id| id == jti),
+            None => false,
         }
     }
 
@@ -97,6 +121,7 @@ impl Subject {
             Scope::Run(id) => self.runs.contains(id),
             // As for an agent: a caller who cannot prove its labels may carry this one.
             Scope::Label(label) => !self.provable || self.labels.contains(label),
+            Scope::Token { jti, delegates } => self.is_revoked_by(jti, *delegates),
         }
     }
 }

@@ -98,6 +98,8 @@ pub enum AdvanceCause {
     /// The etcd plane found it had gone back behind what this host had seen, and advanced the
     /// machine's epoch past both (`etcd/src/marks.rs`).
     PlaneRefounded,
+    /// `stopline token revoke`: one token (and, with `--with-delegates`, its delegates).
+    Revoke,
 }
 
 impl AdvanceCause {
@@ -107,6 +109,7 @@ impl AdvanceCause {
             AdvanceCause::Engage => "engage",
             AdvanceCause::Recover => "recover",
             AdvanceCause::PlaneRefounded => "plane_refounded",
+            AdvanceCause::Revoke => "revoke",
         }
     }
 }

@@ -38,6 +38,14 @@ impl ControlPlane for EtcdPlane {
     ) -> Result<DisengageReceipt, StoreError> {
         EtcdPlane::disengage(self, scope, reason, by)
     }
+    fn revoke_token(
+        &self,
+        scope: &Scope,
+        by: &str,
+        reason: &str,
+    ) -> Result<stopline_core::EpochMap, StoreError> {
+        EtcdPlane::revoke_token(self, scope, by, reason)
+    }
     fn gateways(&self) -> Option<Result<Vec<PlaneGateway>, StoreError>> {
         Some(crate::gateways::registered(self).map_err(StoreError::from))
     }

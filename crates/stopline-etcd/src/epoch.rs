@@ -62,3 +62,53 @@ impl EtcdPlane {
         Ok(())
     }
 }
+
+impl EtcdPlane {
+    /// Revoke one token (`scope` is a [`Scope::Token`]): one transaction appends the
+    /// `epoch_advance` (cause `revoke`) to the plane's WAL and puts the advanced `epoch.json`,
+    /// guarded by both, then reads the epoch back (docs/reference.md §5, "Revoking one token").
+    pub fn revoke_token(
+        &self,
+        scope: &Scope,
+        by: &str,
+        reason: &str,
+    ) -> Result<EpochMap, stopline_store::StoreError> {
+        use stopline_core::RefusalCode;
+        use stopline_store::StoreError;
+        if !matches!(scope, Scope::Token { .. }) {
+            return Err(StoreError::refused(
+                RefusalCode::BadRequest,
+                format!("{scope} is not a token"),
+            ));
+        }
+        let next = self.retry_cas(
+            "token revoke",
+            || -> Result<Option<EpochMap>, StoreError> {
+                let snapshot = self.snapshot()?;
+                let log = snapshot.log()?;
+                let epoch = snapshot.epoch_map(&log)?;
+                let mut next = self.advance_now(&epoch, scope).map_err(|e| {
+                    StoreError::refused(RefusalCode::ControlEpochUnconfirmed, e.to_string())
+                })?;
+                let advance =
+                    self.advance_fields(&epoch, &next, scope, AdvanceCause::Revoke, by, reason);
+                let (after, puts, guard) =
+                    crate::read::append(&self.names, &log, vec![advance], &self.ts());
+                next.wal_seq = after.last().map_or(0, |e| e.seq);
+                let mut ops = puts;
+                let bytes = serde_json::to_vec(&next).expect("an epoch map always serializes");
+                ops.push(etcd_client::TxnOp::put(self.names.epoch(), bytes, None));
+                let mut compares = guard;
+                compares.push(self.epoch_guard(&snapshot));
+                let txn = etcd_client::Txn::new().when(compares).and_then(ops);
+                if !self.commit("token revoke", txn)?.succeeded() {
+                    return Ok(None);
+                }
+                Ok(Some(next))
+            },
+        )?;
+        self.read_back_epoch(&next)
+            .map_err(|why| StoreError::refused(RefusalCode::ControlEpochUnconfirmed, why))?;
+        Ok(next)
+    }
+}

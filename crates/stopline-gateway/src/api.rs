@@ -317,6 +317,7 @@ pub(crate) async fn delegate_route(
     // Counted only once minted (its exp is known) and before anyone sees it; a refused token
     // is dropped unseen.
     gov.admit_delegate(&minted.claims)?;
+    gov.record_minted(&minted.claims)?;
     gov.register_child_budgets(&minted.claims);
     Ok(Json(
         stopline_control::tokens::minted_receipt(&minted).to_json(),

@@ -626,6 +626,7 @@ mod tests {
             budgets: [(BudgetKind::ToolCalls, limit)].into(),
             parent: parent.map(|p| p.to_string().repeat(32)),
             labels: Default::default(),
+            lineage: Vec::new(),
         }
     }
 

@@ -275,6 +275,12 @@ impl Governor {
         self.inner.ctx.store.now_ms()
     }
 
+    /// Put a token `/v1/delegate` minted in the home's registry, fsynced, before anyone sees it
+    /// (docs/reference.md §5, "Revoking one token").
+    pub(crate) fn record_minted(&self, claims: &stopline_token::Claims) -> Result<(), Refusal> {
+        stopline_control::tokens::record(&self.inner.ctx.store, claims)
+    }
+
     /// `[tokens] max_ttl_s`: the longest lifetime of a token `/v1/delegate` mints.
     pub(crate) fn max_ttl_s(&self) -> u64 {
         self.inner.ctx.config.tokens.max_ttl_s.get()

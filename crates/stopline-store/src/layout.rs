@@ -126,6 +126,10 @@ impl Layout {
     pub fn keys(&self) -> PathBuf {
         self.home.join("keys")
     }
+    /// `keys/minted.jsonl`: the registry of the tokens minted here (`tokens.rs`).
+    pub fn minted(&self) -> PathBuf {
+        self.keys().join("minted.jsonl")
+    }
     /// `config.toml`.
     pub fn config(&self) -> PathBuf {
         self.home.join("config.toml")

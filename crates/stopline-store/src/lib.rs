@@ -42,6 +42,7 @@ pub mod repair;
 pub mod runs;
 pub mod spend;
 pub mod state;
+pub mod tokens;
 pub mod view;
 pub mod wal;
 pub mod watch;

@@ -66,6 +66,14 @@ pub trait ControlPlane: Send + Sync + std::fmt::Debug {
         reason: &str,
         by: &str,
     ) -> Result<DisengageReceipt, StoreError>;
+    /// Revoke one token (`scope` is a [`Scope::Token`]): advance its epoch revision, durably,
+    /// before answering (docs/reference.md §5, "Revoking one token"). Returns the map after.
+    fn revoke_token(
+        &self,
+        scope: &Scope,
+        by: &str,
+        reason: &str,
+    ) -> Result<stopline_core::EpochMap, StoreError>;
     /// The gateways registered with the plane itself. `None`: this plane keeps no
     /// registrations, and the local `servers/` directory is the registry.
     fn gateways(&self) -> Option<Result<Vec<PlaneGateway>, StoreError>> {
@@ -115,6 +123,14 @@ impl ControlPlane for Store {
         by: &str,
     ) -> Result<DisengageReceipt, StoreError> {
         Store::disengage(self, scope, reason, by)
+    }
+    fn revoke_token(
+        &self,
+        scope: &Scope,
+        by: &str,
+        reason: &str,
+    ) -> Result<stopline_core::EpochMap, StoreError> {
+        Store::revoke_token(self, scope, by, reason)
     }
 }
 

@@ -128,4 +128,9 @@ pub enum PlantedBug {
     /// the cap (living longer than `max_ttl_s`) that a folded revision revoked is good again
     /// ("no pre-stop authority valid after the stop" fails, the `epoch-fold-floor` scenario).
     FoldWithoutFloor,
+    /// `token revoke --with-delegates` records the revocation of the token alone (`token:<jti>`,
+    /// without `+delegates`): a delegate of the revoked token keeps working ("after token
+    /// revoke answers, its token and its delegates are refused" fails, the `revoke-delegates`
+    /// scenario).
+    RevokeForgetsDelegates,
 }

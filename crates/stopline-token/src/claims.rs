@@ -63,6 +63,12 @@ pub struct Claims {
     /// of its parent's, unchanged, and may add more. Absent from tokens without any.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<Name, Name>,
+    /// The ancestors' `jti`s, root first, the parent's last (docs/reference.md §5, "Revoking one
+    /// token"): what lets `token revoke --with-delegates` refuse a grandchild by its signed
+    /// claims alone. Absent from root tokens, and from delegates minted before it existed (their
+    /// lineage is their parent alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<String>,
 }
 
 impl Claims {
@@ -75,6 +81,19 @@ impl Claims {
             self.run.iter().cloned().collect(),
         )
         .with_labels(self.label_list())
+        .with_tokens(self.token_lineage())
+    }
+
+    /// The ids of this token's lineage, ancestors root first, its own last: `lineage` (or, for
+    /// a delegate minted before lineages were signed, its parent) and then `jti`.
+    pub fn token_lineage(&self) -> Vec<String> {
+        let mut ids = if self.lineage.is_empty() {
+            self.parent.iter().cloned().collect()
+        } else {
+            self.lineage.clone()
+        };
+        ids.push(self.jti.clone());
+        ids
     }
 
     /// The labels as [`Label`]s, in key order.
@@ -158,6 +177,9 @@ impl Claims {
             }
         }
         match (&self.parent, self.chain.len()) {
+            (None, 1) if !self.lineage.is_empty() => {
+                Err("a root token cannot name a lineage".into())
+            }
             (None, 1) => Ok(()),
             (Some(_), 1) => Err("a root token cannot name a parent".into()),
             (None, _) => Err("a delegated token must name its parent".into()),
@@ -166,6 +188,19 @@ impl Claims {
             }
             (Some(_), _) if self.role != Role::Agent => {
                 Err("a delegated token must have role agent".into())
+            }
+            (Some(parent), links) if !self.lineage.is_empty() => {
+                if self.lineage.len() != links - 1
+                    || self.lineage.last() != Some(parent)
+                    || !self.lineage.iter().all(|id| is_jti(id))
+                {
+                    Err(
+                        "the lineage must name every ancestor's jti, root first, the parent last"
+                            .into(),
+                    )
+                } else {
+                    Ok(())
+                }
             }
             (Some(_), _) => Ok(()),
         }
@@ -214,10 +249,7 @@ pub(crate) fn new_jti() -> Result<String, rand::Error> {
 }
 
 fn is_jti(text: &str) -> bool {
-    text.len() == JTI_HEX_LEN
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    stopline_core::scope::is_jti(text)
 }
 
 /// A project root must be what `Scope::parse_stored` accepts for `project:` (absolute, no
@@ -268,6 +300,7 @@ mod tests {
             budgets: Budgets::new(),
             parent: None,
             labels: BTreeMap::new(),
+            lineage: Vec::new(),
         }
     }
 
@@ -299,6 +332,23 @@ mod tests {
             c.parent = Some("1".repeat(32));
         };
         check(delegated, Some("role agent"));
+        check(
+            |c| c.lineage = vec!["1".repeat(32)],
+            Some("root token cannot name a lineage"),
+        );
+        let lineage = |ids: Vec<String>| {
+            move |c: &mut Claims| {
+                delegated(c);
+                c.role = Role::Agent;
+                c.lineage = ids;
+            }
+        };
+        check(lineage(vec!["1".repeat(32)]), None);
+        check(lineage(vec!["2".repeat(32)]), Some("lineage"));
+        check(
+            lineage(vec!["0".repeat(32), "1".repeat(32)]),
+            Some("lineage"),
+        );
         check(
             |c| {
                 delegated(c);

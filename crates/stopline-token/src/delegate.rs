@@ -120,6 +120,12 @@ pub fn delegated_claims(parent: &Claims, request: &DelegateRequest) -> Result<Cl
     let labels = crate::claims::merge_labels(&parent.labels, labels)?;
     let mut chain = parent.chain.clone();
     chain.push(child);
+    // A parent minted before lineages were signed, deeper than one link, cannot name its whole
+    // lineage: its child names its parent alone, as such tokens always did.
+    let mut lineage = parent.token_lineage();
+    if lineage.len() != parent.chain.len() {
+        lineage.clear();
+    }
     Ok(Claims {
         v: CLAIMS_VERSION,
         jti: fresh_jti()?,
@@ -133,6 +139,7 @@ pub fn delegated_claims(parent: &Claims, request: &DelegateRequest) -> Result<Cl
         budgets,
         parent: Some(parent.jti.clone()),
         labels,
+        lineage,
     })
 }
 

@@ -18,7 +18,7 @@ pub mod keys;
 mod mint;
 mod wire;
 
-pub use claims::{Claims, CLAIMS_VERSION, JTI_HEX_LEN, MAX_CHAIN_LEN, MAX_PROJECT_LEN};
+pub use claims::{Claims, CLAIMS_VERSION, JTI_HEX_LEN, MAX_CHAIN_LEN, MAX_LABELS, MAX_PROJECT_LEN};
 pub use delegate::{delegate, delegated_claims, DelegateRequest};
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use error::TokenError;

@@ -87,6 +87,7 @@ impl IssueRequest {
             budgets: self.budgets.clone(),
             parent: None,
             labels: crate::claims::merge_labels(&Default::default(), &self.labels)?,
+            lineage: Vec::new(),
         };
         claims
             .check()

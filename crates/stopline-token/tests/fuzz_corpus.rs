@@ -69,6 +69,7 @@ fn root_claims() -> Claims {
         budgets: Default::default(),
         parent: None,
         labels: Default::default(),
+        lineage: Vec::new(),
     }
 }
 

@@ -30,6 +30,7 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
             cycles,
             evidence,
             runs,
+            revocations,
             samples,
             idle_window_s,
             server_command,
@@ -43,6 +44,7 @@ pub fn execute(ctx: &Context, command: Command, json: bool) -> Result<i32, Refus
                 cycles,
                 evidence,
                 runs,
+                revocations,
             };
             let idle = std::time::Duration::from_secs_f64(idle_window_s.clamp(0.1, 600.0));
             let settings = stopline_bench::measure::Settings {

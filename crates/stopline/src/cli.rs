@@ -232,6 +232,9 @@ pub enum Command {
         /// `history`: supervised runs that ran to their end, in the aged home.
         #[arg(long, default_value_t = 10_000)]
         runs: usize,
+        /// `history`: token revocations on record for the authority measure.
+        #[arg(long, default_value_t = 1_000)]
+        revocations: usize,
         /// `history`: samples per measure and home (default 15); `fleet`: rounds (default 5);
         /// `gateway`: rounds (default 7, 3 in the default set).
         #[arg(long)]
@@ -450,6 +453,25 @@ pub enum TokenCommand {
         /// Read the token from a file.
         #[arg(long)]
         token_file: Option<PathBuf>,
+    },
+    /// The live tokens minted here and their delegates (a gateway's /v1/delegate included).
+    List,
+    /// Refuse one token from now on, durably (docs/reference.md §5, "Revoking one token").
+    Revoke {
+        /// The token's id (its jti, as `token list` shows it).
+        id: String,
+        /// Refuse every token delegated under it too, at any depth.
+        #[arg(long)]
+        with_delegates: bool,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// A configured operator's name.
+        #[arg(long)]
+        by: Option<String>,
+        /// An operator's token (`--token`, `--token-file`, else `STOPLINE_TOKEN`).
+        #[command(flatten)]
+        token: TokenArgs,
     },
 }
 

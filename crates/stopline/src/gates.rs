@@ -29,7 +29,20 @@ pub fn execute(ctx: &Context, command: Command, wiring: Wiring) -> Result<i32, R
             access_log,
             ..
         } => {
-            crate::scheduled::spawn(ctx);
+            // The schedule reads `[drill]` (and the alert hooks) from the configuration this
+            // gateway serves: `--config` when given, the home's config.toml otherwise. A file
+            // that does not load is refused by serve itself, just below.
+            let scheduled = match config.as_deref() {
+                Some(path) => match stopline_control::config::Config::load(path) {
+                    Ok(loaded) => Context {
+                        config: std::sync::Arc::new(loaded),
+                        ..ctx.clone()
+                    },
+                    Err(_) => ctx.clone(),
+                },
+                None => ctx.clone(),
+            };
+            crate::scheduled::spawn(&scheduled);
             let options = stopline_gateway::ServeOptions {
                 home: ctx.store.layout().home().to_path_buf(),
                 config,

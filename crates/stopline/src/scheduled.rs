@@ -5,12 +5,15 @@
 //! version), and alerts a failure through `[breakers] alert_webhook` / `alert_command`.
 //!
 //! The thread never touches the gateway's state: it is a client of it, as `stopline drill
-//! --against` is, and a drill that cannot run is logged and alerted, never fatal to `serve`.
+//! --against` is. A drill that cannot run is logged, alerted and recorded as a failed drill of
+//! its harness version (closing that version's drill gate: a stop that cannot be drilled has
+//! not been shown to work), never fatal to `serve`.
 
 use stopline_control::Context;
 
-/// The alert of a scheduled drill that could not run (it records nothing, so it closes no
-/// gate): what a failed observation says, with the refusal in its place.
+/// The record and alert of a scheduled drill that could not run: what a failed observation
+/// says, with the refusal in its place. Recorded as a drill (`control-observation.v1`,
+/// `pass: false`), so it closes the drill gate of its harness version.
 #[derive(serde::Serialize)]
 struct NotRun<'a> {
     schema: &'static str,
@@ -70,15 +73,24 @@ fn drill_once(ctx: &Context) {
         }
         Err(error) => {
             let refusal = error.to_refusal();
-            tracing::error!(%refusal, "ALERT: scheduled drill could not run");
-            serde_json::to_string(&NotRun {
-                schema: "control-observation.v1",
+            tracing::error!(%refusal, "ALERT: scheduled drill could not run: the drill gate of this harness version is closed");
+            let not_run = NotRun {
+                schema: stopline_store::evidence::drills::DRILL_SCHEMA,
                 harness_version: &config.harness_version,
                 pass: false,
                 scheduled: true,
                 error: refusal,
-            })
-            .ok()
+            };
+            if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(&not_run) {
+                if let Err(error) = ctx
+                    .store
+                    .evidence()
+                    .append(stopline_store::evidence::drills::DRILL_SCHEMA, fields)
+                {
+                    tracing::error!(%error, "the scheduled drill that could not run was not recorded");
+                }
+            }
+            serde_json::to_string(&not_run).ok()
         }
     };
     if let (Some(body), Some(hooks)) = (

@@ -68,6 +68,29 @@ pub fn execute(ctx: &Context, command: TokenCommand, json: bool) -> Result<i32, 
             output::receipt(json, &receipt);
             return Ok(if receipt.valid { 0 } else { 1 });
         }
+        TokenCommand::List => {
+            output::receipt(json, &tokens::list(ctx)?);
+            return Ok(0);
+        }
+        TokenCommand::Revoke {
+            id,
+            with_delegates,
+            reason,
+            by,
+            token,
+        } => {
+            let presented = crate::stop::presented(&token)?;
+            let receipt = tokens::revoke(
+                ctx,
+                &id,
+                with_delegates,
+                &reason,
+                by.as_deref(),
+                presented.as_deref(),
+            )?;
+            output::receipt(json, &receipt);
+            return Ok(0);
+        }
     };
     output::receipt(json, &tokens::minted_receipt(&minted));
     Ok(0)

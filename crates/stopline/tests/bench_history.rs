@@ -19,6 +19,8 @@ fn the_history_benchmark_reports_every_measure_fresh_beside_aged() {
         "20",
         "--runs",
         "20",
+        "--revocations",
+        "10",
         "--samples",
         "2",
         "--idle-window-s",
@@ -66,6 +68,23 @@ fn the_history_benchmark_reports_every_measure_fresh_beside_aged() {
     assert_eq!(receipt["live"]["spend_in_doubt"], 3, "{receipt}");
     assert_eq!(receipt["aged"]["spend_journals"], 30, "{receipt}");
     assert_eq!(receipt["aged"]["spend_reservations"], 30, "{receipt}");
+    // check and admission with 16 labels and the revocations on record, beside none.
+    let authority = &receipt["authority"];
+    assert_eq!(authority["labels"], 16, "{authority}");
+    assert_eq!(authority["revocations"], 10, "{authority}");
+    for field in [
+        "check_none_p50_ms",
+        "check_loaded_p50_ms",
+        "check_ratio",
+        "admission_none_p50_us",
+        "admission_loaded_p50_us",
+        "admission_ratio",
+    ] {
+        assert!(
+            authority[field].as_f64().is_some_and(|v| v > 0.0),
+            "{field} of {authority}"
+        );
+    }
     let idle = &receipt["idle_gateway"];
     assert!(idle["cpu_pct"].as_f64().is_some_and(|v| v >= 0.0), "{idle}");
     assert!(idle["rss_mb"].as_f64().is_some_and(|v| v > 1.0), "{idle}");

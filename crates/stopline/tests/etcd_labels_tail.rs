@@ -1,7 +1,8 @@
 //! Labels and the bounded tail in etcd mode (docs/reference.md §1 Label, §5 "Bounded tail",
 //! §10): a `label:` emergency engaged on one host revokes every token carrying the label that
 //! another host checks, and the plane's `epoch.json` folds away revisions past `max_ttl_s` plus
-//! the margin as the local directory does. The simulated days need a build with
+//! the margin as the local directory does; a token revoked on one host is refused on another.
+//! The simulated days need a build with
 //! `--features stopline/failpoints` (the store's test clock); without it nothing folds and the
 //! test fails rather than skips.
 
@@ -69,4 +70,55 @@ fn a_label_stop_and_the_fold_hold_across_hosts() {
         "{}",
         status.stdout
     );
+}
+
+/// Revoking one token in etcd mode (docs/reference.md §5 "Revoking one token", §10): revoked on
+/// the host that minted it, the token is refused by a check on another host; its agent's other
+/// token and, without `--with-delegates`, its delegate keep working there; with it, the
+/// delegate is refused too.
+#[test]
+fn a_token_revoked_on_one_host_is_refused_on_another() {
+    let etcd = cluster::Cluster::start(1);
+    let url = etcd.url("/revoke");
+    let a = Host::new(&url, "");
+    let b = Host::new(&url, "");
+    let leaked = a.token("worker", &[]);
+    let sibling = a.token("worker", &[]);
+    let child = a.run(&[
+        "token", "delegate", "--parent", &leaked, "--agent", "helper",
+    ]);
+    let child = child.assert_ok().json()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let check = |token: &str| {
+        let run = b.run(&["check", "--class", "noncritical", "--token", token]);
+        (
+            run.code,
+            run.json()["code"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let jti = |token: &str| stopline_token::decode_unverified(token).unwrap().jti;
+    let revoke = |id: &str, extra: &[&str]| {
+        let mut args = vec![
+            "token", "revoke", id, "--reason", "leaked", "--by", "operator",
+        ];
+        args.extend_from_slice(extra);
+        a.run(&args).assert_ok().json()
+    };
+    for token in [&leaked, &sibling, &child] {
+        assert_eq!(check(token).0, 0);
+    }
+    let receipt = revoke(&jti(&leaked), &[]);
+    assert_eq!(receipt["revoked"], true, "{receipt}");
+    assert_eq!(check(&leaked), (4, "stale_control_epoch".into()));
+    assert_eq!(check(&sibling).0, 0);
+    assert_eq!(
+        check(&child).0,
+        0,
+        "without --with-delegates the delegate lives"
+    );
+    revoke(&jti(&leaked), &["--with-delegates"]);
+    assert_eq!(check(&child), (4, "stale_control_epoch".into()));
+    assert_eq!(check(&sibling).0, 0);
 }

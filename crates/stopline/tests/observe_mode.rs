@@ -74,6 +74,15 @@ fn an_observed_breaker_records_and_alerts_and_engages_nothing() {
         status["observe_only"],
         json!(["breakers.unauthorized_calls"])
     );
+    // The agent's own view of /v1/status names it too: the breaker observes its calls.
+    let own = gateway.get("/v1/status", Some(&agent));
+    assert_eq!(own.status, 200, "{}", own.body);
+    assert_eq!(
+        own.json()["observe_only"],
+        json!(["breakers.unauthorized_calls"]),
+        "{}",
+        own.body
+    );
     let check = gateway.post(
         "/v1/check",
         Some(&agent),

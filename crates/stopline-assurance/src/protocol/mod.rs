@@ -66,6 +66,8 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     all.push(scenario::label_vs_agent());
     all.push(scenario::epoch_fold());
     all.push(scenario::epoch_fold_floor());
+    all.push(scenario::revoke_delegates());
+    all.push(scenario::revoke_spares_others());
     all.retain(|s| {
         options
             .only

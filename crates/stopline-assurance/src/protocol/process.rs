@@ -34,6 +34,11 @@ pub enum ProcSpec {
         /// The scope whose halts are lifted.
         scope: Scope,
     },
+    /// `Store::revoke_token` (`stopline token revoke`): an epoch advance of a `token:` scope.
+    Revoke {
+        /// The `token:<jti>[+delegates]` scope.
+        scope: Scope,
+    },
     /// `Store::drain`.
     Drain {
         /// Seconds.
@@ -245,6 +250,13 @@ pub enum Outcome {
     },
     /// Drain returned Ok.
     Drained,
+    /// A revocation returned Ok: it is durable.
+    Revoked {
+        /// The scope it advanced.
+        scope: Scope,
+        /// The epoch after it.
+        new_epoch: u64,
+    },
     /// An operation's journal steps returned Ok.
     Operated {
         /// Its target.
@@ -303,6 +315,7 @@ impl ProcSpec {
             ProcSpec::RecoverPlanApply { scope } => format!("recover plan+apply({scope})"),
             ProcSpec::Disengage { scope } => format!("disengage({scope})"),
             ProcSpec::Drain { deadline_s } => format!("drain({deadline_s}s)"),
+            ProcSpec::Revoke { scope } => format!("token revoke({scope})"),
             ProcSpec::Operation {
                 target,
                 agent,
@@ -384,6 +397,15 @@ impl ProcSpec {
             ProcSpec::Disengage { scope } => {
                 match store.disengage(scope, "model check", "operator") {
                     Ok(r) => Outcome::Disengaged { cleared: r.cleared },
+                    Err(e) => failed(e),
+                }
+            }
+            ProcSpec::Revoke { scope } => {
+                match store.revoke_token(scope, "operator", "model check") {
+                    Ok(epoch) => Outcome::Revoked {
+                        scope: scope.clone(),
+                        new_epoch: epoch.seq,
+                    },
                     Err(e) => failed(e),
                 }
             }

@@ -79,14 +79,18 @@ pub enum Property {
     /// refuses a live token that no stop revoked (the floor rises only past revisions no live
     /// token can predate: `max_ttl_s` plus the margin).
     FoldSparesLiveAuthority,
+    /// docs/reference.md §5, "Revoking one token": once `token revoke` answered, the token it
+    /// names (with `--with-delegates`, every token delegated under it) is refused, crash or
+    /// not; a token it does not name is not refused by it.
+    RevokeRefusesOnlyItsTokens,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 20;
+pub const COUNT: usize = 21;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 17] = [
+    pub const ALL: [Property; 18] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -104,6 +108,7 @@ impl Property {
         Property::RecordReadableIffDurable,
         Property::PlaneBelowMarksRefused,
         Property::FoldSparesLiveAuthority,
+        Property::RevokeRefusesOnlyItsTokens,
     ];
 
     /// Findings: checked and reported, but not part of docs/reference.md §11's verdict.
@@ -163,6 +168,9 @@ impl Property {
             }
             Property::FoldSparesLiveAuthority => {
                 "folding old epoch revisions refuses no live authority that no stop revoked"
+            }
+            Property::RevokeRefusesOnlyItsTokens => {
+                "after token revoke answers, its token (and, with delegates, theirs) is refused; no other token is"
             }
         }
     }
@@ -342,6 +350,18 @@ pub fn obligations(
         }),
         // Nothing in the scenario revokes the e0 token and it is alive: every gate that can
         // read the control state allows it.
+        // A revocation of another token races: the gate's token, alive and named by nothing,
+        // is allowed by every gate that can read the control state.
+        GateExpectation::NotNamed => out.judge(
+            Property::RevokeRefusesOnlyItsTokens,
+            seen.faulted || seen.decision == Decision::Allow,
+            || {
+                format!(
+                    "the e0 token, named by no revocation, got {:?} ({:?})",
+                    seen.decision, seen.code
+                )
+            },
+        ),
         GateExpectation::Unrevoked => out.judge(
             Property::FoldSparesLiveAuthority,
             seen.faulted || seen.decision == Decision::Allow,
@@ -622,6 +642,26 @@ pub fn obligations(
                     || {
                         format!(
                             "the gate saw epoch {:?} after {who} minted epoch {new_epoch}",
+                            seen.epoch_seq
+                        )
+                    },
+                );
+            }
+            Outcome::Revoked { scope, new_epoch } => {
+                if subject.is_covered_by(scope) {
+                    out.judge(Property::RevokeRefusesOnlyItsTokens, refused, || {
+                        format!(
+                            "the e0 token got {:?} ({:?}) after {who} revoked {scope} at epoch {new_epoch}",
+                            seen.decision, seen.code
+                        )
+                    });
+                }
+                out.judge(
+                    Property::EpochsNeverGoBack,
+                    epoch_at_least(*new_epoch),
+                    || {
+                        format!(
+                            "the gate saw epoch {:?} after {who} advanced to {new_epoch}",
                             seen.epoch_seq
                         )
                     },

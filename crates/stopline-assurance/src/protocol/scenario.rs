@@ -95,6 +95,9 @@ pub enum GateExpectation {
     /// Nothing revokes it and it is alive: every gate that reads the control state allows it
     /// (`FoldSparesLiveAuthority`).
     Unrevoked,
+    /// Only revocations of other tokens race: every gate that reads the control state allows
+    /// it (`RevokeRefusesOnlyItsTokens`).
+    NotNamed,
 }
 
 /// How the gate's token was minted: under `e0`, at `iat_s`, living `ttl_s`, carrying
@@ -1072,4 +1075,79 @@ pub struct Planted;
 /// The home as a path.
 pub fn home() -> PathBuf {
     PathBuf::from(HOME)
+}
+
+/// Revoking one token (docs/reference.md §5, "Revoking one token"): the gate's token is
+/// `worker`, a delegate of `lead`'s root token; `token revoke <lead's jti> --with-delegates`
+/// races an emergency of another agent (both advance the epoch under the WAL lock), crashed at
+/// every step. Once the revoke answered, every gate refuses the delegate — which it does not if
+/// the revocation forgets its delegates (the planted `RevokeForgetsDelegates`).
+pub fn revoke_delegates() -> Scenario {
+    let s = Setup::new();
+    let token = GateToken {
+        e0: 0,
+        iat_s: SETUP_MS / 1000,
+        ttl_s: stopline_token::DEFAULT_TTL_S,
+        labels: Vec::new(),
+        delegated_from: Some(Name::parse("lead").expect("a valid name")),
+    };
+    let racers = vec![ProcSpec::Engage(engage(
+        Scope::Agent(Name::parse("other").expect("a valid name")),
+        Level::Emergency,
+        "monitor-b",
+    ))];
+    let mut scenario = s.finish_with(
+        "revoke-delegates",
+        "token revoke --with-delegates of the gate token's parent vs another agent's emergency",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+        token,
+    );
+    let parent = scenario.subject.tokens[0].clone();
+    scenario.procs.insert(
+        0,
+        ProcSpec::Revoke {
+            scope: Scope::Token {
+                jti: parent,
+                delegates: true,
+            },
+        },
+    );
+    scenario
+}
+
+/// The other half of revoking one token: the gate's token is `worker`'s root token, and two
+/// revocations of other tokens race (one alone, one with its delegates), crashed at every step.
+/// No gate may refuse the gate's token, crash or not (`RevokeRefusesOnlyItsTokens`): a
+/// revocation covers the token it names, never its agent's others.
+pub fn revoke_spares_others() -> Scenario {
+    let s = Setup::new();
+    let mut scenario = s.finish(
+        "revoke-spares-others",
+        "two revocations of other tokens of the same agent race; the gate's token stays good",
+        Vec::new(),
+        SETUP_MS + 60_000,
+        None,
+    );
+    let other = |n: u8| format!("{n:x}").repeat(32);
+    scenario.procs.splice(
+        0..0,
+        [
+            ProcSpec::Revoke {
+                scope: Scope::Token {
+                    jti: other(1),
+                    delegates: false,
+                },
+            },
+            ProcSpec::Revoke {
+                scope: Scope::Token {
+                    jti: other(2),
+                    delegates: true,
+                },
+            },
+        ],
+    );
+    scenario.gate = GateExpectation::NotNamed;
+    scenario
 }

@@ -20,7 +20,7 @@ pub use status::{
     OpsCompactReceipt, OpsListReceipt, StatusReceipt, WorkerView,
 };
 pub use stopline_core::ack::UncoveredServer;
-pub use tokens::{MintedReceipt, TokenVerifyReceipt};
+pub use tokens::{MintedReceipt, TokenListReceipt, TokenRevokeReceipt, TokenVerifyReceipt};
 
 use serde::Serialize;
 use serde_json::Value;

@@ -99,6 +99,10 @@ pub struct AgentStatusView {
     pub uncovered_servers: Vec<UncoveredServer>,
     /// The unresolved operations of the agent's own chain.
     pub unresolved: Census,
+    /// What only observes and concerns the agent: the home's observed breakers, and the
+    /// conditions of its own runs' cards (`run <id>: <condition>`). Absent when all enforce.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observe_only: Vec<String>,
 }
 
 impl AgentStatusView {
@@ -139,6 +143,19 @@ impl AgentStatusView {
                 model: own_entries(&receipt.unresolved.model),
                 errors: Vec::new(),
             },
+            observe_only: receipt
+                .observe_only
+                .iter()
+                .filter(|name| match name.strip_prefix("run ") {
+                    // A run card's condition: only of a run one of the agent's workers is in.
+                    Some(rest) => receipt.workers.iter().any(|worker| {
+                        own(Some(&worker.registration.agent))
+                            && rest.starts_with(&format!("{}: ", worker.registration.run))
+                    }),
+                    None => true,
+                })
+                .cloned()
+                .collect(),
         }
     }
 }

@@ -21,6 +21,16 @@ fn scope_words(scope: &Scope) -> String {
         Scope::Project(root) => format!("every agent working under {}", root.display()),
         Scope::Run(id) => format!("the evaluation run {id}"),
         Scope::Label(label) => format!("every agent whose token carries the label {label}"),
+        Scope::Token {
+            jti,
+            delegates: false,
+        } => format!("the token {jti}"),
+        Scope::Token {
+            jti,
+            delegates: true,
+        } => {
+            format!("the token {jti} and every token delegated under it")
+        }
     }
 }
 

@@ -20,6 +20,9 @@ pub struct MintedReceipt {
     pub exp: i64,
     /// The budgets signed into it.
     pub budgets: Budgets,
+    /// Its id (`jti`): what `token revoke` names.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub jti: String,
 }
 
 impl fmt::Display for MintedReceipt {
@@ -51,5 +54,84 @@ impl fmt::Display for TokenVerifyReceipt {
             None => f.write_str("valid"),
             Some(code) => write!(f, "invalid: {code}"),
         }
+    }
+}
+
+/// The receipt of `token list`: the live tokens minted here, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenListReceipt {
+    /// One record per live token.
+    pub tokens: Vec<stopline_core::minted::MintedToken>,
+}
+
+impl fmt::Display for TokenListReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.tokens.is_empty() {
+            return f.write_str("no live tokens minted here");
+        }
+        writeln!(
+            f,
+            "{:<32}  {:<32}  {:<8}  {:<20}  {:<32}  labels",
+            "id", "agent", "role", "expires", "parent"
+        )?;
+        for (index, token) in self.tokens.iter().enumerate() {
+            let agent = token
+                .chain
+                .iter()
+                .map(Name::as_str)
+                .collect::<Vec<_>>()
+                .join("/");
+            let role = serde_json::to_value(token.role)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            let labels = token
+                .labels
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            write!(
+                f,
+                "{:<32}  {:<32}  {:<8}  {:<20}  {:<32}  {}",
+                token.jti,
+                stopline_core::text::inert(&agent),
+                role,
+                stopline_core::refusal::rfc3339_seconds(token.exp),
+                token.parent.as_deref().unwrap_or("-"),
+                if labels.is_empty() { "-" } else { &labels }
+            )?;
+            if index + 1 < self.tokens.len() {
+                writeln!(f)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The receipt of `token revoke`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenRevokeReceipt {
+    /// True once the revocation is durable.
+    pub revoked: bool,
+    /// The token's id.
+    pub jti: String,
+    /// True for `--with-delegates`: every token delegated under it is refused too.
+    pub with_delegates: bool,
+    /// The scope the revocation advanced (`token:<jti>`, `+delegates`).
+    pub scope: String,
+    /// The global epoch sequence after it.
+    pub epoch_seq: u64,
+    /// Who revoked it.
+    pub by: String,
+}
+
+impl fmt::Display for TokenRevokeReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "revoked token {}", self.jti)?;
+        if self.with_delegates {
+            f.write_str(" and every token delegated under it")?;
+        }
+        write!(f, " (epoch {}, by {})", self.epoch_seq, self.by)
     }
 }

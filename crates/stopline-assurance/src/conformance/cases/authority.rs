@@ -44,6 +44,11 @@ pub const CASES: &[Case] = &[
         label_stop_revokes_every_carrier,
     ),
     case(
+        "revoke_one_token",
+        "token revoke refuses exactly that token (its agent's other token and its delegate keep working); --with-delegates refuses the delegate too; an unknown id is bad_request and changes nothing",
+        revoke_one_token,
+    ),
+    case(
         "ttl_too_long",
         "a token or a delegate asking to live longer than max_ttl_s (default a day) is refused ttl_too_long",
         ttl_too_long,
@@ -74,6 +79,64 @@ fn stale_control_epoch(s: &Sandbox) -> Verdict {
         "check: block stale_control_epoch; token verify: valid false, stale_control_epoch, exit 1"
             .into(),
     )
+}
+
+fn revoke_one_token(s: &Sandbox) -> Verdict {
+    let leaked = s.token(&["--agent", "w"])?;
+    let sibling = s.token(&["--agent", "w"])?;
+    let child = s.delegate(&leaked, "helper")?;
+    let jti = stopline_token::decode_unverified(&leaked)
+        .map_err(|e| crate::conformance::CaseError::Harness(format!("setup: decode: {e}")))?
+        .jti;
+    let revoke = |extra: &[&str]| {
+        let mut args = vec![
+            "token",
+            "revoke",
+            jti.as_str(),
+            "--reason",
+            "leaked",
+            "--by",
+            crate::conformance::steps::OPERATOR,
+        ];
+        args.extend_from_slice(extra);
+        s.run(&args)
+    };
+    let unknown = s.run(&[
+        "token",
+        "revoke",
+        &"0".repeat(32),
+        "--reason",
+        "leaked",
+        "--by",
+        crate::conformance::steps::OPERATOR,
+    ])?;
+    refused(&unknown, "bad_request", "revoking an id nobody minted")?;
+    allowed(&s.check_token(&leaked)?, "before the revoke")?;
+    let out = revoke(&[])?;
+    ensure(out.code == 0 && out.json()["revoked"] == true, || {
+        format!("token revoke: {}", out.brief())
+    })?;
+    blocked(
+        &s.check_token(&leaked)?,
+        "stale_control_epoch",
+        "the revoked token",
+    )?;
+    allowed(&s.check_token(&sibling)?, "its agent's other token")?;
+    allowed(
+        &s.check_token(&child)?,
+        "its delegate, without --with-delegates",
+    )?;
+    let out = revoke(&["--with-delegates"])?;
+    ensure(out.code == 0, || {
+        format!("token revoke --with-delegates: {}", out.brief())
+    })?;
+    blocked(
+        &s.check_token(&child)?,
+        "stale_control_epoch",
+        "its delegate, with --with-delegates",
+    )?;
+    allowed(&s.check_token(&sibling)?, "its agent's other token, still")?;
+    Ok("revoked: stale_control_epoch; sibling allowed; delegate allowed, then refused with --with-delegates; unknown id bad_request".into())
 }
 
 fn delegated_tokens_die_with_their_parent(s: &Sandbox) -> Verdict {

@@ -347,3 +347,18 @@ fn without_a_planted_bug_the_fold_scenarios_pass() {
     assert_eq!(report.protocol.len(), 2, "{}", report.text());
     assert!(report.ok(), "{}", report.text());
 }
+
+#[test]
+fn a_gate_that_reads_staged_bodies_as_latches_reports_a_stop_never_published() {
+    found(
+        PlantedBug::StagedReadAsLatch,
+        "staged-gate",
+        Property::StagedOnlyRefusesMore,
+    );
+}
+
+#[test]
+fn without_a_planted_bug_the_staged_gate_scenario_passes() {
+    let report = check(PlantedBug::None, "staged-gate");
+    assert!(report.ok(), "{}", report.text());
+}

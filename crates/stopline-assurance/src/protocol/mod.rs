@@ -66,6 +66,7 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     all.push(scenario::label_vs_agent());
     all.push(scenario::epoch_fold());
     all.push(scenario::epoch_fold_floor());
+    all.push(scenario::staged_gate());
     all.retain(|s| {
         options
             .only

@@ -79,14 +79,18 @@ pub enum Property {
     /// refuses a live token that no stop revoked (the floor rises only past revisions no live
     /// token can predate: `max_ttl_s` plus the margin).
     FoldSparesLiveAuthority,
+    /// docs/reference.md §5, "The gate closes before the disk answers": a gate that counts
+    /// latches staged in `latches.staging/` never admits what its durable view refuses, and
+    /// never acknowledges or reports a latch that was not published in `latches/`.
+    StagedOnlyRefusesMore,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 20;
+pub const COUNT: usize = 21;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 17] = [
+    pub const ALL: [Property; 18] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -104,6 +108,7 @@ impl Property {
         Property::RecordReadableIffDurable,
         Property::PlaneBelowMarksRefused,
         Property::FoldSparesLiveAuthority,
+        Property::StagedOnlyRefusesMore,
     ];
 
     /// Findings: checked and reported, but not part of docs/reference.md §11's verdict.
@@ -163,6 +168,9 @@ impl Property {
             }
             Property::FoldSparesLiveAuthority => {
                 "folding old epoch revisions refuses no live authority that no stop revoked"
+            }
+            Property::StagedOnlyRefusesMore => {
+                "staged latches only refuse more, and are never acknowledged or reported"
             }
         }
     }

@@ -38,7 +38,8 @@
 //! `state.json` when no recovery or drain races), *guarded* (changed only under the WAL's
 //! exclusive lock, read under a WAL lock: the WAL, `epoch.json`, and `state.json` when only a
 //! drain writes it), *private* (a `.<file>.tmp-<id>` in the home or an entry of
-//! `latches.staging/`: only its writer touches it, and nobody reads it after a crash), or
+//! `latches.staging/`: only its writer touches it, and nobody reads it after a crash; in the
+//! `staged-gate` scenario, whose gate reads it, `latches.staging/` is shared), or
 //! *shared* (`latches/`, and the cleared folders and `state.json` when a recovery races — its
 //! last step writes `state.json` outside the lock). A step is *invisible* — it runs without a
 //! scheduling decision — when it reads a quiet path, reads a guarded path while holding the WAL

@@ -26,14 +26,15 @@ fn the_real_protocol_passes_every_property() {
     // Every property of the verdict is reported, by name and in order (SpendKept,
     // LiveWorkersReached and DrillGateAsTheLog made 14; RecordReadableIffDurable 15; the etcd
     // plane's high-water mark, PlaneBelowMarksRefused, 16; the bounded tail's
-    // FoldSparesLiveAuthority, 17; revoking one token's RevokeRefusesOnlyItsTokens, 18).
+    // FoldSparesLiveAuthority, 17; revoking one token's RevokeRefusesOnlyItsTokens, 18; the
+    // staged gate's StagedOnlyRefusesMore, 19).
     let names: Vec<&str> = properties
         .iter()
         .filter_map(|p| p["name"].as_str())
         .collect();
     let expected: Vec<&str> = Property::ALL.iter().map(|p| p.name()).collect();
     assert_eq!(names, expected);
-    assert_eq!(properties.len(), 18);
+    assert_eq!(properties.len(), 19);
     assert!(properties
         .iter()
         .all(|p| p["pass"] == true && p["checks"].as_u64() > Some(0)));

@@ -358,8 +358,23 @@ fn a_revocation_that_forgets_its_delegates_leaves_a_delegate_working_and_is_foun
 }
 
 #[test]
+fn a_gate_that_reads_staged_bodies_as_latches_reports_a_stop_never_published() {
+    found(
+        PlantedBug::StagedReadAsLatch,
+        "staged-gate",
+        Property::StagedOnlyRefusesMore,
+    );
+}
+
+#[test]
 fn without_a_planted_bug_the_revoke_scenarios_pass() {
     let report = check(PlantedBug::None, "revoke-");
     assert_eq!(report.protocol.len(), 2, "{}", report.text());
+    assert!(report.ok(), "{}", report.text());
+}
+
+#[test]
+fn without_a_planted_bug_the_staged_gate_scenario_passes() {
+    let report = check(PlantedBug::None, "staged-gate");
     assert!(report.ok(), "{}", report.text());
 }

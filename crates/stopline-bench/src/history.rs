@@ -255,7 +255,7 @@ fn is_drill_at(i: usize, evidence: usize) -> bool {
 /// What `stopline run`'s drill gate reads of `store` (the drill index) and decides.
 fn drill_gate(store: &Store) -> io::Result<Duration> {
     let started = Instant::now();
-    let index = store.evidence().drills().map_err(other)?;
+    let index = store.evidence().drill_summary().map_err(other)?;
     let history = index.history("bench");
     let elapsed = started.elapsed();
     if history.last_passed == Some(false) {

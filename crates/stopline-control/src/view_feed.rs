@@ -22,6 +22,18 @@ pub trait ViewFeed: Send + Sync {
     /// Latches first: put latches that appeared in the local `latches/` into the view at once,
     /// before the locked read. Returns whether anything was added.
     fn add_appeared_latches(&self) -> bool;
+    /// Staged latches (docs/reference.md §5, "The gate closes before the disk answers"): read
+    /// what was written into the local `latches.staging/` and count each body that parses for
+    /// admission at once. Returns true when a staged body's file went away, so a fresh read is
+    /// due before it is forgotten. A source without a local staging directory does nothing.
+    fn add_staged_latches(&self) -> bool {
+        false
+    }
+    /// Forget staged bodies whose time passed; how long until the next one's passes, if any
+    /// is staged (the watch wakes then).
+    fn expire_staged(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// Record that change notification degraded (`degraded`: only periodic reloads refresh
     /// now) or hiccupped; shown in status.
     fn note(&self, note: String, degraded: bool);

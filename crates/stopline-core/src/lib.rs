@@ -26,6 +26,7 @@ pub mod policy;
 pub mod refusal;
 pub mod run_record;
 pub mod scope;
+pub mod staged;
 pub mod state;
 pub mod subject;
 pub mod text;

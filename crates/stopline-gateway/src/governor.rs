@@ -364,11 +364,8 @@ impl Governor {
         } else {
             snapshot
         };
-        let decide = || {
-            snapshot
-                .view
-                .decide(&subject, class, Some(authority), target, now)
-        };
+        // Admission counts the latches staged in `latches.staging/` too (`view.rs`).
+        let decide = || snapshot.decide_admission(&subject, class, Some(authority), target, now);
         // A refusal is worded once per token, class, target, view and second (`refusals.rs`);
         // paths widen the subject beyond the token's, so a call with paths is decided afresh.
         let receipt = if paths.is_empty() {

@@ -10,6 +10,13 @@
 //! A latch that appears in `latches/` joins the view at once ([`ViewHolder::add_appeared_latches`],
 //! latches first), before the locked read that waits while an engage advances the epoch; only
 //! additions take that path, since they can only make decisions stricter.
+//!
+//! Earlier still, a body read in `latches.staging/` before its entry is published counts for
+//! admission (docs/reference.md §5, "The gate closes before the disk answers"; the rule is
+//! `stopline_core::staged`). The staged latches are kept apart from the durable view in the
+//! type: a [`Snapshot`]'s `view` and `latch_files` never hold one (what acknowledges, reports
+//! status, alerts or files evidence reads those), and the only way to them is
+//! [`Snapshot::decide_admission`], which only decides.
 
 use crate::local_source::LocalSource;
 use crate::timeline::{Mark, Timeline};
@@ -21,8 +28,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use stopline_control::view_feed::ViewFeed;
 use stopline_control::view_source::ViewSource;
-use stopline_core::view::Blocker;
-use stopline_core::{ActiveLatch, ControlView, Refusal, RefusalCode};
+use stopline_core::staged::StagedLatches;
+use stopline_core::view::{Authority, Blocker};
+use stopline_core::{
+    ActiveLatch, CheckReceipt, ControlView, Refusal, RefusalCode, Subject, TaskClass,
+};
 use stopline_store::follow::JournalFollower;
 use stopline_store::Store;
 use tokio::sync::watch;
@@ -38,6 +48,12 @@ pub struct Snapshot {
     pub loaded_ms: i64,
     /// File names of the latches it holds.
     pub latch_files: BTreeSet<String>,
+    /// The view admission decides from while latches are staged: `view` with them
+    /// (`StagedLatches::admission_view`); `None` when nothing is staged. Private: read only
+    /// by [`Snapshot::decide_admission`].
+    admission: Option<Arc<ControlView>>,
+    /// The file names of the staged latches `admission` holds.
+    staged: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -48,7 +64,31 @@ impl Snapshot {
             generation,
             loaded_ms,
             latch_files,
+            admission: None,
+            staged: BTreeSet::new(),
         }
+    }
+
+    /// Decide a call for admission (`ControlView::decide`): from the durable view, and from the
+    /// latches staged in `latches.staging/` too while there are any. Admission only: nothing
+    /// that acknowledges, reports or alerts may decide through this (they read `view`).
+    pub(crate) fn decide_admission(
+        &self,
+        subject: &Subject,
+        class: TaskClass,
+        authority: Option<Authority>,
+        target: Option<&str>,
+        now_ms: i64,
+    ) -> CheckReceipt {
+        self.admission
+            .as_deref()
+            .unwrap_or(&self.view)
+            .decide(subject, class, authority, target, now_ms)
+    }
+
+    /// How many staged latches admission counts besides the view's own.
+    pub fn staged_count(&self) -> usize {
+        self.staged.len()
     }
 
     /// True when this view closes every gate because the control state cannot be trusted.
@@ -77,6 +117,8 @@ pub struct ViewHolder {
     reads: AtomicU64,
     /// Latches added before the locked read confirmed them, with the read count at the time.
     pinned: Mutex<Vec<(u64, ActiveLatch)>>,
+    /// The bodies read in `latches.staging/` that admission counts (`stopline_core::staged`).
+    staged: Mutex<Staged>,
     /// What the last census read of each operation journal (`stopline_store::follow`): each
     /// census reads only what the journals gained since.
     journals: JournalFollower,
@@ -109,6 +151,7 @@ impl ViewHolder {
             swap: Mutex::new(()),
             reads: AtomicU64::new(0),
             pinned: Mutex::new(Vec::new()),
+            staged: Mutex::default(),
             journals: JournalFollower::default(),
             waiters: Arc::default(),
             timeline: Arc::default(),
@@ -253,6 +296,115 @@ impl ViewHolder {
         true
     }
 
+    /// Staged latches (docs/reference.md §5, "The gate closes before the disk answers"): list
+    /// the local `latches.staging/`, read with the bounded read each body not known yet, and
+    /// count for admission at once every one that parses as a latch (one that does not is
+    /// ignored). A staged body whose file went away is forgotten only once a read that began
+    /// after this listing was installed (the writer removes it after publishing: that read
+    /// holds the entry, or its later removal); returns true when one went away, so the caller
+    /// reads.
+    pub fn add_staged_latches(&self) -> bool {
+        let current = self.load();
+        let mut known = self
+            .staged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .latches
+            .files();
+        known.extend(current.latch_files.iter().cloned());
+        let (listed, bodies) = self.store.latches().staged(&known);
+        let now = self.store.now_ms();
+        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        let mut added = false;
+        for body in bodies {
+            added |= staged.latches.stage(body, &current.view, now);
+        }
+        staged.latches.keep_spent(&listed);
+        // Reads numbered above this one began after the listing.
+        let at = self.reads.load(Ordering::SeqCst);
+        let gone: Vec<String> = staged
+            .latches
+            .files()
+            .into_iter()
+            .filter(|file| !listed.contains(file))
+            .collect();
+        let any_gone = !gone.is_empty();
+        for file in gone {
+            if !staged.gone.iter().any(|(_, f)| *f == file) {
+                staged.gone.push((at, file));
+            }
+        }
+        drop(staged);
+        if added {
+            self.restage();
+        }
+        any_gone
+    }
+
+    /// Forget the staged latches whose time passed; how long until the next one's passes.
+    pub fn expire_staged(&self) -> Option<Duration> {
+        let now = self.store.now_ms();
+        let (expired, next) = {
+            let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+            let expired = staged.latches.settle(&self.load().view, now);
+            (expired, staged.latches.next_expiry_ms())
+        };
+        if expired {
+            self.restage();
+        }
+        next.map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0)))
+    }
+
+    /// Swap in the current view with the staged latches as they are now (a new generation, so
+    /// no refusal kept under the old one outlives the change). The view itself is unchanged:
+    /// nothing waiting on it is woken.
+    fn restage(&self) {
+        let delay = self.swap_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            std::thread::sleep(Duration::from_millis(delay));
+        }
+        let _swap = self.swap.lock().unwrap_or_else(|p| p.into_inner());
+        let previous = self.load();
+        let (admission, staged) = self.admission_for(&previous.view, None);
+        if staged == previous.staged {
+            return;
+        }
+        self.current.store(Arc::new(Snapshot {
+            view: previous.view.clone(),
+            generation: previous.generation + 1,
+            loaded_ms: previous.loaded_ms,
+            latch_files: previous.latch_files.clone(),
+            admission,
+            staged,
+        }));
+    }
+
+    /// The admission view for `view` and the staged files it adds: staged latches `view`
+    /// holds are forgotten (the durable view answers for them), so are those whose time
+    /// passed, and those whose file went away before read number `read` began.
+    fn admission_for(
+        &self,
+        view: &ControlView,
+        read: Option<u64>,
+    ) -> (Option<Arc<ControlView>>, BTreeSet<String>) {
+        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(read) = read {
+            let forgotten: BTreeSet<String> = staged
+                .gone
+                .iter()
+                .filter(|(at, _)| *at < read)
+                .map(|(_, file)| file.clone())
+                .collect();
+            staged.gone.retain(|(at, _)| *at >= read);
+            staged.latches.forget(&forgotten);
+        }
+        staged.latches.settle(view, self.store.now_ms());
+        let files = staged.latches.files();
+        staged.gone.retain(|(_, file)| files.contains(file));
+        let admission = staged.latches.admission_view(view).map(Arc::new);
+        (admission, files)
+    }
+
     /// This holder reading from `source` instead of the local control directory.
     pub fn with_source(mut self, source: Arc<dyn ViewSource>) -> ViewHolder {
         self.source = source;
@@ -288,8 +440,9 @@ impl ViewHolder {
         } else {
             previous.loaded_ms
         };
+        let (admission, staged) = self.admission_for(&view, read);
         let same = self.loaded.load(Ordering::SeqCst) && previous.view == view;
-        let generation = if same {
+        let generation = if same && staged == previous.staged {
             previous.generation
         } else {
             previous.generation + 1
@@ -306,7 +459,11 @@ impl ViewHolder {
                 None => tracing::info!("control state readable again"),
             }
         }
-        let snapshot = Arc::new(Snapshot::new(view, generation, now));
+        let snapshot = Arc::new(Snapshot {
+            admission,
+            staged,
+            ..Snapshot::new(view, generation, now)
+        });
         self.current.store(snapshot.clone());
         self.loaded.store(true, Ordering::SeqCst);
         drop(swap);
@@ -372,6 +529,15 @@ impl ViewHolder {
     }
 }
 
+/// The staged latches of a holder and the ones whose staging file went away.
+#[derive(Debug, Default)]
+struct Staged {
+    latches: StagedLatches,
+    /// A staged file a listing found gone, with the number of reads begun by then: forgotten
+    /// once a read numbered above it is installed.
+    gone: Vec<(u64, String)>,
+}
+
 /// What the source's threads do to this holder (see `feed.rs`).
 impl ViewFeed for ViewHolder {
     fn refresh_fast(&self) {
@@ -390,6 +556,14 @@ impl ViewFeed for ViewHolder {
         ViewHolder::add_appeared_latches(self)
     }
 
+    fn add_staged_latches(&self) -> bool {
+        ViewHolder::add_staged_latches(self)
+    }
+
+    fn expire_staged(&self) -> Option<Duration> {
+        ViewHolder::expire_staged(self)
+    }
+
     fn note(&self, note: String, degraded: bool) {
         ViewHolder::note(self, note, degraded);
     }
@@ -401,6 +575,164 @@ mod tests {
     use stopline_core::latch::LatchSession;
     use stopline_core::{Level, Name, Scope};
     use stopline_store::EngageRequest;
+
+    /// The real clock moved by hand: a staged body's two seconds pass without a sleep.
+    #[derive(Debug, Default)]
+    struct HandClock(std::sync::atomic::AtomicI64);
+
+    impl stopline_store::env::Env for HandClock {
+        fn now_ms(&self) -> i64 {
+            stopline_store::env::SystemEnv.now_ms() + self.0.load(Ordering::SeqCst)
+        }
+        fn random_hex(&self, bytes: usize) -> String {
+            stopline_store::env::SystemEnv.random_hex(bytes)
+        }
+        fn pid(&self) -> u32 {
+            std::process::id()
+        }
+    }
+
+    fn worker_decision(view: &ViewHolder) -> stopline_core::Decision {
+        let subject = Subject::proven(vec![Name::parse("worker").unwrap()], vec![], vec![]);
+        view.load()
+            .decide_admission(
+                &subject,
+                TaskClass::Noncritical,
+                None,
+                None,
+                view.store().now_ms(),
+            )
+            .decision
+    }
+
+    /// A latch body as an engage stages it: `latches.staging/<id>.json`, not linked.
+    #[allow(clippy::disallowed_methods)] // a test writes its own fixture
+    fn stage_by_hand(store: &Store, id: &str, agent: &str, bytes: Option<&[u8]>) -> String {
+        let record = stopline_core::LatchRecord {
+            kind: "breakglass_latch".into(),
+            id: id.into(),
+            scope: Scope::Agent(Name::parse(agent).unwrap()),
+            level: Level::HaltAll,
+            by: "test".into(),
+            reason: "staged by hand".into(),
+            pid: 1,
+            session: LatchSession {
+                bound: None,
+                root: None,
+                tier: "console".into(),
+            },
+            ts: stopline_store::env::rfc3339(store.now_ms()),
+        };
+        let body = serde_json::to_vec(&record).unwrap();
+        let file = record.file_name();
+        std::fs::write(store.layout().staging().join(&file), bytes.unwrap_or(&body)).unwrap();
+        file
+    }
+
+    /// Staged latches refuse for admission at once, are never in the durable view (what
+    /// acknowledges and reports), are ignored when they do not parse, and stop counting after
+    /// 2 s, when their entry is read in `latches/`, or when their file went away and a later
+    /// read found nothing.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // a test moves its own fixtures
+    fn a_staged_body_refuses_for_admission_only_and_for_two_seconds_at_most() {
+        use stopline_core::Decision;
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(HandClock::default());
+        let store = Store::with_io(
+            dir.path().join("home"),
+            Arc::new(stopline_store::fs::RealFs),
+            clock.clone(),
+        );
+        store.ensure_home().unwrap();
+        let view = ViewHolder::new(store.clone(), Duration::from_secs(1));
+        view.refresh_full();
+        assert_eq!(worker_decision(&view), Decision::Allow);
+
+        stage_by_hand(
+            &store,
+            "latch_torn",
+            "worker",
+            Some(b"{\"kind\":\"breakglass_"),
+        );
+        assert!(!view.add_staged_latches());
+        assert_eq!(
+            worker_decision(&view),
+            Decision::Allow,
+            "a torn body changes nothing"
+        );
+
+        let before = view.load().generation;
+        let file = stage_by_hand(&store, "latch_staged1", "worker", None);
+        view.add_staged_latches();
+        let snapshot = view.load();
+        assert_eq!(worker_decision(&view), Decision::Block);
+        assert!(
+            snapshot.generation > before,
+            "no refusal kept across the change"
+        );
+        assert_eq!(snapshot.staged_count(), 1);
+        assert!(
+            snapshot.view.latches.is_empty() && snapshot.latch_files.is_empty(),
+            "the durable view (acknowledgement, status) holds no staged latch"
+        );
+        assert_eq!(
+            view.refresh_fast().view.latches.len(),
+            0,
+            "a read of latches/ finds nothing"
+        );
+        assert_eq!(
+            worker_decision(&view),
+            Decision::Block,
+            "a read does not drop it"
+        );
+        let left = view.expire_staged().expect("one is staged");
+        assert!(left <= Duration::from_secs(2));
+
+        clock.0.store(2_000, Ordering::SeqCst);
+        assert_eq!(view.expire_staged(), None);
+        assert_eq!(worker_decision(&view), Decision::Allow, "2 s passed");
+        view.add_staged_latches();
+        assert_eq!(
+            worker_decision(&view),
+            Decision::Allow,
+            "a body whose time passed is not staged again"
+        );
+        std::fs::remove_file(store.layout().staging().join(&file)).unwrap();
+
+        // Published: the durable view answers, the staged body is forgotten.
+        let file = stage_by_hand(&store, "latch_staged2", "worker", None);
+        view.add_staged_latches();
+        assert_eq!(worker_decision(&view), Decision::Block);
+        std::fs::hard_link(
+            store.layout().staging().join(&file),
+            store.layout().latches().join(&file),
+        )
+        .unwrap();
+        let snapshot = view.refresh_fast();
+        assert_eq!(snapshot.staged_count(), 0);
+        assert!(snapshot.latch_files.contains(&file));
+        std::fs::remove_file(store.layout().staging().join(&file)).unwrap();
+        std::fs::remove_file(store.layout().latches().join(&file)).unwrap();
+        view.refresh_fast();
+        assert_eq!(worker_decision(&view), Decision::Allow);
+
+        // Gone from staging and not in `latches/` by the next read: forgotten then, not before.
+        let file = stage_by_hand(&store, "latch_staged3", "worker", None);
+        view.add_staged_latches();
+        std::fs::remove_file(store.layout().staging().join(&file)).unwrap();
+        assert!(
+            view.add_staged_latches(),
+            "its file went away: a read is due"
+        );
+        assert_eq!(
+            worker_decision(&view),
+            Decision::Block,
+            "not before the read"
+        );
+        view.refresh_fast();
+        assert_eq!(worker_decision(&view), Decision::Allow);
+    }
 
     #[test]
     fn a_new_latch_joins_at_once_and_leaves_only_with_a_later_read() {

@@ -2,7 +2,9 @@
 //! (`Store::watch`, inotify) and a periodic full reload thread.
 //!
 //! Any change the watch reports triggers a fast refresh; a new entry in `latches/` is first
-//! added to the view on its own (latches first, see `view.rs`). A queue overflow or a lost
+//! added to the view on its own (latches first, see `view.rs`), and before that a body written
+//! into `latches.staging/` is counted for admission (staged latches, `view.rs`); the watch also
+//! wakes when a staged body's time passes, to forget it. A queue overflow or a lost
 //! watch on `latches/` triggers a full refresh and a note in status; if the watch cannot be
 //! kept at all (the home went away, a read error), the thread ends and the gateway degrades to
 //! the periodic reload, saying so. A change to another process's operation journal (or the
@@ -41,10 +43,12 @@ pub fn spawn_watcher(store: Store, view: Arc<dyn ViewFeed>, stop: Arc<AtomicBool
 
 fn watch_loop(store: &Store, view: &dyn ViewFeed, stop: &AtomicBool) -> Result<(), WatchError> {
     let mut watch = store.watch()?;
+    watch.watch_staging(store);
     // Anything that happened before the watch existed is caught by this read.
     view.refresh_full();
+    let mut next_expiry = None;
     while !stop.load(Ordering::SeqCst) {
-        let changes = watch.wait(None)?;
+        let changes = watch.wait(next_expiry)?;
         // A stopped gateway acts on nothing it is told afterwards (a drill deletes its home
         // right after its gateway stopped: that is not a fault of a gateway still serving).
         if stop.load(Ordering::SeqCst) {
@@ -53,6 +57,9 @@ fn watch_loop(store: &Store, view: &dyn ViewFeed, stop: &AtomicBool) -> Result<(
         for note in &changes.notes {
             view.note(note.to_string(), note.degrades());
         }
+        // Earliest of all: a body being published counts for admission (additions only; one
+        // that went away is forgotten after the read below).
+        let staged_gone = changes.staged && view.add_staged_latches();
         if changes.appeared {
             // A new entry: into the view at once, before the locked read below.
             view.add_appeared_latches();
@@ -63,13 +70,14 @@ fn watch_loop(store: &Store, view: &dyn ViewFeed, stop: &AtomicBool) -> Result<(
         if changes.missed {
             view.refresh_full();
         } else {
-            if changes.changed {
+            if changes.changed || staged_gone {
                 view.refresh_fast();
             }
             if changes.journals {
                 view.refresh_journals();
             }
         }
+        next_expiry = view.expire_staged();
     }
     Ok(())
 }

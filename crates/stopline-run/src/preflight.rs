@@ -37,16 +37,17 @@ pub fn no_covering_latch(ctx: &Context, subject: &Subject) -> Result<(), Refusal
 }
 
 /// Refuse (`drill_required`) when the last drill of the version failed, and, with
-/// `require_drill`, when none passed. Reads the drill index (`Evidence::drills`): the
-/// evidence log's head, its newest line and `evidence/drills.json`, never the history (an
-/// older home's log is read whole once, to build the index).
+/// `require_drill`, when none passed. Reads the drill index's summary
+/// (`Evidence::drill_summary`, its recent records skipped unread): the evidence log's head, its
+/// newest line and `evidence/drills.json`, never the history (an older home's log is read
+/// whole once, to build the index).
 pub fn drills_allow(
     ctx: &Context,
     harness_version: &str,
     require_drill: bool,
 ) -> Result<(), Refusal> {
     let refuse = |message: String| Refusal::new(RefusalCode::DrillRequired, message);
-    let index = ctx.store.evidence().drills().map_err(|fault| {
+    let index = ctx.store.evidence().drill_summary().map_err(|fault| {
         refuse(format!(
             "the evidence log cannot be verified ({fault}), so the drills of {harness_version:?} are unknown"
         ))

@@ -124,6 +124,11 @@ pub enum PlantedBug {
     /// ("a fold refuses no live authority that no stop revoked" fails, the `epoch-fold`
     /// scenario).
     FoldWithoutMargin,
+    /// The read of `latches/` also takes the bodies staged in `latches.staging/` for latches:
+    /// a gate acknowledges and reports (status, phase, alerts) a stop that is not published,
+    /// and that a crash before its link loses ("staged latches only refuse more, and are never
+    /// acknowledged or reported" fails, the `staged-gate` scenario).
+    StagedReadAsLatch,
     /// An epoch advance folds revisions away without raising the floor: a token minted before
     /// the cap (living longer than `max_ttl_s`) that a folded revision revoked is good again
     /// ("no pre-stop authority valid after the stop" fails, the `epoch-fold-floor` scenario).

@@ -151,6 +151,13 @@ impl Store {
                 Err(error) => scan.unfinished.push((name.clone(), error)),
             }
         }
+        #[cfg(feature = "planted-bugs")]
+        if self.planted == crate::planted::PlantedBug::StagedReadAsLatch {
+            let known = names.iter().cloned().collect();
+            let (_, staged) = self.latches().staged(&known);
+            scan.latches
+                .extend(staged.into_iter().filter(|l| l.problem.is_none()));
+        }
         Ok(scan)
     }
 
@@ -432,6 +439,28 @@ impl Latches<'_> {
     /// without the lock acts only on well-formed entries and leaves the rest to a locked read.
     pub fn scan(&self) -> Result<LatchScan, StoreError> {
         self.store.scan_latches_parking(Some("latches.listed"))
+    }
+
+    /// List `latches.staging/` and read, with the bounded read, each entry not in `known`:
+    /// the bodies of latches being published (docs/reference.md §5, "The gate closes before
+    /// the disk answers"). Never a latch by itself: a gate counts a body that parses for
+    /// admission only (`stopline_core::staged`). An entry that cannot be read in its bound, or
+    /// is not a regular file, is skipped; so is the whole directory when it cannot be listed
+    /// (the durable read is what fails closed). Returns the names listed and the bodies read.
+    pub fn staged(&self, known: &BTreeSet<String>) -> (BTreeSet<String>, Vec<ActiveLatch>) {
+        let dir = self.store.layout.staging();
+        let Ok(names) = self.store.fs.read_dir(&dir) else {
+            return (BTreeSet::new(), Vec::new());
+        };
+        let bodies = names
+            .iter()
+            .filter(|name| !known.contains(*name))
+            .filter_map(|name| {
+                let bytes = self.store.fs.read(&dir.join(name)).ok()?;
+                Some(ActiveLatch::from_entry(name, Ok(&bytes)))
+            })
+            .collect();
+        (names.into_iter().collect(), bodies)
     }
 
     /// Every active latch: the directory's entries plus vanished ones. Errors, and entries too

@@ -14,6 +14,11 @@
 //! (`follow.rs`) reads what they gained when they gain it. The journals of this process (its pid
 //! in the writer name) are not reported: its own records never wake it.
 //!
+//! A gate that refuses on staged latches (docs/reference.md §5, "The gate closes before the disk
+//! answers") also watches `latches.staging/` ([`ControlWatch::watch_staging`]): a body written
+//! into it or removed from it is reported as [`ControlChanges::staged`], never as a change of
+//! the view (nothing staged is a latch).
+//!
 //! This module reports changes; it never reads a record, and silence is never "nothing
 //! changed": every caller also reloads on a timer. A watch whose home went away ends with
 //! [`WatchError::HomeGone`]. Watching is not a durable step: nothing here writes.
@@ -82,6 +87,9 @@ pub struct ControlChanges {
     pub missed: bool,
     /// An operation journal of another process (or the archive) changed under `ops/`.
     pub journals: bool,
+    /// A body was written into `latches.staging/` or removed from it (only when the watch
+    /// was asked to: [`ControlWatch::watch_staging`]).
+    pub staged: bool,
     /// What happened to the watch itself, oldest first.
     pub notes: Vec<WatchNote>,
 }
@@ -89,7 +97,12 @@ pub struct ControlChanges {
 impl ControlChanges {
     /// True when anything was reported.
     pub fn any(&self) -> bool {
-        self.changed || self.appeared || self.missed || self.journals || !self.notes.is_empty()
+        self.changed
+            || self.appeared
+            || self.missed
+            || self.journals
+            || self.staged
+            || !self.notes.is_empty()
     }
 }
 
@@ -102,6 +115,9 @@ pub struct ControlWatch {
     latches_wd: Option<WatchDescriptor>,
     ops: PathBuf,
     ops_wd: Option<WatchDescriptor>,
+    /// `latches.staging/`, when asked for ([`ControlWatch::watch_staging`]).
+    staging: Option<PathBuf>,
+    staging_wd: Option<WatchDescriptor>,
     /// This process's pid: journals named with it are its own and not reported.
     own_pid: String,
     /// Notes from making the watch, handed out by the first wait.
@@ -147,6 +163,8 @@ impl Store {
             latches_wd: None,
             ops: layout.ops(),
             ops_wd: None,
+            staging: None,
+            staging_wd: None,
             own_pid: self.env.pid().to_string(),
             pending: Vec::new(),
             buffer: vec![0u8; 64 * 1024],
@@ -158,6 +176,21 @@ impl Store {
 }
 
 impl ControlWatch {
+    /// Also report what is written into and removed from `latches.staging/`
+    /// ([`ControlChanges::staged`]); a missing one is watched once it appears.
+    pub fn watch_staging(&mut self, store: &Store) {
+        self.staging = Some(store.layout().staging());
+        self.rewatch_staging();
+    }
+
+    fn rewatch_staging(&mut self) {
+        if let Some(staging) = &self.staging {
+            if let Ok(wd) = self.inotify.watches().add(staging, mask()) {
+                self.staging_wd = Some(wd);
+            }
+        }
+    }
+
     /// Watch `ops/` when it exists (a missing one is watched once it appears).
     fn watch_ops(&mut self) {
         if let Ok(wd) = self.inotify.watches().add(&self.ops, mask()) {
@@ -218,6 +251,10 @@ impl ControlWatch {
             self.watch_ops();
             changes.journals |= self.ops_wd.is_some();
         }
+        if rewatch && self.staging_wd.is_none() && self.staging.is_some() {
+            self.rewatch_staging();
+            changes.staged |= self.staging_wd.is_some();
+        }
         Ok(changes)
     }
 
@@ -249,6 +286,7 @@ impl ControlWatch {
                     }
                     if event.name == Some(OsStr::new("latches"))
                         || event.name == Some(OsStr::new("ops"))
+                        || event.name == Some(OsStr::new("latches.staging"))
                     {
                         *rewatch = true;
                     }
@@ -265,6 +303,13 @@ impl ControlWatch {
                         .mask
                         .intersects(EventMask::CREATE | EventMask::MOVED_TO);
                     changes.changed = true;
+                } else if Some(&event.wd) == self.staging_wd.as_ref() {
+                    let lost = EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF;
+                    if event.mask.intersects(lost) {
+                        self.staging_wd = None;
+                        *rewatch = true;
+                    }
+                    changes.staged = true;
                 } else if Some(&event.wd) == self.ops_wd.as_ref() {
                     let lost = EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF;
                     if event.mask.intersects(lost) {

@@ -34,6 +34,41 @@ fn earlier(search: &Search<'_>, state: &State, upto: usize) -> Vec<(String, Outc
         .collect()
 }
 
+/// What a gate counting staged latches owes at its return: staged bodies only refuse more (its
+/// decision is at least as strict as its durable view's), and nothing it would acknowledge or
+/// report is a latch that was never published in `latches/` (the setup's, or one an engage
+/// created or linked there).
+fn staged_obligations(
+    search: &Search<'_>,
+    state: &State,
+    who: &str,
+    decision: stopline_core::Decision,
+    without: stopline_core::Decision,
+    reported: &[String],
+    out: &mut Verdicts,
+) {
+    use stopline_core::Decision;
+    let strictness = |d: Decision| match d {
+        Decision::Allow => 0,
+        Decision::Queue => 1,
+        Decision::Block => 2,
+    };
+    out.judge(
+        Property::StagedOnlyRefusesMore,
+        strictness(decision) >= strictness(without),
+        || format!("{who} decided {decision:?} counting staged latches, {without:?} without them"),
+    );
+    for file in reported {
+        let published = search.scenario.initial_latches.contains_key(file)
+            || state.ghost.published.contains_key(file);
+        out.judge(Property::StagedOnlyRefusesMore, published, || {
+            format!(
+                "{who} would acknowledge and report {file}, which was never published in latches/"
+            )
+        });
+    }
+}
+
 /// Judge an observation made by a gate that began after the first `returned` returns.
 pub fn observation(
     search: &Search<'_>,
@@ -68,7 +103,12 @@ pub fn on_return(
             mode,
             epoch_seq,
             faulted,
+            without_staged,
+            reported,
         } => {
+            if let Some(without) = without_staged {
+                staged_obligations(search, state, &who, *decision, *without, reported, out);
+            }
             let began = began.unwrap_or(0);
             let seen = Observation {
                 decision: *decision,

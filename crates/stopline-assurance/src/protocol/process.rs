@@ -148,6 +148,9 @@ pub enum ProcSpec {
     /// by `status` and by every `stopline run`).
     RetireLiveRuns,
     /// A gateway admission: `Store::load_view`, verify the token, `ControlView::decide`.
+    /// A *staged* gate first reads `latches.staging/` (`Latches::staged`) and decides from
+    /// the admission view that counts what parses there (`stopline_core::staged`), as a
+    /// gateway does (docs/reference.md §5, "The gate closes before the disk answers").
     Admission {
         /// The token minted at e0.
         token: String,
@@ -157,6 +160,8 @@ pub enum ProcSpec {
         /// function of token, key and clock, and re-running it in every replay of the gate
         /// would cost more than the rest of the search.
         verified: Arc<OnceLock<Result<Claims, String>>>,
+        /// True for a gate that counts staged latches for admission.
+        staged: bool,
     },
 }
 
@@ -296,6 +301,10 @@ pub enum Outcome {
         epoch_seq: Option<u64>,
         /// True when a fault closed the gate.
         faulted: bool,
+        /// A staged gate's decision from the durable view alone (`None`: not a staged gate).
+        without_staged: Option<Decision>,
+        /// The latch files the gate would acknowledge and report (its durable view's).
+        reported: Vec<String>,
     },
     /// The process was killed before it returned (the machine kept running).
     Killed,
@@ -328,7 +337,10 @@ impl ProcSpec {
             ProcSpec::PrepareEach { targets, agent, .. } => {
                 format!("prepare each({} by {agent})", targets.join(", "))
             }
-            ProcSpec::Admission { .. } => "gateway admission".into(),
+            ProcSpec::Admission { staged: false, .. } => "gateway admission".into(),
+            ProcSpec::Admission { staged: true, .. } => {
+                "gateway admission counting staged latches".into()
+            }
             ProcSpec::StalledReader => "reader stalled holding the WAL lock".into(),
             ProcSpec::FinishDeferred => "finish deferred records".into(),
             ProcSpec::CompactOps => "compact the operation journals".into(),
@@ -499,7 +511,8 @@ impl ProcSpec {
                 token,
                 key,
                 verified,
-            } => admit(store, token, key, verified),
+                staged,
+            } => admit(store, token, key, verified, *staged),
             ProcSpec::StalledReader => {
                 match store.fs().lock(&store.layout().wal(), false, false, None) {
                     // Never released: the holder is frozen for as long as the machine runs.
@@ -556,7 +569,7 @@ impl ProcSpec {
             }
             ProcSpec::DrillGate => {
                 // A refusal is an answer too; the restart judges what the index then says.
-                let _ = store.evidence().drills();
+                let _ = store.evidence().drill_summary();
                 Outcome::DrillsRead
             }
             ProcSpec::ReserveSpend { amount } => {
@@ -748,8 +761,12 @@ fn admit(
     token: &str,
     key: &VerifyingKey,
     verified: &OnceLock<Result<Claims, String>>,
+    staged: bool,
 ) -> Outcome {
     let now_ms = store.now_ms();
+    // A staged gate reads `latches.staging/` before the view, as the gateway's watch does on
+    // the staging write's event, before its read of `latches/`.
+    let bodies = staged.then(|| store.latches().staged(&Default::default()).1);
     let mut view = store.load_view();
     let verify =
         || stopline_token::verify(key, token, now_ms / 1000).map_err(|e| e.code().to_string());
@@ -762,13 +779,30 @@ fn admit(
         view = store.load_view();
     }
     let subject = claims.subject();
-    let receipt = view.decide(
-        &subject,
-        TaskClass::Noncritical,
-        Some(claims.authority()),
-        None,
-        now_ms,
-    );
+    let decide = |view: &stopline_core::ControlView| {
+        view.decide(
+            &subject,
+            TaskClass::Noncritical,
+            Some(claims.authority()),
+            None,
+            now_ms,
+        )
+    };
+    let durable = decide(&view);
+    let (receipt, without_staged) = match bodies {
+        None => (durable, None),
+        Some(bodies) => {
+            let mut staged = stopline_core::staged::StagedLatches::default();
+            for body in bodies {
+                staged.stage(body, &view, now_ms);
+            }
+            staged.settle(&view, now_ms);
+            let receipt = staged
+                .admission_view(&view)
+                .map_or_else(|| durable.clone(), |admission| decide(&admission));
+            (receipt, Some(durable.decision))
+        }
+    };
     let epoch_fault = view.faults.iter().any(|f| {
         matches!(
             f.code,
@@ -783,5 +817,7 @@ fn admit(
         mode: view.mode_for(&subject),
         epoch_seq: (!epoch_fault).then_some(view.epoch.seq),
         faulted: !view.faults.is_empty(),
+        without_staged,
+        reported: view.latches.iter().map(|l| l.file.clone()).collect(),
     }
 }

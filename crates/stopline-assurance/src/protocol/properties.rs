@@ -83,14 +83,18 @@ pub enum Property {
     /// names (with `--with-delegates`, every token delegated under it) is refused, crash or
     /// not; a token it does not name is not refused by it.
     RevokeRefusesOnlyItsTokens,
+    /// docs/reference.md §5, "The gate closes before the disk answers": a gate that counts
+    /// latches staged in `latches.staging/` never admits what its durable view refuses, and
+    /// never acknowledges or reports a latch that was not published in `latches/`.
+    StagedOnlyRefusesMore,
 }
 
 /// Number of properties and findings.
-pub const COUNT: usize = 21;
+pub const COUNT: usize = 22;
 
 impl Property {
     /// All of them, in report order.
-    pub const ALL: [Property; 18] = [
+    pub const ALL: [Property; 19] = [
         Property::StopWins,
         Property::NoFalseAllClear,
         Property::NoPreStopAuthority,
@@ -109,6 +113,7 @@ impl Property {
         Property::PlaneBelowMarksRefused,
         Property::FoldSparesLiveAuthority,
         Property::RevokeRefusesOnlyItsTokens,
+        Property::StagedOnlyRefusesMore,
     ];
 
     /// Findings: checked and reported, but not part of docs/reference.md §11's verdict.
@@ -171,6 +176,9 @@ impl Property {
             }
             Property::RevokeRefusesOnlyItsTokens => {
                 "after token revoke answers, its token (and, with delegates, theirs) is refused; no other token is"
+            }
+            Property::StagedOnlyRefusesMore => {
+                "staged latches only refuse more, and are never acknowledged or reported"
             }
         }
     }

@@ -323,8 +323,9 @@ fn evidence_seen(store: &Store) -> EvidenceSeen {
     EvidenceSeen { kept, fault }
 }
 
-/// The drills of harness version `h` as the drill gate answers (`Evidence::drills`, which
-/// builds an older home's index) and as a full read of the log answers, the records pruned
+/// The drills of harness version `h` as the drill gate answers (`Evidence::drill_summary`,
+/// which must agree with `Evidence::drills`; either builds an older home's index) and as a
+/// full read of the log answers, the records pruned
 /// with their segments included: those are read from the scenario's initial image (only the
 /// setup's segments are ever pruned in a race).
 fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> DrillsSeen {
@@ -358,11 +359,25 @@ fn drills_seen(scenario: &Scenario, store: &Store, when: &'static str) -> Drills
         entries.extend(chain.entries);
         Ok(answer(&DrillIndex::from_entries(&entries)))
     })();
+    // `stopline run`'s gate reads the summary (`drill_summary`), `GET /v1/drills` the whole
+    // index: both must answer what the log does.
     let gate = store
         .evidence()
-        .drills()
-        .map(|index| answer(&index))
-        .map_err(|f| f.to_string());
+        .drill_summary()
+        .map_err(|f| f.to_string())
+        .and_then(|summary| {
+            let index = store.evidence().drills().map_err(|f| f.to_string())?;
+            let (last, any, total, newest) = answer(&index);
+            let h = summary.history("h");
+            if (h.last_passed, h.any_passed, summary.total) != (last, any, total) {
+                return Err(format!(
+                    "the drill gate's summary says {:?} of the drills, the index {:?}",
+                    (h.last_passed, h.any_passed, summary.total),
+                    (last, any, total)
+                ));
+            }
+            Ok((last, any, total, newest))
+        });
     DrillsSeen { when, gate, full }
 }
 

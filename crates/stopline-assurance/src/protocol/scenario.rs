@@ -117,6 +117,8 @@ struct Setup {
     store: Store,
     latches: BTreeMap<String, (Scope, Level)>,
     ops: Vec<(String, String, String)>,
+    /// The gate counts staged latches for admission (the `staged-gate` scenario).
+    staged_gate: bool,
 }
 
 fn worker() -> Name {
@@ -140,6 +142,7 @@ impl Setup {
             store,
             latches: BTreeMap::new(),
             ops: Vec::new(),
+            staged_gate: false,
         }
     }
 
@@ -276,6 +279,7 @@ impl Setup {
             token: minted.token,
             key: key.verifying_key(),
             verified: Default::default(),
+            staged: self.staged_gate,
         });
         Scenario {
             name,
@@ -1010,6 +1014,28 @@ pub fn deferred_vs_recover() -> Scenario {
         racers,
         SETUP_MS + 60_000,
         Some((Vec::new(), agent)),
+    )
+}
+
+/// A gate that counts staged latches for admission (docs/reference.md §5, "The gate closes
+/// before the disk answers") racing an emergency engage of its own agent: it may read the
+/// staged body before the link, between the link and the directory's fsync, or after, and
+/// the machine may crash at any step. It must never admit what its durable view refuses,
+/// never report a latch that was not published, and is judged by every obligation a gate owes.
+pub fn staged_gate() -> Scenario {
+    let mut s = Setup::new();
+    s.staged_gate = true;
+    let racers = vec![ProcSpec::Engage(engage(
+        Scope::Agent(worker()),
+        Level::Emergency,
+        "monitor-b",
+    ))];
+    s.finish(
+        "staged-gate",
+        "a gate counting staged latches vs an agent emergency engage",
+        racers,
+        SETUP_MS + 60_000,
+        None,
     )
 }
 

@@ -7,7 +7,9 @@
 //! unless a recovery races; `state.json` unless a recovery or a drain races); *guarded* — changed
 //! only under the WAL's exclusive lock and read under the WAL lock (the WAL, `epoch.json`;
 //! `state.json` when only a drain writes it); *private* — a `.<file>.tmp-<id>` in the home or an
-//! entry of `latches.staging/`, which only its writer touches and nobody reads after a crash;
+//! entry of `latches.staging/`, which only its writer touches and nobody reads after a crash
+//! (unless a gate counts staged latches: then `latches.staging/` is shared, and every write of
+//! a staged body is a scheduling point the gate may read between);
 //! *shared* — everything else (`latches/`, and the cleared folders and `state.json` when a
 //! recovery races, since its last step writes `state.json` outside the lock).
 //!
@@ -27,7 +29,8 @@ use stopline_store::Layout;
 #[derive(Debug, Clone)]
 pub struct Rules {
     home: String,
-    staging: String,
+    /// `latches.staging/`, private unless a gate of the scenario reads it.
+    staging: Option<String>,
     wal: String,
     quiet: Vec<String>,
     guarded: Vec<String>,
@@ -60,6 +63,9 @@ impl Rules {
             )
         });
         let drain = procs.iter().any(|p| matches!(p, ProcSpec::Drain { .. }));
+        let staged_gate = procs
+            .iter()
+            .any(|p| matches!(p, ProcSpec::Admission { staged: true, .. }));
         let operation = procs.iter().any(|p| {
             matches!(
                 p,
@@ -102,7 +108,7 @@ impl Rules {
         }
         Rules {
             home: owned(layout.home().to_path_buf()),
-            staging: owned(layout.staging()),
+            staging: (!staged_gate).then(|| owned(layout.staging())),
             wal: owned(layout.wal()),
             quiet,
             guarded,
@@ -113,7 +119,10 @@ impl Rules {
     pub fn private(&self, path: &Path) -> bool {
         let path = text(path);
         entry_of(path, &self.home).is_some_and(|n| n.starts_with('.') && n.contains(".tmp-"))
-            || entry_of(path, &self.staging).is_some()
+            || self
+                .staging
+                .as_deref()
+                .is_some_and(|staging| entry_of(path, staging).is_some())
     }
 
     fn quiet(&self, path: &Path) -> bool {

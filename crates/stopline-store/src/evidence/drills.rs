@@ -25,6 +25,11 @@
 //! durable head's `drills` is covered by the durable index, or by it and the line after the
 //! head (model-checked: the `drill-index` scenarios).
 //!
+//! **What the gate reads of it.** The drill gate needs the summary only (the versions, the
+//! count, the anchor): [`Evidence::drill_summary`] reads the same file as [`DrillSummary`], whose
+//! `recent` records are counted and skipped unread (`serde::de::IgnoredAny`), so a gate costs
+//! the same however full the recent list is. `GET /v1/drills` reads the whole [`DrillIndex`].
+//!
 //! **When it cannot be used.** A home whose head has no `drills` (written by an older stopline,
 //! or by an append that could not update the index) or that has no index at all is read whole
 //! once, verified (an unverifiable log refuses, as the gate always did), and its index written
@@ -132,20 +137,7 @@ impl DrillIndex {
         if !is_drill(&entry.body) {
             return;
         }
-        let line = LineRef::of(entry);
-        let passed = entry.body.get("pass").and_then(Value::as_bool) == Some(true);
-        // A drill without a harness version is counted and listed, and gates no version.
-        if let Some(version) = entry.body.get("harness_version").and_then(Value::as_str) {
-            let any = self.versions.get(version).is_some_and(|v| v.any_pass);
-            self.versions.insert(
-                version.to_string(),
-                VersionDrills {
-                    last_pass: passed,
-                    any_pass: any || passed,
-                    last: line.clone(),
-                },
-            );
-        }
+        let line = fold_versions(&mut self.versions, entry);
         self.total += 1;
         self.recent.push(RecentDrill {
             line: line.clone(),
@@ -160,16 +152,7 @@ impl DrillIndex {
 
     /// The drills of `harness_version`.
     pub fn history(&self, harness_version: &str) -> DrillHistory {
-        match self.versions.get(harness_version) {
-            Some(v) => DrillHistory {
-                last_passed: Some(v.last_pass),
-                any_passed: v.any_pass,
-            },
-            None => DrillHistory {
-                last_passed: None,
-                any_passed: false,
-            },
-        }
+        history_of(&self.versions, harness_version)
     }
 
     /// The newest `limit` drill records, newest first.
@@ -185,10 +168,207 @@ impl DrillIndex {
         }
         let index: DrillIndex = serde_json::from_value(value)
             .map_err(|e| format!("evidence/drills.json is malformed: {e}"))?;
-        if index.recent.len() > RECENT_DRILLS || index.recent.len() as u64 > index.total {
-            return Err("evidence/drills.json lists more drills than it counts".into());
-        }
+        check_counts(index.recent.len(), index.total)?;
         Ok(index)
+    }
+}
+
+/// Fold a drill line into `versions`; returns its line.
+fn fold_versions(versions: &mut BTreeMap<String, VersionDrills>, entry: &WalEntry) -> LineRef {
+    let line = LineRef::of(entry);
+    let passed = entry.body.get("pass").and_then(Value::as_bool) == Some(true);
+    // A drill without a harness version is counted and listed, and gates no version.
+    if let Some(version) = entry.body.get("harness_version").and_then(Value::as_str) {
+        let any = versions.get(version).is_some_and(|v| v.any_pass);
+        versions.insert(
+            version.to_string(),
+            VersionDrills {
+                last_pass: passed,
+                any_pass: any || passed,
+                last: line.clone(),
+            },
+        );
+    }
+    line
+}
+
+fn history_of(versions: &BTreeMap<String, VersionDrills>, harness_version: &str) -> DrillHistory {
+    match versions.get(harness_version) {
+        Some(v) => DrillHistory {
+            last_passed: Some(v.last_pass),
+            any_passed: v.any_pass,
+        },
+        None => DrillHistory {
+            last_passed: None,
+            any_passed: false,
+        },
+    }
+}
+
+/// An index listing more recent drills than it keeps or counts is not trusted.
+fn check_counts(recent: usize, total: u64) -> Result<(), String> {
+    if recent > RECENT_DRILLS || recent as u64 > total {
+        return Err("evidence/drills.json lists more drills than it counts".into());
+    }
+    Ok(())
+}
+
+/// The drill index as the drill gate reads it: [`DrillIndex`] without its recent records,
+/// which are counted (an index listing more than it counts is still refused) and skipped
+/// unread, so a gate's cost does not grow with them. The same file, the same checks.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct DrillSummary {
+    /// [`DRILLS_SCHEMA`].
+    pub schema: String,
+    /// The newest drill line it covers.
+    pub through: Option<LineRef>,
+    /// How many drill records it covers.
+    pub total: u64,
+    /// Per harness version.
+    pub versions: BTreeMap<String, VersionDrills>,
+    /// How many recent records the file lists (their contents are not read).
+    #[serde(rename = "recent")]
+    recent: RecentCount,
+}
+
+/// The recent records, counted: each must be `{"line": …, "record": {…}}` as [`RecentDrill`]
+/// is, and the record's contents are skipped unread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct RecentCount(usize);
+
+/// One recent record's shape, its contents skipped.
+#[derive(Deserialize)]
+#[allow(dead_code)] // read for its shape only
+struct RecentShape {
+    line: LineRef,
+    record: SkippedObject,
+}
+
+/// A JSON object whose entries are skipped.
+struct SkippedObject;
+
+impl<'de> Deserialize<'de> for SkippedObject {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Skip;
+        impl<'de> serde::de::Visitor<'de> for Skip {
+            type Value = SkippedObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a drill record")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<SkippedObject, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(SkippedObject)
+            }
+        }
+        deserializer.deserialize_map(Skip)
+    }
+}
+
+impl<'de> Deserialize<'de> for RecentCount {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Count;
+        impl<'de> serde::de::Visitor<'de> for Count {
+            type Value = RecentCount;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of drill records")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<RecentCount, A::Error> {
+                let mut n = 0;
+                while seq.next_element::<RecentShape>()?.is_some() {
+                    n += 1;
+                }
+                Ok(RecentCount(n))
+            }
+        }
+        deserializer.deserialize_seq(Count)
+    }
+}
+
+impl Default for DrillSummary {
+    fn default() -> DrillSummary {
+        DrillSummary::from(DrillIndex::default())
+    }
+}
+
+impl From<DrillIndex> for DrillSummary {
+    fn from(index: DrillIndex) -> DrillSummary {
+        DrillSummary {
+            schema: index.schema,
+            through: index.through,
+            total: index.total,
+            versions: index.versions,
+            recent: RecentCount(index.recent.len()),
+        }
+    }
+}
+
+impl DrillSummary {
+    /// The drills of `harness_version`.
+    pub fn history(&self, harness_version: &str) -> DrillHistory {
+        history_of(&self.versions, harness_version)
+    }
+
+    /// Fold one more line in, as [`DrillIndex::fold`] does (nothing when it is not a drill).
+    pub fn fold(&mut self, entry: &WalEntry) {
+        if !is_drill(&entry.body) {
+            return;
+        }
+        let line = fold_versions(&mut self.versions, entry);
+        self.total += 1;
+        self.recent.0 = (self.recent.0 + 1).min(RECENT_DRILLS);
+        self.through = Some(line);
+    }
+
+    fn parse(bytes: &[u8]) -> Result<DrillSummary, String> {
+        let Ok(summary) = serde_json::from_slice::<DrillSummary>(bytes) else {
+            // Refused either way; the whole read words why, as it always did.
+            return DrillIndex::parse(bytes).map(DrillSummary::from);
+        };
+        if summary.schema != DRILLS_SCHEMA {
+            return Err(format!("evidence/drills.json is not {DRILLS_SCHEMA}"));
+        }
+        check_counts(summary.recent.0, summary.total)?;
+        Ok(summary)
+    }
+}
+
+/// What a reader of the drill index reads it as: the whole index or its summary.
+trait IndexRead: Sized + Default + From<DrillIndex> {
+    fn parse(bytes: &[u8]) -> Result<Self, String>;
+    fn through(&self) -> &Option<LineRef>;
+    fn fold(&mut self, entry: &WalEntry);
+}
+
+impl IndexRead for DrillIndex {
+    fn parse(bytes: &[u8]) -> Result<Self, String> {
+        DrillIndex::parse(bytes)
+    }
+    fn through(&self) -> &Option<LineRef> {
+        &self.through
+    }
+    fn fold(&mut self, entry: &WalEntry) {
+        DrillIndex::fold(self, entry);
+    }
+}
+
+impl IndexRead for DrillSummary {
+    fn parse(bytes: &[u8]) -> Result<Self, String> {
+        DrillSummary::parse(bytes)
+    }
+    fn through(&self) -> &Option<LineRef> {
+        &self.through
+    }
+    fn fold(&mut self, entry: &WalEntry) {
+        DrillSummary::fold(self, entry);
     }
 }
 
@@ -218,16 +398,16 @@ pub enum DrillIndexCheck {
 }
 
 /// What a reader found before deciding whether the index must be built.
-enum Found {
+enum Found<I> {
     /// The index, current through the newest line.
-    Current(DrillIndex),
+    Current(I),
     /// The index is missing or the head carries no drill anchor: read the log whole.
     Rebuild,
 }
 
 impl Store {
     /// The index as a reader finds it (the caller holds the log's lock).
-    fn drills_found(&self) -> Result<Found, DrillsFault> {
+    fn drills_found<I: IndexRead>(&self) -> Result<Found<I>, DrillsFault> {
         let log = |error: StoreError| DrillsFault::Log(error.to_string());
         let head = self
             .evidence()
@@ -249,13 +429,13 @@ impl Store {
             Some(line) if is_drill(&line.body) => Some(LineRef::of(line)),
             _ => anchor.clone(),
         };
-        let index = match self.evidence().drill_index() {
+        let index = match self.evidence().drill_index_as::<I>() {
             Ok(Some(index)) => index,
-            Ok(None) if expected.is_none() => return Ok(Found::Current(DrillIndex::default())),
+            Ok(None) if expected.is_none() => return Ok(Found::Current(I::default())),
             Ok(None) => return Ok(Found::Rebuild),
             Err(why) => return Err(DrillsFault::Index(why)),
         };
-        if index.through == expected {
+        if *index.through() == expected {
             return Ok(Found::Current(index));
         }
         #[cfg(feature = "planted-bugs")]
@@ -264,7 +444,7 @@ impl Store {
         let skip = false;
         match after {
             // A crash after a drill line's fsync, before the index: fold that one line in.
-            Some(line) if is_drill(&line.body) && index.through == anchor => {
+            Some(line) if is_drill(&line.body) && *index.through() == anchor => {
                 let mut index = index;
                 if !skip {
                     index.fold(line);
@@ -273,7 +453,7 @@ impl Store {
             }
             _ => Err(DrillsFault::Index(format!(
                 "evidence/drills.json covers the drills through {} but the evidence log's are through {}",
-                describe(index.through.as_ref()),
+                describe(index.through().as_ref()),
                 describe(expected.as_ref())
             ))),
         }
@@ -468,13 +648,23 @@ impl Evidence<'_> {
     /// An older home (no index, or a head without its anchor) is read whole once, verified,
     /// and indexed durably.
     pub fn drills(&self) -> Result<DrillIndex, DrillsFault> {
+        self.drills_as()
+    }
+
+    /// What the drill gate reads: [`Evidence::drills`] as a [`DrillSummary`], whose recent
+    /// records are skipped unread (`stopline run`'s gate decides from the versions alone).
+    pub fn drill_summary(&self) -> Result<DrillSummary, DrillsFault> {
+        self.drills_as()
+    }
+
+    fn drills_as<I: IndexRead>(&self) -> Result<I, DrillsFault> {
         let log = |error: StoreError| DrillsFault::Log(error.to_string());
         {
             let _guard = self
                 .store
                 .lock_log_shared(&self.store.layout.evidence_lock())
                 .map_err(log)?;
-            if let Found::Current(index) = self.store.drills_found()? {
+            if let Found::Current(index) = self.store.drills_found::<I>()? {
                 return Ok(index);
             }
         }
@@ -486,9 +676,9 @@ impl Evidence<'_> {
             .store
             .lock_log_exclusive(&self.store.layout.evidence_lock())
             .map_err(log)?;
-        match self.store.drills_found()? {
+        match self.store.drills_found::<I>()? {
             Found::Current(index) => Ok(index),
-            Found::Rebuild => self.store.rebuild_drills(),
+            Found::Rebuild => self.store.rebuild_drills().map(I::from),
         }
     }
 
@@ -506,7 +696,7 @@ impl Evidence<'_> {
                 why: format!("the evidence log cannot be read: {error}"),
             })?;
         let chain = self.store.evidence_chain_held(true)?;
-        let check = match self.store.drills_found() {
+        let check = match self.store.drills_found::<DrillIndex>() {
             Err(fault) => DrillIndexCheck::Disagrees(fault.to_string()),
             Ok(Found::Rebuild) => DrillIndexCheck::NotBuilt,
             Ok(Found::Current(index)) => {
@@ -523,11 +713,15 @@ impl Evidence<'_> {
     /// `evidence/drills.json`: `Ok(None)` when missing, `Err` with why when it cannot be read
     /// or trusted.
     pub fn drill_index(&self) -> Result<Option<DrillIndex>, String> {
+        self.drill_index_as()
+    }
+
+    fn drill_index_as<I: IndexRead>(&self) -> Result<Option<I>, String> {
         match self
             .store
             .read_optional(&self.store.layout.evidence_drills())
         {
-            Ok(Some(bytes)) => DrillIndex::parse(&bytes).map(Some),
+            Ok(Some(bytes)) => I::parse(&bytes).map(Some),
             Ok(None) => Ok(None),
             Err(error) => Err(error.to_string()),
         }
@@ -662,6 +856,78 @@ mod tests {
         );
         let bytes = serde_json::to_vec(&index).unwrap();
         assert_eq!(DrillIndex::parse(&bytes).unwrap(), index);
+    }
+
+    /// The gate's summary reads the same file as the whole index and answers the same, its
+    /// recent records skipped unread; what the whole read refuses, the summary refuses too.
+    #[test]
+    fn the_summary_answers_as_the_index_and_refuses_what_it_refuses() {
+        let (_dir, store, _) = home();
+        assert_eq!(
+            store.evidence().drill_summary().unwrap(),
+            DrillSummary::default()
+        );
+        for n in 1..=130u64 {
+            append(
+                &store,
+                drill(if n % 2 == 0 { "h" } else { "g" }, n != 129, n),
+            );
+        }
+        let index = store.evidence().drills().unwrap();
+        let summary = store.evidence().drill_summary().unwrap();
+        assert_eq!(summary, DrillSummary::from(index.clone()));
+        for version in ["h", "g", "none"] {
+            assert_eq!(
+                summary.history(version),
+                index.history(version),
+                "{version}"
+            );
+        }
+        assert_eq!(summary.total, 130);
+
+        let mut whole = serde_json::to_value(&index).unwrap();
+        let broken = [
+            ("a recent record that is not an object", {
+                let mut v = whole.clone();
+                v["recent"][3]["record"] = json!(7);
+                v
+            }),
+            ("a recent record without its line", {
+                let mut v = whole.clone();
+                v["recent"][0].as_object_mut().unwrap().remove("line");
+                v
+            }),
+            ("more recent records than it counts", {
+                let mut v = whole.clone();
+                v["total"] = json!(2);
+                v
+            }),
+            ("another schema", {
+                let mut v = whole.clone();
+                v["schema"] = json!("stopline.evidence-drills.v0");
+                v
+            }),
+        ];
+        for (what, value) in broken {
+            let bytes = serde_json::to_vec(&value).unwrap();
+            let index = DrillIndex::parse(&bytes).expect_err(what);
+            assert_eq!(
+                DrillSummary::parse(&bytes).expect_err(what),
+                index,
+                "{what}"
+            );
+        }
+        let torn = &serde_json::to_vec(&whole).unwrap()[..200];
+        assert_eq!(
+            DrillSummary::parse(torn).unwrap_err(),
+            DrillIndex::parse(torn).unwrap_err()
+        );
+        whole["recent"] = json!([]);
+        let bytes = serde_json::to_vec(&whole).unwrap();
+        assert_eq!(
+            DrillSummary::parse(&bytes).unwrap().history("h"),
+            index.history("h")
+        );
     }
 
     #[test]

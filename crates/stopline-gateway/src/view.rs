@@ -16,7 +16,7 @@
 //! `stopline_core::staged`). The staged latches are kept apart from the durable view in the
 //! type: a [`Snapshot`]'s `view` and `latch_files` never hold one (what acknowledges, reports
 //! status, alerts or files evidence reads those), and the only way to them is
-//! [`Snapshot::decide_admission`], which only decides.
+//! `Snapshot::decide_admission`, which only decides.
 
 use crate::local_source::LocalSource;
 use crate::timeline::{Mark, Timeline};

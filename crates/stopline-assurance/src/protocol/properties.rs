@@ -356,30 +356,32 @@ pub fn obligations(
                 seen.decision, seen.code
             )
         }),
-        // Nothing in the scenario revokes the e0 token and it is alive: every gate that can
-        // read the control state allows it.
-        // A revocation of another token races: the gate's token, alive and named by nothing,
-        // is allowed by every gate that can read the control state.
-        GateExpectation::NotNamed => out.judge(
-            Property::RevokeRefusesOnlyItsTokens,
-            seen.faulted || seen.decision == Decision::Allow,
-            || {
-                format!(
-                    "the e0 token, named by no revocation, got {:?} ({:?})",
-                    seen.decision, seen.code
+        // The e0 token is alive and named by nothing: every gate that can read the control state
+        // allows it. `Unrevoked`: nothing in the scenario revokes it (a fold must spare it).
+        // `NotNamed`: a revocation of another token races (it must spare it).
+        GateExpectation::Unrevoked | GateExpectation::NotNamed => {
+            let (property, why) = if ctx.scenario.gate == GateExpectation::Unrevoked {
+                (
+                    Property::FoldSparesLiveAuthority,
+                    "alive and revoked by nothing",
                 )
-            },
-        ),
-        GateExpectation::Unrevoked => out.judge(
-            Property::FoldSparesLiveAuthority,
-            seen.faulted || seen.decision == Decision::Allow,
-            || {
-                format!(
-                    "the e0 token, alive and revoked by nothing, got {:?} ({:?})",
-                    seen.decision, seen.code
+            } else {
+                (
+                    Property::RevokeRefusesOnlyItsTokens,
+                    "named by no revocation",
                 )
-            },
-        ),
+            };
+            out.judge(
+                property,
+                seen.faulted || seen.decision == Decision::Allow,
+                || {
+                    format!(
+                        "the e0 token, {why}, got {:?} ({:?})",
+                        seen.decision, seen.code
+                    )
+                },
+            )
+        }
     }
     for op in seen.ops.iter().flatten() {
         out.judge(

@@ -125,6 +125,16 @@ fn worker() -> Name {
     Name::parse("worker").expect("a valid name")
 }
 
+/// A racer: `monitor-b`'s emergency of another agent, `agent` (the fold and revoke scenarios'
+/// unrelated stop).
+fn emergency_of(agent: &str) -> ProcSpec {
+    ProcSpec::Engage(engage(
+        Scope::Agent(Name::parse(agent).expect("a valid name")),
+        Level::Emergency,
+        "monitor-b",
+    ))
+}
+
 impl Setup {
     fn new() -> Setup {
         let solo = Solo::new(SOLO, FsState::new());
@@ -934,11 +944,7 @@ pub fn epoch_fold() -> Scenario {
         labels: Vec::new(),
         delegated_from: None,
     };
-    let racers = vec![ProcSpec::Engage(engage(
-        Scope::Agent(Name::parse("new").expect("a valid name")),
-        Level::Emergency,
-        "monitor-b",
-    ))];
+    let racers = vec![emergency_of("new")];
     // 300 s before the token expires: a day and 300 s after the setup's advance.
     let now_ms = SETUP_MS + (day as i64 + 300) * 1000;
     let mut scenario = s.finish_with(
@@ -977,11 +983,7 @@ pub fn epoch_fold_floor() -> Scenario {
         labels: Vec::new(),
         delegated_from: None,
     };
-    let racers = vec![ProcSpec::Engage(engage(
-        Scope::Agent(Name::parse("new").expect("a valid name")),
-        Level::Emergency,
-        "monitor-b",
-    ))];
+    let racers = vec![emergency_of("new")];
     let now_ms = SETUP_MS + (horizon + 60) * 1000;
     let mut scenario = s.finish_with(
         "epoch-fold-floor",
@@ -1117,11 +1119,7 @@ pub fn revoke_delegates() -> Scenario {
         labels: Vec::new(),
         delegated_from: Some(Name::parse("lead").expect("a valid name")),
     };
-    let racers = vec![ProcSpec::Engage(engage(
-        Scope::Agent(Name::parse("other").expect("a valid name")),
-        Level::Emergency,
-        "monitor-b",
-    ))];
+    let racers = vec![emergency_of("other")];
     let mut scenario = s.finish_with(
         "revoke-delegates",
         "token revoke --with-delegates of the gate token's parent vs another agent's emergency",

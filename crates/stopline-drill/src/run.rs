@@ -81,7 +81,7 @@ impl Env {
     /// admitted after the trip (`matching.rs`): a missing record never hides an effect.
     async fn registry_of(
         &self,
-        effects: &[crate::destination::Effect],
+        effects: &[crate::effects::Effect],
     ) -> Result<std::collections::BTreeMap<String, stopline_core::ops::Operation>, DrillError> {
         if let Teardown::Local { gateway, .. } = &self.teardown {
             gateway.settle_journal().await.map_err(|e| e.to_refusal())?;

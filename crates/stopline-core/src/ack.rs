@@ -20,6 +20,25 @@ pub struct AckRequest {
     pub timeout_ms: Option<u64>,
 }
 
+/// `token revoke`'s question: does your view hold revision `revision` of epoch scope `scope`
+/// (the revocation's, or a later one), within `timeout_ms`? One JSON line
+/// `{"revision":R,"scope":"token:<jti>","timeout_ms":M}`, answered with an [`AckReply`] like a
+/// latch's. A gateway that speaks only [`AckRequest`] cannot read it and answers no
+/// acknowledgement, so the revoke names it unacknowledged (docs/reference.md §9,
+/// "Acknowledgements"). A scope's revision, not the global sequence: in etcd mode a gateway's
+/// sequence is the larger of the plane's and its host's, which says nothing of the plane's
+/// revocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochAckRequest {
+    /// The revision the revocation advanced its scope to.
+    pub revision: u64,
+    /// The scope (stored form, `token:<jti>` or `token:<jti>+delegates`).
+    pub scope: String,
+    /// How long the gateway may wait for its view to hold it (absent: its default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
 /// The gateway's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AckReply {

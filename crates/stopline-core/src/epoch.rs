@@ -158,6 +158,13 @@ impl EpochMap {
         self.scopes.get(&scope.to_string()).copied().unwrap_or(0)
     }
 
+    /// True when this map holds revision `revision` of the scope stored as `scope`: that scope
+    /// is at it or past it, or folded past it (the floor refuses everything minted below it).
+    /// What a gateway acknowledges a `token revoke` by.
+    pub fn holds(&self, scope: &str, revision: u64) -> bool {
+        self.scopes.get(scope).copied().unwrap_or(0) >= revision || self.floor >= revision
+    }
+
     /// Judge an authority minted under `issue_epoch` for `subject` (docs/reference.md §5, Epochs).
     ///
     /// Scopes whose stored key cannot be parsed are treated as covering (fail closed).

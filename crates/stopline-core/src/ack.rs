@@ -169,3 +169,24 @@ pub enum UncoveredServer {
         why: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{AckRequest, EpochAckRequest};
+
+    /// The two questions a gateway reads on one socket never read as each other: an engage's
+    /// latch is never taken for a revocation, and a revocation reaches a gateway that knows only
+    /// latches as something it cannot read (so it answers no acknowledgement).
+    #[test]
+    fn a_revocation_and_a_latch_question_never_read_as_each_other() {
+        let revocation = format!(
+            r#"{{"revision":7,"scope":"token:{}","timeout_ms":250}}"#,
+            "a".repeat(32)
+        );
+        let read: EpochAckRequest = serde_json::from_str(&revocation).unwrap();
+        assert_eq!(serde_json::to_string(&read).unwrap(), revocation);
+        assert!(serde_json::from_str::<AckRequest>(&revocation).is_err());
+        let latch = r#"{"latch":"latch_1.json","timeout_ms":250}"#;
+        assert!(serde_json::from_str::<EpochAckRequest>(latch).is_err());
+    }
+}

@@ -241,6 +241,24 @@ mod tests {
     use super::*;
     use crate::scope::Name;
 
+    /// What a gateway acknowledges a revocation by: the scope at the revision or past it, or a
+    /// floor at or above it; another scope's advance is not it.
+    #[test]
+    fn holds_a_revision_at_or_past_it_or_under_the_floor() {
+        let mut map = EpochMap::default();
+        map.scopes.insert("token:x".into(), 5);
+        map.scopes.insert("agent:other".into(), 9);
+        assert!(map.holds("token:x", 5) && map.holds("token:x", 4));
+        assert!(!map.holds("token:x", 6));
+        assert!(
+            !map.holds("token:y", 1),
+            "another scope's advance is not it"
+        );
+        map.floor = 6;
+        assert!(map.holds("token:x", 6) && map.holds("token:y", 6));
+        assert!(!map.holds("token:y", 7));
+    }
+
     fn agent(chain: &[&str]) -> Subject {
         Subject::proven(
             chain.iter().map(|n| Name::parse(n).unwrap()).collect(),

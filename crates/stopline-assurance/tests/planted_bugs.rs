@@ -369,7 +369,7 @@ fn a_gate_that_reads_staged_bodies_as_latches_reports_a_stop_never_published() {
 #[test]
 fn without_a_planted_bug_the_revoke_scenarios_pass() {
     let report = check(PlantedBug::None, "revoke-");
-    assert_eq!(report.protocol.len(), 2, "{}", report.text());
+    assert_eq!(report.protocol.len(), 3, "{}", report.text());
     assert!(report.ok(), "{}", report.text());
 }
 
@@ -377,4 +377,13 @@ fn without_a_planted_bug_the_revoke_scenarios_pass() {
 fn without_a_planted_bug_the_staged_gate_scenario_passes() {
     let report = check(PlantedBug::None, "staged-gate");
     assert!(report.ok(), "{}", report.text());
+}
+
+#[test]
+fn a_revoke_that_answers_before_its_gateway_acknowledged_leaves_the_token_working_and_is_found() {
+    found(
+        PlantedBug::RevokeAnswersBeforeAcks,
+        "revoke-acknowledged",
+        Property::RevokeRefusesOnlyItsTokens,
+    );
 }

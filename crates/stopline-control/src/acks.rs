@@ -8,13 +8,17 @@
 //! call it admitted under an older view has been handed upstream. Status lists live gateways that
 //! have not acknowledged an active latch, or speak an older protocol, as uncovered. This module
 //! never changes a latch: an unanswered acknowledgement is a name in `unacknowledged`, no more.
+//!
+//! `token revoke` waits the same way, bounded by the same `ack_timeout_ms`, for every live
+//! gateway to acknowledge the revocation's epoch revision ([`collect_revocation`]): a gateway
+//! acknowledges once its view holds it, so it refuses the token from the next call on.
 
 use crate::context::Context;
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-use stopline_core::ack::{AckReply, AckRequest, UncoveredServer};
+use stopline_core::ack::{AckReply, AckRequest, EpochAckRequest, UncoveredServer};
 use stopline_core::ControlView;
 
 /// The acknowledgement protocol version this build speaks. A live gateway registered with an
@@ -128,13 +132,80 @@ pub fn collect(ctx: &Context, latch_file: &str, timeout: Duration) -> AckOutcome
         return outcome;
     }
     let (servers, warnings) = local_servers(ctx);
+    let latch = latch_file.to_string();
+    ask_every(servers, warnings, started, timeout, move |timeout_ms| {
+        serde_json::to_vec(&AckRequest {
+            latch: latch.clone(),
+            timeout_ms: Some(timeout_ms),
+        })
+    })
+}
+
+/// Ask every live gateway of this host to acknowledge revision `revision` of the epoch scope
+/// `scope` (a `token revoke`'s), waiting at most `timeout` in all, over their loopback sockets.
+///
+/// With a distributed plane, a gateway of another host cannot be asked over loopback and
+/// acknowledges no revocation through the plane: each one the plane registers that is not
+/// among this host's is named unacknowledged (it refuses the token once its watch of the plane
+/// follows, which nothing here waits for), never counted as acknowledged.
+pub fn collect_revocation(
+    ctx: &Context,
+    scope: &str,
+    revision: u64,
+    timeout: Duration,
+) -> AckOutcome {
+    let started = Instant::now();
+    let (servers, warnings) = local_servers(ctx);
+    let here: Vec<String> = servers.iter().map(|s| s.id.clone()).collect();
+    let elsewhere: Vec<String> = match ctx.plane.gateways() {
+        Some(_) => {
+            let (registered, _) = live_servers(ctx);
+            registered
+                .into_iter()
+                .map(|s| s.id)
+                .filter(|id| !here.contains(id))
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let scope = scope.to_string();
+    let mut outcome = ask_every(servers, warnings, started, timeout, move |timeout_ms| {
+        serde_json::to_vec(&EpochAckRequest {
+            revision,
+            scope: scope.clone(),
+            timeout_ms: Some(timeout_ms),
+        })
+    });
+    if !elsewhere.is_empty() {
+        outcome.warnings.push(format!(
+            "gateways of other hosts ({}) are not asked to acknowledge a revocation: each refuses the token once it follows the plane",
+            elsewhere.join(", ")
+        ));
+        outcome.unacknowledged.extend(elsewhere);
+    }
+    outcome
+}
+
+/// One request line with the time left, for [`ask_every`].
+type RequestLine = dyn Fn(u64) -> serde_json::Result<Vec<u8>> + Send + Sync;
+
+/// Ask each of `servers` over its loopback socket with the line `request` makes of the time
+/// left, all at once, and wait for every answer until `started + timeout`.
+fn ask_every(
+    servers: Vec<ServerRecord>,
+    warnings: Vec<String>,
+    started: Instant,
+    timeout: Duration,
+    request: impl Fn(u64) -> serde_json::Result<Vec<u8>> + Send + Sync + 'static,
+) -> AckOutcome {
     let deadline = started + timeout;
+    let request: std::sync::Arc<RequestLine> = std::sync::Arc::new(request);
     let askers: Vec<_> = servers
         .into_iter()
         .map(|server| {
-            let latch = latch_file.to_string();
+            let request = request.clone();
             std::thread::spawn(move || {
-                let acked = ask(&server, &latch, deadline).unwrap_or(false);
+                let acked = ask(&server, &*request, deadline).unwrap_or(false);
                 (server.id, acked, started.elapsed())
             })
         })
@@ -159,7 +230,7 @@ pub fn collect(ctx: &Context, latch_file: &str, timeout: Duration) -> AckOutcome
     outcome
 }
 
-fn ask(server: &ServerRecord, latch: &str, deadline: Instant) -> std::io::Result<bool> {
+fn ask(server: &ServerRecord, request: &RequestLine, deadline: Instant) -> std::io::Result<bool> {
     let addr: SocketAddr = server
         .ack_addr
         .parse()
@@ -172,11 +243,7 @@ fn ask(server: &ServerRecord, latch: &str, deadline: Instant) -> std::io::Result
     };
     let mut stream = TcpStream::connect_timeout(&addr, left(deadline)?)?;
     stream.set_nodelay(true)?;
-    let request = AckRequest {
-        latch: latch.to_string(),
-        timeout_ms: Some(left(deadline)?.as_millis() as u64),
-    };
-    let mut bytes = serde_json::to_vec(&request).expect("a request always serializes");
+    let mut bytes = request(left(deadline)?.as_millis() as u64).map_err(std::io::Error::other)?;
     bytes.push(b'\n');
     stream.write_all(&bytes)?;
     stream.set_read_timeout(Some(left(deadline)?))?;

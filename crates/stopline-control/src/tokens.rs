@@ -117,7 +117,9 @@ pub fn list(ctx: &Context) -> Result<TokenListReceipt, Refusal> {
 
 /// `token revoke ID [--with-delegates]` (docs/reference.md §5, "Revoking one token"): refuse
 /// the token `jti` from now on (with `with_delegates`, every token delegated under it, at any
-/// depth), durably before this answers.
+/// depth), durably before this answers; then, as an engage, a wait bounded by `ack_timeout_ms`
+/// for every live gateway to acknowledge the revocation's revision, and each that did not is
+/// named in `unacknowledged` and in a `gateways_unacknowledged` warning.
 ///
 /// Who may: `--by NAME` naming a configured operator, or a current operator token. An agent's,
 /// critical or monitor token is refused `owner_control_required`, and so is a `--by` that names
@@ -184,6 +186,19 @@ pub fn revoke(
         .plane
         .revoke_token(&scope, &by, &reason)
         .map_err(|e| e.to_refusal())?;
+    // Only after the revocation is durable: bounded wait for every live gateway's
+    // acknowledgement of its revision, as an engage waits for its latch's.
+    let timeout = std::time::Duration::from_millis(ctx.config.ack_timeout_ms);
+    let acks =
+        crate::acks::collect_revocation(ctx, &scope.to_string(), epoch.revision(&scope), timeout);
+    let mut warnings = acks.warnings;
+    if !acks.unacknowledged.is_empty() {
+        warnings.push(format!(
+            "gateways_unacknowledged: {} did not acknowledge within {} ms",
+            acks.unacknowledged.join(", "),
+            ctx.config.ack_timeout_ms
+        ));
+    }
     Ok(TokenRevokeReceipt {
         revoked: true,
         jti,
@@ -191,6 +206,9 @@ pub fn revoke(
         scope: scope.to_string(),
         epoch_seq: epoch.seq,
         by,
+        acknowledged_by: acks.acknowledged_by,
+        unacknowledged: acks.unacknowledged,
+        warnings,
     })
 }
 

@@ -20,6 +20,25 @@ pub struct AckRequest {
     pub timeout_ms: Option<u64>,
 }
 
+/// `token revoke`'s question: does your view hold revision `revision` of epoch scope `scope`
+/// (the revocation's, or a later one), within `timeout_ms`? One JSON line
+/// `{"revision":R,"scope":"token:<jti>","timeout_ms":M}`, answered with an [`AckReply`] like a
+/// latch's. A gateway that speaks only [`AckRequest`] cannot read it and answers no
+/// acknowledgement, so the revoke names it unacknowledged (docs/reference.md §9,
+/// "Acknowledgements"). A scope's revision, not the global sequence: in etcd mode a gateway's
+/// sequence is the larger of the plane's and its host's, which says nothing of the plane's
+/// revocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochAckRequest {
+    /// The revision the revocation advanced its scope to.
+    pub revision: u64,
+    /// The scope (stored form, `token:<jti>` or `token:<jti>+delegates`).
+    pub scope: String,
+    /// How long the gateway may wait for its view to hold it (absent: its default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
 /// The gateway's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AckReply {
@@ -149,4 +168,25 @@ pub enum UncoveredServer {
         /// Why it cannot vouch for stops engaged elsewhere.
         why: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AckRequest, EpochAckRequest};
+
+    /// The two questions a gateway reads on one socket never read as each other: an engage's
+    /// latch is never taken for a revocation, and a revocation reaches a gateway that knows only
+    /// latches as something it cannot read (so it answers no acknowledgement).
+    #[test]
+    fn a_revocation_and_a_latch_question_never_read_as_each_other() {
+        let revocation = format!(
+            r#"{{"revision":7,"scope":"token:{}","timeout_ms":250}}"#,
+            "a".repeat(32)
+        );
+        let read: EpochAckRequest = serde_json::from_str(&revocation).unwrap();
+        assert_eq!(serde_json::to_string(&read).unwrap(), revocation);
+        assert!(serde_json::from_str::<AckRequest>(&revocation).is_err());
+        let latch = r#"{"latch":"latch_1.json","timeout_ms":250}"#;
+        assert!(serde_json::from_str::<EpochAckRequest>(latch).is_err());
+    }
 }

@@ -158,6 +158,13 @@ impl EpochMap {
         self.scopes.get(&scope.to_string()).copied().unwrap_or(0)
     }
 
+    /// True when this map holds revision `revision` of the scope stored as `scope`: that scope
+    /// is at it or past it, or folded past it (the floor refuses everything minted below it).
+    /// What a gateway acknowledges a `token revoke` by.
+    pub fn holds(&self, scope: &str, revision: u64) -> bool {
+        self.scopes.get(scope).copied().unwrap_or(0) >= revision || self.floor >= revision
+    }
+
     /// Judge an authority minted under `issue_epoch` for `subject` (docs/reference.md §5, Epochs).
     ///
     /// Scopes whose stored key cannot be parsed are treated as covering (fail closed).
@@ -233,6 +240,24 @@ fn key_covers(key: &str, subject: &Subject) -> bool {
 mod tests {
     use super::*;
     use crate::scope::Name;
+
+    /// What a gateway acknowledges a revocation by: the scope at the revision or past it, or a
+    /// floor at or above it; another scope's advance is not it.
+    #[test]
+    fn holds_a_revision_at_or_past_it_or_under_the_floor() {
+        let mut map = EpochMap::default();
+        map.scopes.insert("token:x".into(), 5);
+        map.scopes.insert("agent:other".into(), 9);
+        assert!(map.holds("token:x", 5) && map.holds("token:x", 4));
+        assert!(!map.holds("token:x", 6));
+        assert!(
+            !map.holds("token:y", 1),
+            "another scope's advance is not it"
+        );
+        map.floor = 6;
+        assert!(map.holds("token:x", 6) && map.holds("token:y", 6));
+        assert!(!map.holds("token:y", 7));
+    }
 
     fn agent(chain: &[&str]) -> Subject {
         Subject::proven(

@@ -9,9 +9,12 @@
 //! gateway records it; a model call carries its id in `metadata.stopline_request_id`, since the
 //! gateway forwards the body and not the caller's headers. `POST /a2a` is a remote A2A agent
 //! (`crate::remote_agent`): a message it receives is an effect by its JSON-RPC id, and it keeps
-//! the cancels it received. The destination only records; it never judges, and it records an
-//! effect *before* answering, so nothing it executed is missed.
+//! the cancels it received. Both write their effects into one log (`crate::effects`). The
+//! destination only records; it never judges, and it records an effect *before* answering, so
+//! nothing it executed is missed.
 
+use crate::effects::{Effect, EffectKind, EffectLog};
+use crate::remote_agent::{A2aCancel, RemoteAgent};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -20,56 +23,15 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-
-/// What an effect was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EffectKind {
-    /// A tool call (`lookup`).
-    ToolCall,
-    /// A write (`write`).
-    Write,
-    /// A model call.
-    Model,
-    /// A message received by the remote A2A agent (a send, streamed or not).
-    A2aMessage,
-}
-
-/// One executed effect.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Effect {
-    /// The caller's request id (JSON-RPC id as JSON text, or the model call's metadata id).
-    pub request_id: String,
-    /// What it was.
-    pub kind: EffectKind,
-    /// Unix microseconds at which the destination executed it.
-    pub at_unix_us: i64,
-}
-
-/// Unix microseconds now.
-pub fn unix_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
-/// What the destination keeps: the effects, and the remote A2A agent's tasks and cancels.
-#[derive(Debug, Default)]
-pub struct Records {
-    effects: Mutex<Vec<Effect>>,
-    /// The remote A2A agent's own records.
-    pub(crate) remote: crate::remote_agent::RemoteAgent,
-}
-
-type Log = Arc<Records>;
+use std::sync::Arc;
 
 /// A running destination.
 #[derive(Debug)]
 pub struct Destination {
     /// The bound address.
     pub addr: SocketAddr,
-    log: Log,
+    effects: Arc<EffectLog>,
+    remote: Arc<RemoteAgent>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -78,18 +40,28 @@ impl Destination {
     pub async fn start(listen: &str) -> std::io::Result<Destination> {
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
-        let log: Log = Arc::default();
+        let effects = Arc::new(EffectLog::default());
+        let remote = Arc::new(RemoteAgent::new(effects.clone()));
         let router = Router::new()
             .route("/mcp", post(mcp))
             .route("/v1/chat/completions", post(model))
-            .route("/a2a", post(crate::remote_agent::rpc))
-            .with_state(log.clone());
+            .with_state(effects.clone())
+            .merge(
+                Router::new()
+                    .route("/a2a", post(crate::remote_agent::rpc))
+                    .with_state(remote.clone()),
+            );
         let server = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {
                 tracing::error!(%error, "the drill's destination stopped");
             }
         });
-        Ok(Destination { addr, log, server })
+        Ok(Destination {
+            addr,
+            effects,
+            remote,
+            server,
+        })
     }
 
     /// The MCP endpoint, for `[mcp.<server>] url`.
@@ -109,16 +81,12 @@ impl Destination {
 
     /// Every effect executed so far.
     pub fn effects(&self) -> Vec<Effect> {
-        self.log
-            .effects
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.effects.effects()
     }
 
     /// Every cancel the remote A2A agent received so far.
-    pub fn a2a_cancels(&self) -> Vec<crate::remote_agent::A2aCancel> {
-        self.log.remote.cancels()
+    pub fn a2a_cancels(&self) -> Vec<A2aCancel> {
+        self.remote.cancels()
     }
 
     /// Stop serving.
@@ -127,25 +95,12 @@ impl Destination {
     }
 }
 
-/// Record one effect, stamped now.
-pub(crate) fn record(log: &Records, request_id: String, kind: EffectKind) {
-    let effect = Effect {
-        request_id,
-        kind,
-        at_unix_us: unix_us(),
-    };
-    log.effects
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(effect);
-}
-
 const TOOLS: &str = r#"[
   {"name": "lookup", "description": "Look something up (a tool call).", "inputSchema": {"type": "object"}},
   {"name": "write", "description": "Write to the destination's storage.", "inputSchema": {"type": "object"}}
 ]"#;
 
-async fn mcp(State(log): State<Log>, body: Bytes) -> Response {
+async fn mcp(State(log): State<Arc<EffectLog>>, body: Bytes) -> Response {
     let request: Value = match serde_json::from_slice(&body) {
         Ok(value) => value,
         Err(_) => return StatusCode::BAD_REQUEST.into_response(),
@@ -164,7 +119,7 @@ async fn mcp(State(log): State<Log>, body: Bytes) -> Response {
                 Some("write") => EffectKind::Write,
                 _ => EffectKind::ToolCall,
             };
-            record(&log, id.to_string(), kind);
+            log.record(id.to_string(), kind);
             json!({"content": [{"type": "text", "text": "done"}]})
         }
         _ => {
@@ -176,13 +131,13 @@ async fn mcp(State(log): State<Log>, body: Bytes) -> Response {
     Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
 }
 
-async fn model(State(log): State<Log>, body: Bytes) -> Response {
+async fn model(State(log): State<Arc<EffectLog>>, body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or_default();
     let id = request["metadata"]["stopline_request_id"]
         .as_str()
         .unwrap_or_default()
         .to_string();
-    record(&log, id, EffectKind::Model);
+    log.record(id, EffectKind::Model);
     Json(json!({
         "id": "chatcmpl-drill", "object": "chat.completion", "created": 0,
         "model": request["model"].clone(),

@@ -21,6 +21,7 @@ pub mod agents;
 pub mod breakdown;
 pub mod client;
 pub mod destination;
+pub mod effects;
 mod local;
 pub mod long_task;
 pub mod matching;

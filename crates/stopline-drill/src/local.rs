@@ -16,6 +16,10 @@ use stopline_control::config::Config;
 use stopline_control::Context;
 use stopline_store::Store;
 
+/// The drill's own gateway's `queue_timeout_s`: how long a noncritical call is held under
+/// HALT_NONCRITICAL before it is refused `queued_timeout`.
+const QUEUE_TIMEOUT_S: u64 = 1;
+
 /// The MCP server name the drill's gateway routes to its destination.
 pub(crate) const MCP_SERVER: &str = "drill";
 /// The model name of drill model calls.
@@ -36,7 +40,7 @@ pub(crate) async fn start(options: &DrillOptions) -> Result<Env, DrillError> {
     // A held call under halt-noncritical is refused after queue_timeout_s: keep it short, so a
     // pause drill sees its first rejections within its window.
     let config = format!(
-        "listen = \"127.0.0.1:0\"\nack_timeout_ms = 250\nqueue_timeout_s = 1\n\
+        "listen = \"127.0.0.1:0\"\nack_timeout_ms = 250\nqueue_timeout_s = {QUEUE_TIMEOUT_S}\n\
          reload_interval_ms = 1000\n\n[mcp.{MCP_SERVER}]\nurl = \"{}\"\n\n\
          [model]\nbase_url = \"{}\"\n\n[a2a.{A2A_AGENT}]\nurl = \"{}\"\n",
         destination.mcp_url(),
@@ -80,6 +84,7 @@ pub(crate) async fn start(options: &DrillOptions) -> Result<Env, DrillError> {
         destination,
         label: "local".into(),
         timeline,
+        queue_timeout_ms: QUEUE_TIMEOUT_S * 1000,
         teardown: Teardown::Local {
             gateway: Box::new(gateway),
             dir,

@@ -11,7 +11,7 @@
 //! which engage returned: an admission within that same millisecond is given the benefit of the
 //! doubt (the acknowledgement engage waits for is itself taken before it returns).
 
-use crate::destination::{Effect, EffectKind};
+use crate::effects::{Effect, EffectKind};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use stopline_core::ops::Operation;

@@ -7,7 +7,7 @@
 //! engage to the last gateway acknowledgement) gives the acknowledgement time.
 
 use crate::agents::Shared;
-use crate::destination::unix_us;
+use crate::effects::unix_us;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

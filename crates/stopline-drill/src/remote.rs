@@ -108,6 +108,7 @@ pub(crate) async fn start(home: &Path, url: &str, drill_id: &str) -> Result<Env,
             a2a,
         },
         gateway_url: url.clone(),
+        queue_timeout_ms: gateway_config.base.queue_timeout_s.saturating_mul(1000),
         puller: Puller::Remote {
             url: url.clone(),
             token: minted.token,

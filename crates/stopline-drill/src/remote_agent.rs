@@ -14,7 +14,7 @@
 //! It judges nothing and knows nothing of stops: what reached it after the trip is the drill's
 //! to count (`matching.rs`).
 
-use crate::destination::{record, unix_us, EffectKind, Records};
+use crate::effects::{unix_us, EffectKind, EffectLog};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -56,15 +56,27 @@ enum Task {
     Completed,
 }
 
-/// The remote agent's own records: its tasks and the cancels it received.
-#[derive(Debug, Default)]
+/// The remote agent: its tasks and the cancels it received, and the effect log it writes the
+/// messages it receives into (the destination's).
+#[derive(Debug)]
 pub struct RemoteAgent {
+    effects: Arc<EffectLog>,
     tasks: Mutex<HashMap<String, Task>>,
     cancels: Mutex<Vec<A2aCancel>>,
     next_task: AtomicU64,
 }
 
 impl RemoteAgent {
+    /// A remote agent with no task yet, recording into `effects`.
+    pub fn new(effects: Arc<EffectLog>) -> RemoteAgent {
+        RemoteAgent {
+            effects,
+            tasks: Mutex::default(),
+            cancels: Mutex::default(),
+            next_task: AtomicU64::new(0),
+        }
+    }
+
     /// Every cancel received so far.
     pub fn cancels(&self) -> Vec<A2aCancel> {
         self.cancels
@@ -114,7 +126,7 @@ fn task_object(task: &str, state: &str) -> Value {
 }
 
 /// `POST /a2a`.
-pub(crate) async fn rpc(State(records): State<Arc<Records>>, body: Bytes) -> Response {
+pub(crate) async fn rpc(State(remote): State<Arc<RemoteAgent>>, body: Bytes) -> Response {
     let request: Value = match serde_json::from_slice(&body) {
         Ok(value) => value,
         Err(_) => return StatusCode::BAD_REQUEST.into_response(),
@@ -122,7 +134,9 @@ pub(crate) async fn rpc(State(records): State<Arc<Records>>, body: Bytes) -> Res
     let id = request.get("id").cloned().unwrap_or(Value::Null);
     match request["method"].as_str() {
         Some("SendMessage") => {
-            record(&records, id.to_string(), EffectKind::A2aMessage);
+            remote
+                .effects
+                .record(id.to_string(), EffectKind::A2aMessage);
             answer(
                 &id,
                 json!({"message": {"messageId": format!("drill-answer-{id}"),
@@ -130,12 +144,14 @@ pub(crate) async fn rpc(State(records): State<Arc<Records>>, body: Bytes) -> Res
             )
         }
         Some("SendStreamingMessage") => {
-            record(&records, id.to_string(), EffectKind::A2aMessage);
-            long_task(records, id)
+            remote
+                .effects
+                .record(id.to_string(), EffectKind::A2aMessage);
+            long_task(remote, id)
         }
         Some("CancelTask") => {
             let task = request["params"]["id"].as_str().unwrap_or_default();
-            if records.remote.cancel(task) {
+            if remote.cancel(task) {
                 answer(&id, task_object(task, "TASK_STATE_CANCELED"))
             } else {
                 // A2A's TaskNotCancelableError: the task ended, or was never opened here.
@@ -149,12 +165,11 @@ pub(crate) async fn rpc(State(records): State<Arc<Records>>, body: Bytes) -> Res
 /// Open a long task and stream it: the task, then an artifact every [`ARTIFACT_EVERY`] until
 /// it is cancelled (a final `TASK_STATE_CANCELED` status) or [`LONG_TASK`] has passed (a final
 /// `TASK_STATE_COMPLETED`). A client that stops reading ends only the stream, not the task.
-fn long_task(records: Arc<Records>, id: Value) -> Response {
-    let n = records.remote.next_task.fetch_add(1, Ordering::Relaxed) + 1;
+fn long_task(remote: Arc<RemoteAgent>, id: Value) -> Response {
+    let n = remote.next_task.fetch_add(1, Ordering::Relaxed) + 1;
     let task = format!("drill-task-{n}");
     let (stop, mut stopped) = oneshot::channel();
-    records
-        .remote
+    remote
         .tasks()
         .insert(task.clone(), Task::Working(Some(stop)));
     let (events, rx) = mpsc::channel::<Result<Bytes, Infallible>>(8);
@@ -189,7 +204,7 @@ fn long_task(records: Arc<Records>, id: Value) -> Response {
                 _ = tokio::time::sleep(ARTIFACT_EVERY) => {}
             }
             if tokio::time::Instant::now() >= deadline {
-                records.remote.tasks().insert(task.clone(), Task::Completed);
+                remote.tasks().insert(task.clone(), Task::Completed);
                 let _ = events.send(status("TASK_STATE_COMPLETED", true)).await;
                 return;
             }

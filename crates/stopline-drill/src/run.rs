@@ -40,6 +40,9 @@ pub(crate) struct Env {
     /// The in-process gateway's timeline (`None` against a live gateway): what
     /// [`crate::breakdown`] joins with the callers' reports.
     pub timeline: Option<Arc<stopline_gateway::timeline::Timeline>>,
+    /// The gateway's `queue_timeout_s`, in ms: how long it holds a noncritical call under
+    /// HALT_NONCRITICAL before refusing it `queued_timeout`.
+    pub queue_timeout_ms: u64,
     pub teardown: Teardown,
 }
 
@@ -81,7 +84,7 @@ impl Env {
     /// admitted after the trip (`matching.rs`): a missing record never hides an effect.
     async fn registry_of(
         &self,
-        effects: &[crate::destination::Effect],
+        effects: &[crate::effects::Effect],
     ) -> Result<std::collections::BTreeMap<String, stopline_core::ops::Operation>, DrillError> {
         if let Teardown::Local { gateway, .. } = &self.teardown {
             gateway.settle_journal().await.map_err(|e| e.to_refusal())?;
@@ -464,8 +467,9 @@ async fn drive(
     }
     let pulled = pull(&env.puller, &shared, &scope, level.as_str()).await;
     let longest_ms = shared.longest_task_us.load(Ordering::Relaxed) as f64 / 1000.0;
+    // At HALT_NONCRITICAL the first refusals come only after the gateway's hold.
     let floor = if level == stopline_core::Level::HaltNoncritical {
-        2000.0
+        env.queue_timeout_ms as f64 + 1000.0
     } else {
         1000.0
     };
@@ -507,6 +511,7 @@ async fn drive(
         a2a_exercised: env.endpoints.a2a.is_some(),
         a2a_cancels_received: cancels.len() as u64,
         a2a_long_task,
+        queue_timeout_ms: env.queue_timeout_ms,
     });
     observation.breakdown = breakdown;
     Ok(observation)

@@ -6,6 +6,8 @@
 //! call admitted under an older view is still waiting to be handed upstream, records the
 //! acknowledgement in the registration, and answers `{"ack":true,…}` — or `{"ack":false,"why"}`
 //! when it could not within the deadline. It never acknowledges what its view does not hold.
+//! `token revoke` asks the same of an epoch scope's revision, `{"revision":R,"scope":S,…}`: the
+//! view holds that revision or a later one (so it refuses the revoked token), under the same rules.
 //!
 //! With a distributed view source, engaging hosts cannot reach this socket; they watch the
 //! backend for acknowledgements instead, so [`spawn_push`] acknowledges by itself each set of
@@ -21,7 +23,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stopline_core::ack::{AckReply, AckRequest};
+use stopline_core::ack::{AckReply, AckRequest, EpochAckRequest};
 
 /// The longest an acknowledgement request may ask to be waited for.
 const MAX_WAIT: Duration = Duration::from_secs(5);
@@ -67,12 +69,22 @@ impl AckServer {
         let mut reader = BufReader::new(stream.try_clone()?);
         let mut line = String::new();
         reader.read_line(&mut line)?;
+        let wait = |timeout_ms: Option<u64>| {
+            Instant::now() + Duration::from_millis(timeout_ms.unwrap_or(250)).min(MAX_WAIT)
+        };
         let reply = match serde_json::from_str::<AckRequest>(&line) {
-            Ok(request) => {
-                let wait = Duration::from_millis(request.timeout_ms.unwrap_or(250)).min(MAX_WAIT);
-                self.acknowledge(&request.latch, Instant::now() + wait)
-            }
-            Err(_) => AckReply::refused(None, "expected {\"latch\": \"<file>\"}"),
+            Ok(request) => self.acknowledge(&request.latch, wait(request.timeout_ms)),
+            Err(_) => match serde_json::from_str::<EpochAckRequest>(&line) {
+                Ok(request) => self.acknowledge_epoch(
+                    &request.scope,
+                    request.revision,
+                    wait(request.timeout_ms),
+                ),
+                Err(_) => AckReply::refused(
+                    None,
+                    "expected {\"latch\": \"<file>\"} or {\"revision\": R, \"scope\": S}",
+                ),
+            },
         };
         let mut reply = serde_json::to_vec(&reply).expect("a reply always serializes");
         reply.push(b'\n');
@@ -90,6 +102,47 @@ impl AckServer {
             Some(why) => tracing::warn!(latch, latency_ms, "latch not acknowledged: {why}"),
         }
         answer
+    }
+
+    /// Acknowledge revision `revision` of epoch scope `scope` (a `token revoke`'s) by
+    /// `deadline`, or say why not.
+    pub fn acknowledge_epoch(&self, scope: &str, revision: u64, deadline: Instant) -> AckReply {
+        let started = Instant::now();
+        let answer = self.acknowledge_epoch_by(scope, revision, deadline);
+        let latency_ms = crate::logs::ms_since(started);
+        match &answer.why {
+            None => tracing::info!(scope, revision, latency_ms, "epoch acknowledged"),
+            Some(why) => {
+                tracing::warn!(scope, revision, latency_ms, "epoch not acknowledged: {why}")
+            }
+        }
+        answer
+    }
+
+    /// As [`AckServer::acknowledge_by`], for an epoch scope: a read begun after the request
+    /// that holds the revision (or a view that closes every gate, which refuses the token too),
+    /// then no call admitted under an older view still waiting to be handed upstream. Nothing
+    /// is recorded in the registration: the answer on this socket is the acknowledgement.
+    fn acknowledge_epoch_by(&self, scope: &str, revision: u64, deadline: Instant) -> AckReply {
+        let id = self.registry.record().id;
+        let mut snapshot = self.view.refresh_fast();
+        while !snapshot.view.epoch.holds(scope, revision) && !snapshot.is_faulted() {
+            if Instant::now() >= deadline {
+                return AckReply::refused(
+                    Some(id.as_str()),
+                    "the view does not hold the revocation",
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            snapshot = self.view.refresh_fast();
+        }
+        if !self.tracker.wait_older_than(snapshot.generation, deadline) {
+            return AckReply::refused(
+                Some(id.as_str()),
+                "calls admitted under the older view are still being dispatched",
+            );
+        }
+        AckReply::acknowledged(&id, snapshot.generation)
     }
 
     fn acknowledge_by(&self, latch: &str, deadline: Instant) -> AckReply {

@@ -227,6 +227,13 @@ impl Store {
         self
     }
 
+    /// The bug planted in this store (model-checker tests only): for the checker's own steps
+    /// around store calls (`PlantedBug::RevokeAnswersBeforeAcks`).
+    #[cfg(feature = "planted-bugs")]
+    pub fn planted(&self) -> planted::PlantedBug {
+        self.planted
+    }
+
     /// The fixed names of this control directory.
     pub fn layout(&self) -> &Layout {
         &self.layout

@@ -138,4 +138,10 @@ pub enum PlantedBug {
     /// revoke answers, its token and its delegates are refused" fails, the `revoke-delegates`
     /// scenario).
     RevokeForgetsDelegates,
+    /// `token revoke` answers its live gateway acknowledged without the gateway's read begun
+    /// after the request: the gateway keeps deciding from the view it held before the revoke,
+    /// and admits the revoked token ("after token revoke answers, … by every gateway that
+    /// acknowledged too" fails, the `revoke-acknowledged` scenario). A step of the model
+    /// checker's `token revoke` process, not of the store.
+    RevokeAnswersBeforeAcks,
 }

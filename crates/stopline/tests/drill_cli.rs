@@ -139,3 +139,47 @@ fn a_drill_that_would_not_stop_all_its_callers_is_refused_before_it_starts() {
     );
     assert!(!home.file("evidence").exists());
 }
+
+/// At HALT_NONCRITICAL the gateway holds every noncritical call `queue_timeout_s` (1 s in the
+/// drill's own gateway) before refusing it `queued_timeout`, so no caller can be refused
+/// sooner: the drill judges the p99 past that hold, and judges what a pause promises (nothing
+/// admitted or executed after the trip, every caller refused). With a target below the hold a
+/// drill that judged the p99 as if calls were refused at once would always fail.
+#[test]
+fn a_pause_drill_judges_its_first_rejections_past_the_hold() {
+    let home = Home::new();
+    let r = home.run(&[
+        "drill",
+        "--agents",
+        "3",
+        "--subagents",
+        "1",
+        "--pull-after-ms",
+        "300",
+        "--level",
+        "halt-noncritical",
+        "--target-ms",
+        "999",
+    ]);
+    eprintln!("{}\n{}", r.stdout, r.stderr);
+    r.assert_ok();
+    let observation = r.json();
+    util::validate("control-observation.v1.json", &observation);
+    assert_eq!(observation["pass"], true, "{observation}");
+    assert_eq!(observation["level"], "halt-noncritical");
+    assert_eq!(observation["queue_timeout_ms"], 1000);
+    assert_eq!(observation["callers_never_rejected"], 0);
+    assert_eq!(observation["operations_admitted_after_trip"], 0);
+    assert!(
+        observation["calls"]["refusal_codes"]["queued_timeout"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "held calls are refused queued_timeout: {observation}"
+    );
+    // The time to first rejection is still reported, as a figure.
+    assert!(observation["time_to_first_rejection_ms"]["p99"].is_number());
+    // At the other levels the record carries no hold.
+    let r = home.run(&["drill", "--agents", "2", "--target-ms", "30000"]);
+    r.assert_ok();
+    assert!(r.json().get("queue_timeout_ms").is_none());
+}

@@ -122,3 +122,55 @@ fn a_token_revoked_on_one_host_is_refused_on_another() {
     assert_eq!(check(&child), (4, "stale_control_epoch".into()));
     assert_eq!(check(&sibling).0, 0);
 }
+
+/// `token revoke` in etcd mode waits for this host's live gateway as the local directory's
+/// does (docs/reference.md §9, "Acknowledgements"): that gateway acknowledges and refuses the
+/// token from the call right after; a gateway of another host, which is not asked, is named
+/// unacknowledged with a warning saying why, never counted as acknowledged.
+#[test]
+fn a_revoke_waits_for_this_hosts_gateway_and_names_another_hosts() {
+    let etcd = cluster::Cluster::start(1);
+    let url = etcd.url("/revoke-acks");
+    let a = Host::new(&url, "");
+    let b = Host::new(&url, "");
+    let token = a.token("worker", &[]);
+    let here = a.serve();
+    let there = b.serve();
+    assert_eq!(here.check(&token).0, "allow");
+    let jti = stopline_token::decode_unverified(&token).unwrap().jti;
+    let receipt = a
+        .run(&[
+            "token", "revoke", &jti, "--reason", "leaked", "--by", "operator",
+        ])
+        .assert_ok()
+        .json();
+    assert_eq!(
+        receipt["acknowledged_by"],
+        serde_json::json!([here.id()]),
+        "{receipt}"
+    );
+    assert_eq!(
+        receipt["unacknowledged"],
+        serde_json::json!([there.id()]),
+        "{receipt}"
+    );
+    let warnings: Vec<&str> = receipt["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("gateways of other hosts"))
+            && warnings
+                .iter()
+                .any(|w| w.starts_with("gateways_unacknowledged: ")),
+        "{receipt}"
+    );
+    assert_eq!(
+        here.check(&token),
+        ("block".into(), "stale_control_epoch".into())
+    );
+}

@@ -68,6 +68,7 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     all.push(scenario::epoch_fold_floor());
     all.push(scenario::revoke_delegates());
     all.push(scenario::revoke_spares_others());
+    all.push(scenario::revoke_acknowledged());
     all.push(scenario::staged_gate());
     all.retain(|s| {
         options

@@ -39,6 +39,22 @@ pub enum ProcSpec {
         /// The `token:<jti>[+delegates]` scope.
         scope: Scope,
     },
+    /// `stopline token revoke` with one live gateway (docs/reference.md §3, §9
+    /// "Acknowledgements"): the gateway's view is the one it read before the revoke began (its
+    /// last refresh), then `Store::revoke_token`, then the gateway's acknowledgement step — a
+    /// read begun after the request, acknowledged when it holds the scope's new revision (or
+    /// closes every gate) — and the revoke answers; then the gateway decides the gate's token
+    /// from the view it holds. Crashed and killed at every step like any process.
+    RevokeAcked {
+        /// The `token:<jti>[+delegates]` scope.
+        scope: Scope,
+        /// The gate's token.
+        token: String,
+        /// The control plane's public key.
+        key: VerifyingKey,
+        /// `stopline_token::verify`'s answer, kept after the first run (as a gate's).
+        verified: Arc<OnceLock<Result<Claims, String>>>,
+    },
     /// `Store::drain`.
     Drain {
         /// Seconds.
@@ -262,6 +278,21 @@ pub enum Outcome {
         /// The epoch after it.
         new_epoch: u64,
     },
+    /// A [`ProcSpec::RevokeAcked`] answered: the revocation is durable and its gateway was asked.
+    RevokeAnswered {
+        /// The scope it advanced.
+        scope: Scope,
+        /// The epoch after it.
+        new_epoch: u64,
+        /// True when the gateway acknowledged the revision.
+        acknowledged: bool,
+        /// The gateway's decision for the gate's token from the view it holds after answering.
+        decision: Decision,
+        /// Its refusal code, if any.
+        code: Option<RefusalCode>,
+        /// True when a fault closes that gateway's gates.
+        faulted: bool,
+    },
     /// An operation's journal steps returned Ok.
     Operated {
         /// Its target.
@@ -325,6 +356,9 @@ impl ProcSpec {
             ProcSpec::Disengage { scope } => format!("disengage({scope})"),
             ProcSpec::Drain { deadline_s } => format!("drain({deadline_s}s)"),
             ProcSpec::Revoke { scope } => format!("token revoke({scope})"),
+            ProcSpec::RevokeAcked { scope, .. } => {
+                format!("token revoke({scope}) with a live gateway's acknowledgement")
+            }
             ProcSpec::Operation {
                 target,
                 agent,
@@ -421,6 +455,12 @@ impl ProcSpec {
                     Err(e) => failed(e),
                 }
             }
+            ProcSpec::RevokeAcked {
+                scope,
+                token,
+                key,
+                verified,
+            } => revoke_acked(store, scope, token, key, verified),
             ProcSpec::Drain { deadline_s } => {
                 match store.drain(*deadline_s, "model check", "operator") {
                     Ok(_) => Outcome::Drained,
@@ -756,6 +796,69 @@ pub fn evidence_record(n: u64) -> serde_json::Map<String, serde_json::Value> {
 }
 
 /// The gateway's admission of one noncritical call with `token` (docs/reference.md §3 check, §5).
+/// [`ProcSpec::RevokeAcked`]: the gateway's view before, the revoke, the acknowledgement step,
+/// the gateway's decision.
+fn revoke_acked(
+    store: &Store,
+    scope: &Scope,
+    token: &str,
+    key: &VerifyingKey,
+    verified: &OnceLock<Result<Claims, String>>,
+) -> Outcome {
+    // The view the live gateway holds when the revoke begins.
+    let mut held = store.load_view();
+    let epoch = match store.revoke_token(scope, "operator", "model check") {
+        Ok(epoch) => epoch,
+        Err(e) => {
+            return Outcome::Failed {
+                code: e.code().to_string(),
+            }
+        }
+    };
+    let revision = epoch.revision(scope);
+    // The acknowledgement step (`AckServer::acknowledge_epoch`): a read begun after the
+    // request; acknowledged once it holds the revision or closes every gate, and then it is
+    // the view the gateway decides from.
+    #[cfg(feature = "planted-bugs")]
+    let answers_first =
+        store.planted() == stopline_store::planted::PlantedBug::RevokeAnswersBeforeAcks;
+    #[cfg(not(feature = "planted-bugs"))]
+    let answers_first = false;
+    let acknowledged = if answers_first {
+        // The planted bug: the revoke answers as acknowledged without the gateway's read.
+        true
+    } else {
+        let fresh = store.load_view();
+        let holds = fresh.epoch.holds(&scope.to_string(), revision) || !fresh.faults.is_empty();
+        if holds {
+            held = fresh;
+        }
+        holds
+    };
+    let now_ms = store.now_ms();
+    let verify =
+        || stopline_token::verify(key, token, now_ms / 1000).map_err(|e| e.code().to_string());
+    let claims = match verified.get_or_init(verify) {
+        Ok(claims) => claims.clone(),
+        Err(code) => return Outcome::Failed { code: code.clone() },
+    };
+    let receipt = held.decide(
+        &claims.subject(),
+        TaskClass::Noncritical,
+        Some(claims.authority()),
+        None,
+        now_ms,
+    );
+    Outcome::RevokeAnswered {
+        scope: scope.clone(),
+        new_epoch: epoch.seq,
+        acknowledged,
+        decision: receipt.decision,
+        code: receipt.code,
+        faulted: !held.faults.is_empty(),
+    }
+}
+
 fn admit(
     store: &Store,
     token: &str,

@@ -81,7 +81,9 @@ pub enum Property {
     FoldSparesLiveAuthority,
     /// docs/reference.md §5, "Revoking one token": once `token revoke` answered, the token it
     /// names (with `--with-delegates`, every token delegated under it) is refused, crash or
-    /// not; a token it does not name is not refused by it.
+    /// not — by every gate that reads the control state, and by every live gateway that
+    /// acknowledged the revocation, from the view it holds; a token it does not name is not
+    /// refused by it.
     RevokeRefusesOnlyItsTokens,
     /// docs/reference.md §5, "The gate closes before the disk answers": a gate that counts
     /// latches staged in `latches.staging/` never admits what its durable view refuses, and
@@ -175,7 +177,7 @@ impl Property {
                 "folding old epoch revisions refuses no live authority that no stop revoked"
             }
             Property::RevokeRefusesOnlyItsTokens => {
-                "after token revoke answers, its token (and, with delegates, theirs) is refused; no other token is"
+                "after token revoke answers, its token (and, with delegates, theirs) is refused, by every gateway that acknowledged too; no other token is"
             }
             Property::StagedOnlyRefusesMore => {
                 "staged latches only refuse more, and are never acknowledged or reported"
@@ -677,6 +679,27 @@ pub fn obligations(
                     },
                 );
             }
+            Outcome::RevokeAnswered {
+                scope,
+                new_epoch,
+                acknowledged,
+                decision,
+                code,
+                faulted,
+            } => revoke_answered(
+                ctx,
+                who,
+                &RevokeAnswer {
+                    scope,
+                    new_epoch: *new_epoch,
+                    acknowledged: *acknowledged,
+                    decision: *decision,
+                    code: *code,
+                    faulted: *faulted,
+                },
+                seen,
+                out,
+            ),
             Outcome::Operated {
                 target,
                 resolved: true,
@@ -759,4 +782,72 @@ pub fn rescan_obligation(
     out.judge(Property::NoFalseAllClear, covering.is_empty(), || {
         format!("{who} reported recovered: true while its rescan saw covering latches {covering:?}")
     });
+}
+
+/// What a `token revoke` with a live gateway answered ([`Outcome::RevokeAnswered`]).
+pub struct RevokeAnswer<'a> {
+    /// The scope it advanced.
+    pub scope: &'a Scope,
+    /// The epoch after it.
+    pub new_epoch: u64,
+    /// True when the gateway acknowledged.
+    pub acknowledged: bool,
+    /// The gateway's decision for the gate's token after the answer.
+    pub decision: Decision,
+    /// Its refusal code.
+    pub code: Option<RefusalCode>,
+    /// True when a fault closes that gateway's gates.
+    pub faulted: bool,
+}
+
+/// The obligations of a `token revoke` that answered after asking a live gateway
+/// (docs/reference.md §3): as any revocation's, every gate that reads the control state after
+/// it refuses the token it names; and the gateway that acknowledged refuses it from the view it
+/// holds, with no read of its own in between (`RevokeRefusesOnlyItsTokens`: an
+/// acknowledgement given before its view held the revision is a revoke that answered before
+/// its gateways did).
+fn revoke_answered(
+    ctx: &Context<'_>,
+    who: &str,
+    answer: &RevokeAnswer<'_>,
+    seen: &Observation,
+    out: &mut Verdicts,
+) {
+    let subject = &ctx.scenario.subject;
+    let RevokeAnswer {
+        scope, new_epoch, ..
+    } = answer;
+    if !subject.is_covered_by(scope) {
+        return;
+    }
+    let refused = seen.decision == Decision::Block
+        && (seen.faulted || seen.code == Some(RefusalCode::StaleControlEpoch));
+    out.judge(Property::RevokeRefusesOnlyItsTokens, refused, || {
+        format!(
+            "the e0 token got {:?} ({:?}) after {who} revoked {scope} at epoch {new_epoch}",
+            seen.decision, seen.code
+        )
+    });
+    let gateway_refuses = answer.decision == Decision::Block
+        && (answer.faulted || answer.code == Some(RefusalCode::StaleControlEpoch));
+    out.judge(
+        Property::RevokeRefusesOnlyItsTokens,
+        !answer.acknowledged || gateway_refuses,
+        || {
+            format!(
+                "the gateway acknowledged {who}'s revocation of {scope} (epoch {new_epoch}), yet its view then gave the e0 token {:?} ({:?})",
+                answer.decision, answer.code
+            )
+        },
+    );
+    out.judge(
+        Property::EpochsNeverGoBack,
+        seen.epoch_seq.is_none_or(|seq| seq >= *new_epoch),
+        || {
+            format!(
+                "the gate saw epoch {:?} after {who} advanced to {new_epoch}",
+                seen.epoch_seq
+            )
+        },
+    );
 }

@@ -1141,6 +1141,46 @@ pub fn revoke_delegates() -> Scenario {
     scenario
 }
 
+/// Revoking one token with a live gateway (docs/reference.md §3): `token revoke` of the gate's
+/// token asks the gateway, whose view was read before the revoke began, to acknowledge the new
+/// revision (a read begun after the request), racing another agent's emergency, crashed at
+/// every step. Once the revoke answered, the gateway that acknowledged refuses the token from
+/// the view it holds — which it does not if the revoke answers before the acknowledgement (the
+/// planted `RevokeAnswersBeforeAcks`) — and so does every gate.
+pub fn revoke_acknowledged() -> Scenario {
+    let s = Setup::new();
+    let racers = vec![emergency_of("other")];
+    let mut scenario = s.finish(
+        "revoke-acknowledged",
+        "token revoke of the gate token, acknowledged by a live gateway, vs another agent's emergency",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    );
+    let Some(ProcSpec::Admission { token, key, .. }) = scenario.procs.last().cloned() else {
+        unreachable!("finish ends every scenario with its gate")
+    };
+    let jti = scenario
+        .subject
+        .tokens
+        .last()
+        .cloned()
+        .expect("the gate's token has an id");
+    scenario.procs.insert(
+        0,
+        ProcSpec::RevokeAcked {
+            scope: Scope::Token {
+                jti,
+                delegates: false,
+            },
+            token,
+            key,
+            verified: Default::default(),
+        },
+    );
+    scenario
+}
+
 /// The other half of revoking one token: the gate's token is `worker`'s root token, and two
 /// revocations of other tokens race (one alone, one with its delegates), crashed at every step.
 /// No gate may refuse the gate's token, crash or not (`RevokeRefusesOnlyItsTokens`): a

@@ -124,6 +124,14 @@ pub struct TokenRevokeReceipt {
     pub epoch_seq: u64,
     /// Who revoked it.
     pub by: String,
+    /// Live gateways that acknowledged the revocation: each refuses the token from its next
+    /// call on (docs/reference.md §3, as an engage's).
+    pub acknowledged_by: Vec<String>,
+    /// Live gateways that did not within `ack_timeout_ms`.
+    pub unacknowledged: Vec<String>,
+    /// What failed after the revocation was durable (never an undone revocation):
+    /// `gateways_unacknowledged: …` names the gateways that did not acknowledge.
+    pub warnings: Vec<String>,
 }
 
 impl fmt::Display for TokenRevokeReceipt {
@@ -132,6 +140,13 @@ impl fmt::Display for TokenRevokeReceipt {
         if self.with_delegates {
             f.write_str(" and every token delegated under it")?;
         }
-        write!(f, " (epoch {}, by {})", self.epoch_seq, self.by)
+        write!(f, " (epoch {}, by {})", self.epoch_seq, self.by)?;
+        if !self.acknowledged_by.is_empty() {
+            write!(f, "\nacknowledged by {}", self.acknowledged_by.join(", "))?;
+        }
+        for warning in &self.warnings {
+            write!(f, "\nwarning: {warning}")?;
+        }
+        Ok(())
     }
 }

@@ -383,7 +383,7 @@ impl Store {
         });
         let view = ControlView {
             latches,
-            epoch,
+            epoch: epoch.indexed(),
             state,
             faults,
             blocked_targets: Default::default(),

@@ -82,6 +82,9 @@ struct ScopeIndex {
     tokens: HashMap<String, Newest>,
     /// `token:<jti>+delegates`: covers the token and every token its lineage descends from it.
     token_lineages: HashMap<String, Newest>,
+    /// The planted `IndexForgetsAncestorDelegates`: look up only the token's own id.
+    #[cfg(feature = "planted-bugs")]
+    forgets_ancestor_delegates: bool,
 }
 
 impl ScopeIndex {
@@ -132,6 +135,10 @@ impl ScopeIndex {
         if let Some((own, ancestors)) = subject.tokens.split_last() {
             consider(&mut best, self.tokens.get(own));
             consider(&mut best, self.token_lineages.get(own));
+            #[cfg(feature = "planted-bugs")]
+            if self.forgets_ancestor_delegates {
+                return best;
+            }
             for ancestor in ancestors {
                 consider(&mut best, self.token_lineages.get(ancestor));
             }
@@ -185,6 +192,16 @@ impl IndexedEpochMap {
     /// The map, to change it.
     pub fn into_map(self) -> EpochMap {
         self.map
+    }
+
+    /// This index with the planted bug `IndexForgetsAncestorDelegates` of the store's
+    /// `PlantedBug` (the model checker's tests only): a decision looks up `token:<jti>+delegates`
+    /// for the token's own id and never for its ancestors', so a token delegated under a
+    /// revoked one keeps working.
+    #[cfg(feature = "planted-bugs")]
+    pub fn planted_forgetting_ancestor_delegates(mut self) -> IndexedEpochMap {
+        self.index.forgets_ancestor_delegates = true;
+        self
     }
 
     /// The map.

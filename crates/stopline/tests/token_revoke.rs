@@ -188,7 +188,7 @@ fn a_bad_line_in_the_registry_refuses_the_list_until_the_owner_repairs_it() {
     // A torn last line (a crash mid-append) is listed without it.
     let mut torn = bytes.clone();
     torn.extend_from_slice(br#"{"jti":"00"#);
-    std::fs::write(&registry, &torn).unwrap();
+    util::write(&registry, &torn);
     assert_eq!(listed(&home), [jti(&first), jti(&second)]);
     // A bad line before the end is a fault: the list and a revoke refuse, a mint appends
     // after it and rewrites nothing.
@@ -199,7 +199,7 @@ fn a_bad_line_in_the_registry_refuses_the_list_until_the_owner_repairs_it() {
         &bytes[first_line..],
     ]
     .concat();
-    std::fs::write(&registry, &corrupt).unwrap();
+    util::write(&registry, &corrupt);
     let r = home.run(&["token", "list"]);
     assert_eq!(r.code_str(), "control_state_corrupt", "{}", r.stdout);
     assert_eq!(

@@ -358,6 +358,15 @@ fn a_revocation_that_forgets_its_delegates_leaves_a_delegate_working_and_is_foun
 }
 
 #[test]
+fn an_epoch_index_that_forgets_the_lineage_leaves_a_delegate_working_and_is_found() {
+    found(
+        PlantedBug::IndexForgetsAncestorDelegates,
+        "revoke-delegates",
+        Property::RevokeRefusesOnlyItsTokens,
+    );
+}
+
+#[test]
 fn a_gate_that_reads_staged_bodies_as_latches_reports_a_stop_never_published() {
     found(
         PlantedBug::StagedReadAsLatch,

@@ -249,7 +249,8 @@ pub fn admission(decisions: usize) -> AdmissionReport {
     view.epoch = view
         .epoch
         .advanced(&Scope::Agent(Name::parse("other-0").expect("valid")))
-        .expect("advance");
+        .expect("advance")
+        .indexed();
     let subject = Subject::proven(
         vec![
             Name::parse("parent").expect("valid"),

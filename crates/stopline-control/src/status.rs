@@ -127,7 +127,7 @@ pub fn status(ctx: &Context) -> StatusReceipt {
         state_record: view.state,
         latches: view.latches,
         faults,
-        epoch: view.epoch,
+        epoch: view.epoch.into_map(),
         workers,
         affected_worker_quiescence_confirmed: confirmed,
         uncovered_servers,

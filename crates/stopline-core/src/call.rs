@@ -219,7 +219,7 @@ mod tests {
         assert_eq!(code(&view, 0), Some(RefusalCode::BreakGlassContained));
 
         let mut stale = ControlView::empty();
-        stale.epoch = stale.epoch.advanced(&Scope::Machine).unwrap();
+        stale.epoch = stale.epoch.advanced(&Scope::Machine).unwrap().indexed();
         assert_eq!(code(&stale, 0), Some(RefusalCode::StaleControlEpoch));
         assert_eq!(code(&stale, 1), None, "minted after the advance");
 
@@ -249,7 +249,7 @@ mod tests {
             .latches
             .push(latch(worker.clone(), Level::Emergency));
         let mut latch_and_epoch = latch_only.clone();
-        latch_and_epoch.epoch = latch_and_epoch.epoch.advanced(&worker).unwrap();
+        latch_and_epoch.epoch = latch_and_epoch.epoch.advanced(&worker).unwrap().indexed();
         assert_eq!(code(&latch_only, 0), Some(RefusalCode::BreakGlassContained));
         assert_eq!(
             code(&latch_and_epoch, 0),
@@ -258,7 +258,7 @@ mod tests {
         // Once the emergency is recovered (the recovery advances the epoch again), the token
         // from before it is still cut, as stale.
         let mut recovered = ControlView::empty();
-        recovered.epoch = latch_and_epoch.epoch.advanced(&worker).unwrap();
+        recovered.epoch = latch_and_epoch.epoch.advanced(&worker).unwrap().indexed();
         assert_eq!(code(&recovered, 0), Some(RefusalCode::StaleControlEpoch));
     }
 

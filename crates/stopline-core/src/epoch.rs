@@ -13,6 +13,13 @@
 //! a fold can never revive a token a folded revision revoked, even one minted before the cap
 //! existed or on a host whose clock ran slow: the margin only keeps the floor from refusing a
 //! token that is still alive and that nothing revoked.
+//!
+//! A decision judges an [`IndexedEpochMap`]: the map with its keys parsed and filed once per
+//! read, so that admission looks up the subject's own scopes instead of walking every revision.
+
+mod index;
+
+pub use index::IndexedEpochMap;
 
 use crate::scope::{path_within, Scope};
 use crate::subject::Subject;
@@ -165,30 +172,9 @@ impl EpochMap {
         self.scopes.get(scope).copied().unwrap_or(0) >= revision || self.floor >= revision
     }
 
-    /// Judge an authority minted under `issue_epoch` for `subject` (docs/reference.md §5, Epochs).
-    ///
-    /// Scopes whose stored key cannot be parsed are treated as covering (fail closed).
-    pub fn authority_status(&self, issue_epoch: u64, subject: &Subject) -> AuthorityStatus {
-        if issue_epoch > self.seq {
-            return AuthorityStatus::Future { seq: self.seq };
-        }
-        if issue_epoch < self.floor {
-            return AuthorityStatus::Folded { floor: self.floor };
-        }
-        let mut worst: Option<(String, u64)> = None;
-        for (key, &revision) in &self.scopes {
-            if revision <= issue_epoch {
-                continue;
-            }
-            let covers = key_covers(key, subject);
-            if covers && worst.as_ref().is_none_or(|(_, r)| revision > *r) {
-                worst = Some((key.clone(), revision));
-            }
-        }
-        match worst {
-            Some((scope, revision)) => AuthorityStatus::Stale { scope, revision },
-            None => AuthorityStatus::Current,
-        }
+    /// This map indexed for admission decisions ([`IndexedEpochMap::authority_status`]).
+    pub fn indexed(self) -> IndexedEpochMap {
+        IndexedEpochMap::from(self)
     }
 
     /// The map as `subject` may see it (docs/reference.md §6 "Agents see only themselves"): the scopes
@@ -237,6 +223,34 @@ fn key_covers(key: &str, subject: &Subject) -> bool {
 }
 
 #[cfg(test)]
+impl EpochMap {
+    /// The rule as first written, kept as the oracle of [`IndexedEpochMap::authority_status`]:
+    /// walk every revision newer than `issue_epoch`, parse its key and judge its coverage.
+    fn walked_authority_status(&self, issue_epoch: u64, subject: &Subject) -> AuthorityStatus {
+        if issue_epoch > self.seq {
+            return AuthorityStatus::Future { seq: self.seq };
+        }
+        if issue_epoch < self.floor {
+            return AuthorityStatus::Folded { floor: self.floor };
+        }
+        let mut worst: Option<(String, u64)> = None;
+        for (key, &revision) in &self.scopes {
+            if revision <= issue_epoch {
+                continue;
+            }
+            let covers = key_covers(key, subject);
+            if covers && worst.as_ref().is_none_or(|(_, r)| revision > *r) {
+                worst = Some((key.clone(), revision));
+            }
+        }
+        match worst {
+            Some((scope, revision)) => AuthorityStatus::Stale { scope, revision },
+            None => AuthorityStatus::Current,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::scope::Name;
@@ -275,29 +289,33 @@ mod tests {
             .unwrap();
         assert_eq!(e1.seq, 1);
         assert!(matches!(
-            e1.authority_status(0, &agent(&["parent", "child"])),
+            e1.clone()
+                .indexed()
+                .authority_status(0, &agent(&["parent", "child"])),
             AuthorityStatus::Stale { .. }
         ));
         assert_eq!(
-            e1.authority_status(0, &agent(&["other"])),
+            e1.clone().indexed().authority_status(0, &agent(&["other"])),
             AuthorityStatus::Current
         );
         assert_eq!(
-            e1.authority_status(1, &agent(&["parent"])),
+            e1.clone()
+                .indexed()
+                .authority_status(1, &agent(&["parent"])),
             AuthorityStatus::Current
         );
         assert_eq!(
-            e1.authority_status(2, &agent(&["other"])),
+            e1.clone().indexed().authority_status(2, &agent(&["other"])),
             AuthorityStatus::Future { seq: 1 }
         );
         let e2 = e1.advanced(&Scope::Project("/srv/a".into())).unwrap();
         assert!(matches!(
-            e2.authority_status(1, &agent(&["other"])),
+            e2.clone().indexed().authority_status(1, &agent(&["other"])),
             AuthorityStatus::Stale { .. }
         ));
         let e3 = e2.advanced(&Scope::Project("/srv/ab".into())).unwrap();
         assert!(matches!(
-            e3.authority_status(2, &agent(&["other"])),
+            e3.clone().indexed().authority_status(2, &agent(&["other"])),
             AuthorityStatus::Current
         ));
     }
@@ -328,16 +346,18 @@ mod tests {
         assert!(e3.is_consistent());
         // A token `old`'s emergency revoked stays refused, by the floor now.
         assert_eq!(
-            e3.authority_status(0, &agent(&["old"])),
+            e3.clone().indexed().authority_status(0, &agent(&["old"])),
             AuthorityStatus::Folded { floor: 1 }
         );
         assert!(e3
+            .clone()
+            .indexed()
             .authority_status(0, &agent(&["old"]))
             .refusal(0)
             .is_some_and(|r| r.code == crate::refusal::RefusalCode::StaleControlEpoch));
         // Minted after it, nothing covers it.
         assert_eq!(
-            e3.authority_status(1, &agent(&["old"])),
+            e3.clone().indexed().authority_status(1, &agent(&["old"])),
             AuthorityStatus::Current
         );
         // A scope without a time (an older epoch.json) is stamped at the next advance, never
@@ -368,14 +388,17 @@ mod tests {
             .unwrap();
         let carrier = agent(&["parent", "child"]).with_labels(vec![label]);
         assert!(matches!(
-            e1.authority_status(0, &carrier),
+            e1.clone().indexed().authority_status(0, &carrier),
             AuthorityStatus::Stale { .. }
         ));
         let other = agent(&["parent", "child"])
             .with_labels(vec![crate::scope::Label::parse("task=ctf-18").unwrap()]);
-        assert_eq!(e1.authority_status(0, &other), AuthorityStatus::Current);
         assert_eq!(
-            e1.authority_status(0, &agent(&["x"])),
+            e1.clone().indexed().authority_status(0, &other),
+            AuthorityStatus::Current
+        );
+        assert_eq!(
+            e1.clone().indexed().authority_status(0, &agent(&["x"])),
             AuthorityStatus::Current
         );
     }

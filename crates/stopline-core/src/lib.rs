@@ -37,7 +37,7 @@ pub mod wal_record;
 pub mod worker;
 
 pub use admission::{admit, Decision, Level, Mode, TaskClass};
-pub use epoch::{AuthorityStatus, EpochMap};
+pub use epoch::{AuthorityStatus, EpochMap, IndexedEpochMap};
 pub use evidence::{BreakerKind, EvidenceRecord};
 pub use latch::{ActiveLatch, LatchRecord, LatchRef};
 pub use refusal::{Refusal, RefusalCode};

@@ -5,7 +5,7 @@
 //! is exactly one admission path, so no surface can disagree with another about a stop.
 
 use crate::admission::{admit, Decision, Mode, TaskClass};
-use crate::epoch::EpochMap;
+use crate::epoch::IndexedEpochMap;
 use crate::latch::{ActiveLatch, LatchRef};
 use crate::ops::Blocks;
 use crate::refusal::{Refusal, RefusalCode};
@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 pub struct ControlView {
     /// Every active latch, fail-closed entries included.
     pub latches: Vec<ActiveLatch>,
-    /// The confirmed epoch map.
-    pub epoch: EpochMap,
+    /// The confirmed epoch map, indexed once for every decision made on this view.
+    pub epoch: IndexedEpochMap,
     /// `state.json` (RUNNING when absent).
     pub state: StateRecord,
     /// Reasons the control state cannot be trusted. Any fault closes every gate.
@@ -233,7 +233,7 @@ impl ControlView {
     pub fn empty() -> ControlView {
         ControlView {
             latches: Vec::new(),
-            epoch: EpochMap::default(),
+            epoch: IndexedEpochMap::default(),
             state: StateRecord::running(),
             faults: Vec::new(),
             blocked_targets: BTreeMap::new(),

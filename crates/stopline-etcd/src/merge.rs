@@ -23,11 +23,15 @@ pub fn merge(etcd: ControlView, local: ControlView) -> ControlView {
         }
     }
     merged.faults.extend(local.faults);
-    merged.epoch.seq = merged.epoch.seq.max(local.epoch.seq);
-    for (scope, revision) in local.epoch.scopes {
-        let entry = merged.epoch.scopes.entry(scope).or_insert(0);
+    // The merged map is indexed again: the index is a function of the map it reads.
+    let mut epoch = merged.epoch.into_map();
+    let local_epoch = local.epoch.into_map();
+    epoch.seq = epoch.seq.max(local_epoch.seq);
+    for (scope, revision) in local_epoch.scopes {
+        let entry = epoch.scopes.entry(scope).or_insert(0);
         *entry = (*entry).max(revision);
     }
+    merged.epoch = epoch.indexed();
     if merged.state.state == ControlState::Running {
         merged.state = local.state;
     }
@@ -38,7 +42,7 @@ pub fn merge(etcd: ControlView, local: ControlView) -> ControlView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stopline_core::{ActiveLatch, Level, Refusal, RefusalCode, Scope, StateRecord};
+    use stopline_core::{ActiveLatch, EpochMap, Level, Refusal, RefusalCode, Scope, StateRecord};
 
     fn latch(file: &str) -> ActiveLatch {
         ActiveLatch {
@@ -54,13 +58,21 @@ mod tests {
     fn union_of_latches_and_faults_and_the_stricter_epoch() {
         let mut etcd = ControlView::empty();
         etcd.latches.push(latch("a.json"));
-        etcd.epoch.seq = 5;
-        etcd.epoch.scopes.insert("agent:x".into(), 5);
+        let mut etcd_epoch = EpochMap {
+            seq: 5,
+            ..EpochMap::default()
+        };
+        etcd_epoch.scopes.insert("agent:x".into(), 5);
+        etcd.epoch = etcd_epoch.indexed();
         let mut local = ControlView::empty();
         local.latches.push(latch("a.json"));
         local.latches.push(latch("b.json"));
-        local.epoch.seq = 2;
-        local.epoch.scopes.insert("machine".into(), 2);
+        let mut local_epoch = EpochMap {
+            seq: 2,
+            ..EpochMap::default()
+        };
+        local_epoch.scopes.insert("machine".into(), 2);
+        local.epoch = local_epoch.indexed();
         local
             .faults
             .push(Refusal::new(RefusalCode::ControlWalCorrupt, "x"));

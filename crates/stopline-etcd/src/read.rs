@@ -213,7 +213,7 @@ impl Snapshot {
         });
         ControlView {
             latches,
-            epoch,
+            epoch: epoch.indexed(),
             state,
             faults,
             blocked_targets: Default::default(),

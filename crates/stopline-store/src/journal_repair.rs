@@ -1,5 +1,6 @@
 //! Torn lines in the middle of a journal (docs/reference.md §5): found for `status`, cut out by the
-//! owner's repair.
+//! owner's repair. The journals are the ops and spend journals and the minted registry
+//! (`keys/minted.jsonl`, whose bad line otherwise makes `token list` and `token revoke` refuse).
 //!
 //! Every append lands whole or not at all (`fs.rs`), so a torn line can only be a crash's
 //! remnant at the very end of a journal — or, in a home written by an older stopline, a failed
@@ -38,6 +39,9 @@ pub use stopline_core::wal_record::JournalRepair;
 enum Family {
     Ops,
     Spend,
+    /// `keys/minted.jsonl`, the registry of minted tokens (`tokens.rs`): appended under its own
+    /// lock, which the repair takes.
+    Minted,
 }
 
 impl Family {
@@ -45,6 +49,7 @@ impl Family {
         match self {
             Family::Ops => parses::<OpLine>(line),
             Family::Spend => parses::<crate::spend::SpendLine>(line),
+            Family::Minted => parses::<stopline_core::minted::MintedToken>(line),
         }
     }
 }
@@ -93,7 +98,7 @@ fn cut(family: Family, bytes: &[u8]) -> Cut {
 }
 
 impl Store {
-    /// Every ops and spend journal of the home, with its family.
+    /// Every ops and spend journal of the home, and the minted registry, with its family.
     fn journal_files(&self) -> Vec<(String, PathBuf, Family)> {
         let mut files = Vec::new();
         for (dir, prefix, family) in [
@@ -106,6 +111,10 @@ impl Store {
             for name in names.into_iter().filter(|n| n.ends_with(".jsonl")) {
                 files.push((format!("{prefix}/{name}"), dir.join(&name), family));
             }
+        }
+        let minted = self.layout.minted();
+        if self.fs.exists(&minted).unwrap_or(false) {
+            files.push(("keys/minted.jsonl".into(), minted, Family::Minted));
         }
         files
     }
@@ -129,7 +138,8 @@ impl Store {
         torn
     }
 
-    /// Cut the torn lines out of every ops and spend journal whose writer is gone (the owner's
+    /// Cut the torn lines out of every ops and spend journal whose writer is gone, and out of the
+    /// minted registry (under its lock) (the owner's
     /// repair; the caller checked the console). Returns what was repaired and the journals left
     /// alone because their writer still runs.
     pub(crate) fn repair_journals(&self) -> Result<(Vec<JournalRepair>, Vec<String>), StoreError> {
@@ -145,6 +155,11 @@ impl Store {
             Err(error) => return Err(error).context(|| "locking spend/.lock".to_string()),
         };
         for (file, path, family) in self.journal_files() {
+            // The registry's appenders hold its lock: a mint waits for the rewrite.
+            let _minted = match family {
+                Family::Minted => Some(self.lock_log_exclusive(&path)?),
+                Family::Ops | Family::Spend => None,
+            };
             let bytes = self
                 .fs
                 .read(&path)

@@ -144,4 +144,9 @@ pub enum PlantedBug {
     /// acknowledged too" fails, the `revoke-acknowledged` scenario). A step of the model
     /// checker's `token revoke` process, not of the store.
     RevokeAnswersBeforeAcks,
+    /// The view's epoch index looks up `token:<jti>+delegates` for the token's own id only,
+    /// never for the ids of its lineage: a delegate of a token revoked `--with-delegates` is
+    /// admitted ("after token revoke answers, its token and its delegates are refused" fails,
+    /// the `revoke-delegates` scenario).
+    IndexForgetsAncestorDelegates,
 }

@@ -383,12 +383,21 @@ impl Store {
         });
         let view = ControlView {
             latches,
-            epoch,
+            epoch: self.indexed(epoch),
             state,
             faults,
             blocked_targets: Default::default(),
         };
         (view, unfinished)
+    }
+
+    /// `epoch` indexed for the view's decisions (docs/reference.md §5, "What admission costs").
+    fn indexed(&self, epoch: EpochMap) -> stopline_core::IndexedEpochMap {
+        #[cfg(feature = "planted-bugs")]
+        if self.planted == crate::planted::PlantedBug::IndexForgetsAncestorDelegates {
+            return epoch.indexed().planted_forgetting_ancestor_delegates();
+        }
+        epoch.indexed()
     }
 
     /// A fresh view for gates, with targets blocked by unresolved operations: every fault

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use stopline_core::budget::Budgets;
 use stopline_core::view::Authority;
 use stopline_core::{
-    AuthorityStatus, EpochMap, Label, Name, Refusal, RefusalCode, Role, Scope, Subject,
+    AuthorityStatus, IndexedEpochMap, Label, Name, Refusal, RefusalCode, Role, Scope, Subject,
 };
 
 /// The only claims version this crate mints and accepts.
@@ -128,9 +128,9 @@ impl Claims {
     /// Judge the issue epoch against `epochs` for this token's subject (docs/reference.md §5, Epochs): stale
     /// when any scope covering any link of the chain, the project or the run advanced past it.
     ///
-    /// `epochs` must be freshly read. On [`AuthorityStatus::Future`], re-read the epoch once
+    /// `epochs` must be freshly read (indexed once per read: the judgement is a lookup). On [`AuthorityStatus::Future`], re-read the epoch once
     /// before refusing: the token may have been minted a moment after the caller's read.
-    pub fn standing(&self, epochs: &EpochMap) -> AuthorityStatus {
+    pub fn standing(&self, epochs: &IndexedEpochMap) -> AuthorityStatus {
         epochs.authority_status(self.epoch, &self.subject())
     }
 

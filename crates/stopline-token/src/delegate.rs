@@ -2,7 +2,7 @@
 //! sub-agent, with the parent's chain plus the child, and never more than the parent has.
 //!
 //! The child inherits the parent's issue epoch, project and run, so every scope that revokes
-//! the parent revokes the child by the chain rule of `EpochMap::authority_status`; it lives no
+//! the parent revokes the child by the chain rule of `IndexedEpochMap::authority_status`; it lives no
 //! longer than the parent and carries budgets carved from the parent's. This module must never
 //! widen anything: not the lifetime, not a budget, not the role (children are always `agent`).
 

@@ -169,9 +169,12 @@ fn a_stop_of_any_ancestor_makes_the_child_stale() {
         seq: 2,
         ..EpochMap::default()
     };
-    assert_eq!(child.standing(&epochs), AuthorityStatus::Current);
+    assert_eq!(
+        child.standing(&epochs.clone().indexed()),
+        AuthorityStatus::Current
+    );
     let stale = |scope: Scope| {
-        let advanced = epochs.advanced(&scope).unwrap();
+        let advanced = epochs.advanced(&scope).unwrap().indexed();
         matches!(child.standing(&advanced), AuthorityStatus::Stale { .. })
     };
     assert!(stale(Scope::Agent(name("planner"))), "parent stopped");
@@ -196,5 +199,8 @@ fn a_stop_of_any_ancestor_makes_the_child_stale() {
         seq: 1,
         ..EpochMap::default()
     };
-    assert_eq!(child.standing(&behind), AuthorityStatus::Future { seq: 1 });
+    assert_eq!(
+        child.standing(&behind.indexed()),
+        AuthorityStatus::Future { seq: 1 }
+    );
 }

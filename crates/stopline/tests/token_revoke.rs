@@ -245,3 +245,62 @@ fn a_gateway_that_does_not_acknowledge_the_revocation_is_named() {
     rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
     assert!(!allowed(&home, &token));
 }
+
+#[test]
+fn a_bad_line_in_the_registry_refuses_the_list_until_the_owner_repairs_it() {
+    let home = Home::new();
+    home.run(&["init"]).assert_ok();
+    let first = home.token(&["--agent", "worker"]);
+    let second = home.token(&["--agent", "worker"]);
+    let registry = home.file("keys/minted.jsonl");
+    let bytes = std::fs::read(&registry).unwrap();
+    // A torn last line (a crash mid-append) is listed without it.
+    let mut torn = bytes.clone();
+    torn.extend_from_slice(br#"{"jti":"00"#);
+    util::write(&registry, &torn);
+    assert_eq!(listed(&home), [jti(&first), jti(&second)]);
+    // A bad line before the end is a fault: the list and a revoke refuse, a mint appends
+    // after it and rewrites nothing.
+    let first_line = bytes.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let corrupt = [
+        &bytes[..first_line],
+        b"not a record\n",
+        &bytes[first_line..],
+    ]
+    .concat();
+    util::write(&registry, &corrupt);
+    let r = home.run(&["token", "list"]);
+    assert_eq!(r.code_str(), "control_state_corrupt", "{}", r.stdout);
+    assert_eq!(
+        revoke(&home, &jti(&first), &[]).code_str(),
+        "control_state_corrupt"
+    );
+    let third = home.token(&["--agent", "worker"]);
+    assert!(std::fs::read(&registry).unwrap().starts_with(&corrupt));
+    assert!(allowed(&home, &first), "a corrupt registry revokes nothing");
+    // `status` names it; the owner's repair cuts it out, keeping the old bytes.
+    let status = home.run(&["status"]);
+    assert!(
+        status.stdout.contains("keys/minted.jsonl"),
+        "{}",
+        status.stdout
+    );
+    let r = home.run_on_pty(
+        &[
+            "recover",
+            "repair",
+            "--reason",
+            "a bad line",
+            "--by",
+            "operator",
+        ],
+        &[],
+    );
+    r.assert_ok();
+    let receipt = r.json();
+    assert_eq!(
+        receipt["journals_repaired"][0]["file"], "keys/minted.jsonl",
+        "{receipt}"
+    );
+    assert_eq!(listed(&home), [jti(&first), jti(&second), jti(&third)]);
+}

@@ -207,8 +207,17 @@ fn a_reader_that_ignores_the_drill_line_after_the_head_passes_a_failed_drill_and
 }
 
 #[test]
+fn a_drill_summary_written_before_its_records_file_is_found() {
+    found(
+        PlantedBug::DrillSummaryBeforeRecords,
+        "drills-split",
+        Property::DrillGateAsTheLog,
+    );
+}
+
+#[test]
 fn without_a_planted_bug_the_drill_scenarios_pass() {
-    for only in ["drill-index", "drills-older-home"] {
+    for only in ["drill-index", "drills-older-home", "drills-split"] {
         let report = check(PlantedBug::None, only);
         assert!(report.ok(), "{}", report.text());
         let scenario = &report.protocol[0];

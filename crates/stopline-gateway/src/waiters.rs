@@ -325,6 +325,53 @@ mod tests {
         assert!(w.cut_of(&b).is_some());
     }
 
+    /// A stop of the machine concerns every agent: a machine HALT_ALL wakes every call being
+    /// admitted, whatever its agent (and cuts no call in flight), and a machine EMERGENCY wakes
+    /// every call in flight.
+    #[tokio::test]
+    async fn a_machine_stop_wakes_every_agents_calls() {
+        let w = world();
+        let (a, b) = (w.caller("a"), w.caller("b"));
+        let admitting = [&a, &b].map(|c| {
+            w.view
+                .waiters()
+                .register(c, Interest::Admission { target: None })
+        });
+        let flight = [&a, &b].map(|c| w.view.waiters().register(c, Interest::Cut));
+        let machine = |level: Level| {
+            w.store
+                .engage(&EngageRequest {
+                    scope: Scope::Machine,
+                    level,
+                    by: "test".into(),
+                    reason: "waiters".into(),
+                    session: LatchSession {
+                        bound: None,
+                        root: None,
+                        tier: "console".into(),
+                    },
+                })
+                .unwrap();
+            w.view.refresh_fast();
+        };
+        machine(Level::HaltAll);
+        for (registration, agent) in admitting.iter().zip(["a", "b"]) {
+            tokio::time::timeout(Duration::from_secs(5), registration.woken())
+                .await
+                .unwrap_or_else(|_| panic!("a machine halt wakes {agent}'s call being admitted"));
+        }
+        for registration in &flight {
+            assert!(not_woken(registration), "a halt cuts no call in flight");
+        }
+        machine(Level::Emergency);
+        for (registration, caller) in flight.iter().zip([&a, &b]) {
+            tokio::time::timeout(Duration::from_secs(5), registration.woken())
+                .await
+                .expect("a machine emergency wakes every call in flight");
+            assert!(w.cut_of(caller).is_some());
+        }
+    }
+
     /// A call held under HALT_NONCRITICAL sleeps through a stop of another agent (the view
     /// signal it used to wait on fires for that change) and is woken by the lift of its own
     /// halt and by its escalation.

@@ -109,10 +109,15 @@ impl Layout {
     pub fn evidence_pruned(&self) -> PathBuf {
         self.evidence().join("pruned.json")
     }
-    /// `evidence/drills.json`: the drill index (`evidence/drills.rs`), what the log says of drills
-    /// without reading it.
+    /// `evidence/drills.json`: the drill index's summary (`evidence/drills.rs`), what the log says
+    /// of drills without reading it.
     pub fn evidence_drills(&self) -> PathBuf {
         self.evidence().join("drills.json")
+    }
+    /// `evidence/drills-recent.json`: the drill index's newest drill records, apart from its
+    /// summary so the drill gate never reads them (`evidence/drills.rs`).
+    pub fn evidence_drills_recent(&self) -> PathBuf {
+        self.evidence().join("drills-recent.json")
     }
     /// `evidence/log.lock`: the evidence log's lock (appends exclusive, readers shared).
     pub fn evidence_lock(&self) -> PathBuf {

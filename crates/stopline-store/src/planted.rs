@@ -96,6 +96,12 @@ pub enum PlantedBug {
     /// that is empty or older than that head, and the drill gate's answer is no longer the
     /// log's ("the drill gate answers as a full read of the log" fails, `drill-index`).
     DrillIndexRenamedBeforeFsync,
+    /// The drill index's summary (`evidence/drills.json`) is written before its records'
+    /// file (`evidence/drills-recent.json`): a crash between the two leaves a summary naming a
+    /// drill whose record the records' file does not hold, which no crash of the right order
+    /// leaves, and `GET /v1/drills` refuses a log it should answer ("the drill gate answers as
+    /// a full read of the log" fails, `drills-split`).
+    DrillSummaryBeforeRecords,
     /// A reader of the drill index ignores the one drill line a crash left after the head
     /// (after its fsync, before the index): a failed drill is forgotten and the gate passes
     /// a version whose last drill failed ("the drill gate answers as a full read of the log"

@@ -869,6 +869,10 @@ fn crash_at_every_step_of_a_drill_append_and_an_index_build_the_gate_answers_as_
             "current",
             &failing,
             &[
+                "evidence.drills-recent.tmp.create",
+                "evidence.drills-recent.tmp.fsync",
+                "evidence.drills-recent.rename",
+                "evidence.drills-recent.dirsync",
                 "evidence.drills.tmp.create",
                 "evidence.drills.tmp.fsync",
                 "evidence.drills.rename",

@@ -59,6 +59,7 @@ pub fn scenarios(options: &Options) -> Vec<Scenario> {
     all.push(scenario::spend_compaction());
     all.push(scenario::drill_index());
     all.push(scenario::drills_older_home());
+    all.push(scenario::drills_split());
     all.push(scenario::spend_live_rewrite());
     all.push(scenario::live_runs());
     all.push(scenario::live_runs_older_home());

@@ -688,6 +688,56 @@ pub fn drills_older_home() -> Scenario {
     )
 }
 
+/// The drill index's two files. The setup's log (a passing drill of `h`, then a trip) is
+/// indexed as an older stopline indexed it — one file, `evidence/drills.json` holding the
+/// records ([`stopline_store::evidence::drills::DRILLS_SCHEMA_V1`]), no
+/// `evidence/drills-recent.json`; a failing drill of `h` (whose append writes the split layout:
+/// the records' file, then the summary, then the head) races a passing one, crashed at every
+/// step of both — between the two files included: after any crash the drill gate (the summary
+/// alone) and `GET /v1/drills` (both files) answer what a full read of the durable log answers,
+/// so the gate never passes a drill whose line is not durable and a failed drill always closes
+/// it, and again after one more append.
+pub fn drills_split() -> Scenario {
+    use crate::protocol::process::{drill_record, evidence_record};
+    use stopline_store::evidence::drills::{DrillIndex, DRILLS_SCHEMA_V1, DRILL_SCHEMA};
+    let s = Setup::new();
+    s.store
+        .evidence()
+        .append(DRILL_SCHEMA, drill_record(1, true))
+        .expect("setup: drill");
+    s.store
+        .evidence()
+        .append("breaker", evidence_record(2))
+        .expect("setup: evidence");
+    let layout = s.store.layout().clone();
+    let older = DrillIndex {
+        schema: DRILLS_SCHEMA_V1.into(),
+        ..s.store.evidence().drills().expect("setup: index")
+    };
+    s.store
+        .replace_atomic(
+            &layout.evidence_drills(),
+            &serde_json::to_vec(&older).expect("setup: older index"),
+            "setup",
+        )
+        .expect("setup: older index");
+    s.store
+        .fs()
+        .remove_file(&layout.evidence_drills_recent(), "setup")
+        .expect("setup: no records' file");
+    let racers = vec![
+        ProcSpec::AppendDrill { n: 3, pass: false },
+        ProcSpec::AppendDrill { n: 4, pass: true },
+    ];
+    s.finish(
+        "drills-split",
+        "a failing and a passing drill filed on an older one-file drill index (which they split into the summary and the records' file), crashed at every step",
+        racers,
+        SETUP_MS + 60_000,
+        None,
+    )
+}
+
 /// Spend compaction. The setup's earlier gateway spent 4 on account `t` (settled),
 /// and was compacted into `spend/settled.json`; its last gateway spent 1 (settled) and left a
 /// reservation of 2 that never settled (in doubt), 7 in all. A gateway's reservation of 8

@@ -1,12 +1,14 @@
-//! The drill index, `evidence/drills.json`: what the evidence log says about drills, kept beside
-//! it, so the drill gate of `stopline run` and the gateway's `GET /v1/drills` read what is
-//! live, never the history.
+//! The drill index: what the evidence log says about drills, kept beside it in two files, so
+//! the drill gate of `stopline run` and the gateway's `GET /v1/drills` read what is live, never
+//! the history.
 //!
-//! **What it holds.** Per harness version the `pass` of its last drill, whether any drill of it
-//! passed, and the `seq`/hash of that last drill's line; how many drills the log recorded; the
-//! newest [`RECENT_DRILLS`] drill records themselves (so pruning old segments no longer forgets
-//! drills); and its anchor, `through`: the `seq`/hash of the newest drill line it covers
-//! (`null` when it covers none).
+//! **What it holds.** `evidence/drills.json`, the summary: per harness version the `pass` of
+//! its last drill, whether any drill of it passed, and the `seq`/hash of that last drill's line;
+//! how many drills the log recorded; and its anchor, `through`: the `seq`/hash of the newest
+//! drill line it covers (`null` when it covers none). `evidence/drills-recent.json`: the newest
+//! [`RECENT_DRILLS`] drill records themselves (so pruning old segments no longer forgets
+//! drills), with the same anchor. The drill gate reads the summary alone, a small file whatever
+//! the records weigh; `GET /v1/drills` reads both.
 //!
 //! **How it is anchored.** Every `evidence/head.json` a current writer writes carries the same
 //! anchor, `"drills"`: the newest drill line at or before the head's line (copied forward by an
@@ -19,16 +21,27 @@
 //! evidence log's own rule), so it never reads further back.
 //!
 //! **How it is written.** An append of a drill record writes its line and fsyncs it (the record
-//! is durable), then replaces the index atomically (`evidence.drills.tmp.*`, `.rename`,
-//! `.dirsync`), then the head naming the new line as `drills`. An append that finds an
-//! unanchored drill line after the head folds it into the index before it anchors it. So every
-//! durable head's `drills` is covered by the durable index, or by it and the line after the
-//! head (model-checked: the `drill-index` scenarios).
+//! is durable), then replaces the recent records' file atomically (`evidence.drills-recent.tmp.*`,
+//! `.rename`, `.dirsync`), then the summary (`evidence.drills.tmp.*`, `.rename`, `.dirsync`), then
+//! the head naming the new line as `drills`. An append that finds an unanchored drill line after
+//! the head folds it into the index before it anchors it. So every durable head's `drills` is
+//! covered by the durable index, or by it and the line after the head; and the summary is never
+//! ahead of the records' file: a crash between the two files leaves the records' file one drill
+//! ahead — the drill line after the head — which a reader folds into the summary it reads and the
+//! next append writes (repaired, never trusted further). A records' file behind the summary, or
+//! ahead by anything else, is not what any crash leaves: `GET /v1/drills` refuses it as an index
+//! that does not match the log (below); the gate, which reads the summary alone, is not affected.
+//! The summary says a drill passed only once that drill's line is durable, whichever file a crash
+//! interrupts (model-checked: the `drill-index` and `drills-split` scenarios).
 //!
-//! **What the gate reads of it.** The drill gate needs the summary only (the versions, the
-//! count, the anchor): [`Evidence::drill_summary`] reads the same file as [`DrillSummary`], whose
-//! `recent` records are counted and skipped unread (`serde::de::IgnoredAny`), so a gate costs
-//! the same however full the recent list is. `GET /v1/drills` reads the whole [`DrillIndex`].
+//! **Older layouts.** An older stopline kept the records in `evidence/drills.json` itself
+//! ([`DRILLS_SCHEMA_V1`]). Such an index is still read (the gate skips its records unread) and
+//! `evidence/drills-recent.json` is ignored beside it; the next drill append (or index build)
+//! writes the split layout, the records' file first, so a crash during that migration leaves the
+//! older file in place and whole. An older stopline reading the split layout finds a summary of
+//! another schema: it refuses its drill gate (`drill_required`) and its `GET /v1/drills`, and its
+//! appends never rewrite the index, until the operator removes `evidence/drills.json` (it then
+//! rebuilds its own from a full verified read).
 //!
 //! **When it cannot be used.** A home whose head has no `drills` (written by an older stopline,
 //! or by an append that could not update the index) or that has no index at all is read whole
@@ -51,8 +64,16 @@ use stopline_core::wal::WalEntry;
 /// The schema (and evidence kind) of a drill record (docs/reference.md §9).
 pub const DRILL_SCHEMA: &str = "control-observation.v1";
 
-/// The schema of `evidence/drills.json`.
-pub const DRILLS_SCHEMA: &str = "stopline.evidence-drills.v1";
+/// The schema of `evidence/drills.json`: the drill index's summary (the records are in
+/// `evidence/drills-recent.json`, [`RECENT_SCHEMA`]).
+pub const DRILLS_SCHEMA: &str = "stopline.evidence-drills.v2";
+
+/// The schema of `evidence/drills.json` as an older stopline wrote it: the summary and the
+/// recent records in one file. Still read; the next write replaces it with the split layout.
+pub const DRILLS_SCHEMA_V1: &str = "stopline.evidence-drills.v1";
+
+/// The schema of `evidence/drills-recent.json`: the newest drill records.
+pub const RECENT_SCHEMA: &str = "stopline.evidence-drills-recent.v1";
 
 /// How many of the newest drill records the index keeps (`GET /v1/drills?limit` is at most this).
 pub const RECENT_DRILLS: usize = 100;
@@ -95,10 +116,11 @@ pub struct RecentDrill {
     pub record: Map<String, Value>,
 }
 
-/// The drill index, `evidence/drills.json` (and what a reader makes of it).
+/// The drill index, both its files (and what a reader makes of them). Serialized whole, it is
+/// the older one-file layout ([`DRILLS_SCHEMA_V1`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DrillIndex {
-    /// [`DRILLS_SCHEMA`].
+    /// The schema of the file its summary was read from ([`DRILLS_SCHEMA`] when built here).
     pub schema: String,
     /// The newest drill line it covers: its anchor, equal to the head's `drills`.
     pub through: Option<LineRef>,
@@ -137,16 +159,21 @@ impl DrillIndex {
         if !is_drill(&entry.body) {
             return;
         }
-        let line = fold_versions(&mut self.versions, entry);
-        self.total += 1;
+        self.fold_summary(entry);
         self.recent.push(RecentDrill {
-            line: line.clone(),
+            line: LineRef::of(entry),
             record: entry.body.clone(),
         });
         if self.recent.len() > RECENT_DRILLS {
             let excess = self.recent.len() - RECENT_DRILLS;
             self.recent.drain(..excess);
         }
+    }
+
+    /// Fold a drill line into the summary only (its record is in the recent list already).
+    fn fold_summary(&mut self, entry: &WalEntry) {
+        let line = fold_versions(&mut self.versions, entry);
+        self.total += 1;
         self.through = Some(line);
     }
 
@@ -160,16 +187,35 @@ impl DrillIndex {
         self.recent.iter().rev().take(limit).map(|d| &d.record)
     }
 
-    fn parse(bytes: &[u8]) -> Result<DrillIndex, String> {
+    /// The line of the drill before the newest one the recent list holds (`None`: it holds
+    /// one drill or none), what the summary covers when a crash left the recent records one
+    /// drill ahead of it.
+    fn recent_before_newest(&self) -> Option<&LineRef> {
+        let n = self.recent.len();
+        (n >= 2).then(|| &self.recent[n - 2].line)
+    }
+
+    /// An older one-file index ([`DRILLS_SCHEMA_V1`]), read whole.
+    fn parse_older(bytes: &[u8]) -> Result<DrillIndex, String> {
         let value: Value = serde_json::from_slice(bytes)
             .map_err(|e| format!("evidence/drills.json is not JSON: {e}"))?;
-        if value.get("schema").and_then(Value::as_str) != Some(DRILLS_SCHEMA) {
+        if value.get("schema").and_then(Value::as_str) != Some(DRILLS_SCHEMA_V1) {
             return Err(format!("evidence/drills.json is not {DRILLS_SCHEMA}"));
         }
         let index: DrillIndex = serde_json::from_value(value)
             .map_err(|e| format!("evidence/drills.json is malformed: {e}"))?;
         check_counts(index.recent.len(), index.total)?;
         Ok(index)
+    }
+
+    /// The summary of this index, as `evidence/drills.json` holds it.
+    fn summary(&self) -> DrillSummary {
+        DrillSummary {
+            schema: DRILLS_SCHEMA.into(),
+            through: self.through.clone(),
+            total: self.total,
+            versions: self.versions.clone(),
+        }
     }
 }
 
@@ -213,12 +259,12 @@ fn check_counts(recent: usize, total: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// The drill index as the drill gate reads it: [`DrillIndex`] without its recent records,
-/// which are counted (an index listing more than it counts is still refused) and skipped
-/// unread, so a gate's cost does not grow with them. The same file, the same checks.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// The drill index as the drill gate reads it: `evidence/drills.json`, the summary, without the
+/// recent records (in their own file), so a gate's cost does not grow with them. Serialized, it
+/// is that file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DrillSummary {
-    /// [`DRILLS_SCHEMA`].
+    /// [`DRILLS_SCHEMA`], or [`DRILLS_SCHEMA_V1`] when read from an older index.
     pub schema: String,
     /// The newest drill line it covers.
     pub through: Option<LineRef>,
@@ -226,13 +272,22 @@ pub struct DrillSummary {
     pub total: u64,
     /// Per harness version.
     pub versions: BTreeMap<String, VersionDrills>,
-    /// How many recent records the file lists (their contents are not read).
-    #[serde(rename = "recent")]
-    recent: RecentCount,
 }
 
-/// The recent records, counted: each must be `{"line": …, "record": {…}}` as [`RecentDrill`]
-/// is, and the record's contents are skipped unread.
+/// `evidence/drills.json` as read, in either layout: an older index's records are counted
+/// (an index listing more than it counts is still refused) and skipped unread.
+#[derive(Deserialize)]
+struct SummaryRead {
+    schema: String,
+    through: Option<LineRef>,
+    total: u64,
+    versions: BTreeMap<String, VersionDrills>,
+    #[serde(default)]
+    recent: Option<RecentCount>,
+}
+
+/// An older index's recent records, counted: each must be `{"line": …, "record": {…}}` as
+/// [`RecentDrill`] is, and the record's contents are skipped unread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct RecentCount(usize);
 
@@ -295,7 +350,7 @@ impl<'de> Deserialize<'de> for RecentCount {
 
 impl Default for DrillSummary {
     fn default() -> DrillSummary {
-        DrillSummary::from(DrillIndex::default())
+        DrillIndex::default().summary()
     }
 }
 
@@ -306,7 +361,6 @@ impl From<DrillIndex> for DrillSummary {
             through: index.through,
             total: index.total,
             versions: index.versions,
-            recent: RecentCount(index.recent.len()),
         }
     }
 }
@@ -324,33 +378,170 @@ impl DrillSummary {
         }
         let line = fold_versions(&mut self.versions, entry);
         self.total += 1;
-        self.recent.0 = (self.recent.0 + 1).min(RECENT_DRILLS);
         self.through = Some(line);
     }
 
+    /// `evidence/drills.json` in either layout: the split one's summary (which lists no
+    /// records), or an older index (whose records are counted and skipped).
     fn parse(bytes: &[u8]) -> Result<DrillSummary, String> {
-        let Ok(summary) = serde_json::from_slice::<DrillSummary>(bytes) else {
-            // Refused either way; the whole read words why, as it always did.
-            return DrillIndex::parse(bytes).map(DrillSummary::from);
+        let read = match serde_json::from_slice::<SummaryRead>(bytes) {
+            Ok(read) => read,
+            Err(error) => return Err(unreadable_index(bytes, &error)),
         };
-        if summary.schema != DRILLS_SCHEMA {
-            return Err(format!("evidence/drills.json is not {DRILLS_SCHEMA}"));
+        match (read.schema.as_str(), read.recent) {
+            (DRILLS_SCHEMA, None) => {}
+            (DRILLS_SCHEMA_V1, Some(RecentCount(n))) => check_counts(n, read.total)?,
+            (DRILLS_SCHEMA, Some(_)) => {
+                return Err(
+                    "evidence/drills.json is malformed: a summary that lists records".into(),
+                )
+            }
+            (DRILLS_SCHEMA_V1, None) => {
+                return Err("evidence/drills.json is malformed: missing field `recent`".into())
+            }
+            _ => return Err(format!("evidence/drills.json is not {DRILLS_SCHEMA}")),
         }
-        check_counts(summary.recent.0, summary.total)?;
-        Ok(summary)
+        Ok(DrillSummary {
+            schema: read.schema,
+            through: read.through,
+            total: read.total,
+            versions: read.versions,
+        })
+    }
+}
+
+/// Why `evidence/drills.json` does not read, worded as the whole read always worded it.
+fn unreadable_index(bytes: &[u8], error: &serde_json::Error) -> String {
+    match serde_json::from_slice::<Value>(bytes) {
+        Err(e) => format!("evidence/drills.json is not JSON: {e}"),
+        Ok(value)
+            if !matches!(
+                value.get("schema").and_then(Value::as_str),
+                Some(DRILLS_SCHEMA | DRILLS_SCHEMA_V1)
+            ) =>
+        {
+            format!("evidence/drills.json is not {DRILLS_SCHEMA}")
+        }
+        // An older index: refused as its whole read words it.
+        Ok(value) if value.get("schema").and_then(Value::as_str) == Some(DRILLS_SCHEMA_V1) => {
+            DrillIndex::parse_older(bytes)
+                .err()
+                .unwrap_or_else(|| format!("evidence/drills.json is malformed: {error}"))
+        }
+        Ok(_) => format!("evidence/drills.json is malformed: {error}"),
+    }
+}
+
+/// `evidence/drills-recent.json`: the newest drill records, anchored as the summary is (its
+/// `through` is its newest record's line).
+#[derive(Deserialize)]
+struct RecentFile {
+    schema: String,
+    through: Option<LineRef>,
+    recent: Vec<RecentDrill>,
+}
+
+/// `evidence/drills-recent.json` as written.
+#[derive(Serialize)]
+struct RecentOut<'a> {
+    schema: &'a str,
+    through: &'a Option<LineRef>,
+    recent: &'a [RecentDrill],
+}
+
+impl RecentFile {
+    fn parse(bytes: &[u8]) -> Result<RecentFile, String> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| format!("evidence/drills-recent.json is not JSON: {e}"))?;
+        if value.get("schema").and_then(Value::as_str) != Some(RECENT_SCHEMA) {
+            return Err(format!(
+                "evidence/drills-recent.json is not {RECENT_SCHEMA}"
+            ));
+        }
+        let file: RecentFile = serde_json::from_value(value)
+            .map_err(|e| format!("evidence/drills-recent.json is malformed: {e}"))?;
+        if file.recent.len() > RECENT_DRILLS
+            || file.recent.last().map(|d| &d.line) != file.through.as_ref()
+        {
+            return Err(
+                "evidence/drills-recent.json is malformed: its anchor is not its newest record"
+                    .into(),
+            );
+        }
+        debug_assert_eq!(file.schema, RECENT_SCHEMA);
+        Ok(file)
+    }
+}
+
+/// The drill index's files as read: the index (the summary's fields, the records' file's
+/// records) and the anchor of the records' file (`None`: an older one-file index).
+struct IndexFiles {
+    index: DrillIndex,
+    recent_through: Option<Option<LineRef>>,
+}
+
+impl IndexFiles {
+    /// The index the two files make once a crash between them is accounted for: the records'
+    /// file covers what the summary covers, or one drill more — `after`, the drill line a crash
+    /// left after the head, when the summary covers `anchor`, the head's (the records' file is
+    /// written first) — which is folded into the summary. Anything else is not what a crash
+    /// leaves, and is refused.
+    fn settle(
+        self,
+        anchor: &Option<LineRef>,
+        after: Option<&WalEntry>,
+    ) -> Result<DrillIndex, String> {
+        let IndexFiles {
+            mut index,
+            recent_through,
+        } = self;
+        let Some(recent) = recent_through else {
+            return Ok(index);
+        };
+        if recent != index.through {
+            let ahead = after.filter(|line| {
+                is_drill(&line.body)
+                    && recent.as_ref() == Some(&LineRef::of(line))
+                    && index.through == *anchor
+                    && index.recent_before_newest() == anchor.as_ref()
+            });
+            let Some(line) = ahead else {
+                return Err(format!(
+                    "evidence/drills-recent.json does not hold the drills evidence/drills.json covers (the records through {}, the summary through {})",
+                    describe(recent.as_ref()),
+                    describe(index.through.as_ref())
+                ));
+            };
+            index.fold_summary(line);
+        }
+        check_counts(index.recent.len(), index.total)?;
+        Ok(index)
     }
 }
 
 /// What a reader of the drill index reads it as: the whole index or its summary.
 trait IndexRead: Sized + Default + From<DrillIndex> {
-    fn parse(bytes: &[u8]) -> Result<Self, String>;
+    /// Read it from `store`, the head's drill anchor `anchor` and the line after the head
+    /// `after` (if any) in hand; `Ok(None)` when `evidence/drills.json` is missing.
+    fn read(
+        store: &Store,
+        anchor: &Option<LineRef>,
+        after: Option<&WalEntry>,
+    ) -> Result<Option<Self>, String>;
     fn through(&self) -> &Option<LineRef>;
     fn fold(&mut self, entry: &WalEntry);
 }
 
 impl IndexRead for DrillIndex {
-    fn parse(bytes: &[u8]) -> Result<Self, String> {
-        DrillIndex::parse(bytes)
+    fn read(
+        store: &Store,
+        anchor: &Option<LineRef>,
+        after: Option<&WalEntry>,
+    ) -> Result<Option<Self>, String> {
+        store
+            .drill_files()?
+            .map(|files| files.settle(anchor, after))
+            .transpose()
     }
     fn through(&self) -> &Option<LineRef> {
         &self.through
@@ -361,8 +552,16 @@ impl IndexRead for DrillIndex {
 }
 
 impl IndexRead for DrillSummary {
-    fn parse(bytes: &[u8]) -> Result<Self, String> {
-        DrillSummary::parse(bytes)
+    fn read(
+        store: &Store,
+        _: &Option<LineRef>,
+        _: Option<&WalEntry>,
+    ) -> Result<Option<Self>, String> {
+        match store.read_optional(&store.layout.evidence_drills()) {
+            Ok(Some(bytes)) => DrillSummary::parse(&bytes).map(Some),
+            Ok(None) => Ok(None),
+            Err(error) => Err(error.to_string()),
+        }
     }
     fn through(&self) -> &Option<LineRef> {
         &self.through
@@ -429,7 +628,7 @@ impl Store {
             Some(line) if is_drill(&line.body) => Some(LineRef::of(line)),
             _ => anchor.clone(),
         };
-        let index = match self.evidence().drill_index_as::<I>() {
+        let index = match I::read(self, &anchor, after) {
             Ok(Some(index)) => index,
             Ok(None) if expected.is_none() => return Ok(Found::Current(I::default())),
             Ok(None) => return Ok(Found::Rebuild),
@@ -511,21 +710,42 @@ impl Store {
         Ok(index)
     }
 
-    /// Replace `evidence/drills.json` with `index`: temporary file, fsync, rename, directory
-    /// fsync (`evidence.drills.*`).
+    /// Replace the drill index with `index`: `evidence/drills-recent.json` first, then
+    /// `evidence/drills.json` (each a temporary file, fsync, rename, directory fsync:
+    /// `evidence.drills-recent.*`, then `evidence.drills.*`), so the summary is never ahead of
+    /// the records' file (an older one-file index is replaced by the split layout the same way).
     pub(crate) fn write_drill_index(&self, index: &DrillIndex) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(index).map_err(|e| {
+        let unserializable = |e: serde_json::Error| {
             StoreError::corrupt(
                 stopline_core::RefusalCode::ControlIo,
                 format!("the drill index does not serialize: {e}"),
             )
-        })?;
-        let path = self.layout.evidence_drills();
+        };
+        let recent = serde_json::to_vec(&RecentOut {
+            schema: RECENT_SCHEMA,
+            through: &index.through,
+            recent: &index.recent,
+        })
+        .map_err(unserializable)?;
+        let summary = serde_json::to_vec(&index.summary()).map_err(unserializable)?;
+        let (recent_path, path) = (
+            self.layout.evidence_drills_recent(),
+            self.layout.evidence_drills(),
+        );
         #[cfg(feature = "planted-bugs")]
-        if self.planted == crate::planted::PlantedBug::DrillIndexRenamedBeforeFsync {
-            return self.replace_visible(&path, &bytes, "evidence.drills");
+        match self.planted {
+            crate::planted::PlantedBug::DrillIndexRenamedBeforeFsync => {
+                self.replace_atomic(&recent_path, &recent, "evidence.drills-recent")?;
+                return self.replace_visible(&path, &summary, "evidence.drills");
+            }
+            crate::planted::PlantedBug::DrillSummaryBeforeRecords => {
+                self.replace_atomic(&path, &summary, "evidence.drills")?;
+                return self.replace_atomic(&recent_path, &recent, "evidence.drills-recent");
+            }
+            _ => {}
         }
-        self.replace_atomic(&path, &bytes, "evidence.drills")
+        self.replace_atomic(&recent_path, &recent, "evidence.drills-recent")?;
+        self.replace_atomic(&path, &summary, "evidence.drills")
     }
 
     /// The drill anchor of the head an append writes after `line` (a line durable already),
@@ -544,19 +764,41 @@ impl Store {
             return Some(before);
         }
         let here = LineRef::of(line);
-        let mut index = match self.evidence().drill_index() {
-            Ok(Some(index)) if index.through.as_ref() == Some(&here) => return Some(Some(here)),
-            Ok(Some(index)) if index.through == before => index,
-            Ok(None) if before.is_none() => DrillIndex::default(),
-            Ok(None) => return None,
-            Ok(Some(_)) | Err(_) => {
-                tracing::warn!(
-                    "evidence/drills.json does not match the evidence log; the drill gate refuses until it is removed"
-                );
-                return Some(Some(here));
-            }
+        let mismatch = || {
+            tracing::warn!(
+                "evidence/drills.json does not match the evidence log; the drill gate refuses until it is removed"
+            );
+            Some(Some(here.clone()))
         };
-        index.fold(line);
+        let IndexFiles {
+            mut index,
+            recent_through,
+        } = match self.drill_files() {
+            Ok(Some(files)) => files,
+            Ok(None) if before.is_none() => IndexFiles {
+                index: DrillIndex::default(),
+                recent_through: None,
+            },
+            Ok(None) => return None,
+            Err(_) => return mismatch(),
+        };
+        // The summary covers the line already: so does the records' file, written before it.
+        if index.through.as_ref() == Some(&here) {
+            return Some(Some(here));
+        }
+        if index.through != before {
+            return mismatch();
+        }
+        match recent_through {
+            // A crash between the two files: the records' file holds the line already.
+            Some(Some(recent))
+                if recent == here && index.recent_before_newest() == before.as_ref() =>
+            {
+                index.fold_summary(line);
+            }
+            Some(recent) if recent != before => return mismatch(),
+            _ => index.fold(line),
+        }
         match self.write_drill_index(&index) {
             Ok(()) => Some(Some(here)),
             Err(error) => {
@@ -710,21 +952,55 @@ impl Evidence<'_> {
         Ok((chain, check))
     }
 
-    /// `evidence/drills.json`: `Ok(None)` when missing, `Err` with why when it cannot be read
-    /// or trusted.
+    /// The drill index as its files hold it (the summary and the records' file agreeing, or
+    /// an older one-file index): `Ok(None)` when `evidence/drills.json` is missing, `Err` with
+    /// why when it cannot be read or trusted (a crash between the two files, which a reader
+    /// settles against the log's end, included).
     pub fn drill_index(&self) -> Result<Option<DrillIndex>, String> {
-        self.drill_index_as()
+        self.store
+            .drill_files()?
+            .map(|files| {
+                let through = files.index.through.clone();
+                files.settle(&through, None)
+            })
+            .transpose()
     }
+}
 
-    fn drill_index_as<I: IndexRead>(&self) -> Result<Option<I>, String> {
-        match self
-            .store
-            .read_optional(&self.store.layout.evidence_drills())
-        {
-            Ok(Some(bytes)) => I::parse(&bytes).map(Some),
-            Ok(None) => Ok(None),
-            Err(error) => Err(error.to_string()),
+impl Store {
+    /// `evidence/drills.json` and, when it is a summary, `evidence/drills-recent.json`, as
+    /// they are on disk (not yet settled against each other: [`IndexFiles::settle`]).
+    fn drill_files(&self) -> Result<Option<IndexFiles>, String> {
+        let bytes = match self.read_optional(&self.layout.evidence_drills()) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(None),
+            Err(error) => return Err(error.to_string()),
+        };
+        let summary = DrillSummary::parse(&bytes)?;
+        if summary.schema == DRILLS_SCHEMA_V1 {
+            // An older index holds its records; a records' file beside it is not its own.
+            return DrillIndex::parse_older(&bytes).map(|index| {
+                Some(IndexFiles {
+                    index,
+                    recent_through: None,
+                })
+            });
         }
+        let recent = match self.read_optional(&self.layout.evidence_drills_recent()) {
+            Ok(Some(bytes)) => RecentFile::parse(&bytes)?,
+            Ok(None) => return Err("evidence/drills-recent.json is missing".into()),
+            Err(error) => return Err(error.to_string()),
+        };
+        Ok(Some(IndexFiles {
+            index: DrillIndex {
+                schema: summary.schema,
+                through: summary.through,
+                total: summary.total,
+                versions: summary.versions,
+                recent: recent.recent,
+            },
+            recent_through: Some(recent.through),
+        }))
     }
 }
 
@@ -805,10 +1081,29 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["drills.json", "head.json", "log-000000000046.jsonl"],
+            [
+                "drills-recent.json",
+                "drills.json",
+                "head.json",
+                "log-000000000046.jsonl"
+            ],
             "{read:?}"
         );
         same(&index, &full(&store));
+        // The gate reads the summary alone: never the records' file.
+        counting.reset();
+        let summary = store.evidence().drill_summary().unwrap();
+        let read = counting.read_under(&store.layout().evidence());
+        let names: Vec<String> = read
+            .keys()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            ["drills.json", "head.json", "log-000000000046.jsonl"],
+            "{read:?}"
+        );
+        assert_eq!(summary, index.summary());
         assert_eq!(index.history("h").last_passed, Some(false));
         assert!(index.history("h").any_passed);
         assert_eq!(index.total, 30);
@@ -820,7 +1115,10 @@ mod tests {
         assert!(
             read.keys().all(|p| {
                 let name = p.file_name().unwrap().to_string_lossy();
-                name == "drills.json" || name == "head.json" || name == "log-000000000046.jsonl"
+                name == "drills.json"
+                    || name == "drills-recent.json"
+                    || name == "head.json"
+                    || name == "log-000000000046.jsonl"
             }),
             "{read:?}"
         );
@@ -854,12 +1152,18 @@ mod tests {
                 any_passed: true
             }
         );
-        let bytes = serde_json::to_vec(&index).unwrap();
-        assert_eq!(DrillIndex::parse(&bytes).unwrap(), index);
+        // Serialized whole it is the older one-file layout, and reads back as it.
+        let older = DrillIndex {
+            schema: DRILLS_SCHEMA_V1.into(),
+            ..index
+        };
+        let bytes = serde_json::to_vec(&older).unwrap();
+        assert_eq!(DrillIndex::parse_older(&bytes).unwrap(), older);
     }
 
-    /// The gate's summary reads the same file as the whole index and answers the same, its
-    /// recent records skipped unread; what the whole read refuses, the summary refuses too.
+    /// The gate's summary is `evidence/drills.json` alone, and answers as the whole index;
+    /// an older one-file index reads as a summary with its records skipped unread, and what the
+    /// whole read of it refuses, the summary refuses too.
     #[test]
     fn the_summary_answers_as_the_index_and_refuses_what_it_refuses() {
         let (_dir, store, _) = home();
@@ -884,8 +1188,46 @@ mod tests {
             );
         }
         assert_eq!(summary.total, 130);
+        // The summary file lists no record: it is the same size with one drill or a hundred.
+        let file: Value =
+            serde_json::from_slice(&std::fs::read(store.layout().evidence_drills()).unwrap())
+                .unwrap();
+        assert_eq!(file, serde_json::to_value(&summary).unwrap());
+        assert!(file.get("recent").is_none(), "{file}");
 
-        let mut whole = serde_json::to_value(&index).unwrap();
+        let summary_value = serde_json::to_value(&summary).unwrap();
+        let refused_summaries = [
+            ("a summary that lists records", {
+                let mut v = summary_value.clone();
+                v["recent"] = json!([]);
+                v
+            }),
+            ("another schema", {
+                let mut v = summary_value.clone();
+                v["schema"] = json!("stopline.evidence-drills.v0");
+                v
+            }),
+            ("no versions", {
+                let mut v = summary_value.clone();
+                v.as_object_mut().unwrap().remove("versions");
+                v
+            }),
+        ];
+        for (what, value) in refused_summaries {
+            let bytes = serde_json::to_vec(&value).unwrap();
+            DrillSummary::parse(&bytes).expect_err(what);
+        }
+
+        let mut whole = serde_json::to_value(DrillIndex {
+            schema: DRILLS_SCHEMA_V1.into(),
+            ..index.clone()
+        })
+        .unwrap();
+        let older = DrillSummary::parse(&serde_json::to_vec(&whole).unwrap()).unwrap();
+        assert_eq!(
+            (&older.through, older.total, &older.versions),
+            (&summary.through, summary.total, &summary.versions)
+        );
         let broken = [
             ("a recent record that is not an object", {
                 let mut v = whole.clone();
@@ -910,7 +1252,7 @@ mod tests {
         ];
         for (what, value) in broken {
             let bytes = serde_json::to_vec(&value).unwrap();
-            let index = DrillIndex::parse(&bytes).expect_err(what);
+            let index = DrillIndex::parse_older(&bytes).expect_err(what);
             assert_eq!(
                 DrillSummary::parse(&bytes).expect_err(what),
                 index,
@@ -920,13 +1262,71 @@ mod tests {
         let torn = &serde_json::to_vec(&whole).unwrap()[..200];
         assert_eq!(
             DrillSummary::parse(torn).unwrap_err(),
-            DrillIndex::parse(torn).unwrap_err()
+            DrillIndex::parse_older(torn).unwrap_err()
         );
         whole["recent"] = json!([]);
         let bytes = serde_json::to_vec(&whole).unwrap();
         assert_eq!(
             DrillSummary::parse(&bytes).unwrap().history("h"),
             index.history("h")
+        );
+    }
+
+    /// A one-file index an older stopline wrote is read (its gate and its `/v1/drills`), a
+    /// records' file beside it ignored, and the next drill append writes the split layout; the
+    /// older stopline's read of the split layout's summary (a schema check against
+    /// [`DRILLS_SCHEMA_V1`], as `parse_older` does) refuses it.
+    #[test]
+    fn an_older_one_file_index_is_read_and_the_next_drill_splits_it() {
+        let (_dir, store, counting) = home();
+        for n in 1..=5u64 {
+            append(&store, drill("h", n != 4, n));
+        }
+        let split = std::fs::read(store.layout().evidence_drills()).unwrap();
+        assert!(
+            DrillIndex::parse_older(&split).is_err(),
+            "an older stopline refuses the split layout's summary"
+        );
+        let index = store.evidence().drills().unwrap();
+        let older = DrillIndex {
+            schema: DRILLS_SCHEMA_V1.into(),
+            ..index.clone()
+        };
+        std::fs::write(
+            store.layout().evidence_drills(),
+            serde_json::to_vec(&older).unwrap(),
+        )
+        .unwrap();
+        // A stale records' file beside it (a newer stopline's, before a downgrade) is ignored.
+        let stale = DrillIndex::from_entries(&store.evidence().entries().unwrap()[..2]);
+        store.write_drill_index(&stale).unwrap();
+        std::fs::write(
+            store.layout().evidence_drills(),
+            serde_json::to_vec(&older).unwrap(),
+        )
+        .unwrap();
+        counting.reset();
+        same(&store.evidence().drills().unwrap(), &index);
+        assert!(!counting
+            .read_under(&store.layout().evidence())
+            .keys()
+            .any(|p| p.ends_with("drills-recent.json")));
+        assert_eq!(
+            store.evidence().drill_summary().unwrap().history("h"),
+            index.history("h")
+        );
+        append(&store, drill("h", false, 6));
+        let file: Value =
+            serde_json::from_slice(&std::fs::read(store.layout().evidence_drills()).unwrap())
+                .unwrap();
+        assert_eq!(file["schema"], DRILLS_SCHEMA, "{file}");
+        same(&store.evidence().drills().unwrap(), &full(&store));
+        assert_eq!(
+            store.evidence().drill_summary().unwrap().history("h"),
+            DrillHistory {
+                last_passed: Some(false),
+                any_passed: true
+            }
         );
     }
 
@@ -946,30 +1346,76 @@ mod tests {
         assert_eq!(check, DrillIndexCheck::Agrees);
     }
 
+    /// A crash after a drill line's fsync leaves the index one drill behind the log (before
+    /// the records' file), or the records' file one drill ahead of the summary (between the two
+    /// files): a reader folds the line in, and the next append indexes it.
     #[test]
     fn a_drill_line_left_after_the_head_is_folded_in_and_then_indexed_by_the_next_append() {
+        for between_the_files in [false, true] {
+            let (_dir, store, _) = home();
+            append(&store, drill("h", true, 1));
+            append(&store, trip(2));
+            let head = std::fs::read(store.layout().evidence_head()).unwrap();
+            let index = std::fs::read(store.layout().evidence_drills()).unwrap();
+            let recent = std::fs::read(store.layout().evidence_drills_recent()).unwrap();
+            append(&store, drill("h", false, 3));
+            std::fs::write(store.layout().evidence_head(), &head).unwrap();
+            std::fs::write(store.layout().evidence_drills(), &index).unwrap();
+            if !between_the_files {
+                std::fs::write(store.layout().evidence_drills_recent(), &recent).unwrap();
+            }
+            let read = store.evidence().drills().unwrap();
+            assert_eq!(read.history("h").last_passed, Some(false));
+            same(&read, &full(&store));
+            assert_eq!(
+                store.evidence().drill_summary().unwrap(),
+                read.summary(),
+                "between the files: {between_the_files}"
+            );
+            assert_eq!(
+                std::fs::read(store.layout().evidence_drills()).unwrap(),
+                index,
+                "a reader writes nothing"
+            );
+            append(&store, trip(4));
+            let written = store.evidence().drill_index().unwrap().unwrap();
+            assert_eq!(written.through.as_ref().map(|l| l.seq), Some(3));
+            same(&store.evidence().drills().unwrap(), &full(&store));
+        }
+    }
+
+    /// The records' file behind the summary (which no crash leaves: it is written first), or
+    /// missing or unreadable beside it: `GET /v1/drills` refuses, the gate (the summary alone)
+    /// still answers.
+    #[test]
+    fn a_records_file_behind_the_summary_or_unreadable_fails_closed_for_the_listing_only() {
         let (_dir, store, _) = home();
         append(&store, drill("h", true, 1));
-        append(&store, trip(2));
-        // A crash after the drill line's fsync, before the index and the head: both are as
-        // they were before it.
-        let head = std::fs::read(store.layout().evidence_head()).unwrap();
-        let index = std::fs::read(store.layout().evidence_drills()).unwrap();
-        append(&store, drill("h", false, 3));
-        std::fs::write(store.layout().evidence_head(), &head).unwrap();
-        std::fs::write(store.layout().evidence_drills(), &index).unwrap();
-        let read = store.evidence().drills().unwrap();
-        assert_eq!(read.history("h").last_passed, Some(false));
-        same(&read, &full(&store));
-        assert_eq!(
-            std::fs::read(store.layout().evidence_drills()).unwrap(),
-            index,
-            "a reader writes nothing"
-        );
-        append(&store, trip(4));
-        let written = store.evidence().drill_index().unwrap().unwrap();
-        assert_eq!(written.through.as_ref().map(|l| l.seq), Some(3));
+        let behind = std::fs::read(store.layout().evidence_drills_recent()).unwrap();
+        append(&store, drill("h", false, 2));
+        let path = store.layout().evidence_drills_recent();
+        for bytes in [Some(behind), Some(b"{".to_vec()), None] {
+            match &bytes {
+                Some(bytes) => std::fs::write(&path, bytes).unwrap(),
+                None => std::fs::remove_file(&path).unwrap(),
+            }
+            let fault = store.evidence().drills().unwrap_err();
+            assert!(matches!(fault, DrillsFault::Index(_)), "{fault}");
+            assert!(fault.to_string().contains("drills-recent.json"), "{fault}");
+            assert_eq!(
+                store.evidence().drill_summary().unwrap().history("h"),
+                DrillHistory {
+                    last_passed: Some(false),
+                    any_passed: true
+                }
+            );
+            let (_, check) = store.evidence().chain_with_drills().unwrap();
+            assert!(matches!(check, DrillIndexCheck::Disagrees(_)), "{check:?}");
+        }
+        // Removing the summary, as the refusal says, rebuilds both files.
+        std::fs::remove_file(store.layout().evidence_drills()).unwrap();
         same(&store.evidence().drills().unwrap(), &full(&store));
+        assert!(path.exists());
     }
 
     #[test]
@@ -1034,7 +1480,10 @@ mod tests {
             std::fs::write(&path, bytes).unwrap();
             let fault = store.evidence().drills().unwrap_err();
             assert!(matches!(fault, DrillsFault::Index(_)), "{fault}");
-            assert!(fault.to_string().contains(why), "{why}: {fault}");
+            // The gate reads the summary alone, and refuses it for the same reason.
+            let gate = store.evidence().drill_summary().unwrap_err();
+            assert!(matches!(gate, DrillsFault::Index(_)), "{gate}");
+            assert!(gate.to_string().contains(why), "{why}: {gate}");
             assert_eq!(std::fs::read(&path).unwrap(), bytes, "never replaced");
             let (_, check) = store.evidence().chain_with_drills().unwrap();
             assert!(matches!(check, DrillIndexCheck::Disagrees(_)), "{check:?}");
@@ -1044,11 +1493,14 @@ mod tests {
         other["schema"] = json!("stopline.evidence-drills.v0");
         refused(other.to_string().as_bytes(), "is not");
         // An index older than the head's anchor (the failed drill cut from it): not the chain's.
-        let older = serde_json::to_vec(&DrillIndex::from_entries(
-            &store.evidence().entries().unwrap()[..1],
-        ))
-        .unwrap();
-        refused(&older, "covers the drills through line 1");
+        let older = DrillIndex::from_entries(&store.evidence().entries().unwrap()[..1]);
+        let recent = std::fs::read(store.layout().evidence_drills_recent()).unwrap();
+        store.write_drill_index(&older).unwrap();
+        refused(
+            &std::fs::read(&path).unwrap(),
+            "covers the drills through line 1",
+        );
+        std::fs::write(store.layout().evidence_drills_recent(), recent).unwrap();
         // The same content with another anchor hash.
         let mut forged: Value = serde_json::from_slice(&good).unwrap();
         forged["through"]["hash"] = json!("00");

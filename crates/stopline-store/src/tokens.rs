@@ -70,9 +70,9 @@ impl Store {
     /// have gathered).
     ///
     /// An append reads nothing of the registry but its size, except when it carries the file
-    /// into the next band of [`size_band`] (or the file's size cannot be told): then the whole
-    /// registry is read, and rewritten without its expired records when at least [`FOLD_AT`]
-    /// expired and they are no fewer than the live ones. A registry with a line that does not
+    /// into its next size band (16 KiB, then each doubling) or the file's size cannot be told:
+    /// then the whole registry is read, and rewritten without its expired records when at
+    /// least [`FOLD_AT`] expired and they are no fewer than the live ones. A registry with a line that does not
     /// parse before its end is never rewritten: the record is appended after it. A torn last
     /// line is cut by the append itself (`fs.rs`) or left out of the rewrite.
     pub fn record_minted(&self, token: &MintedToken) -> Result<(), StoreError> {

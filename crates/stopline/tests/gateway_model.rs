@@ -496,7 +496,13 @@ fn a_stalled_dispatched_record_holds_up_neither_the_call_nor_a_stops_acknowledge
     let home = Home::new();
     let upstream = Upstream::start(&home);
     let hold = home.dir.path().join("hold-dispatched");
-    let failpoints = format!("ops.dispatch.write=hold_if:{}", hold.display());
+    // The record is written alone (`ops.dispatch`) when the journal's writer takes it at once,
+    // or in one batch with the call's outcome (`ops.batch`) when the writer wakes after the
+    // upstream answered (a loaded machine): the hold parks either write.
+    let failpoints = format!(
+        "ops.dispatch.write=hold_if:{0};ops.batch.write=hold_if:{0}",
+        hold.display()
+    );
     let gateway = Gateway::start_with_env(
         &home,
         &model_config(&upstream),

@@ -16,7 +16,7 @@
 
 use crate::inflight::DispatchTracker;
 use crate::registry::Registry;
-use crate::view::ViewHolder;
+use crate::view::{Snapshot, ViewHolder};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -125,24 +125,39 @@ impl AckServer {
     /// is recorded in the registration: the answer on this socket is the acknowledgement.
     fn acknowledge_epoch_by(&self, scope: &str, revision: u64, deadline: Instant) -> AckReply {
         let id = self.registry.record().id;
+        match self.settled_holding(
+            |snapshot| snapshot.view.epoch.holds(scope, revision),
+            "the view does not hold the revocation",
+            deadline,
+        ) {
+            Ok(snapshot) => AckReply::acknowledged(&id, snapshot.generation),
+            Err(why) => AckReply::refused(Some(id.as_str()), why),
+        }
+    }
+
+    /// Read the view afresh until it `holds` what was asked (or is faulted, which closes every
+    /// gate), then wait until no call admitted under an older view is still being handed
+    /// upstream: what both acknowledgements answer on. Always a read started after the request,
+    /// even when the watcher has put the change in the view already. `Err` says why not by
+    /// `deadline`.
+    fn settled_holding(
+        &self,
+        holds: impl Fn(&Snapshot) -> bool,
+        not_held: &'static str,
+        deadline: Instant,
+    ) -> Result<Arc<Snapshot>, &'static str> {
         let mut snapshot = self.view.refresh_fast();
-        while !snapshot.view.epoch.holds(scope, revision) && !snapshot.is_faulted() {
+        while !holds(&snapshot) && !snapshot.is_faulted() {
             if Instant::now() >= deadline {
-                return AckReply::refused(
-                    Some(id.as_str()),
-                    "the view does not hold the revocation",
-                );
+                return Err(not_held);
             }
             std::thread::sleep(Duration::from_millis(2));
             snapshot = self.view.refresh_fast();
         }
         if !self.tracker.wait_older_than(snapshot.generation, deadline) {
-            return AckReply::refused(
-                Some(id.as_str()),
-                "calls admitted under the older view are still being dispatched",
-            );
+            return Err("calls admitted under the older view are still being dispatched");
         }
-        AckReply::acknowledged(&id, snapshot.generation)
+        Ok(snapshot)
     }
 
     fn acknowledge_by(&self, latch: &str, deadline: Instant) -> AckReply {
@@ -151,20 +166,14 @@ impl AckServer {
         // view already (latches first): that addition holds the latch but not the epoch advance
         // the engage recorded before asking, and an acknowledged stop must refuse every token
         // minted before it as stale from the first call after the receipt.
-        let mut snapshot = self.view.refresh_fast();
-        while !snapshot.latch_files.contains(latch) && !snapshot.is_faulted() {
-            if Instant::now() >= deadline {
-                return AckReply::refused(Some(id.as_str()), "the view does not hold the latch");
-            }
-            std::thread::sleep(Duration::from_millis(2));
-            snapshot = self.view.refresh_fast();
-        }
-        if !self.tracker.wait_older_than(snapshot.generation, deadline) {
-            return AckReply::refused(
-                Some(id.as_str()),
-                "calls admitted under the older view are still being dispatched",
-            );
-        }
+        let snapshot = match self.settled_holding(
+            |snapshot| snapshot.latch_files.contains(latch),
+            "the view does not hold the latch",
+            deadline,
+        ) {
+            Ok(snapshot) => snapshot,
+            Err(why) => return AckReply::refused(Some(id.as_str()), why),
+        };
         let held: Vec<String> = snapshot.latch_files.iter().cloned().collect();
         if let Err(error) = self.registry.acknowledge(held) {
             tracing::warn!(%error, "cannot record the acknowledgement in servers/");

@@ -252,9 +252,13 @@ mod tests {
         }
 
         fn engage(&self, agent: &str, level: Level) {
+            self.engage_scope(Scope::Agent(Name::parse(agent).unwrap()), level);
+        }
+
+        fn engage_scope(&self, scope: Scope, level: Level) {
             self.store
                 .engage(&EngageRequest {
-                    scope: Scope::Agent(Name::parse(agent).unwrap()),
+                    scope,
                     level,
                     by: "test".into(),
                     reason: "waiters".into(),
@@ -339,19 +343,7 @@ mod tests {
         });
         let flight = [&a, &b].map(|c| w.view.waiters().register(c, Interest::Cut));
         let machine = |level: Level| {
-            w.store
-                .engage(&EngageRequest {
-                    scope: Scope::Machine,
-                    level,
-                    by: "test".into(),
-                    reason: "waiters".into(),
-                    session: LatchSession {
-                        bound: None,
-                        root: None,
-                        tier: "console".into(),
-                    },
-                })
-                .unwrap();
+            w.engage_scope(Scope::Machine, level);
             w.view.refresh_fast();
         };
         machine(Level::HaltAll);
